@@ -1,0 +1,40 @@
+"""Shared fixtures. Every test gets its own ``$MLOTSPARK_HOME`` under tmp_path,
+except the real default model, which is fetched once per machine into a cache
+directory shared by test runs (``$MLOTSPARK_TEST_MODELS`` or
+``~/.cache/mlotspark-test``) so the suite does not download it for every test."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
+
+MODEL_CACHE = Path(
+    os.environ.get("MLOTSPARK_TEST_MODELS") or Path.home() / ".cache" / "mlotspark-test"
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("MLOTSPARK_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def default_gguf() -> Path:
+    """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
+    from mlotspark import registry
+
+    old = os.environ.get("MLOTSPARK_HOME")
+    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
+    try:
+        return registry.resolve(registry.DEFAULT_MODEL, progress=False).path
+    finally:
+        if old is None:
+            os.environ.pop("MLOTSPARK_HOME", None)
+        else:
+            os.environ["MLOTSPARK_HOME"] = old
