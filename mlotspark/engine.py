@@ -25,7 +25,7 @@ class Engine:
         self.loaded = loaded
         self.defaults = defaults
         self._lock = threading.RLock()
-        self._device = device_info(include_model=False)["device"]
+        self._device = device_info()["device"]
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -143,7 +143,7 @@ class Engine:
 
     def info(self) -> dict:
         """Device and model facts (for ``mlotspark info`` and the TUI)."""
-        info = device_info(include_model=False)
+        info = device_info()
         info.update(
             model=self.model_name,
             model_path=str(self.loaded.source.path),

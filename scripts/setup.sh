@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up mlotspark from a fresh clone with only Python 3 (>= 3.10): a virtual
+# environment in .venv, the package and its dependencies, and the default model.
+# Idempotent: a second run only checks. Usage: scripts/setup.sh [--test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+extra=""
+[ "${1:-}" = "--test" ] && extra="[test]"
+
+if [ ! -x .venv/bin/python ]; then
+  echo "mlotspark setup: creating .venv with $($PY --version)" >&2
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+echo "mlotspark setup: installing mlotspark$extra and its dependencies" >&2
+.venv/bin/python -m pip install --quiet -e ".$extra"
+.venv/bin/python -c "import mlotspark" # fail here, clearly, if the install did not work
+echo "mlotspark setup: fetching the default model (once)" >&2
+.venv/bin/mlotspark pull

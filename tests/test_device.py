@@ -1,0 +1,93 @@
+"""Device facts for `mlotspark info`, and the Metal guards (no-ops on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlotspark import _blas, device, registry  # isort: skip  (mlotspark before mlx: BLAS)
+
+import mlx.core as mx  # isort: skip
+
+KEYS = [
+    "device", "metal_available", "blas", "mlx_version", "mlx_lm_version", "python",
+    "platform", "cpu", "cores_logical", "cores_physical", "memory_total_mb",
+    "memory_available_mb", "default_model",
+]
+
+
+def test_device_info_has_every_key():
+    info = device.device_info()
+    for key in KEYS:
+        assert key in info, key
+    assert info["device"] in ("cpu", "gpu (Metal)", "gpu (CUDA)", "gpu")
+    assert info["metal_available"] is device.is_metal()
+    assert (info["device"] == "gpu (Metal)") <= info["metal_available"]
+    assert info["blas"] == _blas.BLAS_IN_USE
+    assert info["mlx_version"] == mx.__version__
+    assert info["mlx_lm_version"][0].isdigit()
+    assert info["cpu"] and info["cpu"] != "unknown"
+    assert info["cores_logical"] >= info["cores_physical"] >= 1
+    assert 0 < info["memory_available_mb"] <= info["memory_total_mb"]
+
+
+def test_default_model_status_never_downloads(monkeypatch):
+    def no_download(*a, **k):
+        raise AssertionError("device_info must not download")
+
+    monkeypatch.setattr(registry, "_download_wheel", no_download)
+    info = device.device_info()
+    assert registry.DEFAULT_MODEL in info["default_model"]
+    assert "not pulled" in info["default_model"]
+    assert not registry.alias_path(registry.DEFAULT_MODEL).exists()
+
+    # A file of the right size counts as pulled.
+    path = registry.alias_path(registry.DEFAULT_MODEL)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(registry.ALIASES[registry.DEFAULT_MODEL].size)
+    assert "(pulled" in device.device_info()["default_model"]
+
+
+def test_format_info_aligned_lines():
+    info = device.device_info()
+    text = device.format_info(info)
+    lines = text.splitlines()
+    assert len(lines) == len(info)
+    starts = set()
+    for line, (key, value) in zip(lines, info.items()):
+        assert line.startswith(f"{key}:")
+        shown = ("yes" if value else "no") if isinstance(value, bool) else str(value)
+        assert line.endswith(shown)
+        starts.add(len(line) - len(shown))
+    assert len(starts) == 1  # every value starts in the same column
+
+
+def test_is_metal_guarded(monkeypatch):
+    def boom():
+        raise RuntimeError("no metal here")
+
+    monkeypatch.setattr(mx.metal, "is_available", boom)
+    assert device.is_metal() is False
+
+
+def test_configure_metal_limits_is_noop_without_metal(monkeypatch):
+    calls = []
+    monkeypatch.setattr(mx.metal, "is_available", lambda: False)
+    monkeypatch.setattr(mx, "set_wired_limit", lambda n: calls.append(n))
+    device.configure_metal_limits()
+    assert calls == []
+
+
+def test_configure_metal_limits_sets_recommended_working_set(monkeypatch):
+    calls = []
+    monkeypatch.setattr(mx.metal, "is_available", lambda: True)
+    monkeypatch.setattr(mx, "device_info", lambda: {"max_recommended_working_set_size": 12345})
+    monkeypatch.setattr(mx, "set_wired_limit", lambda n: calls.append(n))
+    device.configure_metal_limits()
+    assert calls == [12345]
+
+
+@pytest.mark.skipif(not device.is_metal(), reason="needs a Metal GPU")
+def test_metal_info_on_a_mac():
+    info = device.device_info()
+    assert info["device"] == "gpu (Metal)" and info["gpu_working_set_mb"] > 0
