@@ -7,12 +7,13 @@ several threads never touch MLX at once.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import loader, registry
 from .device import configure_metal_limits, device_info
 from .errors import OptionError
 from .generate import Generation, GenerationResult, GenerationStats
+from .handle import RequestHandle
 from .options import GenerationOptions
 
 Messages = Sequence[dict]
@@ -110,18 +111,50 @@ class Engine:
             stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights},
         )
 
+    def submit(
+        self,
+        prompt_or_messages: str | Messages | None = None,
+        *,
+        raw: bool = False,
+        priority: int = 0,
+        prompt_ids: list[int] | None = None,
+        cache: list | None = None,
+        cached_tokens: int = 0,
+        on_finish: Callable[[Generation], None] | None = None,
+        **options: Any,
+    ) -> RequestHandle:
+        """Submit a request; returns a handle to iterate, wait on or cancel.
+
+        Args:
+            prompt_or_messages: prompt string or messages (see ``generate``).
+            raw: no chat template.
+            priority: lower runs first when requests queue (scheduler).
+            prompt_ids: token ids instead of a prompt (those not yet in ``cache``).
+            cache: per-layer caches to continue from (conversations, prefix cache).
+            cached_tokens: how many tokens ``cache`` already holds.
+            on_finish: called with the finished Generation (on the engine's thread).
+            **options: generation options.
+        """
+        opts = self.options(**options)
+        if prompt_ids is None:
+            if prompt_or_messages is None:
+                raise OptionError("submit needs a prompt, messages or prompt_ids")
+            prompt_ids = self.encode(prompt_or_messages, raw=raw)
+        ids = list(prompt_ids)
+        return RequestHandle(
+            lambda cancel: self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens, cancel=cancel),
+            self._lock,
+            on_finish,
+        )
+
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> Iterator[str | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
 
         Options as in ``generate``.
         """
-        opts = self.options(**options)
-        ids = self.encode(prompt_or_messages, raw=raw)
-        with self._lock:
-            gen = self.new_generation(ids, opts)
-            yield from gen
-        assert gen.result is not None
-        yield gen.result.stats
+        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        yield from handle
+        yield handle.result().stats
 
     def generate(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> GenerationResult:
         """Generate a reply.
@@ -136,10 +169,7 @@ class Engine:
         Returns:
             GenerationResult with ``.text``, ``.tokens`` and ``.stats``.
         """
-        opts = self.options(**options)
-        ids = self.encode(prompt_or_messages, raw=raw)
-        with self._lock:
-            return self.new_generation(ids, opts).run()
+        return self.submit(prompt_or_messages, raw=raw, **options).result()
 
     def info(self) -> dict:
         """Device and model facts (for ``mlotspark info`` and the TUI)."""

@@ -129,6 +129,9 @@ class Generation:
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats(**(stats_base or {}))
         self.tokens: list[int] = []
+        # Every token the model has consumed, in order: the prompt, then each sampled
+        # token (EOS included: generate_step feeds a token before yielding it).
+        self.fed_tokens: list[int] = list(prompt)
         self.text = ""
         self.result: GenerationResult | None = None
 
@@ -165,6 +168,7 @@ class Generation:
             for token, _ in steps:
                 if t_first is None:
                     t_first = time.perf_counter()
+                self.fed_tokens.append(token)
                 if self.cancel.is_set():
                     finish = "cancelled"
                     break

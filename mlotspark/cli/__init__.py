@@ -1,0 +1,51 @@
+"""``mlotspark`` command line. One module per command; each has ``register(sub)``.
+
+A user mistake prints one line ``mlotspark: error: ...`` and exits 2; Ctrl+C exits
+130 without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from .. import _blas  # noqa: F401  (OpenBLAS before MLX)
+from ..errors import MlotsparkError
+from . import generate, models
+
+# Command modules in the order --help lists them.
+COMMANDS = [generate, models]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlotspark",
+        description="A desktop LLM inference engine on MLX, with a memory cascade.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except MlotsparkError as e:
+        print(f"mlotspark: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nmlotspark: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Argument helpers shared by the command modules."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", "-m", default=None,
+        help="alias (default: smollm2-135m-instruct), .gguf file, mlx-lm model directory or Hugging Face repo id",
+    )
+    p.add_argument(
+        "--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
+        help="weight format to run in; auto = float32 through BLAS on the CPU backend, as stored on Metal (default: auto)",
+    )
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--max-tokens", type=int, default=None, help="most tokens to generate (default 512)")
+    g.add_argument("--temp", "--temperature", dest="temperature", type=float, default=None,
+                   help="sampling temperature, 0 = greedy (default 0.7)")
+    g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens, 0 = off (default 0)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default 0.95)")
+    g.add_argument("--min-p", type=float, default=None, help="min-p filter in [0, 1) (default 0)")
+    g.add_argument("--repetition-penalty", type=float, default=None, help="> 0, 1 = off (default 1)")
+    g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    g.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   help="stop before this text (repeatable)")
+
+
+def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "stop")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+

@@ -1,0 +1,37 @@
+"""``mlotspark pull`` and ``mlotspark info``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def run_pull(args: argparse.Namespace) -> int:
+    from .. import registry
+
+    source = registry.pull(args.model, progress=True, force=args.force)
+    print(f"{source.name}: {source.path}")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from ..device import device_info, format_info
+
+    info = device_info()
+    print(json.dumps(info, indent=2, default=str) if args.json else format_info(info))
+    return 0
+
+
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
+                       description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
+    p.add_argument("model", nargs="?", default=None, help="alias or Hugging Face repo id")
+    p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
+    p.set_defaults(func=run_pull)
+
+    p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_info)
