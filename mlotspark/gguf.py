@@ -61,7 +61,7 @@ def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
     try:
         weights, meta = mx.load(str(path), return_metadata=True)
     except Exception as e:  # MLX raises RuntimeError/ValueError with a C++ message
-        raise ModelFormatError(f"cannot read GGUF {path}: {e} (corrupt or truncated?)") from e
+        raise ModelFormatError(f"cannot read GGUF {path}: {e}") from e
     return weights, meta
 
 

@@ -1,0 +1,103 @@
+"""Tiny random models and GGUF files for fast tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlotspark  # noqa: F401
+import mlx.core as mx
+import numpy as np
+
+from mlotspark.models.llama import Model, ModelArgs
+
+TINY = dict(
+    model_type="llama",
+    hidden_size=64,
+    num_hidden_layers=2,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=300,
+    max_position_embeddings=512,
+    rope_theta=10000.0,
+    rope_traditional=True,
+    tie_word_embeddings=True,
+)
+
+
+def tiny_model(seed: int = 0, **overrides) -> Model:
+    """A random llama-family model with TINY's shapes (float32)."""
+    mx.random.seed(seed)
+    model = Model(ModelArgs.from_dict({**TINY, **overrides}))
+    mx.eval(model.parameters())
+    return model
+
+
+def _byte_tokens() -> list[str]:
+    # GPT-2's printable stand-ins for the 256 bytes, as byte-level BPE vocabularies use.
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, (chr(c) for c in cs)))
+    return [table[b] for b in range(256)]
+
+
+_NAMES = {
+    "q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+    "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down",
+    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+}
+
+
+def write_tiny_gguf(path: Path, model: Model) -> Path:
+    """Save ``model`` (TINY shapes) as a GGUF llama file with a byte-level vocabulary."""
+    from mlx.utils import tree_flatten
+
+    arrays = {}
+    for name, w in tree_flatten(model.parameters()):
+        parts = name.split(".")
+        if name == "model.embed_tokens.weight":
+            arrays["token_embd.weight"] = w
+        elif name == "model.norm.weight":
+            arrays["output_norm.weight"] = w
+        else:  # model.layers.N.<self_attn|mlp>.<proj>.weight or model.layers.N.<norm>.weight
+            layer = parts[2]
+            key = parts[-2]
+            arrays[f"blk.{layer}.{_NAMES[key]}.weight"] = w
+    a = model.args
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = specials + _byte_tokens()
+    tokens += [f"<unused{i}>" for i in range(a.vocab_size - len(tokens))]
+    types = [3] * 3 + [1] * 256 + [1] * (a.vocab_size - 259)
+    u32 = lambda v: mx.array(v, dtype=mx.uint32)  # noqa: E731
+    meta = {
+        "general.architecture": "llama",
+        "general.name": "tiny",
+        "llama.embedding_length": u32(a.hidden_size),
+        "llama.block_count": u32(a.num_hidden_layers),
+        "llama.feed_forward_length": u32(a.intermediate_size),
+        "llama.attention.head_count": u32(a.num_attention_heads),
+        "llama.attention.head_count_kv": u32(a.num_key_value_heads),
+        "llama.attention.layer_norm_rms_epsilon": mx.array(a.rms_norm_eps, dtype=mx.float32),
+        "llama.rope.freq_base": mx.array(a.rope_theta, dtype=mx.float32),
+        "llama.context_length": u32(a.max_position_embeddings),
+        "llama.vocab_size": u32(a.vocab_size),
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "default",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": mx.array(np.array(types, dtype=np.int32)),
+        "tokenizer.ggml.merges": [],
+        "tokenizer.ggml.eos_token_id": u32(2),
+        "tokenizer.ggml.bos_token_id": u32(1),
+        "tokenizer.chat_template": (
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        ),
+    }
+    mx.save_gguf(str(path), arrays, meta)
+    return Path(path)
