@@ -1,0 +1,65 @@
+"""A user mistake gives one clear line naming the bad value and a non-zero exit."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlotspark.cli import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip().splitlines()
+    return code, err
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["generate", "--temp", "-1"], "invalid temperature -1.0"),
+        (["generate", "--top-p", "0"], "invalid top_p 0.0"),
+        (["generate", "--max-tokens", "0"], "invalid max_tokens 0"),
+        (["generate", "-m", "no-such-model"], "no-such-model"),
+        (["generate", "-m", "/nowhere/model.gguf"], "/nowhere/model.gguf"),
+    ],
+)
+def test_errors_are_one_line(capsys, argv, needle):
+    code, err = run(capsys, *argv)
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("mlotspark: error:") and needle in err[0]
+
+
+def test_corrupt_gguf_is_named(tmp_path, capsys):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    code, err = run(capsys, "generate", "-m", str(bad))
+    assert code == 2 and "broken.gguf" in err[-1] and len(err) == 1
+
+
+def test_model_directory_missing_pieces(tmp_path, capsys):
+    d = tmp_path / "mymodel"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "llama"}')
+    code, err = run(capsys, "generate", "-m", str(d))
+    assert code == 2 and "safetensors" in err[-1]
+
+
+def test_unsupported_architecture_in_a_directory(tmp_path, capsys):
+    import mlx.core as mx
+
+    d = tmp_path / "weird"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "nosucharch", "vocab_size": 10}')
+    mx.save_safetensors(str(d / "model.safetensors"), {"w": mx.zeros((2,))})
+    (d / "tokenizer.json").write_text("{}")
+    code, err = run(capsys, "generate", "-m", str(d))
+    assert code == 2 and "nosucharch" in err[-1]
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("generate", "pull", "info"):
+        assert cmd in out
