@@ -1,0 +1,92 @@
+"""End to end on the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF)."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from mlotspark.cli import main
+from mlotspark.engine import Engine
+from mlotspark.errors import PromptTooLongError
+from mlotspark.reference import mlx_lm_twin
+
+pytestmark = pytest.mark.slow
+
+JSON_FIELDS = {
+    "text", "tokens", "prompt_tokens", "generation_tokens", "finish_reason", "ttft_s",
+    "prefill_tps", "decode_tps", "peak_memory_mb", "model", "device",
+}
+
+
+@pytest.fixture(scope="module")
+def engine(default_gguf):
+    return Engine.load(str(default_gguf))
+
+
+def test_capital_of_france(engine):
+    result = engine.generate("What is the capital of France?", temperature=0)
+    assert "Paris" in result.text
+    s = result.stats
+    assert s.finish_reason == "stop"
+    assert s.prompt_tokens == 37 and s.generation_tokens == len(result.tokens) > 0
+    assert s.ttft_s > 0 and s.decode_tps > 0 and s.peak_memory_mb > 0
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Here is a long list of fruits: apple, banana,",
+        "The history of the Roman Empire begins",
+        "Dear diary, today I",
+    ],
+)
+def test_greedy_tokens_match_mlx_lm_on_the_same_weights(engine, prompt):
+    ids = engine.encode(prompt, raw=True)
+    ours = engine.generate(prompt, raw=True, temperature=0, max_tokens=64).tokens
+    twin = mlx_lm_twin(engine.loaded)
+    eos = set(engine.tokenizer.eos_token_ids)
+    theirs = []
+    for tok, _ in generate_step(mx.array(ids), twin, max_tokens=64):
+        if tok in eos:
+            break
+        theirs.append(tok)
+    assert len(ours) == 64
+    assert ours == theirs
+
+
+def test_stream_pieces_join_to_the_text_then_stats(engine):
+    items = list(engine.stream("Name three colours.", temperature=0, max_tokens=40))
+    *pieces, stats = items
+    assert all(isinstance(p, str) for p in pieces) and len(pieces) > 3
+    again = engine.generate("Name three colours.", temperature=0, max_tokens=40)
+    assert "".join(pieces) == again.text
+    assert stats.generation_tokens == len(again.tokens)
+
+
+def test_stop_string_ends_the_reply_before_it(engine):
+    r = engine.generate("Count from 1 to 10: 1, 2, 3,", raw=True, temperature=0, max_tokens=30, stop=["7"])
+    assert r.stats.finish_reason == "stop"
+    assert "7" not in r.text and "6" in r.text
+
+
+def test_max_tokens_and_seeded_sampling(engine):
+    a = engine.generate("Tell me a story.", temperature=0.9, seed=7, max_tokens=12)
+    b = engine.generate("Tell me a story.", temperature=0.9, seed=7, max_tokens=12)
+    assert a.tokens == b.tokens and a.stats.finish_reason in ("length", "stop")
+    assert len(a.tokens) <= 12
+
+
+def test_prompt_too_long_without_the_cascade(engine):
+    with pytest.raises(PromptTooLongError, match="8200 tokens"):
+        engine.submit(prompt_ids=[100] * 8200).result()
+
+
+def test_cli_generate_json(default_gguf, capsys):
+    assert main(["generate", "-m", str(default_gguf), "-p", "What is the capital of France?",
+                 "--temp", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert JSON_FIELDS <= out.keys()
+    assert "Paris" in out["text"] and out["finish_reason"] == "stop"
