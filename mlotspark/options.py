@@ -9,6 +9,10 @@ from typing import Any
 from .errors import OptionError
 
 
+SPECULATIVE = (None, "prompt_lookup", "draft")
+CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
+
+
 @dataclass(frozen=True)
 class GenerationOptions:
     """What to generate and how to sample it. Names match the CLI flags.
@@ -23,6 +27,12 @@ class GenerationOptions:
         seed: random seed for sampling; None = not reseeded.
         stop: extra stop strings (the reply ends before them).
         prefill_chunk: prompt tokens processed per forward pass.
+        num_beams: beam search width; 1 = off.
+        length_penalty: beam score = logprob / length ** length_penalty.
+        num_return_sequences: replies to return (beams or independent samples).
+        speculative: None, "prompt_lookup" or "draft" (needs ``draft_model``).
+        draft_model: the draft model for ``speculative="draft"`` (same vocabulary).
+        cache_kind: KV cache of the working memory: float16 | q8 | q4 | auto; None = the model's dtype.
     """
 
     max_tokens: int = 512
@@ -34,6 +44,12 @@ class GenerationOptions:
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
     prefill_chunk: int = 512
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    num_return_sequences: int = 1
+    speculative: str | None = None
+    draft_model: str | None = None
+    cache_kind: str | None = None
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
@@ -65,6 +81,17 @@ class GenerationOptions:
         object.__setattr__(self, "stop", stop)
         if not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1:
             raise bad("prefill_chunk", "must be an integer >= 1")
+        for name in ("num_beams", "num_return_sequences"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(name, "must be an integer >= 1")
+        number("length_penalty")
+        if self.speculative not in SPECULATIVE:
+            raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
+        if self.speculative == "draft" and not self.draft_model:
+            raise bad("speculative", "'draft' needs draft_model")
+        if self.cache_kind not in CACHE_KINDS:
+            raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
