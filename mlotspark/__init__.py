@@ -15,9 +15,19 @@ from .errors import (
     StoreError,
 )
 
+from .engine import Engine
+from .generate import GenerationResult, GenerationStats
+from .handle import RequestHandle
+from .options import GenerationOptions
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Engine",
+    "GenerationOptions",
+    "GenerationResult",
+    "GenerationStats",
+    "RequestHandle",
     "MlotsparkError",
     "ModelError",
     "ModelFormatError",
