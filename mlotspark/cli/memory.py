@@ -1,0 +1,94 @@
+"""``mlotspark memory list|search|add|forget|export|import``: the semantic memory store.
+
+No model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db`` and
+its vectors come from the hashing embedder (``semantic/embedding.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import positive_int
+
+
+def _entry_dict(e: Any) -> dict:
+    return {"id": e.id, "text": e.text, "source": e.source, "conversation": e.conversation, "created": e.created}
+
+
+def _line(e: Any, score: float | None = None) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "-"
+    head = f"{e.id:>5}  {when}  {e.source:<6}"
+    return f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..semantic import SemanticStore
+
+    with SemanticStore() as store:
+        action = args.action
+        if action == "list":
+            entries = store.list(limit=args.limit)
+            if args.json:
+                print(json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False, indent=2))
+            else:
+                for e in entries:
+                    print(_line(e))
+                if not entries:
+                    print("(memory is empty)")
+        elif action == "search":
+            hits = store.search(args.query, k=args.k)
+            if args.json:
+                out = [{**_entry_dict(h.entry), "score": h.score} for h in hits]
+                print(json.dumps(out, ensure_ascii=False, indent=2))
+            else:
+                for h in hits:
+                    print(_line(h.entry, h.score))
+                if not hits:
+                    print("(nothing found)")
+        elif action == "add":
+            print(store.remember(args.text, source="user"))
+        elif action == "forget":
+            missing = [i for i in args.ids if not store.forget(i)]
+            if missing:
+                from ..errors import StoreError
+
+                raise StoreError(f"no memory entry with id {', '.join(map(str, missing))}")
+        elif action == "export":
+            n = store.export_json(Path(args.file))
+            print(f"{n} entries written to {args.file}")
+        elif action == "import":
+            n = store.import_json(Path(args.file))
+            print(f"{n} entries added from {args.file}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("memory", help="list, search, add, forget, export or import semantic memory",
+                       description="The semantic memory store: what the assistant remembers across conversations.")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    a = actions.add_parser("list", help="entries, newest first")
+    a.add_argument("--limit", type=positive_int, default=None, help="at most this many")
+    a.add_argument("--json", action="store_true", help="print JSON")
+
+    a = actions.add_parser("search", help="entries relevant to a query, best first")
+    a.add_argument("query", help="free text")
+    a.add_argument("-k", type=positive_int, default=5, help="at most this many hits (default 5)")
+    a.add_argument("--json", action="store_true", help="print JSON")
+
+    a = actions.add_parser("add", help="remember a text; prints its id")
+    a.add_argument("text", help="the fact to remember")
+
+    a = actions.add_parser("forget", help="delete entries by id")
+    a.add_argument("ids", type=int, nargs="+", metavar="ID")
+
+    a = actions.add_parser("export", help="write every entry to a JSON file")
+    a.add_argument("file")
+
+    a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)")
+    a.add_argument("file")
+    p.set_defaults(func=run)
