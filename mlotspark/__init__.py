@@ -16,6 +16,9 @@ from .errors import (
 )
 
 from .engine import Engine
+from .conversation import Conversation, ConversationInfo
+from .persistence import PersistenceConfig
+from .snapshot import SnapshotWarning
 from .generate import GenerationResult, GenerationStats
 from .handle import RequestHandle
 from .options import GenerationOptions
@@ -23,6 +26,8 @@ from .options import GenerationOptions
 __version__ = "0.1.0"
 
 __all__ = [
+    "Conversation",
+    "ConversationInfo",
     "Engine",
     "GenerationOptions",
     "GenerationResult",
@@ -34,8 +39,10 @@ __all__ = [
     "ModelNotFoundError",
     "OfflineError",
     "OptionError",
+    "PersistenceConfig",
     "PromptTooLongError",
     "SnapshotError",
+    "SnapshotWarning",
     "StoreError",
     "__version__",
 ]

@@ -1,13 +1,15 @@
 """The public entry point: ``Engine.load(...)``, ``generate``, ``stream``.
 
-An Engine owns one loaded model. Requests are serialised by a lock so callers on
-several threads never touch MLX at once.
+An Engine owns one loaded model. Requests go to its scheduler (``scheduler.py``):
+one engine thread owns MLX, takes requests from a priority queue and decodes them
+in continuous batches under the thermal governor. Other MLX work (saving or
+restoring caches) goes through ``Engine.run_on_engine``.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from . import loader, registry
 from .device import configure_metal_limits, device_info
@@ -15,6 +17,12 @@ from .errors import OptionError
 from .generate import Generation, GenerationResult, GenerationStats
 from .handle import RequestHandle
 from .options import GenerationOptions
+from .scheduler import Request, Scheduler, SchedulerConfig
+
+if TYPE_CHECKING:  # persistence imports the engine's types; only for annotations here
+    from .conversation import Conversation
+    from .persistence import Persistence
+    from .semantic import SemanticStore
 
 Messages = Sequence[dict]
 
@@ -22,11 +30,15 @@ Messages = Sequence[dict]
 class Engine:
     """A loaded model ready to generate. Create it with ``Engine.load``."""
 
-    def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions):
+    def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
+                 scheduling: SchedulerConfig | None = None):
         self.loaded = loaded
         self.defaults = defaults
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the engine thread holds it around each step
         self._device = device_info()["device"]
+        self.scheduling = scheduling or SchedulerConfig()
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -37,6 +49,10 @@ class Engine:
         weights: str = "auto",
         pull: bool = True,
         progress: bool = True,
+        mode: str = "auto",
+        max_batch: int = 8,
+        memory_limit: int | str | None = None,
+        governor: Any = None,
         **defaults: Any,
     ) -> "Engine":
         """Load a model and return an Engine.
@@ -47,6 +63,12 @@ class Engine:
             weights: ``auto | quantized | float16 | bfloat16 | float32``.
             pull: fetch the model if it is not stored yet.
             progress: show a progress bar while fetching.
+            mode: thermal governor mode: ``auto`` (balanced on AC, efficiency on
+                battery), ``performance``, ``balanced`` or ``efficiency``.
+            max_batch: most requests decoded together (default 8).
+            memory_limit: keep projected KV + weights under this (bytes or ``"8GB"``);
+                new requests queue rather than fail running ones. None = no limit.
+            governor: a ready ``ThermalGovernor`` (scripted probes in tests/bench).
             **defaults: default generation options (``max_tokens``, ``temperature`` ...).
 
         Raises:
@@ -54,9 +76,11 @@ class Engine:
             OptionError: a bad option value.
         """
         options = GenerationOptions().merged(**defaults)
+        scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
+                                     governor=governor)
         source = registry.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        return cls(loader.load(source, weights=weights), options)
+        return cls(loader.load(source, weights=weights), options, scheduling)
 
     # ------------------------------------------------------------------ public
     @property
@@ -99,11 +123,15 @@ class Engine:
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
         scheduler code that manage caches themselves."""
+        if cache is None:  # options.cache_kind: None | float16 | q8 | q4 | auto
+            from .decoding.cache_policy import request_cache
+
+            cache = request_cache(self, options, cached_tokens + len(prompt_ids))
         return Generation(
             self.loaded.model,
             self.tokenizer,
             prompt_ids,
-            cache if cache is not None else self.loaded.model.make_cache(),
+            cache,
             options,
             cached_tokens=cached_tokens,
             context_limit=self.loaded.context_length,
@@ -140,12 +168,14 @@ class Engine:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
             prompt_ids = self.encode(prompt_or_messages, raw=raw)
-        ids = list(prompt_ids)
-        return RequestHandle(
-            lambda cancel: self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens, cancel=cancel),
-            self._lock,
-            on_finish,
-        )
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
+        gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
+        scheduler = self.scheduler
+        handle = RequestHandle(gen, scheduler.wake)
+        scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
+                                 owns_cache=cache is None))
+        return handle
 
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> Iterator[str | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
@@ -171,6 +201,114 @@ class Engine:
         """
         return self.submit(prompt_or_messages, raw=raw, **options).result()
 
+    def generate_batch(self, prompts: Sequence[str | Messages], raw: bool = False,
+                       priority: int = 0, **options: Any) -> list[str]:
+        """Generate replies to many prompts through the batcher; texts in prompt order.
+
+        Args:
+            prompts: prompt strings or message lists.
+            raw: no chat template.
+            priority: queue priority of these requests (lower runs first).
+            **options: generation options, as in ``generate``.
+        """
+        handles = [self.submit(p, raw=raw, priority=priority, **options) for p in prompts]
+        texts = []
+        try:
+            for i, h in enumerate(handles):
+                texts.append(h.result().text)
+                handles[i] = None  # type: ignore[call-overload]  # its KV can go
+        finally:
+            for h in handles:
+                if h is not None and not h.done:
+                    h.cancel()
+        return texts
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The engine's scheduler (started on first use)."""
+        with self._scheduler_lock:
+            if self._scheduler is None:
+                self._scheduler = Scheduler(
+                    self.loaded.model,
+                    self.scheduling.make_governor(),
+                    lock=self._lock,
+                    weights_bytes=self.loaded.nbytes(),
+                    eos=set(self.tokenizer.eos_token_ids or ()),
+                )
+            return self._scheduler
+
+    def scheduler_status(self) -> dict:
+        """Governor state, batch cap, batch size, queue length and the last reasons.
+
+        Returns:
+            ``Scheduler.status()``: ``state``, ``cap``, ``mode``, ``batch_size``,
+            ``running``, ``queued``, ``reason``, ``admission``, ``kv_bytes`` ...
+        """
+        return self.scheduler.status()
+
+    def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` on the engine thread (the one that owns MLX).
+
+        For MLX work outside a request, e.g. saving or restoring a cache. From
+        ``on_finish`` (already on that thread) it runs at once.
+        """
+        return self.scheduler.call(fn, *args, **kwargs)
+
+    def close(self) -> None:
+        """Cancel what is queued or running and stop the engine thread."""
+        persistence = self.__dict__.get("_persistence")
+        if persistence is not None:  # saves the prefix cache: needs the engine thread
+            persistence.close()
+        if self._scheduler is not None:
+            self._scheduler.close()
+
+    # ------------------------------------------------- persistent memory (persistence.py)
+    @property
+    def persistence(self) -> "Persistence":
+        """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
+        from .persistence import Persistence
+
+        with self._lock:
+            if self.__dict__.get("_persistence") is None:
+                self._persistence = Persistence(self)
+            return self._persistence
+
+    def conversation(self, name: str, *, system: str | None = None) -> "Conversation":
+        """A persistent conversation (``send``, ``stream``, ``messages``, ``system``,
+        ``reset``, ``delete``), stored under ``$MLOTSPARK_HOME/conversations/<name>``.
+
+        Raises:
+            OptionError: a name that could leave the data directory.
+        """
+        return self.persistence.conversation(name, system=system)
+
+    def conversations(self) -> list:
+        """Stored conversations (``name``, ``title``, ``updated``, ``turns``, ``tokens``), newest first."""
+        return self.persistence.conversations()
+
+    @property
+    def memory(self) -> "SemanticStore":
+        """The semantic memory store (search, list, export_json, import_json ...)."""
+        return self.persistence.memory
+
+    def remember(self, text: str, **kwargs: Any) -> int:
+        """Add ``text`` to semantic memory; returns its entry id (see ``SemanticStore.remember``)."""
+        return self.memory.remember(text, **kwargs)
+
+    def forget(self, entry_id: int) -> bool:
+        """Delete a semantic memory entry; True if it existed."""
+        return self.memory.forget(entry_id)
+
+    def tier_stats(self) -> dict:
+        """Bytes, entries, budgets, hit rates and evictions of the working, episodic
+        (snapshots, prefix cache) and semantic tiers."""
+        return self.persistence.stats()
+
+    def set_budgets(self, **budgets: Any) -> Any:
+        """Change persistence budgets/switches (``PersistenceConfig`` fields, e.g.
+        ``prefix_cache_mb=64, warm_mb=256, snapshots=False``); returns the new config."""
+        return self.persistence.set_budgets(**budgets)
+
     def info(self) -> dict:
         """Device and model facts (for ``mlotspark info`` and the TUI)."""
         info = device_info()
@@ -181,4 +319,6 @@ class Engine:
             weights_mb=round(self.loaded.nbytes() / 1e6, 1),
             context_length=self.loaded.context_length,
         )
+        status = self.scheduler_status()
+        info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info

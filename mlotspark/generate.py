@@ -46,11 +46,14 @@ class GenerationStats:
 
 @dataclass
 class GenerationResult:
-    """A finished generation: ``text``, generated ``tokens`` and ``stats``."""
+    """A finished generation: ``text``, generated ``tokens`` and ``stats``; with beams or
+    ``num_return_sequences`` > 1, every sequence in ``sequences`` (best first, as
+    ``decoding.beam.Hypothesis``: ``text``, ``tokens``, ``score``, ``logprob``)."""
 
     text: str
     tokens: list[int]
     stats: GenerationStats
+    sequences: list = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.text
@@ -130,7 +133,9 @@ class Generation:
         self.stats = GenerationStats(**(stats_base or {}))
         self.tokens: list[int] = []
         # Every token the model has consumed, in order: the prompt, then each sampled
-        # token (EOS included: generate_step feeds a token before yielding it).
+        # token; exactly what the cache holds when the request ends. Usually the last
+        # token too (EOS included): generate_step and the scheduler feed a token
+        # before reading it back, unless the scheduler had drained its batch.
         self.fed_tokens: list[int] = list(prompt)
         self.text = ""
         self.result: GenerationResult | None = None
@@ -141,8 +146,21 @@ class Generation:
             n = min(n, self.context_limit - self.cached_tokens - len(self.prompt))
         return n
 
+    @property
+    def own_loop(self) -> bool:
+        """True when this request decodes in its own loop (speculative, beams, several
+        returns) rather than in a batched one-token step."""
+        from .decoding import own_loop
+
+        return own_loop(self.options)
+
     def __iter__(self) -> Iterator[str]:
         opts = self.options
+        if opts.num_beams > 1 or opts.num_return_sequences > 1:
+            from .decoding import run_sequences
+
+            yield from run_sequences(self)
+            return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
         eos = set(self.tokenizer.eos_token_ids or ())
@@ -155,7 +173,9 @@ class Generation:
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None
-        steps = generate_step(
+        from .decoding import select_step  # generate_step, or speculative decoding
+
+        steps = select_step(self)(
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,

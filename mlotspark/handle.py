@@ -2,59 +2,86 @@
 
 from __future__ import annotations
 
+import queue
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .generate import Generation, GenerationResult, GenerationStats
 
+_END = object()  # marks the end of a stream in the piece queue
+
 
 class RequestHandle:
-    """What ``Engine.submit`` returns.
+    """What ``Engine.submit`` returns; the engine thread runs the request.
 
-    Iterating yields the reply's text pieces as they decode; ``result()`` waits for
-    the end; ``cancel()`` stops it at the next token (finish reason ``cancelled``).
-    This implementation runs the generation on the thread that consumes it, under
-    the engine's lock; the scheduler runs it on the engine thread instead.
+    Iterating yields the reply's text pieces as they decode (once per handle);
+    ``result(timeout)`` waits for the end; ``cancel()`` stops the request at once
+    (finish reason ``cancelled``, the text so far kept, its KV released).
+
+    Args:
+        generation: the request's Generation (prompt, cache, options; the engine
+            thread fills in ``tokens``, ``text``, ``fed_tokens`` and ``result``).
+        wake: called after ``cancel()`` so the engine thread notices at once.
     """
 
-    def __init__(self, make: Callable[[threading.Event], Generation], lock: threading.RLock,
-                 on_finish: Callable[[Generation], None] | None = None):
-        self._make = make
-        self._lock = lock
-        self._on_finish = on_finish
-        self.cancel_event = threading.Event()
-        self.generation: Generation | None = None
+    def __init__(self, generation: Generation, wake: Callable[[], None] | None = None):
+        self.generation = generation
+        self.cancel_event = generation.cancel
+        self._wake = wake
+        self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._done = threading.Event()
         self._result: GenerationResult | None = None
+        self._error: BaseException | None = None
         self._started = False
 
+    # ------------------------------------------------------- engine thread
+    def _emit(self, piece: str) -> None:
+        self._pieces.put(piece)
+
+    def _finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        self._result, self._error = result, error
+        self._pieces.put(_END)
+        self._done.set()
+
+    # -------------------------------------------------------------- caller
     def __iter__(self) -> Iterator[str]:
         if self._started:
             raise RuntimeError("a request handle can be iterated only once")
         self._started = True
-        with self._lock:
-            gen = self.generation = self._make(self.cancel_event)
-            yield from gen
-            self._result = gen.result
-            if self._on_finish is not None:
-                self._on_finish(gen)
+        while True:
+            piece = self._pieces.get()
+            if piece is _END:
+                break
+            yield piece
+        if self._error is not None:
+            raise self._error
 
     def result(self, timeout: float | None = None) -> GenerationResult:
-        """Run (or wait for) the request to the end and return its result."""
-        if self._result is None:
-            if self._started:
-                raise RuntimeError("request is being consumed elsewhere")
-            for _ in self:
-                pass
+        """Wait for the request to end and return its result.
+
+        Args:
+            timeout: seconds to wait; None waits as long as it takes.
+
+        Raises:
+            TimeoutError: not finished within ``timeout``.
+            MlotsparkError: the request failed (e.g. it can never fit the memory limit).
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request not finished after {timeout} s")
+        if self._error is not None:
+            raise self._error
         assert self._result is not None
         return self._result
 
     def cancel(self) -> None:
-        """Stop at the next token; the text so far is kept."""
+        """Stop the request now; the text so far is kept (finish reason ``cancelled``)."""
         self.cancel_event.set()
+        if self._wake is not None:
+            self._wake()
 
     @property
     def done(self) -> bool:
-        return self._result is not None
+        return self._done.is_set()
 
     @property
     def stats(self) -> GenerationStats | None:

@@ -12,10 +12,10 @@ from typing import Callable, Sequence
 
 from .. import _blas  # noqa: F401  (OpenBLAS before MLX)
 from ..errors import MlotsparkError
-from . import generate, models
+from . import bench, chat, generate, memory, models
 
 # Command modules in the order --help lists them.
-COMMANDS = [generate, models]
+COMMANDS = [chat, generate, models, memory, bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

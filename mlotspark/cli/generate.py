@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from ..options import GenerationOptions
-from .common import add_model_args, add_sampling_args, sampling_options
+from .batch import add_batch_args, add_scheduler_args, scheduler_kwargs
+from .common import add_model_args, add_sampling_args, positive_int, sampling_options
 
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
@@ -17,18 +18,33 @@ def run(args: argparse.Namespace) -> int:
     from ..engine import Engine
 
     options = sampling_options(args)
+    options.update(_decoding_options(args))
+    if args.prompts:  # a file of prompts through the batcher
+        from . import batch
+
+        return batch.run(args, options)
     prompt = args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
     GenerationOptions().merged(**options)  # a bad value fails before the model loads
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty())
+    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
+                         **scheduler_kwargs(args))
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
     if args.json:
         result = engine.generate(messages, raw=args.raw, **options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
+        if result.sequences:
+            out["sequences"] = [{"text": h.text, "tokens": h.tokens, "score": h.score,
+                                 "logprob": h.logprob, "finish_reason": h.finish_reason}
+                                for h in result.sequences]
         print(json.dumps(out, ensure_ascii=False))
+        return 0
+    if options.get("num_return_sequences", 1) > 1:
+        result = engine.generate(messages, raw=args.raw, **options)
+        for i, h in enumerate(result.sequences, 1):
+            print(f"--- {i} (score {h.score:.4f}, {h.finish_reason})\n{h.text}")
         return 0
     stats = None
     for piece in engine.stream(messages, raw=args.raw, **options):
@@ -62,4 +78,24 @@ def register(sub: Any) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print speed figures to stderr")
     add_model_args(p)
     add_sampling_args(p)
+    add_scheduler_args(p)
+    add_batch_args(p)
+    g = p.add_argument_group("decoding")
+    g.add_argument("--beams", dest="num_beams", type=positive_int, default=None,
+                   help="beam search width, 1 = off (default 1)")
+    g.add_argument("--length-penalty", type=float, default=None,
+                   help="beam score = logprob / length ** this (default 1.0)")
+    g.add_argument("--num-return-sequences", type=positive_int, default=None,
+                   help="replies to return: the best beams, or independent samples (default 1)")
+    g.add_argument("--speculative", choices=["prompt_lookup", "draft"], default=None,
+                   help="exact speculative decoding: n-gram lookup in the context, or a draft model")
+    g.add_argument("--draft-model", default=None,
+                   help="draft model for --speculative draft (same vocabulary as --model)")
+    g.add_argument("--cache-kind", choices=["float16", "q8", "q4", "auto"], default=None,
+                   help="KV cache of the working memory; auto = fits the memory, keeps quality, fastest")
     p.set_defaults(func=run)
+
+
+def _decoding_options(args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("num_beams", "length_penalty", "num_return_sequences", "speculative", "draft_model", "cache_kind")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}

@@ -18,7 +18,14 @@ def run_pull(args: argparse.Namespace) -> int:
 def run_info(args: argparse.Namespace) -> int:
     from ..device import device_info, format_info
 
+    from ..scheduler import governor_snapshot
+
     info = device_info()
+    gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
+    if args.json:
+        info["governor"] = gov
+    else:
+        info["governor"] = f"{gov['state']}, batch cap {gov['cap']} ({gov['mode']}): {gov['reason']}"
     print(json.dumps(info, indent=2, default=str) if args.json else format_info(info))
     return 0
 

@@ -1,0 +1,111 @@
+"""``long``: decode ms/token and peak memory vs context length, with and without the cascade.
+
+For each context length (``--contexts``, default 1024,2048,4096) the prompt is that
+many random tokens, then ``-g`` tokens are decoded (EOS ignored). Cases:
+
+- ``full``: full attention, the main engine; lengths beyond the model's context
+  cannot run and are skipped;
+- ``cascade``: a second engine loaded with the memory cascade
+  (``Engine.load(model, cascade=CascadeConfig.for_model(context))``).
+
+Both run in the same repetition, alternating which goes first. With
+``--compare mlx-lm`` each row's ratio is against mlx-lm's full attention at that length.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ...errors import OptionError
+from ..context import BenchContext, SuiteUnavailable, figure
+from ..figures import Figure
+
+CASES = ("full", "cascade")
+DESCRIPTION = "decode ms/token and peak memory vs context length, full attention vs the cascade"
+
+
+def _cases(cases: tuple[str, ...]) -> tuple[str, ...]:
+    return cases or CASES
+
+
+def cascade_supported() -> bool:
+    """Whether ``Engine.load`` takes a ``cascade=CascadeConfig(...)``."""
+    from ...engine import Engine
+
+    return "cascade" in inspect.signature(Engine.load).parameters
+
+
+def _fits(ctx: BenchContext, length: int) -> bool:
+    return length + ctx.config.gen_tokens < ctx.context_length
+
+
+def steps(ctx: BenchContext, cases: tuple[str, ...]) -> int:
+    return ctx.rounds * len(ctx.config.contexts)
+
+
+def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
+    chosen = _cases(cases)
+    if "cascade" in chosen and not cascade_supported():
+        raise SuiteUnavailable(
+            "long needs the memory cascade in the engine (Engine.load(model, cascade=CascadeConfig(...))), "
+            "which this build does not have yet; --suite long:full measures full attention alone"
+        )
+    if chosen == ("full",) and not any(_fits(ctx, n) for n in ctx.config.contexts):
+        raise OptionError(
+            f"invalid --contexts {','.join(map(str, ctx.config.contexts))}: with -g {ctx.config.gen_tokens} "
+            f"none fits the model's context of {ctx.context_length} tokens without the cascade"
+        )
+
+
+def _load_cascade_engine(ctx: BenchContext) -> Any:
+    from ...cascade import CascadeConfig
+    from ...engine import Engine
+
+    config = CascadeConfig.for_model(ctx.context_length)
+    return Engine.load(ctx.config.model, weights=ctx.engine.loaded.weights, progress=False, cascade=config)
+
+
+def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
+    chosen = _cases(cases)
+    g = ctx.config.gen_tokens
+    cascade = _load_cascade_engine(ctx) if "cascade" in chosen else None
+    out: list[Figure] = []
+    try:
+        for length in ctx.config.contexts:
+            ids = ctx.random_ids(length)
+            full = "full" in chosen and _fits(ctx, length)
+            if not full and cascade is None:
+                for _ in range(ctx.rounds):
+                    ctx.progress.step(f"long {length}: beyond the context")
+                continue
+            variants = ([("full", ctx.engine)] if full else []) + ([("cascade", cascade)] if cascade else [])
+            turn = [0]
+
+            def ours() -> dict[str, float]:
+                metrics: dict[str, float] = {}
+                turn[0] += 1
+                for name, engine in variants if turn[0] % 2 else variants[::-1]:
+                    with ctx.ignoring_eos(engine):
+                        r = ctx.ours(ids, g, engine=engine)
+                    metrics[f"{name} decode"] = 1000 / r.decode_tps if r.decode_tps else float("nan")
+                    metrics[f"{name} peak"] = r.peak_mb
+                return metrics
+
+            def ref() -> dict[str, float]:
+                r = ctx.mlx_lm(ids, g)
+                ms = 1000 / r.decode_tps if r.decode_tps else float("nan")
+                return {f"{name} decode": ms for name, _ in variants} | {f"{name} peak": r.peak_mb for name, _ in variants}
+
+            compared = ctx.compare and _fits(ctx, length)
+            mine, theirs = ctx.measure(f"long {length}", ours, ref if compared else None)
+            for name, _ in variants:
+                note = "" if full or name == "full" else f"full attention: beyond the model's context ({ctx.context_length})"
+                out.append(figure("long", f"{name} {length}", "decode", "ms/token", False, mine, theirs,
+                                  key=f"{name} decode", notes=note))
+                out.append(figure("long", f"{name} {length}", "peak memory", "MB", False, mine, theirs,
+                                  key=f"{name} peak"))
+    finally:
+        if cascade is not None:
+            cascade.close()
+    return out

@@ -1,0 +1,269 @@
+"""``mlotspark generate --prompts FILE``: a file of prompts through the batcher.
+
+The file has one prompt per line, or JSON objects (one a line) with ``prompt`` (or
+``messages``) and any generation option (``max_tokens``, ``temperature``, ...).
+Results go to a JSONL file as they finish, one line per (prompt, sequence), so an
+interrupted run keeps what it finished; running the same command again skips those.
+Also the scheduler flags every engine-loading command shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..errors import OptionError
+from ..governor import MODES
+from ..options import GenerationOptions
+from ..scheduler import parse_memory_limit
+from .common import positive_int
+
+# Several replies per prompt are separate requests here, so they batch.
+_PER_REQUEST = "num_return_sequences"
+
+
+@dataclass
+class PromptSpec:
+    """One prompt of the file: its 0-based index, text or messages, and options."""
+
+    index: int
+    prompt: str | list[dict]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------- flags
+def add_scheduler_args(p: argparse.ArgumentParser) -> None:
+    """``--mode``, ``--max-batch`` and ``--memory-limit``."""
+    g = p.add_argument_group("scheduling")
+    g.add_argument("--mode", choices=MODES, default="auto",
+                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto)")
+    g.add_argument("--max-batch", type=positive_int, default=8,
+                   help="most requests decoded together (default 8)")
+    g.add_argument("--memory-limit", default=None, metavar="SIZE",
+                   help="keep projected KV + weights under SIZE (e.g. 8GB); new requests wait")
+
+
+def scheduler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``Engine.load`` keyword arguments from the scheduling flags (validated)."""
+    return {
+        "mode": getattr(args, "mode", "auto"),
+        "max_batch": getattr(args, "max_batch", 8),
+        "memory_limit": parse_memory_limit(getattr(args, "memory_limit", None)),
+    }
+
+
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    """``--prompts`` and ``--output`` (``--num-return-sequences`` is a decoding flag of
+    ``generate``; with ``--prompts`` it means independent replies per prompt)."""
+    g = p.add_argument_group("batch")
+    g.add_argument("--prompts", default=None, metavar="FILE",
+                   help="run every prompt of FILE through the batcher (one a line, or JSONL "
+                        "with 'prompt' or 'messages' and per-prompt options); with "
+                        "--num-return-sequences N, N independent replies each")
+    g.add_argument("--output", "-o", default=None, metavar="FILE",
+                   help="with --prompts: JSONL results, written as they finish; a rerun resumes "
+                        "(default: FILE.results.jsonl; '-' = stdout, no resume)")
+
+
+# ------------------------------------------------------------------- files
+def read_prompts(path: Path) -> list[PromptSpec]:
+    """Parse a prompts file: plain lines, or JSON objects with ``prompt``/``messages``.
+
+    Raises:
+        OptionError: an unreadable file, a bad JSON line or an invalid option value,
+            naming the line.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise OptionError(f"cannot read prompts file {str(path)!r}: {e.strerror or e}") from None
+    specs: list[PromptSpec] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("{"):
+            specs.append(PromptSpec(len(specs), line))
+            continue
+        where = f"{path.name} line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise OptionError(f"{where}: invalid JSON ({e.msg})") from None
+        prompt = obj.pop("prompt", None) or obj.pop("messages", None)
+        if not isinstance(prompt, (str, list)) or not prompt:
+            raise OptionError(f"{where}: needs a non-empty 'prompt' or 'messages', got {line[:60]!r}")
+        obj.pop("id", None)
+        try:
+            GenerationOptions().merged(**{k: v for k, v in obj.items() if k != _PER_REQUEST})
+        except OptionError as e:
+            raise OptionError(f"{where}: {e}") from None
+        specs.append(PromptSpec(len(specs), prompt, obj))
+    return specs
+
+
+def finished_sequences(output: Path, specs: list[PromptSpec]) -> set[tuple[int, int]]:
+    """(index, sequence) pairs already in ``output``; a torn last line is dropped.
+
+    Raises:
+        OptionError: the file holds results of other prompts.
+    """
+    if not output.exists():
+        return set()
+    done: set[tuple[int, int]] = set()
+    text = output.read_text(encoding="utf-8")
+    good = 0  # bytes of complete lines, so a torn last line can be cut off
+    for n, line in enumerate(text.splitlines(keepends=True), start=1):
+        if not line.endswith("\n"):
+            break  # torn by an interruption mid-write
+        try:
+            row = json.loads(line)
+            key = (int(row["index"]), int(row["sequence"]))
+        except (ValueError, KeyError, TypeError):
+            raise OptionError(f"{str(output)!r} line {n} is not a results line: choose another --output") from None
+        if key[0] >= len(specs) or row.get("prompt") != specs[key[0]].prompt:
+            raise OptionError(
+                f"{str(output)!r} holds results for other prompts (prompt {key[0]} differs): "
+                "choose another --output"
+            )
+        done.add(key)
+        good += len(line.encode("utf-8"))
+    if good != len(text.encode("utf-8")):
+        with output.open("r+b") as f:
+            f.truncate(good)
+    return done
+
+
+def run_prompts_file(
+    engine: Any,
+    prompts: Path,
+    output: Path | None,
+    *,
+    raw: bool = False,
+    system: str | None = None,
+    num_return_sequences: int = 1,
+    options: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> int:
+    """Run a prompts file through ``engine``, appending JSONL results as they finish.
+
+    Args:
+        engine: a loaded Engine.
+        prompts: the prompts file.
+        output: the results file (None: stdout, no resume).
+        raw: no chat template.
+        system: a system prompt for string prompts (chat mode).
+        num_return_sequences: replies per prompt.
+        options: default options; a line's own options override them.
+        progress: a progress bar on stderr.
+
+    Returns:
+        Sequences finished in this run (those found in ``output`` are skipped).
+    """
+    specs = read_prompts(prompts)
+    done = finished_sequences(output, specs) if output is not None else set()
+    defaults = {k: v for k, v in (options or {}).items() if k != _PER_REQUEST}
+
+    def replies(s: PromptSpec) -> int:
+        n = s.options.get(_PER_REQUEST, num_return_sequences)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise OptionError(f"prompt {s.index}: invalid {_PER_REQUEST} {n!r}: must be an integer >= 1")
+        return n
+
+    todo = [(s, j) for s in specs for j in range(replies(s)) if (s.index, j) not in done]
+    finished: queue.SimpleQueue = queue.SimpleQueue()
+    handles = []
+    for spec, j in todo:
+        opts = {**defaults, **{k: v for k, v in spec.options.items() if k != _PER_REQUEST}}
+        if j and opts.get("seed") is not None:
+            opts["seed"] = opts["seed"] + j
+        prompt: Any = spec.prompt
+        if system and isinstance(prompt, str) and not raw:
+            prompt = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        handles.append(engine.submit(prompt, raw=raw and isinstance(prompt, str),
+                                     on_finish=lambda g, s=spec, j=j: finished.put((s, j, g)),
+                                     **opts))
+    bar = _progress(len(todo) + len(done), len(done), progress)
+    sink: Any = output.open("a", encoding="utf-8") if output is not None else nullcontext(sys.stdout)
+    written = 0
+    try:
+        with sink as out, bar:
+            while written < len(handles):
+                try:
+                    spec, j, gen = finished.get(timeout=0.5)
+                except queue.Empty:
+                    for h in handles:  # a failed request never calls on_finish
+                        if h.done:
+                            h.result()  # raises its error
+                    continue
+                _write(out, spec, j, gen)
+                written += 1
+                bar.update(1)
+    finally:
+        for h in handles:  # interrupted or failed: stop what is still queued or running
+            if not h.done:
+                h.cancel()
+    return written
+
+
+def _write(out: IO[str], spec: PromptSpec, sequence: int, gen: Any) -> None:
+    r = gen.result
+    row = {"index": spec.index, "sequence": sequence, "prompt": spec.prompt}
+    if r is not None:
+        row.update(text=r.text, **{k: v for k, v in r.stats.to_dict().items() if k != "extra"})
+    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    out.flush()  # a finished line survives an interruption
+
+
+class _NoBar:
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def _progress(total: int, initial: int, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, initial=initial, unit="seq", file=sys.stderr, dynamic_ncols=True)
+
+
+# ---------------------------------------------------------------- command
+def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """``generate --prompts``: load the engine, run the file, report where results went."""
+    from ..engine import Engine
+
+    prompts = Path(args.prompts)
+    specs = read_prompts(prompts)  # a bad file fails before the model loads
+    if not specs:
+        raise OptionError(f"prompts file {str(prompts)!r} has no prompts")
+    output: Path | None
+    if args.output == "-":
+        output = None
+    else:
+        output = Path(args.output) if args.output else prompts.with_suffix(".results.jsonl")
+        finished_sequences(output, specs)  # other prompts' results fail now, not after loading
+    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
+                         **scheduler_kwargs(args))
+    try:
+        n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
+                             num_return_sequences=options.pop(_PER_REQUEST, 1), options=options,
+                             progress=sys.stderr.isatty())
+    finally:
+        engine.close()
+    if output is not None:
+        print(f"{n} sequences written to {output}", file=sys.stderr)
+    return 0

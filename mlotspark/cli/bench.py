@@ -1,0 +1,117 @@
+"""``mlotspark bench``: latency and tokens/sec of the suites, optionally beside mlx-lm."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .common import add_model_args, positive_int
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The run's settings as one command line that repeats it (recorded in the report)."""
+    parts = ["mlotspark", "bench"]
+    if args.model:
+        parts += ["--model", args.model]
+    if args.weights != "auto":
+        parts += ["--weights", args.weights]
+    parts += ["-p", str(args.prompt_tokens), "-g", str(args.gen_tokens), "-r", str(args.repetitions),
+              "--warmup", str(args.warmup), "--suite", args.suite]
+    if args.compare:
+        parts += ["--compare", args.compare]
+    if any(s.strip().startswith("long") for s in args.suite.split(",")):
+        parts += ["--contexts", args.contexts]
+    if any(s.strip().startswith("batch") for s in args.suite.split(",")):
+        parts += ["--batch-sizes", args.batch_sizes]
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench import BenchConfig, parse_suites, plot_report, render, run_bench
+    from ..bench.config import parse_int_list
+    from ..bench.plot import check_path
+    from ..storage import atomic_write
+
+    # Every setting is checked before the model loads: a typo costs nothing.
+    plot = check_path(args.plot) if args.plot else None
+    config = BenchConfig(
+        model=args.model,
+        weights=args.weights,
+        prompt_tokens=args.prompt_tokens,
+        gen_tokens=args.gen_tokens,
+        repetitions=args.repetitions,
+        warmup=args.warmup,
+        suites=parse_suites(args.suite),
+        compare=args.compare,
+        contexts=parse_int_list(args.contexts, "context length"),
+        batch_sizes=parse_int_list(args.batch_sizes, "batch size"),
+        seed=args.seed,
+    )
+    progress = None if args.progress == "auto" else args.progress == "on"
+    command = _command(args)
+    report = run_bench(config, show_progress=progress, command=command)
+    text = render(report, args.format)
+    if args.output:
+        atomic_write(Path(args.output), text)
+        print(f"mlotspark: bench: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    if plot is not None:
+        plot_report(report, plot)
+        print(f"mlotspark: bench: wrote {plot}", file=sys.stderr)
+    for e in report.errors:
+        print(f"mlotspark: bench: not run: {e.message}", file=sys.stderr)
+    return 1 if report.errors else 0
+
+
+def register(sub: Any) -> None:
+    from ..bench.config import DEFAULT_SUITES
+    from ..bench.suites import SUITES
+
+    suites = "; ".join(f"{name}: {m.DESCRIPTION}" + (f" (cases {', '.join(m.CASES)})" if m.CASES else "")
+                       for name, m in SUITES.items())
+    p = sub.add_parser(
+        "bench", help="latency and tokens/sec, side by side with mlx-lm",
+        description=(
+            "Measure prefill and decode speed, time to first token, long context, batching and "
+            "speculative decoding; each figure is the median, min and max of the repetitions after "
+            "a warm-up. With --compare mlx-lm, mlx-lm runs on the same weights in the same process, "
+            "interleaved, and a ratio column says how we compare (> 1: mlotspark better). "
+            "Absolute numbers drift on a busy machine; the ratios measured side by side are what count."
+        ),
+        epilog=f"Suites: {suites}.",
+    )
+    add_model_args(p)
+    p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt length of pp (default 512)")
+    p.add_argument("-g", "--gen-tokens", type=positive_int, default=128,
+                   help="tokens to decode in tg, long, batch and spec (default 128)")
+    p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
+    p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs first (default 1)")
+    p.add_argument("--suite", "-s", default=DEFAULT_SUITES,
+                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; all: {','.join(SUITES)})")
+    p.add_argument("--compare", choices=["mlx-lm"], default=None,
+                   help="also run mlx-lm on the same weights, interleaved, and print ratios")
+    p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")
+    p.add_argument("--output", "-o", default=None, metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the figures as a PNG bar chart")
+    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long suite (default 1024,2048,4096)")
+    p.add_argument("--batch-sizes", default="1,2,4,8", help="batch sizes of the batch suite (default 1,2,4,8)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random prompts (default 0)")
+    p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
+                   help="progress bar on stderr (default auto: when stderr is a terminal)")
+    p.set_defaults(func=run)

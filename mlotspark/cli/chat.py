@@ -1,0 +1,40 @@
+"""``mlotspark chat``: the terminal UI (the ``tui`` package, imported only when run)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Any
+
+from ..options import GenerationOptions
+from .common import add_model_args, add_sampling_args, sampling_options
+
+
+def run(args: argparse.Namespace) -> int:
+    options = sampling_options(args)
+    GenerationOptions().merged(**options)  # a bad value fails before the app starts
+    from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
+    from tui.backend import load_engine
+
+    app = ChatApp(
+        model=args.model,
+        conversation=args.conversation,
+        options=options,
+        loader=functools.partial(load_engine, weights=args.weights),
+    )
+    try:
+        app.run()
+    finally:
+        app.close_engine()
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("chat", help="chat in a terminal UI (conversations, live engine stats)",
+                       description="Chat with a model in a terminal UI: conversations that survive "
+                                   "restarts, replies streaming as Markdown, live engine figures.")
+    add_model_args(p)
+    p.add_argument("--conversation", "-c", default=None, metavar="NAME",
+                   help="open this conversation (created if new; default: the most recent one)")
+    add_sampling_args(p)
+    p.set_defaults(func=run)

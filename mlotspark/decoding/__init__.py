@@ -1,0 +1,78 @@
+"""Decoding strategies beyond one sampled token per step.
+
+- ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``).
+- ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
+- ``kv_cache``: KV cache kinds ``float16 | q8 | q4``.
+- ``cache_policy``: ``cache_kind="auto"`` (budget, quality gates, speed; persisted).
+
+``Generation`` asks ``own_loop(options)`` whether a request needs its own decode loop
+(the scheduler then runs it alone), and ``select_step`` for the token-step function
+(mlx-lm's ``generate_step`` or ours, same contract).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Callable
+
+from ..options import GenerationOptions
+from .beam import Hypothesis, beam_search, run_sequences, sample_sequences
+from .cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
+from .drafters import DraftModelDrafter, PromptLookupDrafter
+from .kv_cache import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
+from .speculative import SpeculativeConfig, speculative_generate_step
+
+__all__ = [
+    "own_loop",
+    "select_step",
+    "run_sequences",
+    "Hypothesis",
+    "beam_search",
+    "sample_sequences",
+    "PromptLookupDrafter",
+    "DraftModelDrafter",
+    "SpeculativeConfig",
+    "speculative_generate_step",
+    "KINDS",
+    "Float16KVCache",
+    "QuantizedKVCache",
+    "make_cache",
+    "kv_bytes",
+    "QualityGate",
+    "KindProbe",
+    "CacheDecision",
+    "probe_cache_kinds",
+    "choose_cache_kind",
+    "decide_cache_kind",
+]
+
+
+def own_loop(options: GenerationOptions) -> bool:
+    """True when a request cannot join a batched one-token decode step: speculative
+    decoding, beam search or several returned sequences."""
+    return bool(options.speculative) or options.num_beams > 1 or options.num_return_sequences > 1
+
+
+def select_step(gen: Any) -> Callable[..., Any]:
+    """The token-step function for a Generation: ``generate_step``'s signature and
+    contract (yield ``(token, logprobs)``), chosen from ``gen.options``.
+
+    Speculative decoding on a cache that cannot be trimmed (the memory cascade) falls
+    back to plain decoding, noted in ``stats.extra["speculative"]``.
+    """
+    from mlx_lm.generate import generate_step
+
+    opts = gen.options
+    if not opts.speculative:
+        return generate_step
+    if not all(getattr(c, "is_trimmable", lambda: False)() for c in gen.cache):
+        gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "cache cannot be trimmed"}
+        return generate_step
+    if opts.speculative == "draft":
+        from .drafters import load_draft_model
+
+        draft = getattr(gen, "draft_model", None) or load_draft_model(opts.draft_model, gen.model, gen.tokenizer)
+        drafter: Any = DraftModelDrafter(draft, prefill_step_size=opts.prefill_chunk)
+    else:
+        drafter = PromptLookupDrafter()
+    return partial(speculative_generate_step, drafter=drafter, options=opts, stats=gen.stats.extra)

@@ -1,0 +1,300 @@
+"""``cache_kind="auto"``: the KV cache kind that fits a byte budget, keeps quality, and
+runs fastest.
+
+1. Kinds whose KV for the request's tokens exceeds the budget are dropped.
+2. Quality gates on a probe passage, against float16 KV: mean ΔNLL of the next
+   token and mean KL(p_float16 || p_kind) over the passage's positions.
+3. Of the survivors, the fastest decode step wins; kinds within ``tie`` of the
+   fastest count as equally fast and the more precise one is taken.
+
+The probe (quality and speed of every kind) runs once per model, weight format and
+device, and is stored in ``$MLOTSPARK_HOME/decoding/cache_kinds.json`` keyed by the
+model fingerprint; later decisions only redo step 1 and 3 from it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from .. import storage
+from ..errors import OptionError
+from .kv_cache import KINDS, kv_bytes, make_cache
+
+__all__ = [
+    "QualityGate",
+    "KindProbe",
+    "CacheDecision",
+    "PROBE_TEXT",
+    "probe_cache_kinds",
+    "choose_cache_kind",
+    "decide_cache_kind",
+    "request_cache",
+]
+
+#: A passage with names, numbers and repeats, so quantized keys have something to lose.
+PROBE_TEXT = (
+    "The harbour master's log, 14 March: the Aurora left berth 7 at 06:40 with 212 "
+    "passengers and a cargo of timber, bound for Bergen. Wind from the south-west, "
+    "force 5, rising. At 09:15 the Aurora reported a fault in her port engine and "
+    "asked for a tug; the tug Halvard left at 09:32. By noon both ships were back at "
+    "berth 7. The passengers were moved to the Stella, which sailed for Bergen at "
+    "14:05, two hours late. Cause of the fault: a cracked fuel line, replaced the same "
+    "day. The Aurora sailed again on 15 March at 06:40, on time, with 198 passengers."
+)
+_STORE = "cache_kinds.json"
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class QualityGate:
+    """Largest quality loss a cache kind may show against float16 on the probe.
+
+    Args:
+        max_delta_nll: mean increase of the next-token NLL, nats (default 0.05).
+        max_kl: mean KL(p_float16 || p_kind) of next-token distributions, nats (default 0.05).
+    """
+
+    max_delta_nll: float = 0.05
+    max_kl: float = 0.05
+
+
+@dataclass
+class KindProbe:
+    """What the probe measured for one kind."""
+
+    kind: str
+    delta_nll: float  # mean next-token NLL minus float16's, nats
+    kl: float  # mean KL(p_float16 || p_kind), nats
+    step_s: float  # median seconds of one decode step on the probe context
+
+
+@dataclass
+class CacheDecision:
+    """The outcome of ``cache_kind="auto"`` for one budget."""
+
+    kind: str
+    budget_bytes: int
+    tokens: int
+    needed_bytes: dict[str, int]
+    probes: dict[str, KindProbe]
+    reason: str
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def probe_cache_kinds(
+    model: Any,
+    probe_ids: list[int],
+    kinds: tuple[str, ...] = KINDS,
+    *,
+    decode_steps: int = 6,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, KindProbe]:
+    """Quality (vs float16) and decode-step time of each cache kind on ``probe_ids``.
+
+    Args:
+        model: the model (llama family for float16).
+        probe_ids: probe tokens (a few hundred).
+        kinds: kinds to probe; float16 is always run as the reference.
+        decode_steps: timed one-token steps after the probe (median taken).
+        clock: seconds (tests may pass a fake one).
+    """
+    if len(probe_ids) < 8:
+        raise OptionError(f"invalid probe of {len(probe_ids)} tokens: need at least 8")
+    tokens = mx.array(probe_ids)[None]  # (1, T)
+    targets = mx.array(probe_ids[1:])  # (T - 1,)
+    skip = min(4, len(probe_ids) // 4)  # the first positions say little about the cache
+    results: dict[str, KindProbe] = {}
+    ref_logprobs = None
+    for kind in ("float16",) + tuple(k for k in kinds if k != "float16"):
+        cache = make_cache(model, kind)
+        logits = model(tokens, cache=cache)[0, :-1].astype(mx.float32)  # (T - 1, V)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        nll = -mx.take_along_axis(logprobs, targets[:, None], axis=-1)[skip:, 0].mean()
+        if ref_logprobs is None:
+            ref_logprobs, ref_nll = logprobs, nll
+        p_ref = mx.exp(ref_logprobs[skip:])
+        kl = (p_ref * (ref_logprobs[skip:] - logprobs[skip:])).sum(axis=-1).mean()
+        times = []
+        y = mx.array([[probe_ids[-1]]])
+        for _ in range(decode_steps):
+            t0 = clock()
+            out = model(y, cache=cache)
+            y = mx.argmax(out[:, -1, :], axis=-1)[:, None]
+            mx.eval(y)
+            times.append(clock() - t0)
+        times.sort()
+        d_nll, kl_v = (nll - ref_nll).item(), max(kl.item(), 0.0)
+        results[kind] = KindProbe(kind, round(d_nll, 6), round(kl_v, 6), times[len(times) // 2])
+    return {k: results[k] for k in kinds if k in results}
+
+
+def choose_cache_kind(
+    probes: dict[str, KindProbe],
+    needed_bytes: dict[str, int],
+    budget_bytes: int,
+    tokens: int,
+    *,
+    gate: QualityGate = QualityGate(),
+    tie: float = 0.10,
+) -> CacheDecision:
+    """Pick a kind from probe results (a pure function: budget, gates, speed).
+
+    Args:
+        probes: ``probe_cache_kinds`` results.
+        needed_bytes: KV bytes each kind needs for ``tokens``.
+        budget_bytes: bytes the KV may take.
+        tokens: tokens of context the request needs (for the message).
+        gate: quality thresholds.
+        tie: step times within this fraction of the fastest count as equal.
+
+    Raises:
+        OptionError: no kind fits the budget, or none that fits passes the gates.
+    """
+    mb = lambda n: f"{n / 1e6:.1f} MB"  # noqa: E731
+    rejected: dict[str, str] = {}
+    fits = [k for k in KINDS if k in probes and needed_bytes[k] <= budget_bytes]
+    for k in KINDS:
+        if k in probes and k not in fits:
+            rejected[k] = f"needs {mb(needed_bytes[k])} > budget {mb(budget_bytes)}"
+    if not fits:
+        needs = ", ".join(f"{k} {mb(needed_bytes[k])}" for k in KINDS if k in needed_bytes)
+        raise OptionError(
+            f"invalid cache_kind 'auto': no KV cache kind fits the budget of {mb(budget_bytes)} "
+            f"for {tokens} tokens (needed: {needs}); raise the memory limit or lower max_tokens"
+        )
+    good = []
+    for k in fits:
+        p = probes[k]
+        if p.delta_nll > gate.max_delta_nll or p.kl > gate.max_kl:
+            rejected[k] = (f"fails the quality gate: dNLL {p.delta_nll:.4f} (max {gate.max_delta_nll}), "
+                           f"KL {p.kl:.4f} (max {gate.max_kl})")
+        else:
+            good.append(k)
+    if not good:
+        why = "; ".join(f"{k} {rejected[k]}" for k in fits)
+        raise OptionError(f"invalid cache_kind 'auto': within the budget of {mb(budget_bytes)} for "
+                          f"{tokens} tokens, no kind keeps quality ({why})")
+    fastest = min(probes[k].step_s for k in good)
+    kind = next(k for k in good if probes[k].step_s <= fastest * (1 + tie))  # KINDS: most precise first
+    reason = (f"{kind}: fits ({mb(needed_bytes[kind])} of {mb(budget_bytes)}), passes the gates, "
+              f"step {probes[kind].step_s * 1000:.1f} ms (fastest {fastest * 1000:.1f} ms)")
+    return CacheDecision(kind, budget_bytes, tokens, dict(needed_bytes), dict(probes), reason, rejected)
+
+
+def _store_key(fingerprint: str, weights: str, device: str) -> tuple[str, str]:
+    return fingerprint, f"{weights}@{device}"
+
+
+def load_probes(fingerprint: str, setup: str) -> dict[str, KindProbe] | None:
+    """Stored probe results for a model fingerprint and ``weights@device``, or None."""
+    doc = storage.read_json(storage.subdir("decoding") / _STORE, default=None)
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+        return None
+    entry = doc.get("models", {}).get(fingerprint, {}).get(setup)
+    try:
+        return {k: KindProbe(**v) for k, v in entry["probes"].items()} if entry else None
+    except (TypeError, KeyError):
+        return None  # an entry of another layout: probe again
+
+
+def save_probes(fingerprint: str, setup: str, probes: dict[str, KindProbe], decision: CacheDecision | None) -> None:
+    """Store probe results (and the latest decision) atomically."""
+    path = storage.subdir("decoding") / _STORE
+    with storage.FileLock(path.with_suffix(".lock")):
+        doc = storage.read_json(path, default=None)
+        if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+            doc = {"format": _FORMAT, "models": {}}
+        entry = doc["models"].setdefault(fingerprint, {}).setdefault(setup, {})
+        entry["probes"] = {k: asdict(v) for k, v in probes.items()}
+        entry["probed_at"] = entry.get("probed_at") or time.strftime("%Y-%m-%dT%H:%M:%S")
+        if decision is not None:
+            entry["last_decision"] = {"kind": decision.kind, "budget_bytes": decision.budget_bytes,
+                                      "tokens": decision.tokens, "reason": decision.reason}
+        storage.write_json(path, doc)
+
+
+def decide_cache_kind(
+    model: Any,
+    tokenizer: Any,
+    *,
+    fingerprint: str,
+    setup: str,
+    budget_bytes: int,
+    tokens: int,
+    gate: QualityGate = QualityGate(),
+    probe_ids: list[int] | None = None,
+) -> CacheDecision:
+    """``cache_kind="auto"`` for one model: probe once (stored), then choose.
+
+    Args:
+        model, tokenizer: the loaded model.
+        fingerprint: the model's fingerprint (``LoadedModel.fingerprint``).
+        setup: what else the probe depends on, e.g. ``"float32@cpu"``.
+        budget_bytes: bytes the KV cache may take.
+        tokens: context tokens the request needs.
+        gate: quality thresholds.
+        probe_ids: probe tokens (default: ``PROBE_TEXT`` encoded).
+
+    Raises:
+        OptionError: nothing fits or keeps quality (see ``choose_cache_kind``).
+    """
+    needed = {k: kv_bytes(model, k, tokens) for k in KINDS}
+    probes = load_probes(fingerprint, setup)
+    fresh = probes is None
+    if fresh:
+        ids = probe_ids or list(tokenizer.encode(PROBE_TEXT))
+        probes = probe_cache_kinds(model, ids)
+    try:
+        decision = choose_cache_kind(probes, needed, budget_bytes, tokens, gate=gate)
+    except OptionError:
+        if fresh:
+            save_probes(fingerprint, setup, probes, None)
+        raise
+    save_probes(fingerprint, setup, probes, decision)
+    return decision
+
+
+def kv_budget(engine: Any) -> int:
+    """Bytes the KV of one request may take: the engine's memory limit less the
+    weights, or half the memory available now when no limit is set."""
+    limit = getattr(getattr(engine, "scheduling", None), "memory_limit", None)
+    if limit:
+        return max(int(limit) - engine.loaded.nbytes(), 0)
+    import psutil
+
+    return int(psutil.virtual_memory().available * 0.5)
+
+
+def request_cache(engine: Any, options: Any, prompt_tokens: int) -> list:
+    """A fresh cache for a request of ``engine`` with ``options.cache_kind``.
+
+    ``auto`` is decided for prompt + ``max_tokens`` tokens (capped at the context) on
+    the engine thread; the decision is kept on the engine as ``cache_decision``.
+
+    Raises:
+        OptionError: ``auto`` with nothing that fits the budget and keeps quality.
+    """
+    loaded = engine.loaded
+    kind = options.cache_kind
+    if kind != "auto":
+        return make_cache(loaded.model, kind)
+    tokens = min(prompt_tokens + options.max_tokens, loaded.context_length)
+    device = getattr(engine, "_device", None)
+    if not device:
+        from ..device import device_info
+
+        device = device_info().get("device", "unknown")
+    setup = f"{loaded.weights}@{device}"
+    decision = engine.run_on_engine(
+        decide_cache_kind, loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint,
+        setup=setup, budget_bytes=kv_budget(engine), tokens=tokens,
+    )
+    engine.cache_decision = decision
+    return make_cache(loaded.model, decision.kind)

@@ -1,0 +1,222 @@
+"""``mlotspark bench``: every suite runs on a tiny random model, every format parses,
+``--compare mlx-lm`` gives a ratio column, and a bad setting is one clear line.
+
+Nothing here asserts a speed: the machine is shared and noisy (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import struct
+import zlib
+
+import pytest
+
+from mlotspark.bench import CSV_COLUMNS, SCHEMA, SUITES, Figure, Report, SuiteError, parse_suites, render
+from mlotspark.bench.config import BenchConfig
+from mlotspark.bench.context import BenchContext
+from mlotspark.bench.plot import encode_png
+from mlotspark.bench.progress import Progress
+from mlotspark.bench.suites.long import cascade_supported
+from mlotspark.cli import main
+from mlotspark.errors import OptionError
+
+from tiny import tiny_model, write_tiny_gguf
+
+SMALL = ["-p", "16", "-g", "4", "-r", "2", "--warmup", "1", "--contexts", "64", "--batch-sizes", "1,2"]
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf", tiny_model())
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, tiny_gguf):
+    """Every suite, compared with mlx-lm, as JSON and a plot (one run for several tests)."""
+    out = tmp_path_factory.mktemp("bench")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLOTSPARK_HOME", str(out / "home"))
+        code = main(["bench", "--model", str(tiny_gguf), *SMALL, "--suite", ",".join(SUITES),
+                     "--compare", "mlx-lm", "--format", "json", "--output", str(out / "report.json"),
+                     "--plot", str(out / "plot.png"), "--progress", "off"])
+    return code, json.loads((out / "report.json").read_text()), (out / "plot.png").read_bytes(), out
+
+
+def bench(capsys, *argv):
+    code = main(["bench", *argv, "--progress", "off"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.strip().splitlines()
+
+
+# -- one run of every suite -------------------------------------------------------------
+def test_json_report_has_the_schema_fields(full_run):
+    _, doc, _, _ = full_run
+    assert doc["schema"] == SCHEMA
+    h = doc["header"]
+    for key in ("device", "blas", "mlx_version", "mlx_lm_version", "model", "weights", "command",
+                "repetitions", "warmup", "prompt_tokens", "gen_tokens"):
+        assert h[key] not in (None, ""), key
+    assert h["model"] == "tiny" and h["weights"] == "float32" and h["repetitions"] == 2
+    for when in ("thermal_start", "thermal_end"):
+        assert h[when]["state"] in ("nominal", "fair", "serious", "critical")
+    assert doc["results"]
+    for r in doc["results"]:
+        for key in ("suite", "case", "metric", "unit", "higher_is_better", "median", "min", "max", "n",
+                    "values", "mlx_lm", "ratio", "notes"):
+            assert key in r, key
+        assert r["n"] == 2 and len(r["values"]) == 2 and r["min"] <= r["median"] <= r["max"]
+
+
+def test_every_suite_runs_or_says_what_it_needs(full_run):
+    code, doc, _, _ = full_run
+    ran = {r["suite"] for r in doc["results"]}
+    missing = {e["suite"]: e["message"] for e in doc["errors"]}
+    assert set(SUITES) == ran | set(missing)
+    assert {"pp", "tg", "ttft", "batch"} <= ran  # what exists in the engine today
+    for suite, message in missing.items():
+        assert "needs" in message and "\n" not in message, (suite, message)
+    assert code == (1 if missing else 0)
+    if cascade_supported():
+        assert any(r["case"].startswith("cascade") for r in doc["results"] if r["suite"] == "long")
+    else:
+        assert "cascade" in missing["long"]
+
+
+def test_ttft_covers_cold_warm_restored_and_prefix_hit(full_run):
+    _, doc, _, _ = full_run
+    rows = {(r["case"], r["metric"]): r for r in doc["results"] if r["suite"] == "ttft"}
+    for case in ("cold", "warm", "restored", "prefix-hit"):
+        assert rows[(case, "TTFT")]["unit"] == "ms"
+    for case in ("warm", "restored", "prefix-hit"):
+        assert "cache" in rows[(case, "TTFT")]["notes"]
+        assert rows[(case, "speed-up vs cold")]["median"] > 0
+
+
+def test_compare_mlx_lm_gives_ratios(full_run):
+    _, doc, _, _ = full_run
+    compared = [r for r in doc["results"] if r["mlx_lm"]]
+    assert {"pp", "tg", "ttft", "batch"} <= {r["suite"] for r in compared}
+    for r in compared:
+        assert r["mlx_lm"]["n"] == 2 and r["ratio"] is not None and r["ratio"] > 0
+
+
+def test_plot_is_a_png(full_run):
+    _, doc, png, _ = full_run
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 100 and height > 20 * len(doc["results"])
+
+
+# -- formats --------------------------------------------------------------------------------
+def test_csv_format(capsys, tiny_gguf):
+    code, out, err = bench(capsys, "--model", str(tiny_gguf), *SMALL, "--suite", "pp", "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert tuple(rows[0].keys()) == CSV_COLUMNS
+    assert {r["metric"] for r in rows} == {"prefill", "peak memory"}
+    assert all(r["case"] == "pp16" and float(r["median"]) > 0 and r["mlx_lm_median"] == "" for r in rows)
+
+
+def test_table_format_with_ratio_column(capsys, tiny_gguf):
+    code, out, err = bench(capsys, "--model", str(tiny_gguf), *SMALL, "--suite", "tg,ttft:cold",
+                           "--compare", "mlx-lm")
+    assert code == 0, err
+    lines = out.splitlines()
+    text = "\n".join(lines[:6])
+    for needle in ("tiny", "float32", "device cpu", "BLAS", "MLX", "mlx-lm", "thermal:", "→"):
+        assert needle in text, needle
+    table = [ln for ln in lines if ln.startswith("|")]
+    assert table[0].split("|")[1:-1] == [" suite ", " case ", " metric ", " mlotspark ", " mlx-lm ", " ratio ", " notes "]
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in table[2:]]
+    assert [r[:2] for r in rows] == [["tg", "tg4"], ["tg", "tg4"], ["ttft", "cold"]]
+    assert all(r[5].endswith("x") for r in rows)
+
+
+def test_render_formats_from_a_report():
+    f = Figure("pp", "pp16", "prefill", "tok/s", True, [10.0, 12.0, 11.0], [5.0, 6.0, 5.5], "note | pipe")
+    report = Report({"model": "m", "compare": "mlx-lm"}, [f], [SuiteError("spec", "spec needs X")])
+    table = render(report, "table")
+    assert "| pp | pp16 | prefill (tok/s) | 11.00 [10.00–12.00] | 5.50 | 2.00x | note / pipe |" in table
+    assert "not run: spec needs X" in table
+    doc = json.loads(render(report, "json"))
+    assert doc["results"][0]["ratio"] == 2.0 and doc["errors"] == [{"suite": "spec", "message": "spec needs X"}]
+    with pytest.raises(OptionError, match="'xml'"):
+        render(report, "xml")
+
+
+# -- figures and repetitions -------------------------------------------------------------------
+def test_ratio_means_better_whichever_the_unit():
+    faster = Figure("tg", "tg", "decode", "tok/s", True, [20.0, 30.0, 40.0], [10.0, 10.0, 10.0])
+    assert faster.ratio == 3.0  # median of 2, 3, 4
+    sooner = Figure("ttft", "cold", "TTFT", "ms", False, [50.0, 50.0], [100.0, 200.0])
+    assert sooner.ratio == 3.0  # median of 2 and 4
+    assert Figure("pp", "pp", "prefill", "tok/s", True, [1.0]).ratio is None
+
+
+def test_measure_interleaves_after_a_warm_up():
+    order: list[str] = []
+    config = BenchConfig(repetitions=3, warmup=1)
+    ctx = BenchContext(None, config, Progress(4, enabled=False), workdir=".")  # type: ignore[arg-type]
+    mine, theirs = ctx.measure("x", lambda: order.append("ours") or {"v": 1.0},
+                               lambda: order.append("ref") or {"v": 2.0})
+    assert order == ["ours", "ref", "ours", "ref", "ref", "ours", "ours", "ref"]
+    assert mine == {"v": [1.0] * 3} and theirs == {"v": [2.0] * 3}
+
+
+def test_progress_bar_draws_steps():
+    stream = io.StringIO()
+    bar = Progress(4, enabled=True, stream=stream)
+    bar.step("pp512 mlotspark 1/5")
+    bar.step()
+    assert "2/4" in stream.getvalue() and "pp512 mlotspark 1/5" in stream.getvalue()
+    assert "[##########" in stream.getvalue()
+
+
+def test_png_encoder_round_trips():
+    import numpy as np
+
+    img = np.zeros((3, 4, 3), dtype=np.uint8)
+    img[1, 2] = (255, 0, 7)
+    png = encode_png(img)
+    idat = png[png.index(b"IDAT") + 4:]
+    raw = zlib.decompress(idat[: struct.unpack(">I", png[png.index(b"IDAT") - 4: png.index(b"IDAT")])[0]])
+    rows = [raw[i * 13 + 1:(i + 1) * 13] for i in range(3)]
+    assert rows[1][6:9] == bytes([255, 0, 7]) and len(raw) == 3 * 13
+
+
+# -- settings -----------------------------------------------------------------------------
+def test_suite_selection_keeps_order_and_cases():
+    assert parse_suites("tg,pp") == (("tg", ()), ("pp", ()))
+    assert parse_suites("ttft:cold,ttft:warm,pp") == (("ttft", ("cold", "warm")), ("pp", ()))
+    assert parse_suites("ttft:cold,ttft") == (("ttft", ()),)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--suite", "pp,fast"], "unknown suite 'fast'"),
+        (["--suite", "ttft:hot"], "unknown case 'hot' of suite 'ttft'"),
+        (["--plot", "chart.jpg"], "'chart.jpg'"),
+        (["--batch-sizes", "1,0"], "invalid batch size 0"),
+        (["--contexts", "1k"], "invalid context length '1k'"),
+        (["--model", "/nowhere/model.gguf"], "/nowhere/model.gguf"),
+    ],
+)
+def test_bad_settings_are_one_line(capsys, argv, needle):
+    code, out, err = bench(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err) == 1 and err[0].startswith("mlotspark: error:") and needle in err[0], err
+
+
+def test_prompt_longer_than_the_context_is_refused(capsys, tiny_gguf):
+    code, _, err = bench(capsys, "--model", str(tiny_gguf), "-p", "600", "--suite", "pp")
+    assert code == 2 and len(err) == 1 and "-p 600" in err[0] and "512" in err[0]
+
+
+def test_zero_repetitions_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "-r", "0"])
+    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err

@@ -1,0 +1,285 @@
+"""The scheduler: engine thread, priority queue, continuous batching, governor wiring.
+
+Fast tests run a tiny random llama model with a character tokenizer; the slow ones
+run the real default model. Governor time is a fake clock; no test measures time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import mlx.core as mx
+import pytest
+
+from mlotspark.engine import Engine
+from mlotspark.errors import OptionError
+from mlotspark.governor import ThermalGovernor
+from mlotspark.loader import LoadedModel
+from mlotspark.models import llama
+from mlotspark.models.kv import KVCache
+from mlotspark.options import GenerationOptions
+from mlotspark.probes import Reading, ScriptedProbe
+from mlotspark.scheduler import SchedulerConfig, parse_memory_limit
+
+EOS = 1000  # outside the tiny vocabulary: replies run to max_tokens
+
+
+class CharDetokenizer:
+    """Token t -> one printable character, so text length == token count."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def add_token(self, t: int) -> None:
+        self.tokens.append(t)
+
+    def finalize(self) -> None:
+        pass
+
+    @property
+    def text(self) -> str:
+        return "".join(chr(33 + t % 90) for t in self.tokens)
+
+
+class CharTokenizer:
+    eos_token_ids = [EOS]
+    bos_token_id = None
+
+    @property
+    def detokenizer(self) -> CharDetokenizer:
+        return CharDetokenizer()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [1 + ord(c) % 120 for c in text]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        self.t += 1.0  # every governor look is a second later
+        return self.t
+
+
+class RowKV(KVCache):
+    """A cache the batcher must not pack (stands in for cascade / restored kinds)."""
+
+
+def tiny_engine(governor: ThermalGovernor | None = None, **sched) -> Engine:
+    mx.random.seed(3)
+    args = llama.ModelArgs(hidden_size=64, num_hidden_layers=2, intermediate_size=96,
+                           num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+    model = llama.Model(args)
+    # Peaky logits: no near-ties, so greedy is well defined.
+    model.update({"model": {"embed_tokens": {"weight": model.model.embed_tokens.weight * 8}}})
+    mx.eval(model.parameters())
+    loaded = LoadedModel(model=model, tokenizer=CharTokenizer(), config={},
+                         source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
+                         fingerprint="tiny", context_length=4096, supports_cascade=True)
+    gov = governor or ThermalGovernor([ScriptedProbe([Reading()])], clock=FakeClock(), min_interval_s=0,
+                                      **sched)
+    engine = Engine(loaded, GenerationOptions(temperature=0.0), SchedulerConfig(governor=gov))
+    engine.scheduler.pause_wait_s = 0.001
+    return engine
+
+
+PROMPTS = [[5, 9, 14, 3], list(range(10, 41)), [7], list(range(50, 62))]
+
+
+def test_batched_greedy_equals_solo_with_mixed_caches_and_a_late_joiner():
+    engine = tiny_engine()
+    solo = [engine.submit(prompt_ids=p, max_tokens=24).result().tokens for p in PROMPTS]
+    # Rows 1 and 3 use a cache kind that attends row by row; 0 and 2 get packed.
+    caches = [None, [RowKV(), RowKV()], None, [RowKV(), RowKV()]]
+    first = [engine.submit(prompt_ids=p, cache=c, max_tokens=24) for p, c in zip(PROMPTS[:3], caches)]
+    it = iter(first[0])
+    next(it), next(it)  # the first three are decoding together now
+    late = engine.submit(prompt_ids=PROMPTS[3], cache=caches[3], max_tokens=24)
+    batched = [h.result().tokens for h in first + [late]]
+    assert batched == solo
+    assert max(h.stats.extra["mean_batch"] for h in first) > 1
+    assert late.stats.extra["mean_batch"] > 1  # it joined the running batch
+    # The caller's cache holds exactly the fed tokens afterwards.
+    for g in (late.generation, first[0].generation):  # row by row, and packed then written back
+        assert g.cache[0].offset == len(g.fed_tokens) >= len(g.prompt) + len(g.tokens) - 1
+        assert g.fed_tokens[: len(g.prompt) + len(g.tokens)] == g.prompt + g.tokens[: len(g.fed_tokens)]
+
+
+def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():
+    engine = tiny_engine()
+    ids = [list(range(3, 20)), list(range(30, 40)), list(range(60, 75))]
+    handles = [engine.submit(prompt_ids=p, max_tokens=64, stop=None) for p in ids]
+    victim = handles[1]
+    pieces = []
+    for piece in victim:
+        pieces.append(piece)
+        if len(pieces) == 3:
+            victim.cancel()
+    r = victim.result()
+    assert r.stats.finish_reason == "cancelled"
+    assert r.text == "".join(pieces) and 3 <= len(r.tokens) < 64
+    assert victim.generation.cache == []  # the engine dropped its KV at once
+    others = [h.result() for h in (handles[0], handles[2])]
+    assert [o.stats.finish_reason for o in others] == ["length", "length"]
+    assert [len(o.tokens) for o in others] == [64, 64]
+
+
+def test_priority_queue_runs_lower_priority_numbers_first():
+    engine = tiny_engine(max_batch=1)
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait()
+
+    blocker = threading.Thread(target=engine.run_on_engine, args=(hold,))
+    blocker.start()  # holds the engine thread while all three queue up
+    holding.wait()
+    order: list[str] = []
+    for name, prio in (("late-low", 5), ("urgent", 0), ("normal", 2)):
+        engine.submit(prompt_ids=[4, 5, 6], priority=prio, max_tokens=3,
+                      on_finish=lambda g, n=name: order.append(n))
+    assert engine.scheduler_status()["queued"] == 3
+    gate.set()
+    blocker.join()
+    engine.submit(prompt_ids=[1], priority=9, max_tokens=1).result()
+    assert order == ["urgent", "normal", "late-low"]
+
+
+def test_heat_up_shrinks_the_batch_to_the_floor_pauses_then_cooling_grows_it():
+    temps = [50] * 2 + [72] * 2 + [82] * 2 + [92] * 6 + [60] * 400
+    gov = ThermalGovernor([ScriptedProbe([Reading(temperature_c=t) for t in temps])],
+                          mode="performance", max_batch=8, clock=FakeClock(), min_interval_s=0)
+    engine = tiny_engine(gov)
+    handles = [engine.submit(prompt_ids=[i + 1, i + 2], max_tokens=120) for i in range(8)]
+    for h in handles:
+        h.result()
+    tl = list(engine.scheduler.timeline)
+    assert all(s.batch <= s.cap for s in tl)
+    states = [s.state for s in tl]
+    assert {"fair", "serious", "critical"} <= set(states)
+    crit = [s for s in tl if s.state == "critical"]
+    assert any(s.paused for s in crit) and all(s.batch <= 1 for s in crit)
+    cooled = tl[states.index("critical") + len(crit):]
+    assert max(s.batch for s in cooled) > 1  # the cap grew back
+
+
+def test_memory_pressure_queues_new_requests_without_failing_running_ones():
+    gov = ThermalGovernor([ScriptedProbe([Reading(memory_pressure=0.9)])], clock=FakeClock(),
+                          min_interval_s=0)
+    engine = tiny_engine(gov)
+    handles = [engine.submit(prompt_ids=[2, 3, i + 4], max_tokens=10) for i in range(3)]
+    results = [h.result() for h in handles]
+    assert all(r.stats.finish_reason in ("length", "stop") for r in results)
+    assert max(s.batch for s in engine.scheduler.timeline) == 1  # one at a time
+    assert max(s.queued for s in engine.scheduler.timeline) == 2  # the others waited
+
+
+def test_memory_limit_queues_what_does_not_fit_and_fails_what_never_can():
+    engine = tiny_engine()
+    per_token = engine.scheduler.kv_per_token
+    weights = engine.loaded.nbytes()
+    # Room for two requests' KV (each reserves 256 tokens), not three.
+    gov = ThermalGovernor([ScriptedProbe([Reading()])], clock=FakeClock(), min_interval_s=0,
+                          memory_limit_bytes=weights + int(2.5 * 256 * per_token))
+    engine = tiny_engine(gov)
+    handles = [engine.submit(prompt_ids=[3, 4, i + 5], max_tokens=30) for i in range(4)]
+    assert all(len(h.result().tokens) > 0 for h in handles)
+    assert max(s.batch for s in engine.scheduler.timeline) == 2
+    with pytest.raises(OptionError, match="memory limit"):
+        engine.submit(prompt_ids=[3, 4], max_tokens=4000).result(timeout=60)
+
+
+def test_generate_batch_returns_texts_in_prompt_order():
+    engine = tiny_engine()
+    prompts = ["first prompt", "2nd", "a third, longer prompt than the others"]
+    solo = [engine.generate(p, raw=True, max_tokens=6).text for p in prompts]
+    assert engine.generate_batch(prompts, raw=True, max_tokens=6) == solo
+
+
+def test_scheduler_config_and_memory_limit_parsing_name_the_bad_value():
+    assert parse_memory_limit("1.5GB") == int(1.5 * 2**30)
+    assert parse_memory_limit("512MiB") == 512 * 2**20
+    assert parse_memory_limit(4096) == 4096
+    with pytest.raises(OptionError, match="'lots'"):
+        parse_memory_limit("lots")
+    with pytest.raises(OptionError, match="'turbo'"):
+        SchedulerConfig(mode="turbo")
+    with pytest.raises(OptionError, match="0"):
+        SchedulerConfig(max_batch=0)
+
+
+def test_status_reports_state_cap_batch_queue_and_reason():
+    engine = tiny_engine()
+    engine.submit(prompt_ids=[1, 2, 3], max_tokens=5).result()
+    st = engine.scheduler_status()
+    assert {"state", "cap", "batch_size", "queued", "reason", "admission"} <= st.keys()
+    assert st["state"] == "nominal" and st["cap"] == 8 and st["queued"] == 0
+    assert "→ nominal" in st["reason"]
+    assert engine.info()["scheduler"]["cap"] == 8
+
+
+def test_prompts_file_runs_writes_jsonl_and_resumes(tmp_path):
+    from mlotspark.cli.batch import run_prompts_file
+
+    engine = tiny_engine()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join([
+        json.dumps({"prompt": "abc", "max_tokens": 3}),
+        json.dumps({"prompt": "hello", "max_tokens": 5, "seed": 1}),
+        json.dumps({"prompt": "xyz"}),
+    ]) + "\n")
+    out = tmp_path / "out.jsonl"
+    done = run_prompts_file(engine, prompts, out, raw=True, num_return_sequences=2,
+                            options={"max_tokens": 4}, progress=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert done == 6 and len(rows) == 6
+    assert {(r["index"], r["sequence"]) for r in rows} == {(i, j) for i in range(3) for j in range(2)}
+    assert all(r["generation_tokens"] <= (3 if r["index"] == 0 else 5 if r["index"] == 1 else 4) for r in rows)
+    # Interrupted run: keep two finished lines, then resume.
+    out.write_text("\n".join(out.read_text().splitlines()[:2]) + "\n")
+    kept = out.read_text()
+    again = run_prompts_file(engine, prompts, out, raw=True, num_return_sequences=2,
+                             options={"max_tokens": 4}, progress=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert again == 4 and out.read_text().startswith(kept)
+    assert len({(r["index"], r["sequence"]) for r in rows}) == len(rows) == 6
+
+
+# --- the real default model ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(default_gguf):
+    e = Engine.load(str(default_gguf), governor=ThermalGovernor([ScriptedProbe([Reading()])]))
+    yield e
+    e.close()
+
+
+REAL_PROMPTS = [
+    "Hi!",
+    "Write one sentence about the sea.",
+    "List three fruits, then explain in two sentences why people like to eat fruit in summer.",
+    "def add(a, b):\n",
+]
+
+
+@pytest.mark.slow
+def test_real_model_batched_greedy_equals_solo_token_for_token(engine):
+    opts = dict(temperature=0, max_tokens=24)
+    solo_results = [engine.generate(p, **opts) for p in REAL_PROMPTS]
+    solo = [r.tokens for r in solo_results]
+    first = [engine.submit(p, **opts) for p in REAL_PROMPTS[:3]]
+    it = iter(first[1])
+    next(it)  # decoding has started
+    late = engine.submit(REAL_PROMPTS[3], **opts)
+    batched = [h.result().tokens for h in first + [late]]
+    assert batched == solo
+    assert late.stats.extra["mean_batch"] > 1
+    assert [h.result().text for h in first + [late]] == [r.text for r in solo_results]

@@ -1,0 +1,225 @@
+"""A small fake engine for the TUI's widget and snapshot tests (no model, no timing),
+and the ``until`` helper they share.
+
+It follows the public API the TUI uses (``options``, ``conversation``,
+``conversations``, ``scheduler_status``, ``tier_stats``, ``info``, ``remember``,
+``forget``, ``memory``); option values are checked by the real ``GenerationOptions``.
+Replies are scripted: each turn yields the words of ``reply`` one by one, waiting
+on ``gate`` before each when the test wants to hold a reply mid-stream.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from mlotspark.errors import OptionError, StoreError
+from mlotspark.generate import GenerationStats
+from mlotspark.options import GenerationOptions
+
+REPLY = "The capital of France is **Paris**. It is on the Seine."
+
+
+async def until(pilot: Any, check: Callable[[], Any], what: str, steps: int = 2000) -> None:
+    """Let the app run until ``check()`` is true (counted in event-loop pauses, not time)."""
+    for _ in range(steps):
+        if check():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+@dataclass
+class FakeInfo:
+    name: str
+    title: str
+    updated: float
+    turns: int
+    tokens: int
+
+
+@dataclass
+class FakeEntry:
+    id: int
+    text: str
+
+
+@dataclass
+class FakeHit:
+    entry: FakeEntry
+    score: float
+
+    @property
+    def id(self) -> int:
+        return self.entry.id
+
+
+class FakeMemory:
+    def __init__(self) -> None:
+        self.entries: dict[int, FakeEntry] = {}
+        self.next_id = 1
+
+    def remember(self, text: str) -> int:
+        if not text.strip():
+            raise OptionError(f"invalid memory text {text!r}")
+        self.entries[self.next_id] = FakeEntry(self.next_id, text)
+        self.next_id += 1
+        return self.next_id - 1
+
+    def forget(self, entry_id: int) -> bool:
+        return self.entries.pop(entry_id, None) is not None
+
+    def get(self, entry_id: int) -> FakeEntry | None:
+        return self.entries.get(entry_id)
+
+    def list(self, limit: int | None = None) -> list[FakeEntry]:
+        return list(self.entries.values())[:limit]
+
+    def search(self, query: str, k: int = 5) -> list[FakeHit]:
+        words = set(query.lower().split())
+        return [FakeHit(e, 1.0) for e in self.entries.values() if words & set(e.text.lower().split())][:k]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class FakeConversation:
+    def __init__(self, engine: "FakeEngine", name: str) -> None:
+        self.engine, self.name = engine, name
+        self._cancel = threading.Event()
+
+    @property
+    def _rec(self) -> dict:
+        return self.engine.store.setdefault(self.name, {"system": "You are a helpful assistant.", "title": "",
+                                                        "messages": [], "updated": 0.0})
+
+    @property
+    def messages(self) -> list[dict]:
+        return [dict(m) for m in self._rec["messages"]]
+
+    @property
+    def system(self) -> str:
+        return self._rec["system"]
+
+    @system.setter
+    def system(self, text: str) -> None:
+        self._touch()["system"] = text
+
+    @property
+    def title(self) -> str:
+        return self._rec["title"]
+
+    @title.setter
+    def title(self, text: str) -> None:
+        self._touch()["title"] = text
+
+    def _touch(self) -> dict:
+        rec = self._rec
+        self.engine.clock += 1
+        rec["updated"] = self.engine.clock
+        return rec
+
+    def reset(self) -> None:
+        rec = self._touch()
+        rec["messages"], rec["title"] = [], ""
+
+    def delete(self) -> None:
+        self.engine.store.pop(self.name, None)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def stream(self, text: str, **options: Any) -> Iterator[Any]:
+        opts = self.engine.options(**options)
+        self.engine.calls.append((self.name, text, options))
+        if self.engine.fail_with is not None:
+            raise self.engine.fail_with
+        self._cancel.clear()
+        words = self.engine.reply.split(" ")
+        out, reason = [], "stop"
+        for i, w in enumerate(words[: opts.max_tokens]):
+            if self.engine.gate is not None:
+                self.engine.gate.acquire()
+            if self._cancel.is_set():
+                reason = "cancelled"
+                break
+            piece = w if i == 0 else " " + w
+            out.append(piece)
+            yield piece
+        else:
+            if len(words) > opts.max_tokens:
+                reason = "length"
+        rec = self._touch()
+        rec["messages"] += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(out)}]
+        rec["title"] = rec["title"] or text[:60]
+        yield GenerationStats(prompt_tokens=27, generation_tokens=len(out), finish_reason=reason, ttft_s=0.25,
+                              decode_tps=12.5, peak_memory_mb=512.0, prefilled_tokens=7, cached_tokens=20,
+                              extra={"turn_ttft_s": 0.3, "cache_source": "prefix",
+                                     "memory": {"used": list(self.engine.memory.entries)[:2], "learned": []}})
+
+
+@dataclass
+class FakeEngine:
+    """The public API of ``Engine`` the TUI uses, with scripted replies."""
+
+    reply: str = REPLY
+    gate: threading.Semaphore | None = None
+    fail_with: Exception | None = None
+    model_name: str = "fake-135m"
+    store: dict = field(default_factory=dict)
+    memory: FakeMemory = field(default_factory=FakeMemory)
+    calls: list = field(default_factory=list)
+    clock: float = 0.0
+    closed: bool = False
+
+    def options(self, **overrides: Any) -> GenerationOptions:
+        return GenerationOptions().merged(**overrides)
+
+    def conversation(self, name: str) -> FakeConversation:
+        if "/" in name or name.startswith("."):
+            raise OptionError(f"invalid conversation name {name!r}")
+        return FakeConversation(self, name)
+
+    def conversations(self) -> list[FakeInfo]:
+        rows = [FakeInfo(n, r["title"], r["updated"], sum(m["role"] == "assistant" for m in r["messages"]), 0)
+                for n, r in self.store.items()]
+        return sorted(rows, key=lambda r: -r.updated)
+
+    def remember(self, text: str) -> int:
+        return self.memory.remember(text)
+
+    def forget(self, entry_id: int) -> bool:
+        return self.memory.forget(entry_id)
+
+    def scheduler_status(self) -> dict:
+        return {"state": "nominal", "mode": "balanced", "cap": 8, "batch_size": 1, "queued": 0,
+                "kv_bytes": 0, "decode_tps": 12.5, "reason": "calm"}
+
+    def tier_stats(self) -> dict:
+        if self.fail_with is not None:
+            raise StoreError("the store is unreadable")
+        return {
+            "working": {"bytes": 11_796_480, "conversations_warm": 1},
+            "episodic": {"snapshots": 2, "bytes": 1_572_322, "hit_rate": 0.5},
+            "prefix_cache": {"entries": 1, "bytes": 552_960, "hit_rate": 0.5},
+            "semantic": {"entries": len(self.memory), "hit_rate": 0.25},
+        }
+
+    def info(self) -> dict:
+        return {"model": self.model_name, "weights": "float32", "weights_mb": 540.0, "context_length": 8192,
+                "device": "cpu", "scheduler": {}}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fake_with_history() -> FakeEngine:
+    """A fake engine with two stored conversations, the newer one with a finished turn."""
+    engine = FakeEngine()
+    engine.memory.remember("My sister's name is Ilse.")
+    old = engine.conversation("chat-1")
+    old.title = "Rust lifetimes"
+    new = engine.conversation("chat-2")
+    list(new.stream("What is the capital of France?"))
+    return engine

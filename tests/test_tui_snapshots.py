@@ -1,0 +1,49 @@
+"""Snapshots of the chat TUI at a fixed terminal size (pytest-textual-snapshot).
+
+A scripted fake engine gives fixed figures (no timestamps, no measured speeds) and
+the cursor does not blink, so the screens are the same on every run. Update the
+SVGs under ``tests/__snapshots__/`` with ``pytest --snapshot-update`` after a
+deliberate change, and look at them (``pytest`` writes a report on a mismatch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from test_tui_fakes import fake_with_history, until
+
+from tui import ChatApp
+from tui.widgets import PromptInput
+
+SIZE = (120, 36)
+
+
+def make_app() -> ChatApp:
+    # No periodic poll: a tok/s sample taken mid-reply would depend on timing.
+    return ChatApp(fake_with_history(), memory_probe=lambda: 123_000_000, poll_s=3600)
+
+
+async def settle(pilot: Any) -> None:
+    """The conversation open, one more finished turn, and the side panel's figures in."""
+    app = pilot.app
+    await until(pilot, lambda: app.chat is not None, "a conversation open")
+    prompt = app.query_one(PromptInput)
+    prompt.cursor_blink = False
+    prompt.insert("And of Italy?")
+    await pilot.press("enter")
+    await until(pilot, lambda: len(app.chat.replies) == 2 and app.chat.reply is None, "the reply")
+    await until(pilot, lambda: app.panel.machine is not None and app.panel.tiers is not None, "figures")
+    prompt.insert("a draft\nover two lines")
+    await pilot.pause()
+
+
+def test_main_screen(snap_compare):
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=settle)
+
+
+def test_help_screen(snap_compare):
+    async def run_before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("f1")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)

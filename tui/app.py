@@ -1,0 +1,443 @@
+"""``ChatApp``: the ``mlotspark chat`` terminal UI.
+
+Layout: the conversation list (left), the chat of the open conversation and the
+input (middle), the side panel of live figures (right). The model loads in a
+worker thread while the screen shows its progress; each reply streams in its own
+worker thread, which posts the pieces back as messages (``messages.py``), so keys,
+scrolling and switching conversations keep working while a reply streams. Every
+error from the engine becomes a notification; none ends the app.
+
+Conversation list actions (open, new, rename, delete) are in ``conversations.py``,
+slash commands in ``slash.py``; both are mixins of ``ChatApp``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
+
+from mlotspark.errors import MlotsparkError
+
+from . import backend
+from .conversations import ConversationActions
+from .logs import NotifyHandler
+from .messages import EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece
+from .screens import HelpScreen
+from .slash import SlashCommands
+from .widgets import ChatLog, ConversationList, PromptInput, StatsPanel
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # how often the side panel reads the scheduler
+
+
+def process_memory() -> int | None:
+    """Resident memory of this process in bytes (None where psutil cannot say)."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@dataclass
+class Turn:
+    """A reply streaming in one conversation (fields written by its worker thread)."""
+
+    conversation: str
+    started: float
+    conv: Any = None  # the Conversation object, once the worker has it
+    first_piece: float | None = None
+    pieces: int = 0
+    sampled_pieces: int = 0
+    sampled_at: float = 0.0
+    cancel_requested: bool = False
+
+
+class ChatApp(ConversationActions, SlashCommands, App[None]):
+    """Chat with a model; see the module docstring.
+
+    Args:
+        engine: a loaded engine to use (the caller closes it); None = load ``model``.
+        model: the model to load when ``engine`` is None (None = the default model).
+        conversation: conversation to open (created if new); None = the newest one.
+        options: sampling settings to start the session with (``temperature`` ...).
+        loader: loads the engine (``backend.load_engine``; tests swap it).
+        memory_probe: bytes of memory in use (default: this process's RSS).
+        poll_s: seconds between reads of the scheduler for the side panel.
+    """
+
+    CSS_PATH = "chat.tcss"
+    TITLE = "mlotspark"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("escape", "cancel_reply", "Stop reply"),
+        Binding("ctrl+n", "new_conversation", "New chat", priority=True),
+        Binding("f1", "help", "Help", priority=True),
+        Binding("f2", "rename", "Rename"),
+        Binding("f8", "delete", "Delete"),
+    ]
+
+    def __init__(
+        self,
+        engine: Any = None,
+        *,
+        model: str | None = None,
+        conversation: str | None = None,
+        options: dict | None = None,
+        loader: Callable[[str | None], Any] = backend.load_engine,
+        memory_probe: Callable[[], int | None] = process_memory,
+        poll_s: float = POLL_S,
+    ) -> None:
+        super().__init__()
+        self.engine = engine
+        self.owns_engine = engine is None
+        self.model = model
+        self.requested = conversation
+        self.overrides: dict[str, Any] = dict(options or {})
+        self.loader = loader
+        self.memory_probe = memory_probe
+        self.poll_s = poll_s
+        self.current: str | None = None
+        self.logs: dict[str, ChatLog] = {}
+        self.turns: dict[str, Turn] = {}
+        self.figures: dict[str, backend.TurnFigures] = {}
+        self.tiers_stale = True  # tier figures to read at the next poll
+        self.collecting = False  # a figures worker is running
+        self.loading_since: float | None = None
+        self._log_ids = 0
+        self.log_handler = NotifyHandler(self)
+
+    # ----------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="main"):
+            with Vertical(id="sidebar"):
+                yield Static("Conversations", classes="panel-title")
+                yield ConversationList(id="conversations")
+            with Vertical(id="center"):
+                with ContentSwitcher(id="logs", initial="loading"):
+                    with Vertical(id="loading"):
+                        yield Static("Loading the model …", id="loading-text")
+                        yield ProgressBar(total=None, show_eta=False, show_percentage=False, id="loading-bar")
+                yield PromptInput(id="prompt", show_line_numbers=False, soft_wrap=True)
+            yield StatsPanel(id="stats")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.log_handler.install()
+        self.query_one(PromptInput).focus()
+        self.set_interval(self.poll_s, self.poll)
+        if self.engine is not None:
+            self.call_later(self.engine_ready, self.engine)
+        else:
+            self.start_loading(self.model)
+
+    @property
+    def chat(self) -> ChatLog | None:
+        """The chat of the open conversation."""
+        return self.logs.get(self.current) if self.current else None
+
+    @property
+    def panel(self) -> StatsPanel:
+        return self.query_one(StatsPanel)
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once the app is ending: worker messages still arrive, widgets may be gone."""
+        if getattr(self, "_exit", False) or not self.is_running:
+            return True
+        try:
+            return not self.query(StatsPanel)
+        except Exception:  # noqa: BLE001  no screen left
+            return True
+
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Turn an error from the engine into a notification (never a traceback)."""
+        try:
+            yield
+        except MlotsparkError as e:
+            self.notify(str(e), title=what, severity="error")
+        except Exception as e:  # noqa: BLE001  the app must not die on an engine bug
+            log.exception("%s failed", what)
+            self.notify(f"{type(e).__name__}: {e}", title=what, severity="error")
+
+    # ---------------------------------------------------------------- loading
+    def start_loading(self, model: str | None) -> None:
+        """Load ``model`` in a worker; the loading panel shows how long it has taken."""
+        self.loading_since = time.monotonic()
+        name = model or "the default model"
+        self.query_one("#loading-text", Static).update(f"Loading {name} …")
+        self.query_one("#logs", ContentSwitcher).current = "loading"
+        self.sub_title = f"loading {name}"
+        self.load_engine(model)
+
+    @work(thread=True, exclusive=True, group="load", exit_on_error=False)
+    def load_engine(self, model: str | None) -> None:
+        started = time.monotonic()
+        try:
+            engine = self.loader(model)
+        except MlotsparkError as e:
+            self.post_message(EngineFailed(str(e)))
+        except Exception as e:  # noqa: BLE001
+            log.exception("loading %s failed", model)
+            self.post_message(EngineFailed(f"{type(e).__name__}: {e}"))
+        else:
+            self.post_message(EngineLoaded(engine, time.monotonic() - started))
+
+    async def on_engine_loaded(self, message: EngineLoaded) -> None:
+        if self.shutting_down:  # loaded as the app quit: nobody else will close it
+            with contextlib.suppress(Exception):
+                message.engine.close()
+            return
+        old, self.loading_since = (self.engine if self.owns_engine else None), None
+        self.owns_engine = True
+        await self.engine_ready(message.engine)
+        self.notify(f"{backend.model_name(message.engine)} loaded in {message.seconds:.1f} s")
+        if old is not None and old is not message.engine:
+            self.run_worker(old.close, thread=True, group="close", exit_on_error=False)
+
+    async def on_engine_failed(self, message: EngineFailed) -> None:
+        if self.shutting_down:
+            return
+        self.loading_since = None
+        self.notify(message.error, title="Could not load the model", severity="error", timeout=30)
+        if self.engine is not None:  # a /model that failed: keep the model we had
+            await self.open(self.current or "")
+            return
+        self.query_one("#loading-text", Static).update(f"Could not load the model: {message.error}")
+        self.query_one("#loading-bar").display = False
+        self.sub_title = "no model"
+
+    async def engine_ready(self, engine: Any) -> None:
+        self.engine = engine
+        with self.guard("Settings"):
+            engine.options(**self.overrides)
+        self.refresh_settings()
+        self.sub_title = backend.model_name(engine)
+        self.tiers_stale = True
+        with self.guard("Conversations"):
+            names = [r.name for r in backend.list_conversations(engine)]
+            name = self.current or self.requested or (names[0] if names else None)
+            if name is not None and name not in names:
+                with self.guard(f"Conversation {name!r}"):
+                    backend.create_conversation(engine, name)
+                    names.append(name)
+            if name is None or name not in names:  # none yet, or the name was refused
+                name = backend.next_name(names)
+                backend.create_conversation(engine, name)
+            await self.open(name)
+        self.poll()
+
+    def refresh_settings(self) -> None:
+        if self.engine is None:
+            return
+        try:
+            opts = backend.default_options(self.engine)
+            opts.update(self.overrides)
+        except MlotsparkError:
+            opts = dict(self.overrides)
+        self.panel.settings = opts
+        self.panel.refresh_figures()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    # ------------------------------------------------------------------ turns
+    async def on_prompt_input_submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text
+        if text.startswith("/") and len(text) > 1 and text[1].isalpha():
+            event.input.clear()
+            await self.run_command(text)
+            return
+        if self.engine is None or self.chat is None or self.loading_since is not None:
+            self.notify("The model is still loading.", severity="warning")
+            return
+        if self.busy("send a message"):
+            return
+        event.input.clear()
+        await self.send(text)
+
+    async def send(self, text: str) -> None:
+        """Start a turn in the open conversation: the reply streams from a worker thread."""
+        chat, name = self.chat, self.current
+        assert chat is not None and name is not None
+        await chat.add_user(text)
+        await chat.start_reply()
+        turn = self.turns[name] = Turn(name, started=time.monotonic())
+        panel = self.panel
+        panel.streaming, panel.live_tps, panel.live_ttft = True, None, None
+        panel.refresh_figures()
+        self.run_worker(
+            lambda: self.stream_turn(self.engine, turn, text, dict(self.overrides)),
+            thread=True, group="turns", name=f"turn {name}", exit_on_error=False,
+        )
+        await self.refresh_list()
+
+    def stream_turn(self, engine: Any, turn: Turn, text: str, options: dict) -> None:
+        """[worker thread] Run one turn, posting its pieces and its end to the app."""
+        name, stats = turn.conversation, None
+        try:
+            conv = engine.conversation(name)
+            turn.conv = conv
+            stream = conv.stream(text, **options)
+            for item in stream:
+                if not isinstance(item, str):
+                    stats = item
+                    continue
+                if turn.first_piece is None:
+                    turn.first_piece = time.monotonic()
+                turn.pieces += 1
+                self.post_message(ReplyPiece(name, item))
+                # Escape may come before the request exists: ask again until it ends.
+                if turn.cancel_requested and not backend.cancel_turn(conv):
+                    stream.close()  # no cancel in this API: stop reading, the turn ends
+                    break
+        except MlotsparkError as e:
+            self.post_message(ReplyFailed(name, str(e)))
+            return
+        except Exception as e:  # noqa: BLE001
+            log.exception("turn in %r failed", name)
+            self.post_message(ReplyFailed(name, f"{type(e).__name__}: {e}"))
+            return
+        self.post_message(ReplyFinished(name, stats))
+
+    async def on_reply_piece(self, message: ReplyPiece) -> None:
+        if self.shutting_down:
+            return
+        chat = self.logs.get(message.conversation)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.append(message.text)
+        turn = self.turns.get(message.conversation)
+        if message.conversation == self.current and turn and turn.first_piece and self.panel.live_ttft is None:
+            self.panel.live_ttft = turn.first_piece - turn.started
+            self.panel.refresh_figures()
+
+    async def on_reply_finished(self, message: ReplyFinished) -> None:
+        if self.shutting_down:
+            return
+        name, stats = message.conversation, message.stats
+        turn = self.turns.pop(name, None)
+        reason = getattr(stats, "finish_reason", None) or ("cancelled" if turn and turn.cancel_requested else "stop")
+        chat = self.logs.get(name)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.finish(reason)
+            chat.reply = None
+        if stats is not None and self.engine is not None:
+            self.figures[name] = figures = backend.turn_figures(self.engine, stats)
+            if figures.decode_tps:
+                self.panel.add_sample(figures.decode_tps)
+        if name == self.current:
+            panel = self.panel
+            panel.turn = self.figures.get(name, backend.TurnFigures())
+            panel.streaming = False
+            panel.refresh_figures()
+        self.tiers_stale = True
+        self.poll()  # the turn's tier figures now, not at the next tick
+        await self.refresh_list()
+
+    async def on_reply_failed(self, message: ReplyFailed) -> None:
+        if self.shutting_down:
+            return
+        self.turns.pop(message.conversation, None)
+        chat = self.logs.get(message.conversation)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.finish(None, error=message.error)
+            chat.reply = None
+        if message.conversation == self.current:
+            self.panel.streaming = False
+            self.panel.refresh_figures()
+        self.notify(message.error, title="The reply failed", severity="error")
+        await self.refresh_list()
+
+    def action_cancel_reply(self) -> None:
+        """Escape: stop the open conversation's reply (what came so far is kept)."""
+        turn = self.turns.get(self.current or "")
+        if turn is None:
+            return
+        turn.cancel_requested = True
+        if turn.conv is not None:
+            with self.guard("Stop"):
+                backend.cancel_turn(turn.conv)
+
+    # ------------------------------------------------------------ side panel
+    def poll(self) -> None:
+        """Every ``poll_s``: live tok/s of the streaming reply; scheduler (and tier) figures."""
+        if self.shutting_down:
+            return
+        loading = self.loading_since
+        if loading is not None:
+            self.query_one("#loading-text", Static).update(
+                f"Loading {self.model or 'the default model'} … {time.monotonic() - loading:.0f} s")
+        panel = self.panel
+        turn = self.turns.get(self.current or "")
+        if turn is not None and turn.first_piece is not None:
+            now = time.monotonic()
+            since = turn.sampled_at or turn.first_piece
+            if now > since:
+                panel.add_sample((turn.pieces - turn.sampled_pieces) / (now - since))
+            turn.sampled_pieces, turn.sampled_at = turn.pieces, now
+            panel.live_tps = turn.pieces / max(now - turn.first_piece, 1e-6)
+        panel.rss = self.memory_probe()
+        panel.refresh_figures()
+        if self.engine is not None and not self.collecting:  # one read at a time; none dropped
+            self.collecting = True
+            self.collect_figures(self.engine, self.tiers_stale)
+            self.tiers_stale = False
+
+    @work(thread=True, group="figures", exit_on_error=False)
+    def collect_figures(self, engine: Any, with_tiers: bool) -> None:
+        """[worker thread] Read the scheduler (and the tiers): both may wait on the engine."""
+        machine = backend.machine(engine)
+        tiers = backend.tiers(engine) if with_tiers else ...
+        self.post_message(FiguresReady(machine, tiers))
+
+    def on_figures_ready(self, message: FiguresReady) -> None:
+        if self.shutting_down:
+            return
+        self.collecting = False
+        panel = self.panel
+        panel.machine = message.machine
+        if message.tiers is not ...:
+            panel.tiers = message.tiers
+        panel.refresh_figures()
+
+    def on_engine_warning(self, message: EngineWarning) -> None:
+        if self.shutting_down:
+            return
+        self.notify(message.text, severity="error" if message.error else "warning", timeout=10)
+
+    # -------------------------------------------------------------- quitting
+    def on_unmount(self) -> None:
+        self.log_handler.uninstall()
+
+    async def action_quit(self) -> None:
+        for turn in list(self.turns.values()):
+            turn.cancel_requested = True
+            if turn.conv is not None:
+                with contextlib.suppress(Exception):
+                    backend.cancel_turn(turn.conv)
+        self.exit()
+
+    def close_engine(self) -> None:
+        """Close the engine if this app loaded it (the caller closes one it passed in)."""
+        if self.owns_engine and self.engine is not None:
+            with contextlib.suppress(Exception):
+                self.engine.close()
+            self.engine = None
+
+
+__all__ = ["ChatApp", "Turn"]

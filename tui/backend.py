@@ -1,0 +1,217 @@
+"""Everything the TUI asks of the engine, through mlotspark's public API only.
+
+One room for it so that the widgets never touch the engine, and so that a piece of
+the API that is missing (an older engine, a fake in tests) degrades to "—" in one
+place instead of failing in many. Calls that can wait on the engine thread
+(``tier_stats``, ``scheduler_status``) are made from worker threads by the app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from mlotspark.errors import MlotsparkError
+
+log = logging.getLogger(__name__)
+
+NEW_NAME = "chat-{}"
+_NEW_RE = re.compile(r"^chat-(\d+)$")
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    """One line of the conversation list."""
+
+    name: str
+    title: str
+    turns: int = 0
+    tokens: int = 0
+
+    @property
+    def label(self) -> str:
+        return self.title or self.name
+
+
+@dataclass
+class TurnFigures:
+    """What the side panel shows about the last finished turn."""
+
+    decode_tps: float | None = None
+    ttft_s: float | None = None
+    prompt_tokens: int | None = None
+    generated: int | None = None
+    cached_tokens: int | None = None
+    cache_source: str | None = None
+    finish_reason: str | None = None
+    peak_memory_mb: float | None = None
+    memories: list[str] = field(default_factory=list)
+    learned: int = 0
+    cascade: dict = field(default_factory=dict)
+
+
+@dataclass
+class MachineFigures:
+    """The scheduler and governor, as ``engine.scheduler_status()`` reports them."""
+
+    state: str | None = None
+    mode: str | None = None
+    cap: int | None = None
+    batch_size: int | None = None
+    queued: int | None = None
+    kv_bytes: int | None = None
+    decode_tps: float | None = None
+    reason: str = ""
+
+
+def load_engine(model: str | None, **defaults: Any) -> Any:
+    """Load the engine (no stderr progress bar: it would tear the screen).
+
+    Raises:
+        MlotsparkError: the model cannot be found or loaded, or a bad option.
+    """
+    from mlotspark import Engine
+
+    return Engine.load(model, progress=False, **defaults)
+
+
+def model_name(engine: Any) -> str:
+    return str(getattr(engine, "model_name", None) or "model")
+
+
+def default_options(engine: Any) -> dict[str, Any]:
+    """The engine's default generation options as a dict."""
+    opts = engine.options()
+    return opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts))
+
+
+# -- conversations ----------------------------------------------------------------------
+def list_conversations(engine: Any) -> list[ConversationRow]:
+    """Stored conversations, newest first ([] if the engine has no conversations API)."""
+    listing = getattr(engine, "conversations", None)
+    if listing is None:
+        return []
+    return [
+        ConversationRow(str(c.name), str(getattr(c, "title", "") or ""),
+                        int(getattr(c, "turns", 0) or 0), int(getattr(c, "tokens", 0) or 0))
+        for c in listing()
+    ]
+
+
+def next_name(existing: Iterable[str]) -> str:
+    """The next free ``chat-N`` name."""
+    used = {int(m.group(1)) for n in existing if (m := _NEW_RE.match(n))}
+    n = 1
+    while n in used:
+        n += 1
+    return NEW_NAME.format(n)
+
+
+def create_conversation(engine: Any, name: str) -> Any:
+    """Open conversation ``name`` and store it at once, so it is listed before its first turn.
+
+    The API stores a conversation on its first turn; writing its system prompt back
+    (the same text) stores it now.
+    """
+    conv = engine.conversation(name)
+    conv.system = conv.system
+    return conv
+
+
+def messages(conv: Any) -> list[dict]:
+    return [m for m in conv.messages if m.get("role") in ("user", "assistant")]
+
+
+def cancel_turn(conv: Any) -> bool:
+    """Ask the conversation to stop its reply; False when the API has no way to."""
+    cancel = getattr(conv, "cancel", None)
+    if cancel is None:
+        return False
+    cancel()
+    return True
+
+
+# -- figures ----------------------------------------------------------------------------
+def machine(engine: Any) -> MachineFigures | None:
+    """Scheduler/governor figures, or None if the engine cannot say."""
+    status = getattr(engine, "scheduler_status", None)
+    if status is None:
+        return None
+    try:
+        s = status()
+    except Exception as e:  # noqa: BLE001  a status read must never take the UI down
+        log.warning("scheduler status unavailable: %s", e)
+        return None
+    return MachineFigures(
+        state=s.get("state"), mode=s.get("mode"), cap=s.get("cap"), batch_size=s.get("batch_size"),
+        queued=s.get("queued"), kv_bytes=s.get("kv_bytes"), decode_tps=s.get("decode_tps"),
+        reason=str(s.get("reason") or ""),
+    )
+
+
+def tiers(engine: Any) -> dict | None:
+    """``engine.tier_stats()``, or None if the engine cannot say."""
+    stats = getattr(engine, "tier_stats", None)
+    if stats is None:
+        return None
+    try:
+        return stats()
+    except Exception as e:  # noqa: BLE001
+        log.warning("tier stats unavailable: %s", e)
+        return None
+
+
+def memory_texts(engine: Any, ids: Iterable[int]) -> list[str]:
+    """The texts of semantic memory entries (``#id text``); ids it cannot read stay bare."""
+    out = []
+    store = None
+    with contextlib.suppress(Exception):
+        store = engine.memory
+    for i in ids:
+        entry = None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                entry = store.get(i)
+        out.append(f"#{i} {entry.text}" if entry is not None else f"#{i}")
+    return out
+
+
+def turn_figures(engine: Any, stats: Any) -> TurnFigures:
+    """Figures of a finished turn from its ``GenerationStats``."""
+    extra = dict(getattr(stats, "extra", None) or {})
+    memory = extra.get("memory") or {}
+    used = list(memory.get("used") or [])
+    return TurnFigures(
+        decode_tps=getattr(stats, "decode_tps", None),
+        ttft_s=extra.get("turn_ttft_s", getattr(stats, "ttft_s", None)),
+        prompt_tokens=getattr(stats, "prompt_tokens", None),
+        generated=getattr(stats, "generation_tokens", None),
+        cached_tokens=getattr(stats, "cached_tokens", None),
+        cache_source=extra.get("cache_source"),
+        finish_reason=getattr(stats, "finish_reason", None),
+        peak_memory_mb=getattr(stats, "peak_memory_mb", None),
+        memories=memory_texts(engine, used) if used else [],
+        learned=len(memory.get("learned") or []),
+        cascade=dict(extra.get("cascade") or {}),
+    )
+
+
+def model_facts(engine: Any) -> dict:
+    """``engine.info()`` without the scheduler part ({} if unavailable)."""
+    try:
+        info = dict(engine.info())
+    except (MlotsparkError, AttributeError) as e:
+        log.warning("engine info unavailable: %s", e)
+        return {}
+    info.pop("scheduler", None)
+    return info
+
+
+__all__ = [
+    "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
+    "default_options", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
+    "model_facts", "model_name", "next_name", "tiers", "turn_figures",
+]

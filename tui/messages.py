@@ -1,0 +1,68 @@
+"""Messages that worker threads post back to the app (toolong's habit: dataclass Messages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+
+@dataclass
+class EngineLoaded(Message):
+    """The model is loaded and ready."""
+
+    engine: Any
+    seconds: float
+
+
+@dataclass
+class EngineFailed(Message):
+    """Loading the model failed; ``error`` is the one-line reason."""
+
+    error: str
+
+
+@dataclass
+class ReplyPiece(Message):
+    """A piece of the reply streaming in ``conversation``."""
+
+    conversation: str
+    text: str
+
+
+@dataclass
+class ReplyFinished(Message):
+    """The reply in ``conversation`` ended; ``stats`` is its GenerationStats."""
+
+    conversation: str
+    stats: Any
+
+
+@dataclass
+class ReplyFailed(Message):
+    """The turn in ``conversation`` failed; ``error`` is the one-line reason."""
+
+    conversation: str
+    error: str
+
+
+@dataclass
+class FiguresReady(Message):
+    """Fresh machine / tier figures for the side panel (either may be None)."""
+
+    machine: Any
+    tiers: Any
+
+
+@dataclass
+class EngineWarning(Message):
+    """A warning mlotspark logged (a snapshot refused, memory not stored ...)."""
+
+    text: str
+    error: bool = False
+
+
+__all__ = [
+    "EngineFailed", "EngineLoaded", "EngineWarning", "FiguresReady", "ReplyFailed", "ReplyFinished", "ReplyPiece",
+]

@@ -1,0 +1,151 @@
+"""``SlashCommands``: what ``/temp``, ``/system``, ``/memory`` ... do in the app.
+
+A mixin of ``ChatApp``: parsing lives in ``commands.py``; here each command acts on
+the engine's public API and answers with a note in the chat. A bad value gets an
+error note (and nothing changes); it never ends the app.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mlotspark.errors import MlotsparkError
+
+from . import backend
+from .commands import Command, CommandError, parse
+
+if TYPE_CHECKING:
+    from .app import ChatApp
+
+MEMORY_LIST = 20  # entries /memory shows
+
+
+class SlashCommands:
+    """Slash command handlers, mixed into ``ChatApp``."""
+
+    async def say(self: "ChatApp", text: str, error: bool = False) -> None:
+        """Answer in the open chat (or as a notification before one is open)."""
+        if self.chat is not None:
+            await self.chat.add_note(text, error=error)
+        if error or self.chat is None:
+            self.notify(text, severity="error" if error else "information")
+
+    async def run_command(self: "ChatApp", text: str) -> None:
+        """Parse and run one slash command line."""
+        try:
+            cmd = parse(text)
+        except CommandError as e:
+            await self.say(str(e), error=True)
+            return
+        if cmd.name == "help":
+            self.action_help()
+            return
+        if self.engine is None:
+            await self.say(f"/{cmd.name}: the model is still loading", error=True)
+            return
+        handler = getattr(self, f"command_{cmd.name}", None) if cmd.option is None else self.command_setting
+        try:
+            await handler(cmd)
+        except MlotsparkError as e:
+            await self.say(f"/{cmd.name}: {e}", error=True)
+        except Exception as e:  # noqa: BLE001  a command must never end the app
+            await self.say(f"/{cmd.name} failed: {type(e).__name__}: {e}", error=True)
+
+    # -- settings ---------------------------------------------------------------------
+    async def command_setting(self: "ChatApp", cmd: Command) -> None:
+        assert cmd.option is not None
+        trial = {**self.overrides, cmd.option: cmd.value}
+        self.engine.options(**trial)  # raises OptionError naming the bad value
+        self.overrides = trial
+        self.refresh_settings()
+        await self.say(f"{cmd.option} = {cmd.value}")
+
+    # -- this conversation ------------------------------------------------------------
+    async def command_system(self: "ChatApp", cmd: Command) -> None:
+        conv = self.engine.conversation(self.current)
+        if not cmd.argument:
+            await self.say(f"system prompt: {conv.system or '(none)'}")
+            return
+        if self.busy("change the system prompt"):
+            return
+        conv.system = cmd.argument
+        await self.say(f"system prompt set: {cmd.argument}")
+
+    async def command_reset(self: "ChatApp", cmd: Command) -> None:
+        if self.busy("reset the conversation"):
+            return
+        self.engine.conversation(self.current).reset()
+        if self.chat is not None:
+            await self.chat.clear()
+        self.figures.pop(self.current, None)
+        self.tiers_stale = True
+        await self.refresh_list()
+        await self.say("conversation cleared")
+
+    async def command_new(self: "ChatApp", cmd: Command) -> None:
+        await self.action_new_conversation()
+
+    async def command_rename(self: "ChatApp", cmd: Command) -> None:
+        await self.rename(cmd.argument)
+
+    async def command_delete(self: "ChatApp", cmd: Command) -> None:
+        self.action_delete()
+
+    # -- semantic memory --------------------------------------------------------------
+    def _memory(self: "ChatApp") -> Any:
+        store = getattr(self.engine, "memory", None)
+        if store is None:
+            raise CommandError("this engine has no semantic memory")
+        return store
+
+    async def command_remember(self: "ChatApp", cmd: Command) -> None:
+        if not hasattr(self.engine, "remember"):
+            await self.say("/remember: this engine has no semantic memory", error=True)
+            return
+        entry = self.engine.remember(cmd.argument)
+        self.tiers_stale = True
+        await self.say(f"remembered #{entry}: {cmd.argument}")
+
+    async def command_forget(self: "ChatApp", cmd: Command) -> None:
+        if not hasattr(self.engine, "forget"):
+            await self.say("/forget: this engine has no semantic memory", error=True)
+            return
+        if self.engine.forget(cmd.value):
+            self.tiers_stale = True
+            await self.say(f"forgot #{cmd.value}")
+        else:
+            await self.say(f"/forget: no memory entry #{cmd.value}", error=True)
+
+    async def command_memory(self: "ChatApp", cmd: Command) -> None:
+        try:
+            store = self._memory()
+        except CommandError as e:
+            await self.say(f"/memory: {e}", error=True)
+            return
+        if cmd.argument:
+            hits = store.search(cmd.argument, k=10)
+            lines = [f"#{h.entry.id}  {h.score:.2f}  {h.entry.text}" for h in hits]
+            head = f"memory matching {cmd.argument!r}:"
+        else:
+            entries = store.list(limit=MEMORY_LIST)
+            lines = [f"#{e.id}  {e.text}" for e in entries]
+            head = f"memory ({len(store)} entries):" if hasattr(store, "__len__") else "memory:"
+        await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
+
+    # -- the model --------------------------------------------------------------------
+    async def command_model(self: "ChatApp", cmd: Command) -> None:
+        if not cmd.argument:
+            facts = backend.model_facts(self.engine)
+            keys = ("model", "weights", "weights_mb", "context_length", "device", "blas", "model_path")
+            parts = [f"{k}: {facts[k]}" for k in keys if k in facts]
+            await self.say("\n".join(parts) or backend.model_name(self.engine))
+            return
+        if self.turns or self.loading_since is not None:
+            await self.say("/model: wait for the replies in progress (Escape stops them) or the model loading",
+                           error=True)
+            return
+        self.model = cmd.argument
+        self.start_loading(cmd.argument)
+
+
+__all__ = ["SlashCommands"]

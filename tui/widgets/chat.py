@@ -1,0 +1,184 @@
+"""The chat: messages of one conversation, the reply streaming as Markdown, and the input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Markdown, Static, TextArea
+from textual.widgets.markdown import MarkdownStream
+
+# Keys that put a newline into the prompt. Shift+Enter only reaches us on terminals
+# with the kitty keyboard protocol; Ctrl+J (a line feed) and Alt+Enter work everywhere.
+NEWLINE_KEYS = ("shift+enter", "ctrl+j", "alt+enter")
+
+MARKS = {
+    "cancelled": "⏹ cancelled — partial reply",
+    "length": "… stopped at max_tokens",
+}
+HINT = "Type a message and press Enter · Ctrl+J for a new line · /help or F1 for keys and commands"
+
+
+class PromptInput(TextArea):
+    """Multi-line input: Enter sends, Ctrl+J / Alt+Enter / Shift+Enter start a new line."""
+
+    @dataclass
+    class Submitted(Message):
+        """The user pressed Enter on a non-empty prompt."""
+
+        input: "PromptInput"
+        text: str
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()
+            if self.text.strip():
+                self.post_message(self.Submitted(self, self.text.strip()))
+            return
+        if event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.insert("\n")
+            return
+        await super()._on_key(event)
+
+
+class UserMessage(Static):
+    """What the user said (plain text: no markup, no Markdown)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(Text(text), classes="user")
+        self.text = text
+
+
+class NoteLine(Static):
+    """A line from the app (a command's answer, an error); not part of the conversation."""
+
+    def __init__(self, text: str, error: bool = False) -> None:
+        super().__init__(Text(text), classes="note error" if error else "note")
+        self.text = text
+        self.error = error
+
+
+class Reply(Vertical):
+    """The assistant's reply; streams in piece by piece as Markdown.
+
+    Args:
+        text: the reply so far (a stored reply is complete).
+        streaming: True while pieces are still coming.
+    """
+
+    def __init__(self, text: str = "", streaming: bool = False) -> None:
+        super().__init__(classes="reply streaming" if streaming else "reply")
+        self.text = text
+        self.pieces = 0
+        self.finish_reason: str | None = None
+        self._stream: MarkdownStream | None = None
+        self._streaming = streaming
+
+    def compose(self) -> ComposeResult:
+        yield Markdown(self.text or None, classes="body")
+        yield Static("", classes="mark")
+
+    def on_mount(self) -> None:
+        if self._streaming:
+            self._stream = Markdown.get_stream(self.query_one(Markdown))
+
+    async def append(self, piece: str) -> None:
+        """Add a piece to the reply."""
+        self.text += piece
+        self.pieces += 1
+        if self._stream is not None:
+            await self._stream.write(piece)
+        if isinstance(self.parent, ChatLog):
+            self.parent.follow()
+
+    async def finish(self, reason: str | None, error: str | None = None) -> None:
+        """The reply ended: flush it and mark it if it did not end by itself.
+
+        Args:
+            reason: ``stop``, ``length``, ``cancelled`` (or None when it failed).
+            error: why it failed, if it did.
+        """
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        self.finish_reason = reason if error is None else "error"
+        self.remove_class("streaming")
+        mark = f"✖ failed: {error}" if error is not None else MARKS.get(reason or "", "")
+        if mark:
+            self.add_class(self.finish_reason or "")
+            self.query_one(".mark", Static).update(Text(mark))
+
+    @property
+    def marked(self) -> bool:
+        return self.finish_reason in ("cancelled", "length", "error")
+
+
+class ChatLog(VerticalScroll):
+    """One conversation's messages. The app keeps one per open conversation, so a reply
+    streaming in one conversation keeps going while another is shown.
+
+    Args:
+        conversation: the conversation's name.
+    """
+
+    def __init__(self, conversation: str, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="chat-log")
+        self.conversation = conversation
+        self.reply: Reply | None = None  # the reply streaming now
+
+    def compose(self) -> ComposeResult:
+        yield Static(HINT, classes="hint")
+
+    def follow(self) -> None:
+        """Keep the newest line in view, unless the user has scrolled up to read."""
+        if self.scroll_y >= self.max_scroll_y - 1:
+            self.scroll_end(animate=False)
+
+    async def load(self, messages: list[dict]) -> None:
+        """Show stored messages (replaces what is shown)."""
+        await self.clear()
+        widgets = [UserMessage(m["content"]) if m["role"] == "user" else Reply(m["content"]) for m in messages]
+        if widgets:
+            await self.mount_all(widgets)
+        self.scroll_end(animate=False)
+
+    async def clear(self) -> None:
+        await self.query("UserMessage, Reply, NoteLine").remove()
+        self.reply = None
+
+    async def add_user(self, text: str) -> UserMessage:
+        widget = UserMessage(text)
+        await self.mount(widget)
+        self.follow()
+        return widget
+
+    async def start_reply(self) -> Reply:
+        self.reply = Reply(streaming=True)
+        await self.mount(self.reply)
+        self.follow()
+        return self.reply
+
+    async def add_note(self, text: str, error: bool = False) -> NoteLine:
+        """Show a line from the app (a command's answer); it is not stored."""
+        note = NoteLine(text, error)
+        await self.mount(note)
+        self.follow()
+        return note
+
+    @property
+    def replies(self) -> list[Reply]:
+        return list(self.query(Reply))
+
+    @property
+    def notes(self) -> list[NoteLine]:
+        return list(self.query(NoteLine))
+
+
+__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "UserMessage"]

@@ -1,0 +1,189 @@
+"""The side panel: speed, the memory tiers, retrieved memories, the machine, the settings.
+
+The figures come from ``backend`` (turn stats, ``tier_stats()``, ``scheduler_status()``);
+what the engine cannot report shows as "—". Rendering is pure functions of the
+figures so tests can check the text without an app.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ..backend import MachineFigures, TurnFigures
+
+DASH = "—"
+LABEL_WIDTH = 9
+SPARK_POINTS = 24  # tok/s samples kept for the sparkline (one a second; fits the panel)
+SETTING_LABELS = (  # option, short label
+    ("temperature", "temp"), ("top_p", "top_p"), ("top_k", "top_k"),
+    ("min_p", "min_p"), ("max_tokens", "max"), ("repetition_penalty", "rep"),
+)
+THERMAL_STYLES = {"nominal": "green", "fair": "yellow", "serious": "dark_orange", "critical": "bold red"}
+
+
+def mb(n: Any) -> str:
+    return DASH if n is None else f"{n / 1e6:.1f} MB"
+
+
+def pct(rate: Any) -> str:
+    return DASH if rate is None else f"{100 * rate:.0f}%"
+
+
+def num(v: Any, fmt: str = "{}") -> str:
+    return DASH if v is None else fmt.format(v)
+
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(samples: list[float], width: int) -> str:
+    """The last ``width`` samples as bars scaled from 0 to their maximum (Textual's
+    Sparkline scales min..max, which makes a 12 -> 11 tok/s dip look like a stall)."""
+    tail = samples[-width:]
+    top = max(tail, default=0.0)
+    if top <= 0:
+        return BARS[0] * len(tail)
+    return "".join(BARS[min(len(BARS) - 1, int(v / top * (len(BARS) - 1) + 0.5))] for v in tail)
+
+
+def _rows(title: str, rows: Iterable[tuple[str, str | Text]]) -> Text:
+    out = Text(title + "\n", style="bold")
+    for label, value in rows:
+        out.append(f" {label:<{LABEL_WIDTH}}", style="dim")
+        out.append(value if isinstance(value, Text) else Text(value))
+        out.append("\n")
+    return out
+
+
+def speed_text(turn: TurnFigures, live_tps: float | None, live_ttft: float | None, streaming: bool,
+               samples: list[float] | None = None) -> Text:
+    """tok/s (live while streaming) with its sparkline, TTFT and token counts of the last turn."""
+    tps = live_tps if streaming else turn.decode_tps
+    ttft = live_ttft if streaming else turn.ttft_s
+    tokens = DASH if turn.prompt_tokens is None else f"{turn.prompt_tokens} in · {num(turn.generated)} out"
+    return _rows("Speed", [
+        ("tok/s", num(tps, "{:.1f}") + ("  (live)" if streaming and tps is not None else "")),
+        ("", Text(sparkline(samples, SPARK_POINTS), style="green") if samples else Text("")),
+        ("TTFT", "…" if streaming and ttft is None else num(ttft, "{:.2f} s")),
+        ("tokens", tokens),
+    ])
+
+
+def tiers_text(turn: TurnFigures, tiers: dict | None) -> Text:
+    """Tokens, bytes and hit rates per memory tier."""
+    t = tiers or {}
+    working, episodic = t.get("working") or {}, t.get("episodic") or {}
+    prefix, semantic = t.get("prefix_cache") or {}, t.get("semantic") or {}
+    cascade = turn.cascade or working.get("cascade") or {}
+    ctok = cascade.get("tokens") or {}
+    if ctok:
+        work = f"{ctok.get('sinks', 0) + ctok.get('window', 0)} tok · {mb(working.get('bytes'))}"
+        epi = f"{ctok.get('episodic', 0)} tok · hit {pct((cascade.get('store') or {}).get('hit_rate'))}"
+    else:
+        in_context = None if turn.prompt_tokens is None else turn.prompt_tokens + (turn.generated or 0)
+        work = f"{num(in_context)} tok · {mb(working.get('bytes'))}" if working or in_context else DASH
+        epi = (f"{episodic.get('snapshots', 0)} snap · {mb(episodic.get('bytes'))} · hit {pct(episodic.get('hit_rate'))}"
+               if episodic else DASH)
+    reused = DASH
+    if turn.cached_tokens is not None:
+        reused = f"{turn.cached_tokens} tok" + (f" ({turn.cache_source})" if turn.cache_source else "")
+    return _rows("Memory tiers", [
+        ("working", work),
+        ("episodic", epi),
+        ("prefix", f"{prefix.get('entries', 0)} · hit {pct(prefix.get('hit_rate'))}" if prefix else DASH),
+        ("semantic", f"{semantic.get('entries', 0)} · hit {pct(semantic.get('hit_rate'))}" if semantic else DASH),
+        ("reused", reused),
+    ])
+
+
+def memories_text(turn: TurnFigures) -> Text:
+    """The semantic memories put into this turn's prompt."""
+    out = Text("Retrieved this turn\n", style="bold")
+    if not turn.memories:
+        out.append(f" {DASH}\n", style="dim")
+    for m in turn.memories[:5]:
+        out.append(f" {m}\n")
+    if turn.learned:
+        out.append(f" + learned {turn.learned}\n", style="dim")
+    return out
+
+
+def machine_text(m: MachineFigures | None, rss: int | None, peak_mb: float | None) -> Text:
+    """Thermal state, batch cap and size, queue, memory in use."""
+    m = m or MachineFigures()
+    state = Text(num(m.state), style=THERMAL_STYLES.get(m.state or "", ""))
+    if m.mode:
+        state.append(f" · {m.mode}", style="dim")
+    memory = mb(rss) if rss is not None else (num(peak_mb, "{:.0f} MB peak"))
+    if m.kv_bytes:
+        memory += f" (KV {mb(m.kv_bytes)})"
+    return _rows("Machine", [
+        ("thermal", state),
+        ("batch", f"{num(m.batch_size)} · cap {num(m.cap)} · queue {num(m.queued)}"),
+        ("memory", memory),
+    ])
+
+
+def settings_text(settings: dict) -> Text:
+    """The sampling settings of this session (changed by slash commands)."""
+    out = Text("Settings\n", style="bold")
+    parts = [f"{label} {settings.get(name, DASH)}" for name, label in SETTING_LABELS]
+    out.append(" " + "  ".join(parts[:3]) + "\n " + "  ".join(parts[3:]) + "\n")
+    return out
+
+
+class StatsPanel(VerticalScroll):
+    """Live figures of the engine at work. The app sets the fields and calls ``refresh_figures``."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.turn = TurnFigures()
+        self.machine: MachineFigures | None = None
+        self.tiers: dict | None = None
+        self.settings: dict = {}
+        self.rss: int | None = None
+        self.streaming = False
+        self.live_tps: float | None = None
+        self.live_ttft: float | None = None
+        self.samples: list[float] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="speed")
+        yield Static(id="tiers")
+        yield Static(id="memories")
+        yield Static(id="machine")
+        yield Static(id="settings")
+
+    def on_mount(self) -> None:
+        self.refresh_figures()
+
+    def add_sample(self, tps: float) -> None:
+        """One tok/s point on the sparkline."""
+        self.samples = [*self.samples, float(tps)][-SPARK_POINTS:]
+
+    def refresh_figures(self) -> None:
+        if not self.is_mounted or not self.children:  # a timer may fire while the app shuts down
+            return
+        self.query_one("#speed", Static).update(
+            speed_text(self.turn, self.live_tps, self.live_ttft, self.streaming, self.samples))
+        self.query_one("#tiers", Static).update(tiers_text(self.turn, self.tiers))
+        self.query_one("#memories", Static).update(memories_text(self.turn))
+        self.query_one("#machine", Static).update(machine_text(self.machine, self.rss, self.turn.peak_memory_mb))
+        self.query_one("#settings", Static).update(settings_text(self.settings))
+
+    def text(self) -> str:
+        """Everything the panel shows, as plain text (for tests)."""
+        parts = (
+            speed_text(self.turn, self.live_tps, self.live_ttft, self.streaming, self.samples),
+            tiers_text(self.turn, self.tiers), memories_text(self.turn),
+            machine_text(self.machine, self.rss, self.turn.peak_memory_mb), settings_text(self.settings),
+        )
+        return "".join(p.plain for p in parts)
+
+
+__all__ = ["StatsPanel", "machine_text", "sparkline", "memories_text", "settings_text", "speed_text", "tiers_text"]
