@@ -32,6 +32,8 @@ def main() -> None:
     p.add_argument("--window", type=int, default=None, help="default: CascadeConfig.for_model")
     p.add_argument("--top-k-blocks", type=int, default=None)
     p.add_argument("--routing", default="hybrid")
+    p.add_argument("--budget-mb", type=float, default=None, help="episodic_budget_mb (default: the config's)")
+    p.add_argument("--modes", nargs="*", default=["cascade", "full"])
     p.add_argument("--chunk", type=int, default=512)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -42,26 +44,31 @@ def main() -> None:
         overrides["window"] = args.window
     if args.top_k_blocks is not None:
         overrides["top_k"] = args.top_k_blocks
+    if args.budget_mb is not None:
+        overrides["episodic_budget_mb"] = args.budget_mb
     config = CascadeConfig.for_model(engine.loaded.context_length, **overrides)
     emit({"command": command_line(), "config": config.to_dict(), "model": engine.model_name, "weights": engine.loaded.weights}, args.out)
     unit = engine.encode(FILLER, raw=True)
     rows = {}
     for n in args.lengths:
         ids = (unit * (n // len(unit) + 1))[:n]
-        for mode in ("cascade", "full"):
+        for mode in args.modes:
             if mode == "full" and n > args.full_max:
                 continue
             cache = make_cache(engine, mode, config)
             run = run_greedy(engine, ids, cache, max_tokens=args.decode + 1, chunk=args.chunk, stop=False)
             ms = statistics.median(run.decode_ms[1:])
+            extra = {}
             if mode == "cascade":
                 s = cascade_stats(cache)
                 cache_mb = (s["bytes"]["working"] + s["bytes"]["summaries"] + s["bytes"]["episodic_memory"]) / 1e6
+                extra = {"disk_mb": round(s["bytes"]["episodic_disk"] / 1e6, 1), "blocks_on_disk": s["blocks"]["on_disk"],
+                         "routed_calls": s["retrieval"]["routed_calls"], "loads": s["store"]["loads"]}
             else:
                 cache_mb = sum(c.nbytes for c in cache) / 1e6
             rows[(n, mode)] = (ms, run.peak_mb)
             emit({"length": n, "mode": mode, "decode_ms": round(ms, 2), "peak_mb": round(run.peak_mb, 1),
-                  "cache_mb": round(cache_mb, 1), "prefill_s": round(run.prefill_s, 1)}, args.out)
+                  "cache_mb": round(cache_mb, 1), "prefill_s": round(run.prefill_s, 1), **extra}, args.out)
             del cache
             mx.clear_cache()
     base = rows.get((args.lengths[0], "cascade"))

@@ -218,6 +218,8 @@ class SequenceState:
         s.decode_tps = n_decode / (t_end - t_first) if t_end > t_first and n_decode else 0.0
         s.peak_memory_mb = peak_memory_mb()
         s.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
+        if g.extra_stats is not None:
+            s.extra["cascade"] = g.extra_stats(g.cache)
         g.result = GenerationResult(text=g.text, tokens=list(g.tokens), stats=s)
         return piece
 

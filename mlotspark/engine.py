@@ -17,6 +17,7 @@ from .errors import OptionError
 from .generate import Generation, GenerationResult, GenerationStats
 from .handle import RequestHandle
 from .options import GenerationOptions
+from .cascade import CascadeConfig, cascade_stats, make_cascade_cache
 from .scheduler import Request, Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:  # persistence imports the engine's types; only for annotations here
@@ -31,9 +32,11 @@ class Engine:
     """A loaded model ready to generate. Create it with ``Engine.load``."""
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
-                 scheduling: SchedulerConfig | None = None):
+                 scheduling: SchedulerConfig | None = None,
+                 cascade: "CascadeConfig | str | None" = "auto"):
         self.loaded = loaded
         self.defaults = defaults
+        self.cascade = _resolve_cascade(loaded, cascade)
         self._lock = threading.RLock()  # the engine thread holds it around each step
         self._device = device_info()["device"]
         self.scheduling = scheduling or SchedulerConfig()
@@ -49,6 +52,7 @@ class Engine:
         weights: str = "auto",
         pull: bool = True,
         progress: bool = True,
+        cascade: "CascadeConfig | str | None" = "auto",
         mode: str = "auto",
         max_batch: int = 8,
         memory_limit: int | str | None = None,
@@ -63,6 +67,10 @@ class Engine:
             weights: ``auto | quantized | float16 | bfloat16 | float32``.
             pull: fetch the model if it is not stored yet.
             progress: show a progress bar while fetching.
+            cascade: the memory cascade. ``"auto"`` (default): plain full attention
+                while prompt + max_tokens fit the model's context, the cascade with
+                ``CascadeConfig.for_model`` defaults past it. A ``CascadeConfig``:
+                always the cascade. None: never (a too-long prompt is an error).
             mode: thermal governor mode: ``auto`` (balanced on AC, efficiency on
                 battery), ``performance``, ``balanced`` or ``efficiency``.
             max_batch: most requests decoded together (default 8).
@@ -78,9 +86,11 @@ class Engine:
         options = GenerationOptions().merged(**defaults)
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
+        if not (cascade is None or cascade == "auto" or isinstance(cascade, CascadeConfig)):
+            raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, 'auto' or None")
         source = registry.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        return cls(loader.load(source, weights=weights), options, scheduling)
+        return cls(loader.load(source, weights=weights), options, scheduling, cascade)
 
     # ------------------------------------------------------------------ public
     @property
@@ -123,10 +133,9 @@ class Engine:
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
         scheduler code that manage caches themselves."""
-        if cache is None:  # options.cache_kind: None | float16 | q8 | q4 | auto
-            from .decoding.cache_policy import request_cache
-
-            cache = request_cache(self, options, cached_tokens + len(prompt_ids))
+        if cache is None:
+            cache = self.make_cache(cached_tokens + len(prompt_ids), options)
+        cascaded = bool(cascade_stats(cache))
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -134,10 +143,29 @@ class Engine:
             cache,
             options,
             cached_tokens=cached_tokens,
-            context_limit=self.loaded.context_length,
+            context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
             stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights},
+            extra_stats=cascade_stats if cascaded else None,
         )
+
+    def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
+        """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
+
+        The cascade when it is forced on, or in ``auto`` when prompt + max_tokens pass
+        the model's context; else the KV cache of ``options.cache_kind``.
+        """
+        options = options or self.defaults
+        cfg = self.cascade
+        if cfg == "auto":
+            cfg = None
+            if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
+                cfg = CascadeConfig.for_model(self.loaded.context_length)
+        if cfg is not None:
+            return make_cascade_cache(self.loaded.model, cfg)
+        from .decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
+
+        return request_cache(self, options, total_tokens)
 
     def submit(
         self,
@@ -322,3 +350,19 @@ class Engine:
         status = self.scheduler_status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info
+
+
+def _resolve_cascade(loaded: loader.LoadedModel, cascade: "CascadeConfig | str | None") -> "CascadeConfig | str | None":
+    """Check a forced cascade fits the model; ``auto`` and None pass through."""
+    if isinstance(cascade, CascadeConfig):
+        if not loaded.supports_cascade:
+            raise OptionError(
+                f"the memory cascade needs a llama-family model; {loaded.name} "
+                f"({loaded.config.get('model_type')}) runs on mlx-lm's classes: use cascade=None"
+            )
+        span = cascade.span
+        if span > loaded.context_length:
+            raise OptionError(
+                f"cascade span {span} exceeds {loaded.name}'s trained context of {loaded.context_length} tokens"
+            )
+    return cascade

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
@@ -102,6 +102,8 @@ class Generation:
         context_limit: the model's context for a non-cascade cache, else None.
         cancel: set it to stop the generation at the next token.
         stats_base: model / device / weights fields to copy into the stats.
+        extra_stats: called with the cache at the end; its dict goes to
+            ``stats.extra["cascade"]`` (the memory cascade's tier figures).
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class Generation:
         context_limit: int | None = None,
         cancel: threading.Event | None = None,
         stats_base: dict | None = None,
+        extra_stats: Callable[[list], dict] | None = None,
     ):
         if not prompt:
             raise PromptTooLongError("empty prompt: nothing to generate from") from None
@@ -131,6 +134,7 @@ class Generation:
         self.context_limit = context_limit
         self.cancel = cancel or threading.Event()
         self.stats = GenerationStats(**(stats_base or {}))
+        self.extra_stats = extra_stats
         self.tokens: list[int] = []
         # Every token the model has consumed, in order: the prompt, then each sampled
         # token; exactly what the cache holds when the request ends. Usually the last
@@ -230,6 +234,8 @@ class Generation:
         n_decode = max(len(self.tokens) - 1, 0)
         s.decode_tps = n_decode / (t_end - t_first) if t_end > t_first and n_decode else 0.0
         s.peak_memory_mb = peak_memory_mb()
+        if self.extra_stats is not None:
+            s.extra["cascade"] = self.extra_stats(self.cache)
         self.result = GenerationResult(text=self.text, tokens=list(self.tokens), stats=s)
 
     def run(self) -> GenerationResult:

@@ -306,7 +306,7 @@ def test_state_round_trips_exactly_and_resumes(model, tmp_path):
     cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, episodic_budget_mb=0.01, spill_dir=str(tmp_path / "s"))
     toks = tokens(190, seed=8)
     cas = make_cascade_cache(model, cfg)
-    forward(model, cas, toks[:150], [64, 64, 22])
+    forward(model, cas, toks[:155], [64, 64, 22] + [1] * 5)  # saved mid-decode
     states = cascade_state(cas)
     # through files, as a persistence layer would store them
     for i, (arrays, meta) in enumerate(states):
@@ -322,9 +322,9 @@ def test_state_round_trips_exactly_and_resumes(model, tmp_path):
         assert a1.keys() == a2.keys()
         for name in a1:
             assert np.array_equal(np.array(a1[name]), np.array(a2[name])), name
-    tail = toks[150:]
-    out = forward(model, cas, tail, [10] + [1] * 30)
-    again = forward(model, restored, tail, [10] + [1] * 30)
+    tail = toks[155:]
+    out = forward(model, cas, tail, [1] * 25 + [10])
+    again = forward(model, restored, tail, [1] * 25 + [10])
     np.testing.assert_array_equal(np.array(out), np.array(again))
 
 
@@ -354,3 +354,12 @@ def test_stats_report_tiers_and_retrievals(model):
     assert s["store"]["hits"] > 0 and s["store"]["hit_rate"] == 1.0
     json.dumps(s)
     assert cascade_stats(model.make_cache()) == {}
+
+
+def test_flags_override_only_what_was_given():
+    c = CascadeConfig.from_flags(8192, window=512, sinks=None, block_kind="q8", top_k=None)
+    d = CascadeConfig.for_model(8192)
+    assert (c.window, c.block_kind) == (512, "q8")
+    assert (c.sinks, c.top_k, c.routing) == (d.sinks, d.top_k, d.routing)
+    with pytest.raises(OptionError, match="'fast'"):
+        CascadeConfig.from_flags(8192, routing="fast")

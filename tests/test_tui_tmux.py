@@ -78,7 +78,9 @@ def test_chat_streams_an_answer_in_tmux(default_gguf, tmp_path, _isolated_home):
     session = f"mlotspark-chat-{os.getpid()}"
     chat = [sys.executable, "-m", "mlotspark", "chat", "--model", str(default_gguf), "--temp", "0", "--max-tokens", "40"]
     # Keep the pane after the app exits so its exit status (and any traceback) can be read.
-    command = f"env MLOTSPARK_HOME={shlex.quote(str(_isolated_home))} {shlex.join(chat)}; echo EXIT=$?; sleep 60"
+    # COLUMNS/LINES (set in this process by a pytest plugin) would override the pane's size.
+    env = f"env -u COLUMNS -u LINES MLOTSPARK_HOME={shlex.quote(str(_isolated_home))}"
+    command = f"{env} {shlex.join(chat)}; echo EXIT=$?; sleep 60"
     tmux("new-session", "-d", "-s", session, "-x", "120", "-y", "36", command)
     try:
         ready = wait_for(session, lambda p: "0 turns" in p and "Type a message" in p, "the app ready")

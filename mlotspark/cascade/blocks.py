@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import OrderedDict
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -108,6 +109,8 @@ class EpisodicStore:
     resident_bytes: int = 0
     clock: int = 0
     counters: StoreCounters = field(default_factory=StoreCounters)
+    # Resident blocks, least recently retrieved first: spilling takes from the front.
+    _lru: OrderedDict = field(default_factory=OrderedDict)
     _dir: Path | None = None
 
     @classmethod
@@ -123,15 +126,24 @@ class EpisodicStore:
         self.clock += 1
         block = Block(layer, index, start, tuple(k.shape), nbytes, payload, last_used=self.clock)
         self.blocks[(layer, index)] = block
+        self._lru[(layer, index)] = None
         self.resident_bytes += nbytes
         self._enforce_budget(protect=())
         return block
 
     def restore(self, block: Block) -> None:
-        """Put back a block read from a snapshot (payload in memory); may spill."""
-        self.blocks[(block.layer, block.index)] = block
+        """Put back a block read from a snapshot (payload in memory); call
+        ``settle`` after the last one."""
+        key = (block.layer, block.index)
+        self.blocks[key] = block
+        self.clock = max(self.clock, block.last_used)
         if block.payload is not None:
             self.resident_bytes += block.nbytes
+            self._lru[key] = None
+
+    def settle(self) -> None:
+        """Order restored blocks by their last retrieval and spill what the budget excludes."""
+        self._lru = OrderedDict((k, None) for k in sorted(self._lru, key=lambda k: self.blocks[k].last_used))
         self._enforce_budget(protect=())
 
     # ----------------------------------------------------------------- reading
@@ -146,6 +158,8 @@ class EpisodicStore:
         blocks = []
         for i in indices:
             b = self.blocks[(layer, i)]
+            self._lru[(layer, i)] = None
+            self._lru.move_to_end((layer, i))
             if b.payload is None:
                 b.payload = self._read(b)
                 b.loads += 1
@@ -163,7 +177,9 @@ class EpisodicStore:
         self._enforce_budget(protect={(layer, i) for i in indices})
         return out
 
-    def unpack(self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None) -> tuple[mx.array, mx.array]:
+    def unpack(
+        self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None
+    ) -> tuple[mx.array, mx.array]:
         """Decode a payload of ``block`` (or several joined along tokens) to keys and
         values, (Hkv, tokens, D) each."""
         H, B, D = block.shape
@@ -193,14 +209,11 @@ class EpisodicStore:
     def _enforce_budget(self, protect: set | tuple) -> None:
         if self.resident_bytes <= self.budget_bytes:
             return
-        resident = sorted(
-            (b for key, b in self.blocks.items() if b.payload is not None and key not in protect),
-            key=lambda b: b.last_used,
-        )
-        for b in resident:
-            if self.resident_bytes <= self.budget_bytes:
+        while self.resident_bytes > self.budget_bytes and self._lru:
+            key = next(iter(self._lru))
+            if key in protect:  # blocks in use were moved to the end: only they remain
                 break
-            self._spill(b)
+            self._spill(self.blocks[key])
 
     def _spill(self, b: Block) -> None:
         if b.path is None or not b.path.exists():
@@ -218,6 +231,7 @@ class EpisodicStore:
                 raise StoreError(f"cannot spill an episodic block to {b.path}: {e.strerror or e}") from e
             self.counters.bytes_written += b.nbytes
         b.payload = None
+        self._lru.pop((b.layer, b.index), None)
         self.resident_bytes -= b.nbytes
         self.counters.spills += 1
 

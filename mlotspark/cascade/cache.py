@@ -90,6 +90,7 @@ class CascadeCache:
         self._ctx_layout: tuple | None = None
         self._n_kv_heads = 0
         self._since_route = 0  # decode steps since the blocks were last scored
+        self._new_blocks = False  # blocks sealed since the last scoring
 
     # ------------------------------------------------------- mlx-lm duck typing
     def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
@@ -141,7 +142,10 @@ class CascadeCache:
         L, c = q.shape[2], self.config.max_chunk
         if L <= c:
             return self._attend(q, k, v, rope, scale)
-        outs = [self._attend(q[:, :, i : i + c], k[:, :, i : i + c], v[:, :, i : i + c], rope, scale) for i in range(0, L, c)]
+        outs = []
+        for i in range(0, L, c):
+            piece = slice(i, i + c)
+            outs.append(self._attend(q[:, :, piece], k[:, :, piece], v[:, :, piece], rope, scale))
         return mx.concatenate(outs, axis=2)
 
     def _attend(self, q: mx.array, k: mx.array, v: mx.array, rope: Callable, scale: float) -> mx.array:
@@ -192,10 +196,11 @@ class CascadeCache:
             return tuple(tuple(range(n)) for _ in range(Hkv))
         # A slow router keeps its choice for a few decode steps while no block was
         # added: no scoring, no host sync, and the assembled context is reused.
-        if decode and self._ctx_layout is not None and _count(self.selection) == k and self._since_route < self.router.interval:
+        if decode and not self._new_blocks and _count(self.selection) == k and self._since_route < self.router.interval:
             self._since_route += 1
             return self.selection
         self._since_route = 1 if decode else self.router.interval  # a decode after prefill re-scores
+        self._new_blocks = False
         self.counters.routed += 1
         return top_blocks(block_distribution(self.index.score(rq, self.router.pool(decode)), scale), k)
 
@@ -254,8 +259,11 @@ class CascadeCache:
         take = min(L, self.config.sinks - self.n_sinks)
         if take > 0:
             # No blocks and an empty window yet, so the rotated context stays valid.
-            self.sink_k = k[..., :take, :] if self.sink_k is None else mx.concatenate([self.sink_k, k[..., :take, :]], axis=2)
-            self.sink_v = v[..., :take, :] if self.sink_v is None else mx.concatenate([self.sink_v, v[..., :take, :]], axis=2)
+            new_k, new_v = k[..., :take, :], v[..., :take, :]
+            if self.sink_k is not None:
+                new_k = mx.concatenate([self.sink_k, new_k], axis=2)
+                new_v = mx.concatenate([self.sink_v, new_v], axis=2)
+            self.sink_k, self.sink_v = new_k, new_v
             self.n_sinks += take
         rest = L - take
         if rest > 0:
@@ -290,10 +298,11 @@ class CascadeCache:
             mx.async_eval(sealed)
         keep = self.n_window - n_out * B
         # A fresh window buffer: an in-place shift would alias the slice it reads.
-        cap = self.win_k.shape[2]
-        self.win_k = mx.concatenate([self.win_k[..., n_out * B : self.n_window, :], mx.zeros_like(self.win_k[..., : cap - keep, :])], axis=2)
-        self.win_v = mx.concatenate([self.win_v[..., n_out * B : self.n_window, :], mx.zeros_like(self.win_v[..., : cap - keep, :])], axis=2)
+        cap, kept = self.win_k.shape[2], slice(n_out * B, self.n_window)
+        self.win_k = mx.concatenate([self.win_k[..., kept, :], mx.zeros_like(self.win_k[..., : cap - keep, :])], axis=2)
+        self.win_v = mx.concatenate([self.win_v[..., kept, :], mx.zeros_like(self.win_v[..., : cap - keep, :])], axis=2)
         self.n_window = keep
+        self._new_blocks = True
         self._ctx_layout = None  # positions shift: rebuild at the next call
 
     # ------------------------------------------------------------- snapshots
@@ -308,7 +317,7 @@ class CascadeCache:
         """
         arrays: dict[str, mx.array] = {}
         if self.n_sinks:
-            arrays["sink_k"], arrays["sink_v"] = self.sink_k[..., : self.n_sinks, :], self.sink_v[..., : self.n_sinks, :]
+            arrays["sink_k"], arrays["sink_v"] = self.sink_k, self.sink_v
         if self.n_window:
             arrays["win_k"], arrays["win_v"] = self.win_k[..., : self.n_window, :], self.win_v[..., : self.n_window, :]
         if self.n_blocks:
@@ -328,6 +337,8 @@ class CascadeCache:
             "n_kv_heads": self._n_kv_heads,
             "head_dim": self.index.buf.shape[-1] if self.index.buf is not None else 0,
             "selection": [list(h) for h in self.selection],
+            "since_route": self._since_route,
+            "new_blocks": self._new_blocks,
             "blocks": blocks,
             "counters": asdict(self.counters),
             "config": self.config.to_dict(),
@@ -376,10 +387,13 @@ class CascadeCache:
                     raise KeyError(prefix)
                 nbytes = sum(a.nbytes for a in payload.values())
                 shape = (c._n_kv_heads, config.block_size, int(meta["head_dim"]))
-                store.restore(Block(c.layer, i, int(info["start"]), shape, nbytes, payload, int(info["last_used"]), int(info["hits"]), int(info["loads"])))
-                store.clock = max(store.clock, int(info["last_used"]))
+                block = Block(c.layer, i, int(info["start"]), shape, nbytes, payload)
+                block.last_used, block.hits, block.loads = int(info["last_used"]), int(info["hits"]), int(info["loads"])
+                store.restore(block)
+            store.settle()
             c.router.from_state({n[7:]: a for n, a in arrays.items() if n.startswith("router.")})
             c.selection = tuple(tuple(int(i) for i in h) for h in meta["selection"])
+            c._since_route, c._new_blocks = int(meta["since_route"]), bool(meta["new_blocks"])
             c.counters = LayerCounters(**meta["counters"])
         except (KeyError, TypeError, ValueError) as e:
             raise SnapshotError(f"incomplete cascade state for layer {meta.get('layer')!r}: missing or bad {e}") from e

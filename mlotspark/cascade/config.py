@@ -135,6 +135,18 @@ class CascadeConfig:
             )
         return config
 
+    @classmethod
+    def from_flags(cls, context_length: int, **flags: Any) -> "CascadeConfig":
+        """``for_model`` with the flags that were given (None = the default).
+
+        For the CLI: ``--window --sinks --block-size --top-k-blocks --routing
+        --block-kind`` map to ``window, sinks, block_size, top_k, routing, block_kind``.
+
+        Raises:
+            OptionError: a bad value or an unknown flag name.
+        """
+        return cls.for_model(context_length, **{k: v for k, v in flags.items() if v is not None})
+
     def to_dict(self) -> dict:
         """Plain JSON-able fields (for snapshots and stats)."""
         return asdict(self)

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from ..cascade import CascadeConfig
+from ..errors import OptionError
 from ..options import GenerationOptions
 from .batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from .common import add_model_args, add_sampling_args, positive_int, sampling_options
@@ -27,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
     if prompt == "-":
         prompt = sys.stdin.read()
     GenerationOptions().merged(**options)  # a bad value fails before the model loads
+    cascade = cascade_choice(args)  # validated again against the model once loaded
     engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         **scheduler_kwargs(args))
+                         cascade=cascade_for(cascade, None), **scheduler_kwargs(args))
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
@@ -80,6 +83,7 @@ def register(sub: Any) -> None:
     add_sampling_args(p)
     add_scheduler_args(p)
     add_batch_args(p)
+    add_cascade_args(p)
     g = p.add_argument_group("decoding")
     g.add_argument("--beams", dest="num_beams", type=positive_int, default=None,
                    help="beam search width, 1 = off (default 1)")
@@ -99,3 +103,46 @@ def register(sub: Any) -> None:
 def _decoding_options(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("num_beams", "length_penalty", "num_return_sequences", "speculative", "draft_model", "cache_kind")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def add_cascade_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "memory cascade",
+        "Default: plain full attention while the prompt fits the model's context, the "
+        "cascade past it. Any of these flags turns the cascade on; --no-cascade turns it off.",
+    )
+    g.add_argument("--window", type=positive_int, default=None, help="local window of the working memory (tokens)")
+    g.add_argument("--sinks", type=int, default=None, help="attention-sink tokens always kept")
+    g.add_argument("--block-size", type=positive_int, default=None, help="tokens per episodic block")
+    g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
+                   help="episodic blocks retrieved per step; 0 = sinks + window only")
+    g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid"], default=None,
+                   help="how blocks are chosen (default hybrid)")
+    g.add_argument("--block-kind", choices=["float16", "q8", "q4"], default=None,
+                   help="storage of episodic blocks (default float16)")
+    g.add_argument("--no-cascade", action="store_true", help="plain full attention only")
+
+
+def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
+    """'auto', None (--no-cascade) or the cascade flags that were given."""
+    flags = {
+        "window": args.window, "sinks": args.sinks, "block_size": args.block_size,
+        "top_k": args.top_k_blocks, "routing": args.routing, "block_kind": args.block_kind,
+    }
+    given = {k: v for k, v in flags.items() if v is not None}
+    if args.no_cascade:
+        if given:
+            raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")
+        return None
+    if given:
+        # Validate now, against the default model's 8k context, so a bad value fails fast.
+        CascadeConfig.from_flags(8192, **given)
+        return given
+    return "auto"
+
+
+def cascade_for(choice: dict[str, Any] | str | None, context_length: int | None) -> Any:
+    """The ``cascade`` argument of ``Engine.load`` for a CLI choice."""
+    if isinstance(choice, dict):
+        return CascadeConfig.from_flags(context_length or 8192, **choice)
+    return choice
