@@ -43,7 +43,7 @@ class GenerationOptions:
     repetition_penalty: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)
-    prefill_chunk: int = 512
+    prefill_chunk: int = 2048  # as mlx-lm's prefill_step_size; the cascade splits further itself
     num_beams: int = 1
     length_penalty: float = 1.0
     num_return_sequences: int = 1
