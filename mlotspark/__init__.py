@@ -15,17 +15,39 @@ from .errors import (
     StoreError,
 )
 
-from .engine import Engine
-from .conversation import Conversation, ConversationInfo
-from .persistence import PersistenceConfig
-from .snapshot import SnapshotWarning
-from .generate import GenerationResult, GenerationStats
-from .handle import RequestHandle
-from .options import GenerationOptions
+# Heavy names load on first use (PEP 562), so ``import mlotspark.semantic`` or the
+# ``memory`` CLI never pulls in MLX; ``from mlotspark import Engine`` works as usual.
+_LAZY = {
+    "Engine": ".engine",
+    "CascadeConfig": ".cascade",
+    "Conversation": ".conversation",
+    "ConversationInfo": ".conversation",
+    "PersistenceConfig": ".persistence",
+    "SnapshotWarning": ".snapshot",
+    "GenerationResult": ".generate",
+    "GenerationStats": ".generate",
+    "RequestHandle": ".handle",
+    "GenerationOptions": ".options",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mlotspark' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CascadeConfig",
     "Conversation",
     "ConversationInfo",
     "Engine",

@@ -227,7 +227,8 @@ class Scheduler:
             ``state``, ``cap``, ``mode``, ``batch_size``, ``running``, ``prefilling``,
             ``queued``, ``paused_s``, ``reason`` (the governor's last one-line reason),
             ``admission`` (the last admission decision), ``kv_bytes`` (KV held by
-            requests in flight), ``completed``, ``decode_tps`` (aggregate, last window)
+            requests in flight), ``completed``, ``decoded_tokens``, ``decode_tps``
+            (aggregate, last window)
             and ``governor`` (the governor's full status).
         """
         gov = self.governor.status(last=5)
@@ -245,6 +246,7 @@ class Scheduler:
                 "reason": gov["reason"],
                 "admission": self._admission,
                 "completed": self._completed,
+                "decoded_tokens": self._tokens,
                 "decode_tps": round(self._meter.last_tps, 2),
                 "batching": self.batching,
             }
@@ -327,6 +329,7 @@ class Scheduler:
             self._decode(decision.state, cap)
         if not self._running:
             self._drain()  # its rows all finished: discard the extra step
+            self._batch_size = 1 if self._solo else 0
 
     def _admit(self, cap: int) -> None:
         while True:
