@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import struct
+import tempfile
 import zlib
 
 import pytest
@@ -37,12 +38,20 @@ def tiny_gguf(tmp_path_factory):
 def full_run(tmp_path_factory, tiny_gguf):
     """Every suite, compared with mlx-lm, as JSON and a plot (one run for several tests)."""
     out = tmp_path_factory.mktemp("bench")
+    (out / "tmp").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLOTSPARK_HOME", str(out / "home"))
+        mp.setattr(tempfile, "tempdir", str(out / "tmp"))  # the run's scratch directory goes here
         code = main(["bench", "--model", str(tiny_gguf), *SMALL, "--suite", ",".join(SUITES),
                      "--compare", "mlx-lm", "--format", "json", "--output", str(out / "report.json"),
                      "--plot", str(out / "plot.png"), "--progress", "off"])
     return code, json.loads((out / "report.json").read_text()), (out / "plot.png").read_bytes(), out
+
+
+@pytest.fixture(autouse=True)
+def _scratch_under_tmp_path(tmp_path, monkeypatch):
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
 
 
 def bench(capsys, *argv):
@@ -68,6 +77,12 @@ def test_json_report_has_the_schema_fields(full_run):
                     "values", "mlx_lm", "ratio", "notes"):
             assert key in r, key
         assert r["n"] == 2 and len(r["values"]) == 2 and r["min"] <= r["median"] <= r["max"]
+
+
+def test_scratch_conversations_are_removed(full_run):
+    _, _, _, out = full_run
+    assert list((out / "tmp").iterdir()) == []  # conversations and cache files went with the run
+    assert not (out / "home" / "conversations").exists() or not any((out / "home" / "conversations").iterdir())
 
 
 def test_every_suite_runs_or_says_what_it_needs(full_run):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .common import add_model_args, positive_int
 
@@ -41,6 +44,19 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl+C, so the engine closes and the scratch directory goes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..bench import BenchConfig, parse_suites, plot_report, render, run_bench
     from ..bench.config import parse_int_list
@@ -64,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
     )
     progress = None if args.progress == "auto" else args.progress == "on"
     command = _command(args)
-    report = run_bench(config, show_progress=progress, command=command)
+    with _terminate_as_exit():
+        report = run_bench(config, show_progress=progress, command=command)
     text = render(report, args.format)
     if args.output:
         atomic_write(Path(args.output), text)
