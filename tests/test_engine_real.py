@@ -79,9 +79,13 @@ def test_max_tokens_and_seeded_sampling(engine):
     assert len(a.tokens) <= 12
 
 
-def test_prompt_too_long_without_the_cascade(engine):
-    with pytest.raises(PromptTooLongError, match="8200 tokens"):
-        engine.submit(prompt_ids=[100] * 8200).result()
+def test_prompt_too_long_without_the_cascade(default_gguf):
+    plain = Engine.load(str(default_gguf), cascade=None)
+    try:
+        with pytest.raises(PromptTooLongError, match="8200 tokens"):
+            plain.submit(prompt_ids=[100] * 8200).result()
+    finally:
+        plain.close()
 
 
 def test_cli_generate_json(default_gguf, capsys):

@@ -19,7 +19,7 @@ from tui.widgets import ConversationList, PromptInput
 pytestmark = pytest.mark.slow
 
 SIZE = (120, 36)
-GIVE_UP_S = 600  # only so a hung test ends; nothing is asserted about speed
+GIVE_UP_S = 240  # only so a hung test ends; nothing is asserted about speed
 
 
 async def until(pilot: Any, check: Callable[[], Any], what: str) -> None:
@@ -63,14 +63,12 @@ def test_reply_streams_escape_cancels_and_slash_commands(default_gguf):
             assert "temp 0.0" in app.panel.text() and "max 24" in app.panel.text()
 
             # a reply appears piece by piece
+            # (a short reply may start and end between two polls: read the widget it left)
+            before = len(app.chat.replies)
             await type_line(pilot, "What is the capital of France?")
-            await until(pilot, lambda: app.chat.reply is not None, "the reply started")
-            reply, seen = app.chat.reply, []
-            while app.chat.reply is not None:
-                if reply.text and (not seen or reply.text != seen[-1]):
-                    seen.append(reply.text)
-                await pilot.pause(0.01)
-            assert len(seen) >= 3 and all(b.startswith(a) and b != a for a, b in zip(seen, seen[1:]))
+            await until(pilot, lambda: len(app.chat.replies) > before and app.chat.reply is None, "the reply ended")
+            reply = app.chat.replies[-1]
+            assert reply.pieces >= 3  # it came piece by piece, not at once
             assert "Paris" in reply.text and reply.finish_reason == "stop" and not reply.marked
             panel = app.panel.text()
             assert "tok/s    —" not in panel and "TTFT     —" not in panel
