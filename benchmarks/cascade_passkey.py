@@ -16,6 +16,7 @@ the run.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -69,7 +70,10 @@ def main() -> None:
                 hits[(n, mode)].append(ok)
                 emit(
                     {"length": n, "tokens": len(ids), "mode": mode, "depth": round(depth, 3), "key": key,
-                     "ok": ok, "answer": run.text.strip()[:48], "s": round(time.perf_counter() - t0, 1)},
+                     "ok": ok, "answer": run.text.strip()[:48], "s": round(time.perf_counter() - t0, 1),
+                     "prefill_tps": round(len(ids) / run.prefill_s, 1),
+                     "decode_ms": round(statistics.median(run.decode_ms), 1) if run.decode_ms else None,
+                     "peak_mb": round(run.peak_mb, 1)},
                     args.out,
                 )
     print(f"\n| prompt tokens | x window | {' | '.join(args.modes)} |")
