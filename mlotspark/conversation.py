@@ -174,9 +174,16 @@ class Conversation:
     # -- reading --------------------------------------------------------------------
     @property
     def messages(self) -> list[dict]:
-        """The messages, oldest first, as ``{"role", "content"}`` dicts (copies)."""
+        """The messages, oldest first, as ``{"role", "content"}`` dicts (copies); an
+        assistant reply also has ``finish_reason`` (``stop``, ``length``, ``cancelled``)."""
         self._reload()
-        return [{"role": m["role"], "content": m["content"]} for m in self.record.messages]
+        out = []
+        for m in self.record.messages:
+            msg = {"role": m["role"], "content": m["content"]}
+            if m.get("finish_reason"):
+                msg["finish_reason"] = m["finish_reason"]
+            out.append(msg)
+        return out
 
     @property
     def system(self) -> str:

@@ -219,7 +219,7 @@ def test_cancel_keeps_the_text_so_far(engines, tiny_loaded):
     c.cancel()
     stats = list(stream)[-1]
     assert stats.finish_reason == "cancelled"
-    assert c.messages[-1]["role"] == "assistant"
+    assert c.messages[-1]["role"] == "assistant" and c.messages[-1]["finish_reason"] == "cancelled"
     assert c.send("Still there?", **OPTS).stats.generation_tokens >= 1
     # Leaving a stream early stops the reply and stores what was said; the lock is free.
     stream = c.stream("Another long story.", temperature=0.0, max_tokens=200)

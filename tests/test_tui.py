@@ -139,7 +139,7 @@ def test_escape_stops_the_reply_and_keeps_the_partial_reply_marked():
         assert reply.text == "The capital of" and reply.finish_reason == "cancelled" and reply.marked
         assert "cancelled" in str(reply.query_one(".mark").render())
         stored = engine.conversation(app.current).messages
-        assert stored[-1] == {"role": "assistant", "content": "The capital of"}
+        assert stored[-1] == {"role": "assistant", "content": "The capital of", "finish_reason": "cancelled"}
         # the app goes on: the next message gets a full reply
         for _ in range(20):
             gate.release()
@@ -148,6 +148,14 @@ def test_escape_stops_the_reply_and_keeps_the_partial_reply_marked():
         assert app.chat.replies[-1].text == engine.reply
 
     drive(app, script)
+    # opened again (as after a restart), the stopped reply still carries its mark
+    again = make_app(engine, conversation=app.current)
+
+    async def reopened(pilot: Any) -> None:
+        first, second = again.chat.replies
+        assert first.marked and "cancelled" in str(first.query_one(".mark").render()) and not second.marked
+
+    drive(again, reopened)
 
 
 def test_a_second_message_while_streaming_waits_and_enter_on_empty_does_nothing():

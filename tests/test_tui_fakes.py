@@ -151,7 +151,8 @@ class FakeConversation:
             if len(words) > opts.max_tokens:
                 reason = "length"
         rec = self._touch()
-        rec["messages"] += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(out)}]
+        rec["messages"] += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(out),
+                                                                    "finish_reason": reason}]
         rec["title"] = rec["title"] or text[:60]
         yield GenerationStats(prompt_tokens=27, generation_tokens=len(out), finish_reason=reason, ttft_s=0.25,
                               decode_tps=12.5, peak_memory_mb=512.0, prefilled_tokens=7, cached_tokens=20,

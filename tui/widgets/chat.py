@@ -147,6 +147,9 @@ class ChatLog(VerticalScroll):
         widgets = [UserMessage(m["content"]) if m["role"] == "user" else Reply(m["content"]) for m in messages]
         if widgets:
             await self.mount_all(widgets)
+        for widget, m in zip(widgets, messages):  # a stopped or cut reply keeps its mark after a restart
+            if isinstance(widget, Reply) and m.get("finish_reason"):
+                await widget.finish(m["finish_reason"])
         self.scroll_end(animate=False)
 
     async def clear(self) -> None:
