@@ -139,8 +139,10 @@ def test_long_sequence_keeps_kv_bounded(model):
     seen = []
     for i, _ in enumerate(generate_step(prompt, model, max_tokens=80, prompt_cache=cas, prefill_step_size=32)):
         for c in cas:
-            assert c.n_window <= cfg.window
+            assert c.n_window <= cfg.window + cfg.max_chunk  # the last call's tokens leave at the next
             assert c._ctx_len <= bound + 1  # + the token being decoded
+            c.settle()
+            assert c.n_window <= cfg.window
             seen.append(c._ctx_k.shape[2])
     stats = cascade_stats(cas)
     assert stats["tokens"]["total"] == 160 + 80  # generate_step feeds the last token too
@@ -168,6 +170,7 @@ def planted_cache(routing: str, representation: str, n_blocks: int = 12, target:
     v = rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
     q = 0.3 * rng.standard_normal((1, Hq, n, D)).astype(np.float32)
     cache.attend(mx.array(q), mx.array(k), mx.array(v), rope=rope, scale=D**-0.5)
+    cache.settle()
     assert cache.n_blocks == n_blocks
     return cache, rope, u, rng
 
@@ -326,6 +329,39 @@ def test_state_round_trips_exactly_and_resumes(model, tmp_path):
     out = forward(model, cas, tail, [1] * 25 + [10])
     again = forward(model, restored, tail, [1] * 25 + [10])
     np.testing.assert_array_equal(np.array(out), np.array(again))
+
+
+@pytest.mark.parametrize("cut", [1, 3, 10])
+def test_trim_drops_the_newest_tokens_as_if_never_fed(model, cut):
+    """A trimmed cascade continues exactly as one that never saw the dropped tokens
+    (drafts rejected, a reply cut by a stop string); blocks left for the store stay."""
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, routing="sequence")
+    toks, wrong = tokens(120, seed=4), tokens(cut, seed=5)
+    ref = make_cascade_cache(model, cfg)
+    forward(model, ref, toks[:100], [64, 36])
+    cas = make_cascade_cache(model, cfg)
+    forward(model, cas, toks[:100], [64, 36])
+    forward(model, cas, wrong, [cut])  # may seal a block: its tokens are old, valid ones
+    assert all(c.trim(cut) == cut for c in cas)
+    assert cas[0].offset == 100
+    a = forward(model, ref, toks[100:], [20])
+    b = forward(model, cas, toks[100:], [20])
+    np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4)
+
+
+def test_trim_past_working_memory_trims_nothing(model):
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2)
+    cas = make_cascade_cache(model, cfg)
+    forward(model, cas, tokens(100), [64, 36])
+    n = cas[0].n_window
+    assert cas[0].trim(n + 1) == 0 and cas[0].offset == 100  # the rest is in episodic blocks
+    short = make_cascade_cache(model, cfg)
+    forward(model, short, tokens(3), [3])  # all in the sinks
+    assert all(c.trim(2) == 2 for c in short) and short[0].offset == 1
+    a = forward(model, short, tokens(5, seed=9), [5])
+    fresh = make_cascade_cache(model, cfg)
+    b = forward(model, fresh, mx.concatenate([tokens(3)[:1], tokens(5, seed=9)]), [6])[:, 1:]
+    np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-4)
 
 
 def test_state_for_another_block_layout_is_refused(model):

@@ -8,7 +8,8 @@ q, k, v and it returns the attention output. Per call of L new tokens:
    rotated at contiguous positions 0, 1, ... (so no distance exceeds the span the
    config allows, whatever the total length) and attended, causal over the new;
 3. the new tokens join the sinks (until full) or the window; whole blocks of B
-   leave the window's old end for the episodic store once it exceeds W tokens.
+   leave the window's old end for the episodic store when the next call finds it
+   past W tokens (so ``trim`` can still drop the newest tokens).
 
 The rotated context lives in one preallocated buffer; decode writes its token in
 place, and the buffer is rebuilt only when the selection changes or a block leaves
@@ -104,7 +105,35 @@ class CascadeCache:
         return [a for a in arrays if a is not None]
 
     def is_trimmable(self) -> bool:
-        return False
+        return True
+
+    def trim(self, n: int) -> int:
+        """Drop the newest ``n`` tokens (speculative drafts, a reply cut by a stop string).
+
+        Only tokens still in working memory can go: from the window, or from the sinks
+        while nothing has left for the episodic store. A longer cut trims nothing and
+        returns 0, so callers fall back (re-prefill); the rolling router keeps the
+        queries of dropped tokens, a routing hint only.
+
+        Returns:
+            ``n`` when trimmed, else 0.
+        """
+        if n <= 0:
+            return 0
+        if n <= self.n_window:
+            self.n_window -= n
+            self._ctx_len = max(0, self._ctx_len - n) if self._ctx_layout is not None else self._ctx_len
+        elif self.n_window == 0 and self.n_blocks == 0 and n <= self.n_sinks:
+            self.n_sinks -= n
+            self.sink_k = self.sink_k[..., : self.n_sinks, :] if self.n_sinks else None
+            self.sink_v = self.sink_v[..., : self.n_sinks, :] if self.n_sinks else None
+            self._ctx_layout = None  # the sinks changed: rebuild at the next call
+        else:
+            return 0
+        self.offset -= n
+        if self._ctx_layout is not None:
+            self._ctx_layout = (self.selection, self.n_sinks, self.offset - self.n_window)
+        return n
 
     def empty(self) -> bool:
         return self.offset == 0
@@ -150,6 +179,7 @@ class CascadeCache:
 
     def _attend(self, q: mx.array, k: mx.array, v: mx.array, rope: Callable, scale: float) -> mx.array:
         L = q.shape[2]
+        self.settle()
         self._n_kv_heads = k.shape[1]
         self.counters.calls += 1
         selection = self._select(q, decode=L == 1, scale=scale)
@@ -276,6 +306,12 @@ class CascadeCache:
         self.offset += L
         if self._ctx_layout is not None:
             self._ctx_layout = (self.selection, self.n_sinks, self.offset - self.n_window)
+        # Past W, whole blocks leave for the store at the start of the next call, not
+        # now: a ``trim`` before it (rejected drafts) then finds them still in the window.
+
+    def settle(self) -> None:
+        """Move whole blocks past the window's W tokens to the episodic store now
+        (each call does it first; this is for readers between calls)."""
         if self.n_window > self.config.window:
             self._evict()
 

@@ -68,6 +68,11 @@ def select_step(gen: Any) -> Callable[..., Any]:
     if not all(getattr(c, "is_trimmable", lambda: False)() for c in gen.cache):
         gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "cache cannot be trimmed"}
         return generate_step
+    if any(hasattr(c, "router") for c in gen.cache):
+        # The cascade routes a multi-token verify pass by sequence, not per token, so
+        # speculation would not reproduce its own plain decode exactly: decode plainly.
+        gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "memory cascade"}
+        return generate_step
     if opts.speculative == "draft":
         from .drafters import load_draft_model
 

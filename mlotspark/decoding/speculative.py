@@ -280,8 +280,8 @@ def speculative_generate_step(
             t0 = time.perf_counter()
             m, token = verify(logprobs, drafts, q, dist)
             # Keep y and the accepted drafts in the cache; drop the rejected ones.
-            if len(drafts) > m:
-                trim_prompt_cache(prompt_cache, len(drafts) - m)
+            if len(drafts) > m and trim_prompt_cache(prompt_cache, len(drafts) - m) != len(drafts) - m:
+                raise RuntimeError("the cache could not drop the rejected drafts")  # a cascade window shorter than a draft
             dt += time.perf_counter() - t0
             if drafts:
                 t_spec[0] += dt
