@@ -207,6 +207,7 @@ def test_suite_selection_keeps_order_and_cases():
     assert parse_suites("tg,pp") == (("tg", ()), ("pp", ()))
     assert parse_suites("ttft:cold,ttft:warm,pp") == (("ttft", ("cold", "warm")), ("pp", ()))
     assert parse_suites("ttft:cold,ttft") == (("ttft", ()),)
+    assert [n for n, _ in parse_suites("all")] == list(SUITES) and parse_suites("pp,all")[0] == ("pp", ())
 
 
 @pytest.mark.parametrize(

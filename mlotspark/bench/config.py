@@ -83,7 +83,7 @@ def _suite_names() -> tuple[str, ...]:
 
 
 def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``"pp,tg,ttft:cold"`` -> ``(("pp", ()), ("tg", ()), ("ttft", ("cold",)))``.
+    """``"pp,tg,ttft:cold"`` -> ``(("pp", ()), ("tg", ()), ("ttft", ("cold",)))``; ``all`` = every suite.
 
     Order follows the first mention of each suite; ``suite`` alone selects every case.
 
@@ -93,6 +93,7 @@ def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]]
     from .suites import SUITES
 
     items = text.split(",") if isinstance(text, str) else list(text)
+    items = [n for i in items for n in (SUITES if i.strip() == "all" else [i])]  # "all": every suite
     chosen: dict[str, list[str] | None] = {}
     for raw in items:
         item = raw.strip()

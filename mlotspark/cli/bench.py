@@ -120,7 +120,7 @@ def register(sub: Any) -> None:
     p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--suite", "-s", default=DEFAULT_SUITES,
-                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; all: {','.join(SUITES)})")
+                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = {','.join(SUITES)})")
     p.add_argument("--compare", choices=["mlx-lm"], default=None,
                    help="also run mlx-lm on the same weights, interleaved, and print ratios")
     p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")
