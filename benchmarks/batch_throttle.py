@@ -62,28 +62,45 @@ def run(mode: str, max_batch: int, model: str | None) -> tuple[list, float]:
 
 
 def bins(steps: list, t0: float) -> list[dict]:
-    """Per 1 s bin: state, cap (last), mean batch, tok/s, paused seconds."""
+    """Per 1 s bin: state and cap (the last step ending by then), mean batch, tok/s, paused seconds.
+
+    A step lasting [t - step_s, t] counts in each bin it overlaps, in proportion, so a
+    step longer than a second (a busy machine) leaves no hole in the curves.
+    """
     end = steps[-1].t - t0
-    out = []
+    out, last = [], None
     for k in range(int(end) + 1):
-        inside = [s for s in steps if k <= s.t - t0 < k + 1]
-        if not inside:
+        busy = batch_s = tokens = paused = 0.0
+        for s in steps:
+            a, b = s.t - t0 - s.step_s, s.t - t0
+            share = max(0.0, min(b, k + 1) - max(a, k))
+            if share <= 0:
+                continue
+            if s.paused:
+                paused += share
+            else:
+                frac = share / s.step_s if s.step_s > 0 else 1.0
+                busy += share
+                batch_s += s.batch * share
+                tokens += s.batch * frac
+        ended = [s for s in steps if s.t - t0 < k + 1]
+        last = ended[-1] if ended else last
+        if last is None:
             continue
-        dec = [s for s in inside if not s.paused]
         out.append({
             "t": k,
-            "state": inside[-1].state,
-            "cap": inside[-1].cap,
-            "batch": statistics.fmean(s.batch for s in dec) if dec else 0.0,
-            "tok_s": sum(s.batch for s in dec),  # tokens decoded in this second
-            "paused_s": sum(s.step_s for s in inside if s.paused),
+            "state": last.state,
+            "cap": last.cap,
+            "batch": batch_s / busy if busy else 0.0,
+            "tok_s": round(tokens, 1),  # tokens decoded in this second
+            "paused_s": paused,
         })
     return out
 
 
 def plot(rows: list[dict], max_batch: int, path: Path, title: str) -> None:
     """Two panels over time: cap (red) and batch (blue); aggregate tok/s (green)."""
-    W, H, margin, left = 900, 520, 16, 70
+    W, H, margin, left = 900, 570, 16, 70
     img = np.full((H, W, 3), 255, dtype=np.uint8)
     _text(img, margin, margin, title[:70])
     _rect(img, margin, margin + LINE + 4, 20, 4, RED)
@@ -97,8 +114,8 @@ def plot(rows: list[dict], max_batch: int, path: Path, title: str) -> None:
     n = max(r["t"] for r in rows) + 1
     plot_w = W - left - margin
     x = lambda t: left + int(t * plot_w / n)  # noqa: E731
-    top1, h1 = 70, 190  # cap / batch panel
-    top2, h2 = 300, 190  # throughput panel
+    top1, h1 = 90, 190  # cap / batch panel
+    top2, h2 = 320, 190  # throughput panel
     peak = max(1.0, max(r["tok_s"] for r in rows))
     for r in rows:  # pause shading first, under the lines
         if r["paused_s"] > 0.05:
@@ -155,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| second | state | cap | mean batch | tok/s | paused s |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['t']} | {r['state']} | {r['cap']} | {r['batch']:.1f} | {r['tok_s']} | {r['paused_s']:.1f} |")
+        print(f"| {r['t']} | {r['state']} | {r['cap']} | {r['batch']:.1f} | {r['tok_s']:.0f} | {r['paused_s']:.1f} |")
     print("\n| state | seconds | cap (range) | mean batch | aggregate tok/s | paused s |")
     print("|---|---|---|---|---|---|")
     for state in ("nominal", "fair", "serious", "critical"):
