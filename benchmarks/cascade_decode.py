@@ -17,6 +17,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+import mlotspark  # noqa: F401  (OpenBLAS before MLX: after it, MLX keeps its reference BLAS)
 import mlx.core as mx
 from cascade_common import FILLER, command_line, emit, load_engine, make_cache, run_greedy
 

@@ -16,6 +16,7 @@ import argparse
 import math
 from pathlib import Path
 
+import mlotspark  # noqa: F401  (OpenBLAS before MLX: after it, MLX keeps its reference BLAS)
 import mlx.core as mx
 import mlx.nn as nn
 from cascade_common import command_line, emit, load_engine, make_cache

@@ -91,3 +91,16 @@ def test_configure_metal_limits_sets_recommended_working_set(monkeypatch):
 def test_metal_info_on_a_mac():
     info = device.device_info()
     assert info["device"] == "gpu (Metal)" and info["gpu_working_set_mb"] > 0
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the BLAS preload is Linux only")
+def test_mlx_imported_first_is_named_in_a_warning_and_in_info():
+    """Too late to swap MLX's BLAS: say so once, and `info` does not claim OpenBLAS."""
+    import subprocess
+    import sys
+
+    code = "import mlx.core\nimport mlotspark._blas as b\nprint(b.BLAS_IN_USE)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("reference (mlx imported before mlotspark)")
+    assert "RuntimeWarning" in out.stderr and "import mlotspark first" in out.stderr
