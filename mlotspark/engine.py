@@ -17,7 +17,7 @@ from .errors import OptionError
 from .generate import Generation, GenerationResult, GenerationStats
 from .handle import RequestHandle
 from .options import GenerationOptions
-from .cascade import CascadeConfig, cascade_stats, make_cascade_cache
+from .cascade import CascadeCache, CascadeConfig, cascade_stats, make_cascade_cache
 from .scheduler import Request, Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:  # persistence imports the engine's types; only for annotations here
@@ -135,7 +135,7 @@ class Engine:
         scheduler code that manage caches themselves."""
         if cache is None:
             cache = self.make_cache(cached_tokens + len(prompt_ids), options)
-        cascaded = bool(cascade_stats(cache))
+        cascaded = isinstance(cache[0], CascadeCache)
         return Generation(
             self.loaded.model,
             self.tokenizer,

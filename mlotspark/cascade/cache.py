@@ -125,9 +125,10 @@ class CascadeCache:
         """
         if n <= 0:
             return 0
-        if n <= self.n_window:
+        if n <= self.n_window:  # the layout (sinks, where the window starts) stays valid
             self.n_window -= n
-            self._ctx_len = max(0, self._ctx_len - n) if self._ctx_layout is not None else self._ctx_len
+            if self._ctx_layout is not None:
+                self._ctx_len -= n
         elif self.n_window == 0 and self.n_blocks == 0 and n <= self.n_sinks:
             self.n_sinks -= n
             self.sink_k = self.sink_k[..., : self.n_sinks, :] if self.n_sinks else None
@@ -136,8 +137,6 @@ class CascadeCache:
         else:
             return 0
         self.offset -= n
-        if self._ctx_layout is not None:
-            self._ctx_layout = (self.selection, self.n_sinks, self.offset - self.n_window)
         return n
 
     def empty(self) -> bool:
