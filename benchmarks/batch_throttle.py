@@ -28,8 +28,8 @@ import numpy as np
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.bench.plot import LINE, _rect, _text, encode_png
 from mlotspark.engine import Engine
-from mlotspark.governor import ThermalGovernor
-from mlotspark.probes import Reading, ScriptedProbe
+from mlotspark.thermal.governor import ThermalGovernor
+from mlotspark.thermal.probes import Reading, ScriptedProbe
 
 # (temperature °C, readings); a reading is one governor evaluation (~1 s).
 SCRIPT = [(50, 12), (75, 10), (85, 10), (95, 12), (60, 40)]

@@ -24,8 +24,8 @@ import time
 
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.engine import Engine
-from mlotspark.governor import ThermalGovernor
-from mlotspark.probes import Reading, ScriptedProbe
+from mlotspark.thermal.governor import ThermalGovernor
+from mlotspark.thermal.probes import Reading, ScriptedProbe
 
 SIZES = (1, 2, 4, 8)
 PROMPTS = [

@@ -19,7 +19,7 @@ import mlotspark  # noqa: F401  (OpenBLAS before mlx)
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 
-from mlotspark.cascade import CascadeConfig, make_cascade_cache
+from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 INTRO = (

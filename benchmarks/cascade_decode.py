@@ -21,7 +21,7 @@ import mlotspark  # noqa: F401  (OpenBLAS before MLX: after it, MLX keeps its re
 import mlx.core as mx
 from cascade_common import FILLER, command_line, emit, load_engine, make_cache, run_greedy
 
-from mlotspark.cascade import CascadeConfig, cascade_stats
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats
 
 
 def main() -> None:

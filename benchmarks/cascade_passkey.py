@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cascade_common import command_line, emit, load_engine, make_cache, passkey_cases, passkey_prompt, run_greedy
 
-from mlotspark.cascade import CascadeConfig
+from mlotspark.memory.cascade import CascadeConfig
 
 
 def main() -> None:

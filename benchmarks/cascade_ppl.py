@@ -21,7 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from cascade_common import command_line, emit, load_engine, make_cache
 
-from mlotspark.cascade import CascadeConfig
+from mlotspark.memory.cascade import CascadeConfig
 
 
 def long_text() -> str:

@@ -112,10 +112,10 @@ def main() -> None:
     if args.child:
         return child(args)
 
-    from mlotspark import registry
+    from mlotspark.models import catalogue
     from mlotspark.engine import Engine
 
-    model = args.model or str(registry.resolve(None, progress=False).path)  # from the user's home
+    model = args.model or str(catalogue.resolve(None, progress=False).path)  # from the user's home
     home = Path(tempfile.mkdtemp(prefix="mlotspark-bench-"))
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations of this run only
     engine = Engine.load(model, progress=False)
@@ -135,7 +135,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"cold": [], "warm": [], "restored": []}
     mlx_lm: list[float] = []
     ids = engine.encode(base.render(QUESTION))
-    from mlotspark.reference import mlx_lm_twin
+    from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
     twin = mlx_lm_twin(engine.loaded)
     for i in range(args.reps):

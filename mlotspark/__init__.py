@@ -1,9 +1,9 @@
 """mlotspark: a desktop LLM inference engine on MLX with a memory cascade."""
 
 # Must run before anything imports mlx: it makes MLX's BLAS calls resolve to OpenBLAS.
-from . import _blas  # noqa: F401  isort: skip
+from mlotspark.platform import blas  # noqa: F401  isort: skip
 
-from .errors import (
+from mlotspark.errors import (
     MlotsparkError,
     ModelError,
     ModelFormatError,
@@ -15,18 +15,18 @@ from .errors import (
     StoreError,
 )
 
-# Heavy names load on first use (PEP 562), so ``import mlotspark.semantic`` or the
+# Heavy names load on first use (PEP 562), so ``import mlotspark.memory.semantic`` or the
 # ``memory`` CLI never pulls in MLX; ``from mlotspark import Engine`` works as usual.
 _LAZY = {
     "Engine": ".engine",
-    "CascadeConfig": ".cascade",
-    "Conversation": ".conversation",
-    "ConversationInfo": ".conversation",
-    "PersistenceConfig": ".persistence",
-    "SnapshotWarning": ".snapshot",
-    "GenerationResult": ".generate",
-    "GenerationStats": ".generate",
-    "RequestHandle": ".handle",
+    "CascadeConfig": ".memory.cascade",
+    "Conversation": ".memory.conversations",
+    "ConversationInfo": ".memory.conversations",
+    "PersistenceConfig": ".memory.persistence",
+    "SnapshotWarning": ".memory.snapshots",
+    "GenerationResult": ".runtime.generation",
+    "GenerationStats": ".runtime.generation",
+    "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
 }
 

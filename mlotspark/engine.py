@@ -11,19 +11,19 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from . import loader, registry
-from .device import configure_metal_limits, device_info
-from .errors import OptionError
-from .generate import Generation, GenerationResult, GenerationStats
-from .handle import RequestHandle
-from .options import GenerationOptions
-from .cascade import CascadeCache, CascadeConfig, cascade_stats, make_cascade_cache
-from .scheduler import Request, Scheduler, SchedulerConfig
+from mlotspark.models import loader, catalogue
+from mlotspark.platform.device import configure_metal_limits, device_info
+from mlotspark.errors import OptionError
+from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+from mlotspark.runtime.request_handle import RequestHandle
+from mlotspark.options import GenerationOptions
+from mlotspark.memory.cascade import CascadeCache, CascadeConfig, cascade_stats, make_cascade_cache
+from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
 if TYPE_CHECKING:  # persistence imports the engine's types; only for annotations here
-    from .conversation import Conversation
-    from .persistence import Persistence
-    from .semantic import SemanticStore
+    from mlotspark.memory.conversations import Conversation
+    from mlotspark.memory.persistence import Persistence
+    from mlotspark.memory.semantic import SemanticStore
 
 Messages = Sequence[dict]
 
@@ -88,7 +88,7 @@ class Engine:
                                      governor=governor)
         if not (cascade is None or cascade == "auto" or isinstance(cascade, CascadeConfig)):
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, 'auto' or None")
-        source = registry.resolve(model, pull=pull, progress=progress)
+        source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
         return cls(loader.load(source, weights=weights), options, scheduling, cascade)
 
@@ -103,7 +103,7 @@ class Engine:
 
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
-        from .tokenizer import encode_chat, encode_raw
+        from mlotspark.models.tokenizer import encode_chat, encode_raw
 
         if isinstance(prompt_or_messages, str):
             if raw:
@@ -163,7 +163,7 @@ class Engine:
                 cfg = CascadeConfig.for_model(self.loaded.context_length)
         if cfg is not None:
             return make_cascade_cache(self.loaded.model, cfg)
-        from .decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
+        from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
 
         return request_cache(self, options, total_tokens)
 
@@ -294,7 +294,7 @@ class Engine:
     @property
     def persistence(self) -> "Persistence":
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
-        from .persistence import Persistence
+        from mlotspark.memory.persistence import Persistence
 
         with self._lock:
             if self.__dict__.get("_persistence") is None:

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from .errors import OptionError
+from mlotspark.errors import OptionError
 
 
 SPECULATIVE = (None, "prompt_lookup", "draft")

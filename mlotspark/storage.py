@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import OptionError, StoreError
+from mlotspark.errors import OptionError, StoreError
 
 try:  # POSIX advisory locks; Windows is not a target, but keep imports safe.
     import fcntl

@@ -27,12 +27,12 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
-    from mlotspark import registry
+    from mlotspark.models import catalogue
 
     old = os.environ.get("MLOTSPARK_HOME")
     os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
     try:
-        return registry.resolve(registry.DEFAULT_MODEL, progress=False).path
+        return catalogue.resolve(catalogue.DEFAULT_MODEL, progress=False).path
     finally:
         if old is None:
             os.environ.pop("MLOTSPARK_HOME", None)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlotspark.cascade import (
+from mlotspark.memory.cascade import (
     CascadeCache,
     CascadeConfig,
     EpisodicStore,
@@ -26,7 +26,7 @@ from mlotspark.cascade import (
     make_cascade_cache,
     restore_cascade_cache,
 )
-from mlotspark.cascade.blocks import decode, encode
+from mlotspark.memory.cascade.blocks import decode, encode
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.models.llama import Model, ModelArgs
 
@@ -231,7 +231,7 @@ def test_kv_heads_choose_their_own_blocks():
     c.store.blocks[(0, 9)].payload = {f"k.{n}": a for n, a in encode(mx.array(k), "float16").items()} | {
         f"v.{n}": a for n, a in encode(v, "float16").items()
     }
-    from mlotspark.cascade.routing import summarize
+    from mlotspark.memory.cascade.routing import summarize
 
     c.index.buf[:, :, 9] = summarize(mx.array(k), "minmax")
     q = np.stack([u, u, w, w])[None, :, None, :]  # query heads 0-1 -> KV head 0, 2-3 -> KV head 1

@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlotspark.cascade import CascadeConfig, cascade_stats, make_cascade_cache
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats, make_cascade_cache
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 
 import mlotspark  # noqa: F401
 from mlotspark.errors import OptionError
-from mlotspark.snapshot import SnapshotWarning
+from mlotspark.memory.snapshots import SnapshotWarning
 
 from persist_helpers import engines, tiny_dirs, tiny_loaded, tiny_loaded_other  # noqa: F401  (fixtures)
 
@@ -303,8 +303,8 @@ def test_memory_cli(capsys, tmp_path):
 # ----------------------------------------------------------------- real model
 @pytest.fixture(scope="module")
 def real_loaded(default_gguf):
-    from mlotspark import loader
-    from mlotspark.registry import ModelSource
+    from mlotspark.models import loader
+    from mlotspark.models.catalogue import ModelSource
 
     return loader.load(ModelSource("smollm2-135m-instruct", "gguf", default_gguf))
 
@@ -338,7 +338,7 @@ def test_real_model_remembers_a_fact_across_conversations(engines, real_loaded):
 
 def test_a_cache_that_cannot_be_trimmed_falls_back_to_a_full_prefill(engines, tiny_loaded, monkeypatch):
     """A cascade cache may refuse to trim; the turn then re-prefills instead of failing."""
-    from mlotspark.models.kv import KVCache
+    from mlotspark.models.kv_cache import KVCache
 
     e = engines(tiny_loaded)
     e.set_budgets(prefix_cache_mb=0)

@@ -17,12 +17,12 @@ from mlotspark.decoding import cache_policy
 from mlotspark.decoding.beam import beam_search, sample_sequences
 from mlotspark.decoding.cache_policy import KindProbe, choose_cache_kind, decide_cache_kind
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
-from mlotspark.decoding.kv_cache import KINDS, kv_bytes, make_cache
+from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache
 from mlotspark.decoding.speculative import DraftLength, SpeculativeConfig, sampling_distribution, speculative_generate_step, verify
 from mlotspark.errors import OptionError
-from mlotspark.models.kv import KVCache
+from mlotspark.models.kv_cache import KVCache
 from mlotspark.options import GenerationOptions
-from mlotspark.sampling import build_logits_processors, build_sampler
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from tiny import tiny_model, write_tiny_gguf
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlotspark import _blas, device, registry  # isort: skip  (mlotspark before mlx: BLAS)
+from mlotspark.platform import blas, device  # isort: skip  (mlotspark before mlx: BLAS)
+from mlotspark.models import catalogue
 
 import mlx.core as mx  # isort: skip
 
@@ -22,7 +23,7 @@ def test_device_info_has_every_key():
     assert info["device"] in ("cpu", "gpu (Metal)", "gpu (CUDA)", "gpu")
     assert info["metal_available"] is device.is_metal()
     assert (info["device"] == "gpu (Metal)") <= info["metal_available"]
-    assert info["blas"] == _blas.BLAS_IN_USE
+    assert info["blas"] == blas.BLAS_IN_USE
     assert info["mlx_version"] == mx.__version__
     assert info["mlx_lm_version"][0].isdigit()
     assert info["cpu"] and info["cpu"] != "unknown"
@@ -34,17 +35,17 @@ def test_default_model_status_never_downloads(monkeypatch):
     def no_download(*a, **k):
         raise AssertionError("device_info must not download")
 
-    monkeypatch.setattr(registry, "_download_wheel", no_download)
+    monkeypatch.setattr(catalogue, "_download_wheel", no_download)
     info = device.device_info()
-    assert registry.DEFAULT_MODEL in info["default_model"]
+    assert catalogue.DEFAULT_MODEL in info["default_model"]
     assert "not pulled" in info["default_model"]
-    assert not registry.alias_path(registry.DEFAULT_MODEL).exists()
+    assert not catalogue.alias_path(catalogue.DEFAULT_MODEL).exists()
 
     # A file of the right size counts as pulled.
-    path = registry.alias_path(registry.DEFAULT_MODEL)
+    path = catalogue.alias_path(catalogue.DEFAULT_MODEL)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        f.truncate(registry.ALIASES[registry.DEFAULT_MODEL].size)
+        f.truncate(catalogue.ALIASES[catalogue.DEFAULT_MODEL].size)
     assert "(pulled" in device.device_info()["default_model"]
 
 
@@ -99,7 +100,7 @@ def test_mlx_imported_first_is_named_in_a_warning_and_in_info():
     import subprocess
     import sys
 
-    code = "import mlx.core\nimport mlotspark._blas as b\nprint(b.BLAS_IN_USE)"
+    code = "import mlx.core\nimport mlotspark.platform.blas as b\nprint(b.BLAS_IN_USE)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("reference (mlx imported before mlotspark)")

@@ -11,7 +11,7 @@ from mlx_lm.generate import generate_step
 from mlotspark.cli import main
 from mlotspark.engine import Engine
 from mlotspark.errors import PromptTooLongError
-from mlotspark.reference import mlx_lm_twin
+from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from mlotspark.errors import OptionError
-from mlotspark.governor import STATES, Decision, ThermalGovernor, apply_memory_limit
-from mlotspark.probes import (
+from mlotspark.thermal.governor import STATES, Decision, ThermalGovernor, apply_memory_limit
+from mlotspark.thermal.probes import (
     PmsetProbe,
     PsutilProbe,
     Reading,
@@ -434,7 +434,7 @@ def test_default_probes_on_this_platform():
 
 
 def test_governor_modules_do_not_import_mlx_at_module_level():
-    root = Path(__file__).resolve().parents[1] / "mlotspark"
+    root = Path(__file__).resolve().parents[1] / "mlotspark" / "thermal"
     for name in ("probes.py", "governor.py"):
         tree = ast.parse((root / name).read_text())
         for node in tree.body:  # module level only: apply_memory_limit imports lazily

@@ -5,9 +5,9 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from mlotspark import gguf, loader
+from mlotspark.models import gguf, loader
 from mlotspark.errors import ModelFormatError
-from mlotspark.registry import ModelSource
+from mlotspark.models.catalogue import ModelSource
 from tiny import tiny_model, write_tiny_gguf
 
 

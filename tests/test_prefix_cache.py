@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import mlotspark  # noqa: F401
-from mlotspark.cache_state import capture, prefix_state, restore
+from mlotspark.memory.kv_state import capture, prefix_state, restore
 from mlotspark.errors import OptionError
-from mlotspark.prefix_cache import PrefixCache
-from mlotspark.snapshot import SnapshotWarning
+from mlotspark.memory.prefix_cache import PrefixCache
+from mlotspark.memory.snapshots import SnapshotWarning
 
 from persist_helpers import extend, kv_cache, kv_equal
 

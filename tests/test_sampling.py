@@ -9,7 +9,7 @@ import pytest
 
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
-from mlotspark.sampling import build_logits_processors, build_sampler
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
 

@@ -15,13 +15,13 @@ import pytest
 
 from mlotspark.engine import Engine
 from mlotspark.errors import OptionError
-from mlotspark.governor import ThermalGovernor
-from mlotspark.loader import LoadedModel
+from mlotspark.thermal.governor import ThermalGovernor
+from mlotspark.models.loader import LoadedModel
 from mlotspark.models import llama
-from mlotspark.models.kv import KVCache
+from mlotspark.models.kv_cache import KVCache
 from mlotspark.options import GenerationOptions
-from mlotspark.probes import Reading, ScriptedProbe
-from mlotspark.scheduler import SchedulerConfig, parse_memory_limit
+from mlotspark.thermal.probes import Reading, ScriptedProbe
+from mlotspark.runtime.scheduler import SchedulerConfig, parse_memory_limit
 
 EOS = 1000  # outside the tiny vocabulary: replies run to max_tokens
 

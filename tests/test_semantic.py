@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.semantic import (
+from mlotspark.memory.semantic import (
     DEFAULT_THRESHOLD,
     MEMORY_HEADER,
     SCHEMA_VERSION,
@@ -355,7 +355,7 @@ _CRASHER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from mlotspark.semantic import SemanticStore
+    from mlotspark.memory.semantic import SemanticStore
     s = SemanticStore(Path(sys.argv[1]))
     i = 0
     while True:
@@ -410,7 +410,7 @@ def test_hashing_embedder_is_deterministic_and_normalised():
     assert not a[2:].any()  # no content words, no direction
     assert np.array_equal(a, emb.embed([SISTER, "What is my sister's name?", "", "the and of"]))
     # Deterministic across processes (str hashes are salted per process).
-    code = "from mlotspark.semantic import HashingEmbedder as H; print(H().embed([%r])[0].tobytes().hex())" % SISTER
+    code = "from mlotspark.memory.semantic import HashingEmbedder as H; print(H().embed([%r])[0].tobytes().hex())" % SISTER
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == a[0].tobytes().hex()
 
@@ -535,9 +535,9 @@ def test_threads_can_share_one_store(store):
 
 
 def test_public_names_and_no_mlx_import():
-    import mlotspark.semantic as semantic
+    import mlotspark.memory.semantic as semantic
 
     assert all(hasattr(semantic, name) for name in semantic.__all__)
     # Memory must work without loading MLX (CLI `memory` commands, tests, other processes).
-    code = "import sys, mlotspark.semantic; print(any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules))"
+    code = "import sys, mlotspark.memory.semantic; print(any(m == 'mlx' or m.startswith('mlx.') for m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

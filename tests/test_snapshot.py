@@ -15,10 +15,10 @@ import pytest
 
 import mlotspark  # noqa: F401
 import mlx.core as mx
-from mlotspark.cache_state import CacheState, capture, prefix_state, restore, trim_to
-from mlotspark.conversation import ConversationFiles, ConversationRecord
+from mlotspark.memory.kv_state import CacheState, capture, prefix_state, restore, trim_to
+from mlotspark.memory.conversations import ConversationFiles, ConversationRecord
 from mlotspark.errors import SnapshotError
-from mlotspark.snapshot import MAX_SEGMENTS, SnapshotStore, parse_safetensors, write_safetensors
+from mlotspark.memory.snapshots import MAX_SEGMENTS, SnapshotStore, parse_safetensors, write_safetensors
 
 from persist_helpers import extend, kv_cache, kv_equal, tiny_model
 
@@ -85,7 +85,7 @@ def test_state_interface_carries_kv_and_cascade_caches(tmp_path, kind):
     if kind == "kv":
         cache = model.make_cache()
     else:
-        from mlotspark.cascade import CascadeConfig, make_cascade_cache
+        from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 
         cache = make_cascade_cache(model, CascadeConfig(window=16, sinks=4, block_size=4, top_k=2, rolling_window=4))
     prompt = mx.array([[i % 97 + 3 for i in range(40)]])
@@ -102,7 +102,7 @@ def test_state_interface_carries_kv_and_cascade_caches(tmp_path, kind):
 
 def test_trim_contract_holds_for_a_cascade_cache():
     """``trim_to`` either cuts to n tokens or reports False and leaves the cache as it was."""
-    from mlotspark.cascade import CascadeConfig, make_cascade_cache
+    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 
     model = tiny_model(vocab_size=128)
     cache = make_cascade_cache(model, CascadeConfig(window=16, sinks=4, block_size=4, top_k=2, rolling_window=4))
@@ -182,7 +182,7 @@ def test_snapshot_refused_with_a_clear_error(tmp_path, damage):
 # ----------------------------------------------------------------- kill -9
 def _turns_forever(home: Path, report_fd: int) -> None:
     """Child of a fork: take turns on the persistence layer (no model, no MLX) until killed."""
-    from mlotspark.semantic import SemanticStore
+    from mlotspark.memory.semantic import SemanticStore
 
     os.environ["MLOTSPARK_HOME"] = str(home)
     files = ConversationFiles(home / "conversations" / "k")
@@ -210,7 +210,7 @@ def temp_files(home: Path) -> list[Path]:
 
 
 def test_sigkill_at_random_instants_leaves_the_last_completed_turn(tmp_path):
-    from mlotspark.semantic import SemanticStore
+    from mlotspark.memory.semantic import SemanticStore
 
     home = tmp_path / "home"
     rnd = random.Random(4)

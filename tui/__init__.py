@@ -5,6 +5,6 @@
 ``backend.py`` every call into the engine; ``messages.py`` what workers post back.
 """
 
-from .app import ChatApp
+from tui.app import ChatApp
 
 __all__ = ["ChatApp"]

@@ -27,13 +27,13 @@ from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
 
 from mlotspark.errors import MlotsparkError
 
-from . import backend
-from .conversations import ConversationActions
-from .logs import NotifyHandler
-from .messages import EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece
-from .screens import HelpScreen
-from .slash import SlashCommands
-from .widgets import ChatLog, ConversationList, PromptInput, StatsPanel
+from tui import backend
+from tui.conversations import ConversationActions
+from tui.logs import NotifyHandler
+from tui.messages import EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece
+from tui.screens import HelpScreen
+from tui.slash import SlashCommands
+from tui.widgets import ChatLog, ConversationList, PromptInput, StatsPanel
 
 log = logging.getLogger(__name__)
 

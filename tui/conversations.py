@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from textual.widgets import ContentSwitcher
 
-from . import backend
-from .screens import Confirm, TextPrompt
-from .widgets import ChatLog, ConversationList, PromptInput
-from .widgets.conversations import ConversationItem
+from tui import backend
+from tui.screens import Confirm, TextPrompt
+from tui.widgets import ChatLog, ConversationList, PromptInput
+from tui.widgets.conversations import ConversationItem
 
 if TYPE_CHECKING:
-    from .app import ChatApp
+    from tui.app import ChatApp
 
 
 class ConversationActions:

@@ -11,7 +11,7 @@ import logging
 
 from textual.app import App
 
-from .messages import EngineWarning
+from tui.messages import EngineWarning
 
 
 class NotifyHandler(logging.Handler):

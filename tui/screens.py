@@ -9,7 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from .commands import help_rows
+from tui.commands import help_rows
 
 KEYS = [
     ("Enter", "send the message"),

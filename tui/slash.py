@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from mlotspark.errors import MlotsparkError
 
-from . import backend
-from .commands import Command, CommandError, parse
+from tui import backend
+from tui.commands import Command, CommandError, parse
 
 if TYPE_CHECKING:
-    from .app import ChatApp
+    from tui.app import ChatApp
 
 MEMORY_LIST = 20  # entries /memory shows
 

@@ -14,12 +14,12 @@ Example::
     print(render(report, "table"))
 """
 
-from .config import BenchConfig, parse_suites
-from .figures import SCHEMA, Figure, Report, SuiteError
-from .formats import CSV_COLUMNS, render
-from .plot import plot_report
-from .runner import run_bench
-from .suites import SUITES
+from mlotspark.bench.config import BenchConfig, parse_suites
+from mlotspark.bench.figures import SCHEMA, Figure, Report, SuiteError
+from mlotspark.bench.formats import CSV_COLUMNS, render
+from mlotspark.bench.plot import plot_report
+from mlotspark.bench.runner import run_bench
+from mlotspark.bench.suites import SUITES
 
 __all__ = [
     "CSV_COLUMNS",

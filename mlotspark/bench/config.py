@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..errors import OptionError
+from mlotspark.errors import OptionError
 
 COMPARE = (None, "mlx-lm")
 FORMATS = ("table", "json", "csv")
@@ -77,7 +77,7 @@ class BenchConfig:
 
 
 def _suite_names() -> tuple[str, ...]:
-    from .suites import SUITES
+    from mlotspark.bench.suites import SUITES
 
     return tuple(SUITES)
 
@@ -90,7 +90,7 @@ def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]]
     Raises:
         OptionError: an unknown suite or case, naming it and the choices.
     """
-    from .suites import SUITES
+    from mlotspark.bench.suites import SUITES
 
     items = text.split(",") if isinstance(text, str) else list(text)
     items = [n for i in items for n in (SUITES if i.strip() == "all" else [i])]  # "all": every suite

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import mlx.core as mx
 import numpy as np
 
-from .config import BenchConfig
-from .figures import Figure
-from .progress import Progress
+from mlotspark.bench.config import BenchConfig
+from mlotspark.bench.figures import Figure
+from mlotspark.bench.progress import Progress
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from mlotspark.engine import Engine
 
 Metrics = dict[str, float]
 
@@ -135,7 +135,7 @@ class BenchContext:
     def twin(self) -> Any:
         """mlx-lm's own model class sharing our weights (``reference.mlx_lm_twin``)."""
         if self._twin is None:
-            from ..reference import mlx_lm_twin
+            from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
             self._twin = mlx_lm_twin(self.engine.loaded)
         return self._twin

@@ -17,8 +17,8 @@ import math
 import statistics
 from typing import Any
 
-from ..errors import OptionError
-from .figures import Report
+from mlotspark.errors import OptionError
+from mlotspark.bench.figures import Report
 
 CSV_COLUMNS = (
     "suite", "case", "metric", "unit", "higher_is_better", "median", "min", "max", "n",

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import OptionError
-from ..storage import atomic_write
-from .figures import Report
-from .formats import _thermal, num
+from mlotspark.errors import OptionError
+from mlotspark.storage import atomic_write
+from mlotspark.bench.figures import Report
+from mlotspark.bench.formats import _thermal, num
 
 # Classic 5x7 font, column-major, bit 0 at the top (upper case only).
 _FONT = {

@@ -18,21 +18,21 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import __version__
-from ..errors import MlotsparkError, OptionError
-from .config import BenchConfig
-from .context import BenchContext, SuiteUnavailable
-from .figures import Report, SuiteError
-from .progress import Progress
-from .suites import SUITES
-from .suites.tg import PROMPT_TOKENS as TG_PROMPT_TOKENS
+from mlotspark import __version__
+from mlotspark.errors import MlotsparkError, OptionError
+from mlotspark.bench.config import BenchConfig
+from mlotspark.bench.context import BenchContext, SuiteUnavailable
+from mlotspark.bench.figures import Report, SuiteError
+from mlotspark.bench.progress import Progress
+from mlotspark.bench.suites import SUITES
+from mlotspark.bench.suites.tg import PROMPT_TOKENS as TG_PROMPT_TOKENS
 
 
 def thermal_state() -> dict[str, Any]:
     """The governor's verdict on the machine now, with the CPU load and load average."""
     import psutil
 
-    from ..governor import ThermalGovernor
+    from mlotspark.thermal.governor import ThermalGovernor
 
     governor = ThermalGovernor(min_interval_s=0.0)
     decision = governor.update(force=True)
@@ -92,8 +92,8 @@ def run_bench(
         OptionError: an impossible setting (e.g. a prompt longer than the context).
         ModelError: the model cannot be loaded.
     """
-    from ..device import device_info
-    from ..engine import Engine
+    from mlotspark.platform.device import device_info
+    from mlotspark.engine import Engine
 
     started, t0 = _dt.datetime.now().astimezone(), time.perf_counter()
     thermal_start = thermal_state()

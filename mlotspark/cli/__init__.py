@@ -10,9 +10,9 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from .. import _blas  # noqa: F401  (OpenBLAS before MLX)
-from ..errors import MlotsparkError
-from . import bench, chat, generate, memory, models
+from mlotspark.platform import blas  # noqa: F401  (OpenBLAS before MLX)
+from mlotspark.errors import MlotsparkError
+from mlotspark.cli import bench, chat, generate, memory, models
 
 # Command modules in the order --help lists them.
 COMMANDS = [chat, generate, models, memory, bench]

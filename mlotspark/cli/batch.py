@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import OptionError
-from ..governor import MODES
-from ..options import GenerationOptions
-from ..scheduler import parse_memory_limit
-from .common import positive_int
+from mlotspark.errors import OptionError
+from mlotspark.thermal.governor import MODES
+from mlotspark.options import GenerationOptions
+from mlotspark.runtime.scheduler import parse_memory_limit
+from mlotspark.cli.common import positive_int
 
 # Several replies per prompt are separate requests here, so they batch.
 _PER_REQUEST = "num_return_sequences"
@@ -244,7 +244,7 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 # ---------------------------------------------------------------- command
 def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """``generate --prompts``: load the engine, run the file, report where results went."""
-    from ..engine import Engine
+    from mlotspark.engine import Engine
 
     prompts = Path(args.prompts)
     specs = read_prompts(prompts)  # a bad file fails before the model loads

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from .common import add_model_args, positive_int
+from mlotspark.cli.common import add_model_args, positive_int
 
 
 def non_negative_int(text: str) -> int:
@@ -58,10 +58,10 @@ def _terminate_as_exit() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import BenchConfig, parse_suites, plot_report, render, run_bench
-    from ..bench.config import parse_int_list
-    from ..bench.plot import check_path
-    from ..storage import atomic_write
+    from mlotspark.bench import BenchConfig, parse_suites, plot_report, render, run_bench
+    from mlotspark.bench.config import parse_int_list
+    from mlotspark.bench.plot import check_path
+    from mlotspark.storage import atomic_write
 
     # Every setting is checked before the model loads: a typo costs nothing.
     plot = check_path(args.plot) if args.plot else None
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    from ..bench.config import DEFAULT_SUITES
-    from ..bench.suites import SUITES
+    from mlotspark.bench.config import DEFAULT_SUITES
+    from mlotspark.bench.suites import SUITES
 
     suites = "; ".join(f"{name}: {m.DESCRIPTION}" + (f" (cases {', '.join(m.CASES)})" if m.CASES else "")
                        for name, m in SUITES.items())

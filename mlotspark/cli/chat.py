@@ -6,8 +6,8 @@ import argparse
 import functools
 from typing import Any
 
-from ..options import GenerationOptions
-from .common import add_model_args, add_sampling_args, sampling_options
+from mlotspark.options import GenerationOptions
+from mlotspark.cli.common import add_model_args, add_sampling_args, sampling_options
 
 
 def run(args: argparse.Namespace) -> int:

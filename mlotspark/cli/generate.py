@@ -7,22 +7,22 @@ import json
 import sys
 from typing import Any
 
-from ..cascade import CascadeConfig
-from ..errors import OptionError
-from ..options import GenerationOptions
-from .batch import add_batch_args, add_scheduler_args, scheduler_kwargs
-from .common import add_model_args, add_sampling_args, positive_int, sampling_options
+from mlotspark.memory.cascade import CascadeConfig
+from mlotspark.errors import OptionError
+from mlotspark.options import GenerationOptions
+from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
+from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engine import Engine
+    from mlotspark.engine import Engine
 
     options = sampling_options(args)
     options.update(_decoding_options(args))
     if args.prompts:  # a file of prompts through the batcher
-        from . import batch
+        from mlotspark.cli import batch
 
         return batch.run(args, options)
     prompt = args.prompt

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import positive_int
+from mlotspark.cli.common import positive_int
 
 
 def _entry_dict(e: Any) -> dict:
@@ -26,7 +26,7 @@ def _line(e: Any, score: float | None = None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..semantic import SemanticStore
+    from mlotspark.memory.semantic import SemanticStore
 
     with SemanticStore() as store:
         action = args.action
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         elif action == "forget":
             missing = [i for i in args.ids if not store.forget(i)]
             if missing:
-                from ..errors import StoreError
+                from mlotspark.errors import StoreError
 
                 raise StoreError(f"no memory entry with id {', '.join(map(str, missing))}")
         elif action == "export":

@@ -8,17 +8,17 @@ from typing import Any
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    from .. import registry
+    from mlotspark.models import catalogue
 
-    source = registry.pull(args.model, progress=True, force=args.force)
+    source = catalogue.pull(args.model, progress=True, force=args.force)
     print(f"{source.name}: {source.path}")
     return 0
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from ..device import device_info, format_info
+    from mlotspark.platform.device import device_info, format_info
 
-    from ..scheduler import governor_snapshot
+    from mlotspark.runtime.scheduler import governor_snapshot
 
     info = device_info()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()

@@ -15,12 +15,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
-from ..options import GenerationOptions
-from .beam import Hypothesis, beam_search, run_sequences, sample_sequences
-from .cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
-from .drafters import DraftModelDrafter, PromptLookupDrafter
-from .kv_cache import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
-from .speculative import SpeculativeConfig, speculative_generate_step
+from mlotspark.options import GenerationOptions
+from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, sample_sequences
+from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
+from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
+from mlotspark.decoding.cache_kinds import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
+from mlotspark.decoding.speculative import SpeculativeConfig, speculative_generate_step
 
 __all__ = [
     "own_loop",
@@ -74,7 +74,7 @@ def select_step(gen: Any) -> Callable[..., Any]:
         gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "memory cascade"}
         return generate_step
     if opts.speculative == "draft":
-        from .drafters import load_draft_model
+        from mlotspark.decoding.drafters import load_draft_model
 
         draft = getattr(gen, "draft_model", None) or load_draft_model(opts.draft_model, gen.model, gen.tokenizer)
         drafter: Any = DraftModelDrafter(draft, prefill_step_size=opts.prefill_chunk)

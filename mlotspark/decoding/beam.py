@@ -24,8 +24,8 @@ from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from ..errors import OptionError
-from .kv_cache import reorder_cache, tile_cache
+from mlotspark.errors import OptionError
+from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
 
 __all__ = ["Hypothesis", "beam_search", "sample_sequences", "run_sequences"]
 
@@ -240,8 +240,8 @@ def run_sequences(gen: Any) -> Iterator[str]:
     sequence in ``result.sequences``, best first) and yields the best text once.
     Stop strings cut each sequence's text after decoding.
     """
-    from ..generate import GenerationResult, StopMatcher, peak_memory_mb
-    from ..sampling import build_logits_processors, build_sampler
+    from mlotspark.runtime.generation import GenerationResult, StopMatcher, peak_memory_mb
+    from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 
     opts = gen.options
     if opts.seed is not None:

@@ -20,9 +20,9 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-from .. import storage
-from ..errors import OptionError
-from .kv_cache import KINDS, kv_bytes, make_cache
+from mlotspark import storage
+from mlotspark.errors import OptionError
+from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache
 
 __all__ = [
     "QualityGate",
@@ -288,7 +288,7 @@ def request_cache(engine: Any, options: Any, prompt_tokens: int) -> list:
     tokens = min(prompt_tokens + options.max_tokens, loaded.context_length)
     device = getattr(engine, "_device", None)
     if not device:
-        from ..device import device_info
+        from mlotspark.platform.device import device_info
 
         device = device_info().get("device", "unknown")
     setup = f"{loaded.weights}@{device}"

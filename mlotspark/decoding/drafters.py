@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 
 import mlx.core as mx
 
-from ..errors import OptionError
+from mlotspark.errors import OptionError
 
 __all__ = ["Drafter", "PromptLookupDrafter", "DraftModelDrafter", "load_draft_model"]
 
@@ -95,7 +95,7 @@ class DraftModelDrafter:
     name = "draft"
 
     def __init__(self, model: Any, prefill_step_size: int = 512):
-        from .kv_cache import make_cache
+        from mlotspark.decoding.cache_kinds import make_cache
 
         self.model = model
         self.cache = make_cache(model, None)
@@ -160,11 +160,11 @@ def load_draft_model(name: str, target: Any, tokenizer: Any) -> Any:
         OptionError: the draft's vocabulary differs from the target's.
         ModelError: the draft cannot be found or loaded.
     """
-    from .. import loader, registry
+    from mlotspark.models import loader, catalogue
 
     loaded = _LOADED.get(name)
     if loaded is None:
-        loaded = loader.load(registry.resolve(name, progress=False))
+        loaded = loader.load(catalogue.resolve(name, progress=False))
         _LOADED.clear()  # keep one draft model in memory
         _LOADED[name] = loaded
     sample = "Speculative decoding: 12 drafts, 3 accepted."

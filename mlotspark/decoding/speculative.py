@@ -28,8 +28,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import trim_prompt_cache
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-from ..options import GenerationOptions
-from .drafters import Drafter
+from mlotspark.options import GenerationOptions
+from mlotspark.decoding.drafters import Drafter
 
 __all__ = [
     "SpeculativeConfig",

@@ -1,8 +1,8 @@
 """Widgets of the chat app: the chat, the conversation list, the side panel."""
 
-from .chat import ChatLog, NoteLine, PromptInput, Reply, UserMessage
-from .conversations import ConversationItem, ConversationList
-from .stats import StatsPanel
+from tui.widgets.chat import ChatLog, NoteLine, PromptInput, Reply, UserMessage
+from tui.widgets.conversations import ConversationItem, ConversationList
+from tui.widgets.stats import StatsPanel
 
 __all__ = [
     "ChatLog", "ConversationItem", "ConversationList", "NoteLine", "PromptInput", "Reply",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Label, ListItem, ListView
 
-from ..backend import ConversationRow
+from tui.backend import ConversationRow
 
 
 def _label(row: ConversationRow, streaming: bool) -> Text:

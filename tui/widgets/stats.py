@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ..backend import MachineFigures, TurnFigures
+from tui.backend import MachineFigures, TurnFigures
 
 DASH = "—"
 LABEL_WIDTH = 9

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import batch, long, pp, spec, tg, ttft
+from mlotspark.bench.suites import batch, long, pp, spec, tg, ttft
 
 SUITES: dict[str, ModuleType] = {
     "pp": pp,

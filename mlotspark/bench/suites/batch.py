@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..context import BenchContext, SuiteUnavailable, figure
-from ..figures import Figure
+from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
+from mlotspark.bench.figures import Figure
 
 CASES: tuple[str, ...] = ()
 DESCRIPTION = "aggregate tok/s vs batch size, with the governor's decisions"

@@ -17,9 +17,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ...errors import OptionError
-from ..context import BenchContext, SuiteUnavailable, figure
-from ..figures import Figure
+from mlotspark.errors import OptionError
+from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
+from mlotspark.bench.figures import Figure
 
 CASES = ("full", "cascade")
 DESCRIPTION = "decode ms/token and peak memory vs context length, full attention vs the cascade"
@@ -31,7 +31,7 @@ def _cases(cases: tuple[str, ...]) -> tuple[str, ...]:
 
 def cascade_supported() -> bool:
     """Whether ``Engine.load`` takes a ``cascade=CascadeConfig(...)``."""
-    from ...engine import Engine
+    from mlotspark.engine import Engine
 
     return "cascade" in inspect.signature(Engine.load).parameters
 
@@ -59,8 +59,8 @@ def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
 
 
 def _load_cascade_engine(ctx: BenchContext) -> Any:
-    from ...cascade import CascadeConfig
-    from ...engine import Engine
+    from mlotspark.memory.cascade import CascadeConfig
+    from mlotspark.engine import Engine
 
     config = CascadeConfig.for_model(ctx.context_length)
     return Engine.load(ctx.config.model, weights=ctx.engine.loaded.weights, progress=False, cascade=config)

@@ -6,8 +6,8 @@ model and one token comes out, for mlotspark and for mlx-lm's ``stream_generate`
 
 from __future__ import annotations
 
-from ..context import BenchContext, figure
-from ..figures import Figure
+from mlotspark.bench.context import BenchContext, figure
+from mlotspark.bench.figures import Figure
 
 CASES: tuple[str, ...] = ()
 DESCRIPTION = "prefill tok/s on a -p token prompt"

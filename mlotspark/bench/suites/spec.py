@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import MlotsparkError
-from ..context import BenchContext, SuiteUnavailable, figure
-from ..figures import Figure
+from mlotspark.errors import MlotsparkError
+from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
+from mlotspark.bench.figures import Figure
 
 CASES = ("prompt_lookup",)
 DESCRIPTION = "speculative decoding: speed-up over plain decoding and acceptance rate"

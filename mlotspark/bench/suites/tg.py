@@ -6,8 +6,8 @@ Speed is (tokens − 1) / (last token − first token) on both engines.
 
 from __future__ import annotations
 
-from ..context import BenchContext, figure
-from ..figures import Figure
+from mlotspark.bench.context import BenchContext, figure
+from mlotspark.bench.figures import Figure
 
 CASES: tuple[str, ...] = ()
 DESCRIPTION = "decode tok/s over -g generated tokens"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..context import BenchContext, SuiteUnavailable, figure
-from ..figures import Figure
+from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
+from mlotspark.bench.figures import Figure
 
 CASES = ("cold", "warm", "restored", "prefix-hit")
 DESCRIPTION = "time to first token: cold, warm turn, restored from disk, prefix-cache hit"

@@ -1,0 +1,35 @@
+"""Samplers and logits processors: mlx-lm's, configured from our options."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import mlx.core as mx
+from mlx_lm.sample_utils import make_logits_processors, make_sampler
+
+from mlotspark.options import GenerationOptions
+
+# Tokens the repetition penalty looks back over.
+REPETITION_CONTEXT = 64
+
+Sampler = Callable[[mx.array], mx.array]
+
+
+def build_sampler(options: GenerationOptions) -> Sampler:
+    """A sampler over log-probabilities (B, V) -> token ids (B,)."""
+    return make_sampler(
+        temp=options.temperature,
+        top_p=options.top_p if options.top_p < 1.0 else 0.0,
+        min_p=options.min_p,
+        top_k=options.top_k,
+    )
+
+
+def build_logits_processors(options: GenerationOptions) -> list:
+    """Processors (tokens, logits) -> logits; empty when none is enabled."""
+    if options.repetition_penalty == 1.0:
+        return []
+    return make_logits_processors(
+        repetition_penalty=options.repetition_penalty,
+        repetition_context_size=REPETITION_CONTEXT,
+    )

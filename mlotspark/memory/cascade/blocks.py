@@ -1,0 +1,276 @@
+"""Episodic memory: KV blocks evicted from the window, stored compact, spilled to disk.
+
+A block is B consecutive tokens of one layer: keys (without RoPE) and values,
+``(Hkv, B, D)`` each, stored as float16 or quantized along D (``mx.quantize``, q8 /
+q4). One ``EpisodicStore`` serves every layer of a model, so the byte budget is one
+number for the whole tier. Past the budget, the least-recently-retrieved blocks are
+written to disk (safetensors, one file per block, 0600 in a 0700 directory) and read
+back when routing selects them again. Routing never needs the payload: it scores
+the block summaries (``routing.py``) that stay in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import OrderedDict
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+
+from mlotspark.errors import StoreError
+from mlotspark.memory.cascade.config import CascadeConfig
+
+_BITS = {"q8": 8, "q4": 4}
+
+
+def quant_group(n: int) -> int | None:
+    """Quantization group size for ``n`` elements per KV head, None if none fits."""
+    return next((g for g in (64, 32) if n % g == 0), None)
+
+
+def encode(x: mx.array, kind: str) -> dict[str, mx.array]:
+    """Pack ``x`` (Hkv, B, D) for storage.
+
+    Quantized kinds group along the flattened (B * D) row of each KV head, so a
+    group is one token's D values when D is 64 (and spans tokens when D is smaller).
+
+    Args:
+        x: keys or values of one block.
+        kind: ``float16 | q8 | q4``.
+
+    Returns:
+        ``{"w": float16 (Hkv, B, D)}`` or the quantized triple ``{"w", "scales", "biases"}``.
+    """
+    if kind == "float16":
+        return {"w": x.astype(mx.float16)}
+    H, B, D = x.shape
+    g = quant_group(B * D)
+    if g is None:
+        raise StoreError(f"cannot quantize blocks of {B} x {D} values: need a multiple of 32")
+    w, scales, biases = mx.quantize(x.reshape(H, B * D), group_size=g, bits=_BITS[kind])
+    return {"w": w, "scales": scales, "biases": biases}
+
+
+def decode(packed: dict[str, mx.array], kind: str, dtype: mx.Dtype, shape: tuple[int, int, int]) -> mx.array:
+    """Inverse of ``encode``: (Hkv, B, D) = ``shape`` in ``dtype``."""
+    if kind == "float16":
+        return packed["w"].astype(dtype)
+    H, T, D = shape
+    g = packed["w"].shape[-1] * 32 // _BITS[kind] // packed["scales"].shape[-1]
+    x = mx.dequantize(packed["w"], packed["scales"], packed["biases"], group_size=g, bits=_BITS[kind])
+    return x.reshape(shape).astype(dtype)
+
+
+@dataclass
+class Block:
+    """One stored block of one layer; ``payload`` is None while it is on disk."""
+
+    layer: int
+    index: int  # order within its layer = original order in the sequence
+    start: int  # sequence position of its first token
+    shape: tuple[int, int, int]  # (Hkv, B, D) of its keys and of its values
+    nbytes: int
+    payload: dict[str, mx.array] | None  # keys "k.w", "k.scales", ..., "v.w", ...
+    last_used: int = 0  # store clock at the last retrieval (or creation)
+    hits: int = 0  # retrievals served from memory
+    loads: int = 0  # retrievals that read the block back from disk
+    path: Path | None = None  # spill file, kept while it is valid
+
+
+@dataclass
+class StoreCounters:
+    """What the store did since it was made (for ``cascade_stats``)."""
+
+    spills: int = 0
+    loads: int = 0
+    hits: int = 0
+    bytes_written: int = 0
+    bytes_read: int = 0
+
+
+@dataclass
+class EpisodicStore:
+    """Blocks of every layer, with one memory budget and spill to disk.
+
+    Args:
+        kind: ``float16 | q8 | q4``.
+        budget_bytes: payload bytes kept in memory before spilling.
+        spill_dir: parent of the spill directory; None = ``$MLOTSPARK_HOME/spill``.
+    """
+
+    kind: str
+    budget_bytes: int
+    spill_dir: str | None = None
+    blocks: dict[tuple[int, int], Block] = field(default_factory=dict)
+    resident_bytes: int = 0
+    clock: int = 0
+    counters: StoreCounters = field(default_factory=StoreCounters)
+    # Resident blocks, least recently retrieved first: spilling takes from the front.
+    _lru: OrderedDict = field(default_factory=OrderedDict)
+    _dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: CascadeConfig) -> "EpisodicStore":
+        return cls(config.block_kind, int(config.episodic_budget_mb * 1e6), config.spill_dir)
+
+    # ----------------------------------------------------------------- writing
+    def add(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> Block:
+        """Store a block's keys and values, (Hkv, B, D) each; may spill older blocks."""
+        payload = {f"k.{n}": a for n, a in encode(k, self.kind).items()}
+        payload.update({f"v.{n}": a for n, a in encode(v, self.kind).items()})
+        nbytes = sum(a.nbytes for a in payload.values())
+        self.clock += 1
+        block = Block(layer, index, start, tuple(k.shape), nbytes, payload, last_used=self.clock)
+        self.blocks[(layer, index)] = block
+        self._lru[(layer, index)] = None
+        self.resident_bytes += nbytes
+        self._enforce_budget(protect=())
+        return block
+
+    def restore(self, block: Block) -> None:
+        """Put back a block read from a snapshot (payload in memory); call
+        ``settle`` after the last one."""
+        key = (block.layer, block.index)
+        self.blocks[key] = block
+        self.clock = max(self.clock, block.last_used)
+        if block.payload is not None:
+            self.resident_bytes += block.nbytes
+            self._lru[key] = None
+
+    def settle(self) -> None:
+        """Order restored blocks by their last retrieval and spill what the budget excludes."""
+        self._lru = OrderedDict((k, None) for k in sorted(self._lru, key=lambda k: self.blocks[k].last_used))
+        self._enforce_budget(protect=())
+
+    # ----------------------------------------------------------------- reading
+    def fetch(self, layer: int, indices: list[int], dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
+        """Keys and values of the given blocks of ``layer``, concatenated in the given
+        order and decoded to ``dtype``: (Hkv, len(indices) * B, D) each.
+
+        Counts a retrieval for each block (the LRU order) and reads spilled blocks
+        back from disk; the blocks fetched together are never spilled by it.
+        """
+        self.clock += 1
+        blocks = []
+        for i in indices:
+            b = self.blocks[(layer, i)]
+            self._lru[(layer, i)] = None
+            self._lru.move_to_end((layer, i))
+            if b.payload is None:
+                b.payload = self._read(b)
+                b.loads += 1
+                self.counters.loads += 1
+                self.resident_bytes += b.nbytes
+            else:
+                b.hits += 1
+                self.counters.hits += 1
+            b.last_used = self.clock
+            blocks.append(b)
+        # Concatenate the stored form first: one decode for all blocks, not one each.
+        joined = {n: mx.concatenate([b.payload[n] for b in blocks], axis=1) for n in blocks[0].payload}
+        H, B, D = blocks[0].shape
+        out = self.unpack(blocks[0], joined, dtype, tokens=B * len(blocks))
+        self._enforce_budget(protect={(layer, i) for i in indices})
+        return out
+
+    def unpack(
+        self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None
+    ) -> tuple[mx.array, mx.array]:
+        """Decode a payload of ``block`` (or several joined along tokens) to keys and
+        values, (Hkv, tokens, D) each."""
+        H, B, D = block.shape
+        shape = (H, tokens or B, D)
+        k = decode({n[2:]: a for n, a in payload.items() if n.startswith("k.")}, self.kind, dtype, shape)
+        v = decode({n[2:]: a for n, a in payload.items() if n.startswith("v.")}, self.kind, dtype, shape)
+        return k, v
+
+    def payload_of(self, block: Block) -> dict[str, mx.array]:
+        """A block's stored arrays, read from disk if spilled (residency unchanged)."""
+        return block.payload if block.payload is not None else self._read(block)
+
+    def set_budget(self, budget_mb: float) -> None:
+        """Change the in-memory budget; blocks past it spill now.
+
+        Raises:
+            OptionError: a negative or non-numeric budget.
+        """
+        from mlotspark.errors import OptionError
+
+        if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb >= 0:
+            raise OptionError(f"invalid episodic budget {budget_mb!r} MB: must be a number >= 0")
+        self.budget_bytes = int(budget_mb * 1e6)
+        self._enforce_budget(protect=())
+
+    # ------------------------------------------------------------------- spill
+    def _enforce_budget(self, protect: set | tuple) -> None:
+        if self.resident_bytes <= self.budget_bytes:
+            return
+        while self.resident_bytes > self.budget_bytes and self._lru:
+            key = next(iter(self._lru))
+            if key in protect:  # blocks in use were moved to the end: only they remain
+                break
+            self._spill(self.blocks[key])
+
+    def _spill(self, b: Block) -> None:
+        if b.path is None or not b.path.exists():
+            # Payloads never change, so a file written once stays valid for reloads.
+            b.path = self.directory() / f"l{b.layer:03d}_b{b.index:07d}.safetensors"
+            fd, tmp = tempfile.mkstemp(dir=b.path.parent, suffix=".safetensors")
+            os.close(fd)
+            try:
+                mx.save_safetensors(tmp, b.payload)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, b.path)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise StoreError(f"cannot spill an episodic block to {b.path}: {e.strerror or e}") from e
+            self.counters.bytes_written += b.nbytes
+        b.payload = None
+        self._lru.pop((b.layer, b.index), None)
+        self.resident_bytes -= b.nbytes
+        self.counters.spills += 1
+
+    def _read(self, b: Block) -> dict[str, mx.array]:
+        try:
+            arrays = mx.load(str(b.path))
+        except (OSError, ValueError, RuntimeError) as e:
+            raise StoreError(f"cannot read spilled episodic block {b.path}: {e}") from e
+        self.counters.bytes_read += b.nbytes
+        return dict(arrays)
+
+    def directory(self) -> Path:
+        """The spill directory of this store (private, created on first use)."""
+        if self._dir is None:
+            if self.spill_dir is not None:
+                parent = Path(self.spill_dir).expanduser()
+            else:
+                from mlotspark.storage import subdir
+
+                parent = subdir("spill")
+            try:
+                parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._dir = Path(tempfile.mkdtemp(prefix="cascade-", dir=parent))  # mode 0700
+            except OSError as e:
+                raise StoreError(f"cannot create spill directory under {parent}: {e.strerror or e}") from e
+        return self._dir
+
+    def close(self) -> None:
+        """Delete this store's spill files (blocks on disk are lost)."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+            for b in self.blocks.values():
+                b.path = None
+
+    # ------------------------------------------------------------------- stats
+    def layer_blocks(self, layer: int) -> list[Block]:
+        return [b for (l, _), b in self.blocks.items() if l == layer]
+
+    def __del__(self) -> None:  # spill files are a cache of this process only
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,164 @@
+"""``CascadeConfig``: the sizes and policies of the working + episodic memory tiers.
+
+One validated, frozen record. ``CascadeConfig.for_model(context_length)`` gives the
+defaults for a model; every field can be overridden (``dataclasses.replace``, or the
+CLI flags ``--window --sinks --block-size --top-k-blocks --routing --block-kind``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from mlotspark.errors import OptionError
+
+ROUTINGS = ("sequence", "rolling", "token", "hybrid")
+BLOCK_KINDS = ("float16", "q8", "q4")
+REPRESENTATIONS = ("minmax", "mean", "keys")
+
+
+@dataclass(frozen=True)
+class CascadeConfig:
+    """Working memory (sinks + window) and episodic memory (retrieved blocks).
+
+    The attended context of every token is at most
+    ``sinks + top_k * block_size + window + chunk`` keys, at contiguous positions
+    starting at 0, so it must stay below the model's trained context
+    (``for_model`` checks it).
+
+    Args:
+        window: recent tokens always attended (default 1024).
+        sinks: first tokens always attended, the StreamingLLM attention sinks (64:
+            DESIGN §4 calibration found 64 better than 16).
+        block_size: tokens per episodic block (default 32; smaller blocks retrieve
+            more precisely, DESIGN §4).
+        top_k: blocks retrieved into attention per KV head; 0 = sinks + window only
+            (the StreamingLLM baseline).
+        routing: ``sequence | rolling | token | hybrid`` (default ``hybrid``:
+            sequence-level for prefill, rolling for decode; see ``routing.py``).
+        rolling_window: decode queries remembered by ``rolling``.
+        block_kind: storage of episodic blocks: ``float16 | q8 | q4``.
+        episodic_budget_mb: bytes of block payload kept in memory, summed over
+            layers; past it the least-recently-retrieved blocks spill to disk.
+        spill_dir: where spilled blocks go; None = a private directory under
+            ``$MLOTSPARK_HOME/spill`` created on first spill.
+        representation: how a block is summarised for routing: ``minmax`` (per-dim
+            key bounds: an upper bound of the best key's score), ``mean`` (one mean
+            key), ``keys`` (every key: exact, but routing cost grows with length).
+        chunk: longest run of new tokens attended in one piece; longer prefill
+            chunks are split so positions stay bounded (0 = ``window``).
+    """
+
+    window: int = 1024
+    sinks: int = 64
+    block_size: int = 32
+    top_k: int = 8
+    routing: str = "hybrid"
+    rolling_window: int = 16
+    block_kind: str = "float16"
+    episodic_budget_mb: float = 512.0
+    spill_dir: str | None = None
+    representation: str = "minmax"
+    chunk: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> OptionError:
+            return OptionError(f"invalid cascade {name} {getattr(self, name)!r}: {why}")
+
+        for name in ("window", "block_size", "rolling_window"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise bad(name, "must be an integer >= 1")
+        for name in ("sinks", "top_k", "chunk"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise bad(name, "must be an integer >= 0")
+        if self.block_size > self.window:
+            raise bad("block_size", f"must not exceed the window ({self.window})")
+        if self.routing not in ROUTINGS:
+            raise bad("routing", f"choose one of {', '.join(ROUTINGS)}")
+        if self.block_kind not in BLOCK_KINDS:
+            raise bad("block_kind", f"choose one of {', '.join(BLOCK_KINDS)}")
+        if self.representation not in REPRESENTATIONS:
+            raise bad("representation", f"choose one of {', '.join(REPRESENTATIONS)}")
+        b = self.episodic_budget_mb
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0:
+            raise bad("episodic_budget_mb", "must be a number >= 0")
+        if self.spill_dir is not None and not isinstance(self.spill_dir, str):
+            raise bad("spill_dir", "must be a path string or None")
+
+    @property
+    def max_chunk(self) -> int:
+        """New tokens attended in one piece (``chunk``, or ``window`` when 0)."""
+        return self.chunk or self.window
+
+    @property
+    def span(self) -> int:
+        """Largest position any attended key gets, plus one."""
+        return self.sinks + self.top_k * self.block_size + self.window + self.max_chunk
+
+    @classmethod
+    def for_model(cls, context_length: int, **overrides: Any) -> "CascadeConfig":
+        """Defaults for a model trained on ``context_length`` tokens.
+
+        The window is an eighth of the trained context (1024 for 8k), clamped to
+        [64, 4096]: small enough that decode stays cheap, large enough for the
+        local syntax; the whole attended span stays below the trained context.
+
+        Args:
+            context_length: the model's trained context (``max_position_embeddings``).
+            **overrides: fields to set instead of the defaults.
+
+        Returns:
+            A validated config.
+
+        Raises:
+            OptionError: a bad value, or a span that exceeds ``context_length``.
+        """
+        if not isinstance(context_length, int) or context_length < 256:
+            raise OptionError(f"invalid context_length {context_length!r}: need an integer >= 256")
+        window = max(64, min(4096, context_length // 8))
+        sinks = min(64, window // 4)
+        block = 32 if window >= 256 else 16
+        top_k = min(8, context_length // (4 * block))  # retrieved blocks: at most a quarter
+        base: dict[str, Any] = dict(window=window, sinks=sinks, block_size=block, top_k=top_k)
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise OptionError(f"unknown cascade option(s): {', '.join(sorted(unknown))}")
+        base.update(overrides)
+        config = cls(**base)
+        if config.span > context_length:
+            raise OptionError(
+                f"cascade span {config.span} (sinks {config.sinks} + top_k {config.top_k} x "
+                f"block_size {config.block_size} + window {config.window} + chunk {config.max_chunk}) "
+                f"exceeds the model's trained context of {context_length} tokens: lower window or top_k"
+            )
+        return config
+
+    @classmethod
+    def from_flags(cls, context_length: int, **flags: Any) -> "CascadeConfig":
+        """``for_model`` with the flags that were given (None = the default).
+
+        For the CLI: ``--window --sinks --block-size --top-k-blocks --routing
+        --block-kind`` map to ``window, sinks, block_size, top_k, routing, block_kind``.
+
+        Raises:
+            OptionError: a bad value or an unknown flag name.
+        """
+        return cls.for_model(context_length, **{k: v for k, v in flags.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able fields (for snapshots and stats)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CascadeConfig":
+        """Inverse of ``to_dict``; unknown keys are refused.
+
+        Raises:
+            OptionError: unknown key or bad value.
+        """
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise OptionError(f"unknown cascade option(s): {', '.join(sorted(unknown))}")
+        return cls(**d)

@@ -1,0 +1,265 @@
+"""How episodic blocks are chosen: block summaries, scores, and routing strategies.
+
+Every sealed block gets a *summary* of its keys (without RoPE), kept in memory
+even when the block's payload is spilled:
+
+- ``minmax`` (default): the per-dimension minimum and maximum of the block's keys,
+  as in Quest (Tang et al., 2024). ``q+ . max + q- . min`` is an upper bound of the
+  best single key's score ``max_j q . k_j``, the exact max-similarity that DESIGN §4
+  found to work, at the cost of two vectors per block.
+- ``mean``: one mean key (InfLLM-like with one representative; poor in DESIGN §4).
+- ``keys``: every key (exact max-similarity; routing cost grows with the length).
+
+A query is scored against the summaries of its own KV head: the scores of the
+query heads of one GQA group are summed, so each KV head picks its own top-k
+blocks. A *router* says which queries drive the choice:
+
+- ``sequence``: every query of the chunk, in runs of ``PREFILL_POOL`` tokens; the
+  block distributions (softmax over blocks) of the runs are averaged, so a few
+  tokens that need a block can win it against a chunk of filler (one mean query
+  would be dominated by the filler).
+- ``token``: the current token alone at decode; sequence-level for prefill.
+- ``rolling``: the last ``rolling_window`` queries (prefill tail included),
+  aggregated like ``sequence``, so the choice changes slowly.
+- ``hybrid`` (default): sequence-level for prefill, rolling for decode.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import mlx.core as mx
+
+from mlotspark.memory.cascade.config import CascadeConfig
+
+
+#: Prefill queries averaged per routing row. Routing a chunk costs rows x blocks,
+#: and blocks grow with the length: scoring every token made routing +65% of a
+#: 512-token chunk's prefill at 32k tokens (1000 blocks); runs of 16 keep a short
+#: question distinct within a chunk of filler at 1/16 of the cost.
+PREFILL_POOL = 16
+
+
+# ------------------------------------------------------------------ summaries
+def summarize(k: mx.array, kind: str) -> mx.array:
+    """Summary of one block's keys for routing.
+
+    Args:
+        k: keys without RoPE, (Hkv, B, D).
+        kind: ``minmax | mean | keys``.
+
+    Returns:
+        float32 (Hkv, R, D): R = 2 (min, max), 1 (mean) or B (every key).
+    """
+    k = k.astype(mx.float32)
+    if kind == "minmax":
+        return mx.stack([k.min(axis=1), k.max(axis=1)], axis=1)
+    if kind == "mean":
+        return k.mean(axis=1, keepdims=True)
+    return k
+
+
+def _pool(x: mx.array, size: int) -> mx.array:
+    """Mean over runs of ``size`` consecutive rows: (H, M, D) -> (H, ceil(M / size), D)."""
+    H, M, D = x.shape
+    if size <= 1 or M <= 1:
+        return x
+    full = (M // size) * size
+    parts = [x[:, :full].reshape(H, M // size, size, D).mean(axis=2)] if full else []
+    if full < M:
+        parts.append(x[:, full:].mean(axis=1, keepdims=True))
+    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=1)
+
+
+def score_blocks(q: mx.array, summaries: mx.array, kind: str, pool: int = 1) -> mx.array:
+    """Score routing queries against block summaries, per KV head.
+
+    The scores of a GQA group's query heads are summed, and with ``pool`` > 1 the
+    scores of each run of ``pool`` consecutive queries are averaged. Both are linear
+    in (q+, q-), so they are applied to the queries before the matmul: the cost is
+    M / pool rows, not G * M.
+
+    Args:
+        q: routing queries without RoPE, (Hkv, G, M, D): G query heads per KV head.
+        summaries: (Hkv, R, N, D) float32 (``SummaryIndex.view``).
+        kind: the summary kind.
+        pool: queries averaged per scored row.
+
+    Returns:
+        (Hkv, ceil(M / pool), N) float32 scores (higher = more relevant).
+    """
+    q = q.astype(mx.float32)
+    Hkv, R, N, D = summaries.shape
+    if kind == "minmax":
+        qp = _pool(mx.maximum(q, 0).sum(axis=1), pool)  # (Hkv, M', D)
+        qn = _pool(mx.minimum(q, 0).sum(axis=1), pool)
+        # (Hkv, N, D) rows are contiguous, so BLAS reads the transposes as they are
+        return qp @ summaries[:, 1].swapaxes(-1, -2) + qn @ summaries[:, 0].swapaxes(-1, -2)
+    qs = _pool(q.sum(axis=1), pool)  # (Hkv, M', D)
+    if R == 1:
+        return qs @ summaries[:, 0].swapaxes(-1, -2)
+    # ``keys``: the best key of each block (max over its rows)
+    return mx.stack([qs @ summaries[:, r].swapaxes(-1, -2) for r in range(R)]).max(axis=0)
+
+
+class SummaryIndex:
+    """The summaries of one layer's blocks, appended as blocks are sealed.
+
+    Stored (Hkv, R, capacity, D) so that each KV head's rows are contiguous for the
+    scoring matmul (a strided operand costs a copy per call).
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.n = 0
+        self.buf: mx.array | None = None  # (Hkv, R, cap, D) float32
+
+    def add(self, summary: mx.array) -> None:
+        """Append one block's summary (Hkv, R, D)."""
+        if self.buf is None or self.buf.shape[2] <= self.n:
+            H, R, D = summary.shape
+            cap = 0 if self.buf is None else self.buf.shape[2]
+            extra = mx.zeros((H, R, max(64, cap), D), dtype=mx.float32)
+            self.buf = extra if self.buf is None else mx.concatenate([self.buf, extra], axis=2)
+        self.buf[:, :, self.n] = summary
+        self.n += 1
+
+    def view(self) -> mx.array:
+        """(Hkv, R, N, D) summaries of the N blocks so far."""
+        return self.buf[:, :, : self.n]
+
+    def score(self, q: mx.array, pool: int = 1) -> mx.array:
+        """``score_blocks`` of routing queries (Hkv, G, M, D) -> (Hkv, M', N)."""
+        return score_blocks(q, self.view(), self.kind, pool)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the summaries in use."""
+        return self.view().nbytes if self.n else 0
+
+    def to_array(self) -> mx.array | None:
+        return self.view() if self.n else None
+
+    @classmethod
+    def from_array(cls, kind: str, a: mx.array | None) -> "SummaryIndex":
+        index = cls(kind)
+        if a is not None:
+            index.buf, index.n = a, a.shape[2]
+        return index
+
+
+def block_distribution(scores: mx.array, scale: float) -> mx.array:
+    """Average over queries of each query's softmax over blocks: (Hkv, M, N) -> (Hkv, N)."""
+    return mx.softmax(scores * scale, axis=-1).mean(axis=1)
+
+
+def top_blocks(relevance: mx.array, k: int) -> tuple[tuple[int, ...], ...]:
+    """Indices of the ``k`` most relevant blocks per KV head, in original order.
+
+    Args:
+        relevance: (Hkv, N) with N > k.
+
+    Returns:
+        One sorted tuple per KV head (a host sync: the block store needs the ids).
+    """
+    idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
+    return tuple(tuple(sorted(row)) for row in idx.tolist())
+
+
+# ------------------------------------------------------------------- routers
+def group_queries(q: mx.array, n_kv_heads: int) -> mx.array:
+    """(1, Hq, L, D) -> (Hkv, G, L, D): query head i belongs to KV head i // G."""
+    _, Hq, L, D = q.shape
+    return q.reshape(n_kv_heads, Hq // n_kv_heads, L, D)
+
+
+class Router(ABC):
+    """Chooses the queries that pick a layer's blocks. One instance per layer."""
+
+    name: str = ""
+    interval: int = 1  # decode steps a choice is kept before the blocks are scored again
+
+    def pool(self, decode: bool) -> int:
+        """Queries averaged per scored row: 1 at decode; ``PREFILL_POOL`` for a
+        prefill chunk, which keeps routing a small share of prefill at any length."""
+        return 1 if decode else PREFILL_POOL
+
+    @abstractmethod
+    def queries(self, q: mx.array, decode: bool) -> mx.array:
+        """Routing queries (Hkv, G, M, D) for a call with grouped queries ``q``
+        (Hkv, G, L, D); ``decode`` is True for single-token steps."""
+
+    def reset(self) -> None:
+        """Forget remembered queries (a new sequence)."""
+
+    def to_state(self) -> dict[str, mx.array]:
+        return {}
+
+    def from_state(self, arrays: dict[str, mx.array]) -> None:
+        pass
+
+
+class SequenceRouter(Router):
+    """Every query of the chunk drives the choice (decode: the one token)."""
+
+    name = "sequence"
+
+    def queries(self, q: mx.array, decode: bool) -> mx.array:
+        return q
+
+
+class TokenRouter(SequenceRouter):
+    """Per token at decode; a prefill chunk is routed as a sequence (its tokens
+    share one assembled context)."""
+
+    name = "token"
+
+
+class RollingRouter(Router):
+    """The last ``n`` queries drive the choice, so it drifts slowly."""
+
+    name = "rolling"
+
+    def __init__(self, n: int):
+        self.n = n
+        # Its choice moves slowly by design: re-score every n/4 decode steps.
+        self.interval = max(1, n // 4)
+        self.recent: mx.array | None = None  # (Hkv, G, <=n, D)
+
+    def remember(self, q: mx.array) -> mx.array:
+        seen = q if self.recent is None else mx.concatenate([self.recent, q], axis=2)
+        self.recent = seen[:, :, -self.n :]
+        return self.recent
+
+    def queries(self, q: mx.array, decode: bool) -> mx.array:
+        return self.remember(q)
+
+    def reset(self) -> None:
+        self.recent = None
+
+    def to_state(self) -> dict[str, mx.array]:
+        return {} if self.recent is None else {"recent": self.recent}
+
+    def from_state(self, arrays: dict[str, mx.array]) -> None:
+        self.recent = arrays.get("recent")
+
+
+class HybridRouter(RollingRouter):
+    """Sequence-level for prefill chunks, rolling at decode (the default)."""
+
+    name = "hybrid"
+
+    def queries(self, q: mx.array, decode: bool) -> mx.array:
+        recent = self.remember(q)
+        return recent if decode else q
+
+
+def make_router(config: CascadeConfig) -> Router:
+    """A fresh router for one layer, as ``config.routing`` names."""
+    if config.routing == "sequence":
+        return SequenceRouter()
+    if config.routing == "token":
+        return TokenRouter()
+    if config.routing == "rolling":
+        return RollingRouter(config.rolling_window)
+    return HybridRouter(config.rolling_window)

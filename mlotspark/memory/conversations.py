@@ -1,0 +1,454 @@
+"""Conversations that survive restarts: messages on disk, KV snapshots, memory per turn.
+
+``engine.conversation(name)`` gives a ``Conversation``; its files live in
+``$MLOTSPARK_HOME/conversations/<name>/``::
+
+    conversation.json   name, title, system prompt, messages (the ground truth)
+    snapshot/           the KV / cascade state after the last turn (snapshot.py)
+    .lock               held for a whole turn, so processes sharing the home take turns
+
+A turn: retrieve semantic memory for the user's text; render the messages with the
+chat template; take the cache that shares the longest token prefix with the prompt
+(this conversation's warm cache, its snapshot on disk, or the shared prefix cache),
+cut it to that prefix, and submit only the rest; when the turn finishes (on the
+engine's thread) store the messages first, then the snapshot, then what the user
+stated about themselves. A snapshot that cannot be used is refused with a
+``SnapshotWarning`` and the turn re-prefills from the stored messages.
+
+Where retrieved memory goes: into the system prompt on a conversation's first turn;
+on later turns, in front of that user message. The rendered transcript then only
+grows, so the KV of every earlier turn stays valid and is never re-prefilled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from mlotspark.memory.kv_state import cache_nbytes, cache_offset, trim_to
+from mlotspark.errors import OptionError, SnapshotError, StoreError
+from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+from mlotspark.memory.snapshots import SnapshotStore, SnapshotWarning, common_prefix
+from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
+
+if TYPE_CHECKING:
+    from mlotspark.memory.persistence import Persistence
+
+log = logging.getLogger(__name__)
+
+FORMAT = "mlotspark-conversation"
+TITLE_CHARS = 60
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class ConversationInfo:
+    """One line of ``engine.conversations()``."""
+
+    name: str
+    title: str
+    updated: float
+    turns: int
+    tokens: int
+
+
+@dataclass
+class ConversationRecord:
+    """What ``conversation.json`` holds. ``messages`` are dicts with ``role``,
+    ``content``, ``time`` and, on user turns, the ``memory`` section shown with them."""
+
+    name: str
+    system: str
+    messages: list[dict] = field(default_factory=list)
+    title: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+    tokens: int = 0  # tokens in the model's context after the last turn
+    revision: int = 0
+
+    @property
+    def turns(self) -> int:
+        return sum(m.get("role") == "assistant" for m in self.messages)
+
+    def info(self) -> ConversationInfo:
+        return ConversationInfo(self.name, self.title, self.updated, self.turns, self.tokens)
+
+    @classmethod
+    def from_json(cls, doc: Any, where: Path) -> "ConversationRecord":
+        """Raises: StoreError when ``doc`` is not a conversation."""
+        try:
+            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+                raise ValueError("not a conversation file")
+            messages = [dict(m) for m in doc["messages"]]
+            if any(m.get("role") not in ROLES or not isinstance(m.get("content"), str) for m in messages):
+                raise ValueError("a message lacks a role or text")
+            return cls(
+                name=str(doc["name"]), system=str(doc.get("system", "")), messages=messages,
+                title=str(doc.get("title", "")), created=float(doc.get("created", 0)), updated=float(doc.get("updated", 0)),
+                tokens=int(doc.get("tokens", 0)), revision=int(doc.get("revision", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(f"cannot read conversation {where}: {e}") from e
+
+
+class ConversationFiles:
+    """A conversation's directory: the record, its snapshot and its lock (no MLX here)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.path = self.directory / "conversation.json"
+        self.lock = FileLock(self.directory / ".lock")
+        self.snapshots = SnapshotStore(self.directory / "snapshot")
+
+    def load(self) -> ConversationRecord | None:
+        """The stored record, or None if there is none. Raises StoreError if unreadable."""
+        doc = read_json(self.path, default=None)
+        return None if doc is None else ConversationRecord.from_json(doc, self.path)
+
+    def save(self, record: ConversationRecord) -> None:
+        """Write the record atomically (revision + 1)."""
+        ensure_dir(self.directory)
+        record.revision += 1
+        write_json(self.path, {"format": FORMAT, "version": 1, **asdict(record)})
+        # Temp files of a writer killed mid-write (callers hold the lock: none is in flight).
+        for stale in self.directory.glob(f".{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
+
+
+def render(record: ConversationRecord, user: dict | None = None) -> list[dict]:
+    """The messages as the model sees them (memory sections placed, see module docstring)."""
+    messages = [*record.messages, *([user] if user else [])]
+    system = record.system
+    out: list[dict] = []
+    for i, m in enumerate(messages):
+        content, memory = m["content"], m.get("memory") or ""
+        if memory and i == 0:
+            system = f"{system}\n\n{memory}" if system else memory
+        elif memory:
+            content = f"{memory}\n\n{content}"
+        out.append({"role": m["role"], "content": content})
+    return ([{"role": "system", "content": system}] if system else []) + out
+
+
+@dataclass
+class _Turn:
+    """What one turn carries from its start to its end."""
+
+    user: dict
+    prompt_ids: list[int]
+    cached: int
+    started: float
+    extra: dict
+    handle: Any = None
+    first_piece: float | None = None
+    error: BaseException | None = None
+
+
+class Conversation:
+    """A named, persistent conversation. Get one with ``engine.conversation(name)``.
+
+    Methods are safe to call from several threads (turns queue) and processes
+    sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock).
+    """
+
+    def __init__(self, persistence: "Persistence", name: str, directory: Path, system: str):
+        self._p = persistence
+        self.engine = persistence.engine
+        self.name = name
+        self.files = ConversationFiles(directory)
+        self._mutex = threading.RLock()
+        self._turn: _Turn | None = None
+        self._cache: list | None = None  # warm cache, holding exactly _cache_tokens
+        self._cache_tokens: list[int] = []
+        self._snapshot_revision = ""  # the snapshot our warm cache matches
+        record = self.files.load()
+        self.record = record or ConversationRecord(name=name, system=system, created=time.time(), updated=time.time())
+
+    # -- reading --------------------------------------------------------------------
+    @property
+    def messages(self) -> list[dict]:
+        """The messages, oldest first, as ``{"role", "content"}`` dicts (copies); an
+        assistant reply also has ``finish_reason`` (``stop``, ``length``, ``cancelled``)."""
+        self._reload()
+        out = []
+        for m in self.record.messages:
+            msg = {"role": m["role"], "content": m["content"]}
+            if m.get("finish_reason"):
+                msg["finish_reason"] = m["finish_reason"]
+            out.append(msg)
+        return out
+
+    @property
+    def system(self) -> str:
+        """The system prompt (set it to change it; the next turn then re-prefills)."""
+        self._reload()
+        return self.record.system
+
+    @system.setter
+    def system(self, text: str) -> None:
+        if not isinstance(text, str):
+            raise OptionError(f"invalid system prompt {text!r}: use a string")
+        self._update(lambda r: setattr(r, "system", text))
+
+    @property
+    def title(self) -> str:
+        self._reload()
+        return self.record.title
+
+    @title.setter
+    def title(self, text: str) -> None:
+        self._update(lambda r: setattr(r, "title", " ".join(str(text).split())[:TITLE_CHARS]))
+
+    def info(self) -> ConversationInfo:
+        self._reload()
+        return self.record.info()
+
+    def render(self, text: str | None = None) -> list[dict]:
+        """The messages the model would see for a next turn saying ``text`` (no memory lookup)."""
+        self._reload()
+        return render(self.record, {"role": "user", "content": text} if text is not None else None)
+
+    def _reload(self) -> None:
+        # Another process may have taken a turn; the file is replaced atomically.
+        record = self.files.load()
+        if record is not None and record.revision != self.record.revision:
+            self.record = record
+
+    def _update(self, change: Any) -> None:
+        with self._mutex, self.files.lock:
+            self._reload()
+            change(self.record)
+            self.record.updated = time.time()
+            self.files.save(self.record)
+
+    # -- writing --------------------------------------------------------------------
+    def add(self, role: str, content: str) -> None:
+        """Append a message without generating (import a history); the next turn prefills it."""
+        if role not in ROLES or not isinstance(content, str):
+            raise OptionError(f"invalid message role {role!r} or content: roles are {', '.join(ROLES)}")
+        self._update(lambda r: r.messages.append({"role": role, "content": content, "time": time.time()}))
+
+    def reset(self) -> None:
+        """Forget the messages and the snapshot; keep the name and system prompt."""
+        with self._mutex, self.files.lock:
+            self._reload()
+            self.record.messages.clear()
+            self.record.tokens = 0
+            self.record.title = ""
+            self.record.updated = time.time()
+            self.files.save(self.record)
+            self.files.snapshots.delete()
+            self._drop_cache()
+
+    def delete(self) -> None:
+        """Delete the conversation and its files."""
+        with self._mutex, self.files.lock:
+            self._drop_cache()
+            shutil.rmtree(self.files.directory, ignore_errors=True)
+            self._p._forget_conversation(self.name)
+
+    def cancel(self) -> None:
+        """Stop the turn in progress at the next token (its text so far is kept)."""
+        turn = self._turn
+        if turn is not None and turn.handle is not None:
+            turn.handle.cancel()
+
+    def _drop_cache(self) -> None:
+        self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
+
+    @property
+    def warm_bytes(self) -> int:
+        return cache_nbytes(self._cache)
+
+    def release_warm(self) -> bool:
+        """Drop the warm cache if no turn is running (its snapshot is on disk)."""
+        if self._turn is None and self._cache is not None and self._mutex.acquire(blocking=False):
+            try:
+                self._drop_cache()
+                return True
+            finally:
+                self._mutex.release()
+        return False
+
+    # -- turns ----------------------------------------------------------------------
+    def send(self, text: str, **options: Any) -> GenerationResult:
+        """Take a turn and return the reply (``.text``, ``.tokens``, ``.stats``).
+
+        Args:
+            text: the user's message.
+            **options: generation options, as ``engine.generate``.
+
+        Raises:
+            OptionError: bad options; StoreError: the messages could not be stored.
+        """
+        turns = self._turns(text, options)
+        try:
+            while True:
+                next(turns)
+        except StopIteration as done:
+            return done.value
+
+    def stream(self, text: str, **options: Any) -> Iterator[str | GenerationStats]:
+        """Yield the reply's text pieces as they decode, then the turn's ``GenerationStats``."""
+        result = yield from self._turns(text, options)
+        yield result.stats
+
+    def _turns(self, text: str, options: dict) -> Iterator[str]:
+        if not isinstance(text, str) or not text.strip():
+            raise OptionError(f"invalid message {text!r}: use a non-empty string")
+        self._mutex.acquire()
+        self.files.lock.__enter__()
+        turn = None
+        try:
+            turn = self._begin(text, options)
+            for piece in turn.handle:
+                if turn.first_piece is None:
+                    turn.first_piece = time.perf_counter()
+                yield piece
+            result = turn.handle.result()
+            if turn.error is not None:
+                raise turn.error
+            # What the user waits for: memory lookup, cache restore, queue and prefill.
+            first = turn.first_piece or time.perf_counter()
+            result.stats.extra["turn_ttft_s"] = round(first - turn.started, 6)
+            return result
+        finally:
+            if turn is not None and turn.handle is not None and not turn.handle.done:
+                # The caller left mid-stream: stop the reply, let it be stored, then unlock.
+                turn.handle.cancel()
+                with contextlib.suppress(Exception):
+                    turn.handle.result()
+            self._turn = None
+            self.files.lock.__exit__(None, None, None)
+            self._mutex.release()
+
+    def _begin(self, text: str, options: dict) -> _Turn:
+        started = time.perf_counter()
+        self.engine.options(**options)  # a bad option fails before the warm cache is taken
+        self._reload()
+        p = self._p
+        user: dict = {"role": "user", "content": text, "time": time.time()}
+        extra: dict = {"conversation": self.name}
+        hits = p.retrieve(text)
+        # Entries already shown earlier in this conversation are in the context already.
+        shown = {i for m in self.record.messages for i in m.get("memory_ids", ())}
+        new = [h for h in hits if h.id not in shown]
+        if new:
+            user["memory"] = p.memory_section(new)
+            user["memory_ids"] = [h.id for h in new]
+        extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": []}
+        prompt_ids = self.engine.encode(render(self.record, user))
+        t0 = time.perf_counter()
+        cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids))
+        extra.update(cache_source=source, prepare_s=round(time.perf_counter() - t0, 6), **notes)
+        turn = _Turn(user, prompt_ids, cached, started, extra)
+        turn.handle = self.engine.submit(
+            prompt_ids=prompt_ids[cached:], cache=cache, cached_tokens=cached,
+            on_finish=lambda gen: self._finish(turn, gen), **options,
+        )
+        self._turn = turn
+        return turn
+
+    def _prepare_cache(self, ids: list[int]) -> tuple[list | None, int, str, dict]:
+        """[engine thread] The cache sharing the longest prefix with ``ids``, cut to it."""
+        p, notes = self._p, {}
+        limit = len(ids) - 1  # at least one token must run to get the next one's logits
+        warm, self._cache, warm_tokens = self._cache, None, self._cache_tokens
+        self._cache_tokens = []  # the cache is the running turn's now
+        candidates: list[tuple[int, str]] = []
+        if warm is not None:
+            candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
+        meta = None
+        if p.config.snapshots:
+            try:
+                meta = self.files.snapshots.read_meta()
+            except SnapshotError as e:
+                notes["snapshot_refused"] = self._refuse(e)
+            if meta is not None and (warm is None or meta.revision != self._snapshot_revision):
+                candidates.append((min(common_prefix(meta.tokens, ids), limit), "snapshot"))
+        hit = p.prefix_cache.lookup(ids[:limit], kind=p.cache_kind()) if limit > 0 else None
+        if hit is not None:
+            candidates.append((hit.tokens, "prefix"))
+        for n, source in sorted(candidates, key=lambda c: -c[0]):
+            if n <= 0:
+                break
+            cache = None
+            if source == "warm":
+                cache = warm if trim_to(warm, n) else None
+            elif source == "snapshot":
+                try:
+                    fp, weights = p.model_identity()
+                    meta, cache = self.files.snapshots.load(
+                        fingerprint=fp, weights=weights, n_layers=p.n_layers, kind=p.cache_kind()
+                    )
+                    p.counters["restored"] += 1
+                    self._snapshot_revision = meta.revision
+                    cache = cache if trim_to(cache, n) else None
+                except SnapshotError as e:
+                    notes["snapshot_refused"] = self._refuse(e)
+                    cache = None
+            else:
+                cache = p.prefix_cache.take(hit)
+            if cache is not None and cache_offset(cache) == n:
+                p.counters[source] += 1
+                return cache, n, source, notes
+        p.counters["cold"] += 1
+        return None, 0, "none", notes
+
+    def _refuse(self, error: Exception) -> str:
+        self._p.counters["refused"] += 1
+        msg = f"conversation {self.name!r}: snapshot not used ({error}); re-prefilling from the stored messages"
+        warnings.warn(msg, SnapshotWarning, stacklevel=4)
+        log.warning("%s", msg)
+        # Dropped, so this turn's save writes it whole again (a damaged segment of the
+        # right size would otherwise be kept as a valid prefix).
+        with contextlib.suppress(StoreError):
+            self.files.snapshots.delete()
+        return str(error)
+
+    def _finish(self, turn: _Turn, gen: Generation) -> None:
+        """[engine thread] Store the turn: messages first, then the snapshot and memory."""
+        p = self._p
+        result = gen.result
+        assert result is not None
+        stats = result.stats
+        tokens = turn.prompt_ids[: turn.cached] + list(gen.fed_tokens)
+        cache = gen.cache
+        now = time.time()
+        try:
+            self._reload()
+            self.record.messages.append(turn.user)
+            self.record.messages.append({
+                "role": "assistant", "content": result.text, "time": now,
+                "finish_reason": stats.finish_reason, "tokens": stats.generation_tokens,
+            })
+            if not self.record.title:
+                self.record.title = " ".join(turn.user["content"].split())[:TITLE_CHARS]
+            self.record.tokens, self.record.updated = len(tokens), now
+            self.files.save(self.record)
+        except StoreError as e:
+            turn.error = e  # raised in the caller's thread once the turn ends
+            return
+        extra = turn.extra
+        if not cache or (stats.finish_reason == "cancelled" and cache_offset(cache) != len(tokens)):
+            pass  # a cancelled request's cache may be gone: the next turn restores the snapshot
+        elif cache_offset(cache) != len(tokens):
+            log.warning("conversation %r: cache holds %d tokens, expected %d; not kept", self.name, cache_offset(cache), len(tokens))
+        else:
+            self._cache, self._cache_tokens = cache, tokens
+            extra["snapshot"] = info = p.save_snapshot(self, cache, tokens)
+            self._snapshot_revision = info.get("revision", "")
+            p.add_prefix(self, cache, tokens)
+            p.note_warm(self)
+        extra["memory"]["learned"] = p.learn(turn.user["content"], self.name)
+        stats.extra.update(extra)
+
+
+__all__ = ["Conversation", "ConversationFiles", "ConversationInfo", "ConversationRecord", "render"]

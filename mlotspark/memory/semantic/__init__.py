@@ -1,0 +1,40 @@
+"""The semantic tier: what lasts across conversations (DESIGN §4).
+
+Text entries in SQLite (WAL, FTS5 for words, float32 vector blobs for meaning),
+found by a hybrid search and put into the system prompt at the start of a turn.
+
+- ``store``: ``SemanticStore`` and its search score.
+- ``database``: the SQLite file (schema, upgrades, WAL, durability, permissions).
+- ``records``: ``Entry``, ``Hit``, value checks, the export JSON form.
+- ``prompt``: ``format_memory_section``, the section put into the system prompt.
+- ``embedding``: the ``Embedder`` protocol and the default ``HashingEmbedder``
+  (why hashing and not the model's hidden states: see that module).
+- ``facts``: ``extract_facts``, the sentences of a user turn worth remembering.
+- ``text`` and ``index``: word helpers and the in-memory vector matrix.
+
+Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` →
+``format_memory_section(hits)`` into the system prompt, hit ids into the turn's
+stats; after the turn, ``remember(f, source="turn", conversation=name)`` for each
+``f`` in ``extract_facts(user_text)``.
+"""
+
+from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
+from mlotspark.memory.semantic.facts import extract_facts
+from mlotspark.memory.semantic.database import SCHEMA_VERSION
+from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
+from mlotspark.memory.semantic.records import Entry, Hit
+from mlotspark.memory.semantic.store import DEFAULT_THRESHOLD, SemanticStore
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "MEMORY_HEADER",
+    "SCHEMA_VERSION",
+    "Embedder",
+    "Entry",
+    "HashingEmbedder",
+    "Hit",
+    "SemanticStore",
+    "approx_tokens",
+    "extract_facts",
+    "format_memory_section",
+]

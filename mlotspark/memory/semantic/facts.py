@@ -1,0 +1,218 @@
+"""``extract_facts``: the sentences of a user's turn worth remembering.
+
+Heuristic and deliberately narrow: a wrong memory is injected into every later
+prompt it matches, a missed one costs only a repetition by the user, so rules
+favour precision over recall. A sentence is kept when, after lead-ins such as
+"Oh, by the way," or "Hi," are dropped:
+
+1. it is an explicit request — "Remember that X", "Please don't forget X",
+   "Can you remember that X?" — and X is a statement of three words or more
+   (not "to buy milk": that is a reminder, not a fact); X is kept, about anything;
+2. or it is a first-person statement that describes a lasting fact:
+   - "My/Our <thing> ..." unless the thing is about the task at hand
+     ("my code", "my question", "my bad");
+   - "I/We <verb> ..." with a verb of lasting facts (live, work, prefer, like,
+     have, speak, grew up, ...), adverbs and negations allowed ("I don't eat
+     meat", "I usually cycle to work"), but not with a bare pronoun as object
+     ("I like it", "I love that") or a conversational "have" ("I have a
+     question", "I have to go");
+   - "I am/I'm X" where X is a role or kind ("a nurse", "an engineer"), an age,
+     a capitalised name or nationality ("I'm Anna", "I am Belgian"), or a
+     lasting state (allergic, vegetarian, married, from, born, learning, ...),
+     not a mood ("I'm fine", "I'm confused", "I'm trying to ...");
+   - "Call me X".
+
+Never kept: questions (a "?" or a question-word start), hypotheticals ("If I
+...", "Imagine I ...", "I'd ...", "I'll ..."), code (fenced or inline) and quoted
+lines, sentences under three or over forty words, and — except for explicit
+requests — anything in a long paste (over ``MAX_TURN_CHARS`` characters or
+``MAX_SENTENCES`` sentences), which is a document, not the user talking about
+themselves. Kept sentences keep the user's words; only the first letter is
+capitalised and the end made a full stop.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mlotspark.memory.semantic.text import normalize
+
+MAX_TURN_CHARS = 2000
+MAX_SENTENCES = 20
+MIN_WORDS, MAX_WORDS = 3, 40
+
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_INLINE_CODE = re.compile(r"`[^`\n]*`")
+_SPLIT = re.compile(r"(?<=[.!?…])\s+|\s*\n\s*")
+_WORD = re.compile(r"[\w'’-]+")
+_ABBREV = ("mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "e.g.", "i.e.", "etc.", "vs.", "jr.", "sr.", "no.")
+
+_LEAD_IN = re.compile(
+    r"^(?:(?:oh|ah|well|also|and|so|but|btw|by the way|fyi|actually|anyway|anyways|"
+    r"just so you know|for the record|for your information|hi there|hello there|hi|hello|hey|"
+    r"ok|okay|yes|yeah|no|ps|p\.s\.)(?=\W)[\s,:;.!-]*)+",
+    re.I,
+)
+_EXPLICIT = re.compile(
+    r"^(?:please\s+)?(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?"
+    r"(?:remember|memori[sz]e|don['’]?t forget|do not forget|never forget|make a note)"
+    r"(?:\s+(?:that|this))?\s*[,:]?\s+(?P<fact>.+)$",
+    re.I,
+)
+_QUESTION_START = frozenset(
+    "what who whom whose where when why how which do does did is are was were can could "
+    "would will should shall may might am have has had".split()
+)
+_HYPOTHETICAL_START = frozenset("if suppose imagine pretend assume let let's lets what's whats".split())
+_TRANSIENT_THINGS = frozenset(
+    """
+    question questions problem problems issue issues bad pleasure apologies apology point
+    guess mistake answer request prompt message messages idea thought thoughts concern task
+    code function script program error errors output input file files test tests query bug
+    bugs app screen internet wifi connection turn reply response last previous first
+    """.split()
+)
+_DURABLE_VERBS = frozenset(
+    """
+    live lived grew grow come came work worked study studied teach taught own have
+    prefer like love enjoy hate dislike adore detest speak drive play use eat drink avoid
+    cook bake run swim cycle ride support collect moved married graduated retired
+    volunteer practise practice wear go visit celebrate wake sleep keep raise vote
+    listen read watch write am are was were
+    """.split()
+)
+_SKIP = frozenset(
+    "also really usually always often still never mostly generally actually currently now normally "
+    "sometimes do not no definitely absolutely strongly truly both all ca can cannot".split()
+)
+_PRONOUN_OBJECTS = frozenset("it this that these those them you your yours how what when the way".split())
+_HAVE_CHAT = frozenset("to been got just tried seen done read no".split())  # "I have to go"
+_CHAT_NOUNS = frozenset("question questions problem issue idea follow-up request doubt suggestion".split())
+_BE_DURABLE = frozenset(
+    """
+    allergic intolerant vegetarian vegan married single divorced engaged widowed retired pregnant
+    diabetic colorblind colourblind left-handed right-handed from born based originally called
+    named learning studying interested into fluent native lactose gluten blind deaf
+    """.split()
+)
+_A_CHAT = frozenset("bit little lot few quick".split())  # "I am a bit confused"
+_FILLERS = _SKIP | {"very", "so", "quite", "pretty", "severely"}
+_CONTRACTIONS = {"m": "am", "re": "are", "ve": "have"}
+
+
+def _sentences(text: str) -> list[str]:
+    text = _INLINE_CODE.sub(" ", _FENCE.sub("\n", text))
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(">")]  # quoted replies
+    pieces = [p.strip() for p in _SPLIT.split("\n".join(lines)) if p and p.strip()]
+    merged: list[str] = []
+    for piece in pieces:  # "Dr. Peeters" must not end a sentence
+        if merged and merged[-1].lower().endswith(_ABBREV):
+            merged[-1] += " " + piece
+        else:
+            merged.append(piece)
+    return merged
+
+
+def _tidy(sentence: str) -> str:
+    s = sentence.strip().strip("\"'“”‘’").strip()
+    s = re.sub(r"[.!…\s]+$", "", s)
+    s = re.sub(r"\bi\b", "I", s)
+    return s[:1].upper() + s[1:] + "." if s else ""
+
+
+def _tokens(sentence: str) -> tuple[list[str], list[str]]:
+    """(lower-case tokens, original tokens), contractions split: "I'm" -> i, m."""
+    raw = [w.replace("’", "'") for w in _WORD.findall(sentence)]
+    low, orig = [], []
+    for w in raw:
+        head, *tail = w.split("'")
+        if head:
+            low.append(normalize(head))
+            orig.append(head)
+        for t in tail:
+            if t:
+                t_low = normalize(t)
+                if t_low == "t" and low and low[-1].endswith("n"):  # don't -> do not
+                    low[-1] = low[-1][:-1] or "ca"
+                    t_low = "not"
+                low.append(t_low)
+                orig.append(t)
+    return low, orig
+
+
+def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
+    if not MIN_WORDS <= len(low) <= MAX_WORDS:
+        return False
+    first = low[0]
+    if first in ("my", "our"):
+        return low[1] not in _TRANSIENT_THINGS and len(low) >= 3
+    if first == "call" and low[1] == "me":
+        return True
+    if first not in ("i", "we"):
+        return False
+    if low[1] in ("d", "ll"):  # I'd / I'll: wishes and plans, not facts
+        return False
+    body = [_CONTRACTIONS.get(low[1], low[1]), *low[2:]]
+    # The verb is the first word after adverbs and negations ("I really don't eat meat").
+    j = next((j for j, w in enumerate(body) if w not in _SKIP), None)
+    if j is None:
+        return False
+    verb, rest, rest_orig = body[j], body[j + 1 :], orig[j + 2 :]
+    while rest and rest[0] in _FILLERS:  # "I am not a smoker", "I am very allergic"
+        rest, rest_orig = rest[1:], rest_orig[1:]
+    if verb not in _DURABLE_VERBS or not rest:
+        return False
+    if verb in ("am", "are", "was", "were"):
+        nxt = rest[0]
+        if nxt in ("a", "an"):
+            return len(rest) > 1 and rest[1] not in _A_CHAT
+        if nxt.isdigit() or nxt in _BE_DURABLE:
+            return True
+        if nxt in ("working", "living"):  # "working as a nurse", not "working on a bug"
+            return len(rest) > 1 and rest[1] in ("as", "at", "for", "in", "with")
+        # A capitalised word after "I am" is a name or a nationality.
+        return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
+    if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
+        return rest[0] not in _HAVE_CHAT and not _CHAT_NOUNS & set(rest[:3])
+    if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest"):
+        return rest[0] not in _PRONOUN_OBJECTS
+    return True
+
+
+def extract_facts(user_text: str) -> list[str]:
+    """The sentences of a finished user turn worth remembering (see module docstring).
+
+    Args:
+        user_text: the user's message.
+
+    Returns:
+        Facts in the user's words, tidied ("i live in ghent" -> "I live in ghent."),
+        in order, without repeats; empty for questions, commands and chit-chat.
+    """
+    if not isinstance(user_text, str) or not user_text.strip():
+        return []
+    sentences = _sentences(user_text)
+    pasted = len(user_text) > MAX_TURN_CHARS or len(sentences) > MAX_SENTENCES
+    facts: dict[str, None] = {}
+    for raw in sentences:
+        s = _LEAD_IN.sub("", raw).strip()
+        if not s:
+            continue
+        explicit = _EXPLICIT.match(s)
+        if explicit:
+            fact = explicit.group("fact").strip().rstrip("?").strip()
+            low, _ = _tokens(fact)
+            if (
+                MIN_WORDS <= len(low) <= MAX_WORDS
+                and low[0] not in _QUESTION_START | {"to", "me", "this", "it"}
+            ):
+                facts.setdefault(_tidy(fact), None)
+            continue
+        if pasted or s.rstrip().endswith("?"):
+            continue
+        low, orig = _tokens(s)
+        if not low or low[0] in _QUESTION_START or low[0] in _HYPOTHETICAL_START:
+            continue
+        if _is_lasting_statement(low, orig):
+            facts.setdefault(_tidy(s), None)
+    return [f for f in facts if f]

@@ -1,0 +1,206 @@
+"""What a memory entry is, which values it accepts, and its JSON (export) form."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlotspark.errors import OptionError, StoreError
+
+MAX_TEXT_CHARS = 2000  # an entry is a fact, not a document; keeps the prompt section short
+MAX_META_BYTES = 16384
+EXPORT_FORMAT = "mlotspark-semantic-memory"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One remembered text.
+
+    Attributes:
+        id: stable id (never reused after ``forget``).
+        text: the text as remembered.
+        source: who stated it: "user" (default), "turn" (extracted), "import", ...
+        conversation: the conversation it came from, if any.
+        meta: free JSON-serialisable metadata.
+        created: Unix time it was first remembered.
+    """
+
+    id: int
+    text: str
+    source: str = "user"
+    conversation: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result.
+
+    Attributes:
+        entry: the entry found.
+        score: combined score in [0, 1] (see ``store``'s docstring).
+        vector: cosine similarity (negative clipped to 0).
+        lexical: normalised lexical score.
+    """
+
+    entry: Entry
+    score: float
+    vector: float
+    lexical: float
+
+    @property
+    def id(self) -> int:
+        return self.entry.id
+
+    @property
+    def text(self) -> str:
+        return self.entry.text
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """A checked entry on its way in (from ``remember`` or an import file)."""
+
+    text: str
+    source: str
+    conversation: str | None
+    meta_json: str
+    created: float
+
+
+ENTRY_COLUMNS = "id, text, source, conversation, meta, created"
+
+
+def entry_from_row(row: tuple[Any, ...]) -> Entry:
+    """An ``Entry`` from a row of ``SELECT {ENTRY_COLUMNS}``."""
+    try:
+        meta = json.loads(row[4]) if row[4] else {}
+    except ValueError:
+        meta = {}  # one hand-edited row must not make the whole store unreadable
+    return Entry(id=row[0], text=row[1], source=row[2], conversation=row[3], meta=meta, created=row[5])
+
+
+def check_int(value: Any, what: str, low: int = 0) -> int:
+    """``value`` if it is an int >= ``low`` (not a bool), else OptionError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise OptionError(f"invalid {what} {value!r}: use an integer >= {low}")
+    return value
+
+
+def check_unit(value: Any, what: str) -> float:
+    """``value`` as a float if it is a number in [0, 1], else OptionError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise OptionError(f"invalid {what} {value!r}: use a number in [0, 1]")
+    return float(value)
+
+
+def check_entry(
+    text: Any,
+    source: Any = "user",
+    conversation: Any = None,
+    meta: Any = None,
+    created: Any = None,
+) -> NewEntry:
+    """Check the fields of an entry to store.
+
+    Args:
+        text: non-empty string, at most ``MAX_TEXT_CHARS`` once stripped.
+        source: string of 1-64 characters.
+        conversation: None or a string of 1-256 characters.
+        meta: None or a JSON-serialisable dict (at most ``MAX_META_BYTES`` as JSON).
+        created: None (now) or a finite Unix time.
+
+    Returns:
+        The checked entry, text stripped and meta encoded.
+
+    Raises:
+        OptionError: naming the bad value.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise OptionError(f"invalid memory text {text!r}: use a non-empty string")
+    text = text.strip()
+    if len(text) > MAX_TEXT_CHARS:
+        raise OptionError(f"memory text {text[:40]!r}... is {len(text)} characters; at most {MAX_TEXT_CHARS}")
+    if not isinstance(source, str) or not 1 <= len(source) <= 64:
+        raise OptionError(f"invalid memory source {source!r}: use a string of 1-64 characters")
+    if conversation is not None and (not isinstance(conversation, str) or not 1 <= len(conversation) <= 256):
+        raise OptionError(f"invalid conversation {conversation!r}: use a string of 1-256 characters")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise OptionError(f"invalid memory meta {meta!r}: use a dict")
+    try:
+        meta_json = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError) as e:
+        raise OptionError(f"invalid memory meta {meta!r}: not JSON-serialisable ({e})") from e
+    if len(meta_json.encode("utf-8")) > MAX_META_BYTES:
+        raise OptionError(f"memory meta is {len(meta_json)} bytes of JSON; at most {MAX_META_BYTES}")
+    if created is None:
+        created = time.time()
+    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
+        raise OptionError(f"invalid created time {created!r}: use a Unix time")
+    return NewEntry(text, source, conversation, meta_json, float(created))
+
+
+def export_document(entries: list[Entry]) -> dict[str, Any]:
+    """The JSON document ``export_json`` writes (no vectors: they belong to an embedder).
+
+    Args:
+        entries: the entries, in id order.
+
+    Returns:
+        ``{"format", "version", "exported", "entries": [{text, source, conversation, meta, created}]}``.
+    """
+    return {
+        "format": EXPORT_FORMAT,
+        "version": 1,
+        "exported": time.time(),
+        "entries": [
+            {"text": e.text, "source": e.source, "conversation": e.conversation, "meta": e.meta, "created": e.created}
+            for e in entries
+        ],
+    }
+
+
+def parse_import(path: Path, doc: Any) -> list[NewEntry]:
+    """Check an import document: an ``export_document`` or a plain list of strings.
+
+    Args:
+        path: where it came from (for messages).
+        doc: the parsed JSON.
+
+    Returns:
+        The entries to add; their source defaults to "import".
+
+    Raises:
+        StoreError: wrong format, or a bad entry (its index and value are named).
+    """
+    if isinstance(doc, dict) and doc.get("format", EXPORT_FORMAT) != EXPORT_FORMAT:
+        raise StoreError(f"cannot import {path}: format {doc.get('format')!r}, expected {EXPORT_FORMAT!r}")
+    items = doc.get("entries") if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        raise StoreError(f"cannot import {path}: expected a list of entries or {{'entries': [...]}}")
+    parsed = []
+    for i, item in enumerate(items):
+        try:
+            if isinstance(item, str):
+                item = {"text": item}
+            if not isinstance(item, dict):
+                raise OptionError(f"expected a string or an object, got {item!r}")
+            parsed.append(
+                check_entry(
+                    item.get("text"),
+                    item.get("source", "import"),
+                    item.get("conversation"),
+                    item.get("meta"),
+                    item.get("created"),
+                )
+            )
+        except OptionError as e:
+            raise StoreError(f"cannot import {path}: entries[{i}]: {e}") from e
+    return parsed

@@ -1,0 +1,584 @@
+"""``SemanticStore``: the semantic tier on disk, and how it is searched.
+
+Search score (each part in [0, 1])::
+
+    score    = 0.5 * cosine + 0.5 * lexical
+    lexical  = coverage * bm25 / best_bm25          (0 for entries FTS5 does not match)
+    coverage = sum(idf(t) for query terms t in the entry) / sum(idf(t) for all t)
+    idf(t)   = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))
+
+``cosine`` is between the query's and the entry's vectors (current embedder
+only). FTS5's BM25 ranks entries against each other but has no fixed scale, and
+it clamps the IDF of a term found in half the rows or more to ~0, so on its own
+it vanishes in a small store. IDF-weighted coverage of the query's content words
+supplies the scale, so a threshold means the same in a 5-entry and a 5000-entry
+store; query words found in no entry count in the denominator, so an entry
+matching half of the question scores well below one matching all of it.
+
+Calibration (20 personal facts, hashing embedder): unrelated pairs score < 0.2;
+a question about a stored fact ("What's my dog called?" / "My dog is called
+Rex.") 0.75–0.9; one shared word out of two ("What car do I drive?" / "I drive
+a blue Volvo.", but also "What is my sister's name?" / "My name is Anna." when
+no sister is stored) 0.3–0.4. ``DEFAULT_THRESHOLD`` = 0.35 leans to recall.
+
+Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
+durability settings); ``FileLock`` serialises imports and exports between
+processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import numpy as np
+
+from mlotspark.errors import OptionError, StoreError
+from mlotspark.storage import FileLock, read_json, subdir, write_json
+from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, secure, sidecar
+from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder, checked_embed
+from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
+from mlotspark.memory.semantic.records import (
+    ENTRY_COLUMNS,
+    Entry,
+    Hit,
+    NewEntry,
+    check_entry,
+    check_int,
+    check_unit,
+    entry_from_row,
+    export_document,
+    parse_import,
+)
+from mlotspark.memory.semantic.text import dedupe_key, fts_query, words
+
+W_VECTOR, W_LEXICAL = 0.5, 0.5
+DEFAULT_THRESHOLD = 0.35
+
+
+def default_path() -> Path:
+    """``$MLOTSPARK_HOME/memory/semantic.db`` (the directory created 0700)."""
+    directory = subdir("memory")
+    secure(directory, 0o700)  # ours: tighten it even if something made it 0755
+    return directory / "semantic.db"
+
+
+def _signature(text: str) -> tuple[tuple[str, ...], int]:
+    # Near-duplicates must agree on numbers and negations: "I am 34" vs "I am 43",
+    # "I like tea" vs "I do not like tea" differ in exactly what matters.
+    toks = words(text)
+    numbers = tuple(sorted(t for t in toks if any(c.isdigit() for c in t)))
+    return numbers, sum(t in ("not", "no", "never", "nor") for t in toks)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(method: F) -> F:
+    """Serialise threads, refuse a closed store, turn SQLite errors into StoreError."""
+
+    @functools.wraps(method)
+    def wrapper(self: "SemanticStore", *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"memory store {self.path} is closed")
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.Error as e:
+                raise StoreError(f"memory store {self.path}: {e}") from e
+
+    return wrapper  # type: ignore[return-value]
+
+
+class SemanticStore:
+    """Text entries that last across conversations, found by words and by meaning.
+
+    Safe to share between threads (one lock) and between processes (SQLite WAL,
+    ``BEGIN IMMEDIATE``, ``busy_timeout``). Usable as a context manager.
+
+    Args:
+        path: the database file; default ``$MLOTSPARK_HOME/memory/semantic.db``.
+            Created 0600 (its -wal/-shm files too), a new directory 0700.
+        embedder: vectors for similarity; default ``HashingEmbedder()``.
+        reembed: on open, embed entries that have no vector from ``embedder``
+            (written under another embedder); if False they are found by words
+            only until ``reembed()`` is called.
+        near_duplicate: cosine at or above which a new text with the same numbers
+            and negations as an existing entry counts as a duplicate (default
+            0.95); None keeps only exact (case/punctuation-insensitive) dedupe.
+
+    Raises:
+        StoreError: the file cannot be opened, is not a memory store, was written
+            by a newer schema, or this Python's SQLite lacks FTS5.
+    """
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        embedder: Embedder | None = None,
+        *,
+        reembed: bool = True,
+        near_duplicate: float | None = 0.95,
+    ):
+        self.path = Path(path).expanduser() if path is not None else default_path()
+        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
+        if not isinstance(self.embedder, Embedder):
+            raise OptionError(f"invalid embedder {embedder!r}: needs name, dim and embed(texts)")
+        self.near_duplicate = None if near_duplicate is None else check_unit(near_duplicate, "near_duplicate")
+        self._lock = threading.RLock()
+        self._file_lock = FileLock(sidecar(self.path, ".lock"))
+        self._index: VectorIndex | None = None
+        self._index_version: int | None = None
+        self._searches = self._hits = self._deduplicated = 0
+        self._last_retrieval: list[int] = []
+        self._conn: sqlite3.Connection | None = open_database(self.path)
+        if reembed:
+            try:
+                self.reembed()
+            except BaseException:
+                self.close()
+                raise
+
+    # -- transactions and the vector cache ----------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; the vector cache is dropped if it does not commit."""
+        conn = self._conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self._index = None
+            raise
+
+    def _vectors(self) -> VectorIndex:
+        """The current embedder's vectors, reloaded when another connection committed."""
+        conn = self._conn
+        assert conn is not None
+        # data_version moves on other connections' commits only; ours update the index.
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._index is None or version != self._index_version:
+            dim = self.embedder.dim
+            rows = conn.execute(
+                "SELECT entry_id, vec FROM vectors WHERE embedder = ? AND dim = ? AND length(vec) = ?",
+                (self.embedder.name, dim, 4 * dim),
+            ).fetchall()
+            self._index = VectorIndex.from_rows(dim, [r[0] for r in rows], [r[1] for r in rows])
+            self._index_version = version
+        return self._index
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _duplicate_of(self, conn: sqlite3.Connection, text: str, vec: np.ndarray) -> int | None:
+        row = conn.execute("SELECT id FROM entries WHERE key = ?", (dedupe_key(text),)).fetchone()
+        if row is not None:
+            return int(row[0])
+        if self.near_duplicate is None or not vec.any():
+            return None
+        ids, sims = self._vectors().similarities(vec)
+        close = np.flatnonzero(sims >= self.near_duplicate - 1e-6)
+        signature = _signature(text)
+        for j in close[np.argsort(-sims[close])]:
+            other = conn.execute("SELECT text FROM entries WHERE id = ?", (int(ids[j]),)).fetchone()
+            if other is not None and _signature(other[0]) == signature:
+                return int(ids[j])
+        return None
+
+    def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray) -> tuple[int, bool]:
+        """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted)."""
+        existing = self._duplicate_of(conn, new.text, vec)
+        if existing is not None:
+            return existing, False
+        cur = conn.execute(
+            "INSERT INTO entries (text, key, source, conversation, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
+            (new.text, dedupe_key(new.text), new.source, new.conversation, new.meta_json, new.created),
+        )
+        entry_id = int(cur.lastrowid)
+        conn.execute(
+            "INSERT INTO vectors (entry_id, embedder, dim, vec) VALUES (?, ?, ?, ?)",
+            (entry_id, self.embedder.name, self.embedder.dim, vec.astype("<f4").tobytes()),
+        )
+        self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
+        return entry_id, True
+
+    @_guarded
+    def remember(
+        self,
+        text: str,
+        *,
+        source: str = "user",
+        conversation: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Store ``text``, unless it duplicates an entry.
+
+        Args:
+            text: the fact, at most ``records.MAX_TEXT_CHARS`` characters (stripped).
+            source: who stated it (default "user"; the engine uses "turn").
+            conversation: the conversation it came from, if any.
+            meta: JSON-serialisable dict kept with the entry.
+
+        Returns:
+            The new entry's id, or the existing entry's id when ``text`` is an exact
+            (ignoring case, punctuation, spacing) or near duplicate.
+
+        Raises:
+            OptionError: bad text, source, conversation or meta (the value is named).
+        """
+        new = check_entry(text, source, conversation, meta)
+        vec = checked_embed(self.embedder, [new.text])[0]
+        with self._write() as conn:
+            entry_id, inserted = self._insert(conn, new, vec)
+        self._deduplicated += not inserted
+        return entry_id
+
+    @_guarded
+    def forget(self, entry_id: int) -> bool:
+        """Delete an entry, its vectors and its index terms.
+
+        Args:
+            entry_id: the entry's id.
+
+        Returns:
+            True if it existed; False for an unknown id (forgetting twice is harmless).
+        """
+        entry_id = check_int(entry_id, "memory id")
+        with self._write() as conn:
+            conn.execute("DELETE FROM vectors WHERE entry_id = ?", (entry_id,))
+            deleted = conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,)).rowcount > 0
+        if self._index is not None:
+            self._index.remove(entry_id)
+        return deleted
+
+    @_guarded
+    def reembed(self, batch: int = 256) -> int:
+        """Give every entry a vector from the current embedder.
+
+        Entries written under another embedder (or with a damaged blob) have none;
+        until they get one, search finds them by words only. Other embedders'
+        vectors are kept, so switching back costs nothing.
+
+        Args:
+            batch: entries embedded per transaction.
+
+        Returns:
+            How many entries were embedded.
+        """
+        batch = check_int(batch, "batch", 1)
+        conn = self._conn
+        assert conn is not None
+        name, dim = self.embedder.name, self.embedder.dim
+        done = 0
+        while True:
+            rows = conn.execute(
+                """SELECT e.id, e.text FROM entries e WHERE NOT EXISTS (
+                       SELECT 1 FROM vectors v WHERE v.entry_id = e.id AND v.embedder = ?
+                       AND v.dim = ? AND length(v.vec) = ?) ORDER BY e.id LIMIT ?""",
+                (name, dim, 4 * dim, batch),
+            ).fetchall()
+            if not rows:
+                return done
+            vecs = checked_embed(self.embedder, [r[1] for r in rows])
+            with self._write() as c:
+                c.executemany(
+                    "INSERT OR REPLACE INTO vectors (entry_id, embedder, dim, vec) "
+                    "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ?)",
+                    [(r[0], name, dim, v.astype("<f4").tobytes(), r[0]) for r, v in zip(rows, vecs)],
+                )
+            self._index = None
+            done += len(rows)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    @_guarded
+    def get(self, entry_id: int) -> Entry | None:
+        """One entry by id.
+
+        Args:
+            entry_id: the entry's id.
+
+        Returns:
+            The entry, or None if there is none with that id.
+        """
+        entry_id = check_int(entry_id, "memory id")
+        row = self._conn.execute(  # type: ignore[union-attr]
+            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)
+        ).fetchone()
+        return None if row is None else entry_from_row(row)
+
+    @_guarded
+    def list(self, limit: int | None = None) -> list[Entry]:
+        """Entries, newest first.
+
+        Args:
+            limit: at most this many (default: all).
+
+        Returns:
+            The entries.
+        """
+        limit = -1 if limit is None else check_int(limit, "limit")
+        rows = self._conn.execute(  # type: ignore[union-attr]
+            f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [entry_from_row(r) for r in rows]
+
+    @_guarded
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM entries").fetchone()[0])  # type: ignore[union-attr]
+
+    def _lexical(self, query: str) -> dict[int, float]:
+        """Lexical score per matching entry id (module docstring: coverage × BM25)."""
+        terms = fts_query(query)
+        if not terms:
+            return {}
+        conn = self._conn
+        assert conn is not None
+        bm25 = {
+            int(r[0]): -float(r[1])  # FTS5's bm25() is negative, lower is better
+            for r in conn.execute(
+                "SELECT rowid, bm25(entries_fts) FROM entries_fts WHERE entries_fts MATCH ?",
+                (" OR ".join(terms),),
+            )
+        }
+        if not bm25:
+            return {}
+        total = int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        covered = dict.fromkeys(bm25, 0.0)
+        idf_sum = 0.0
+        for term in terms:
+            rows = {int(r[0]) for r in conn.execute("SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?", (term,))}
+            idf = math.log(1.0 + (total - len(rows) + 0.5) / (len(rows) + 0.5))  # always > 0
+            idf_sum += idf
+            for entry_id in rows & covered.keys():
+                covered[entry_id] += idf
+        best = max(bm25.values())
+        return {i: (covered[i] / idf_sum) * (bm25[i] / best if best > 0 else 1.0) for i in bm25}
+
+    def _search(self, query: str, k: int, threshold: float) -> list[Hit]:
+        if not isinstance(query, str):
+            raise OptionError(f"invalid memory query {query!r}: use a string")
+        if k == 0 or not query.strip():
+            return []
+        lexical = self._lexical(query)
+        vector: dict[int, float] = {}
+        qvec = checked_embed(self.embedder, [query])[0]
+        if qvec.any():
+            ids, sims = self._vectors().similarities(qvec)
+            # Top k by cosine plus every lexical match is exact: an entry outside both
+            # scores at most W_VECTOR * its cosine, below k others.
+            top = np.argpartition(-sims, k - 1)[:k] if len(ids) > k else np.arange(len(ids))
+            wanted = np.isin(ids, np.fromiter(lexical, dtype=np.int64, count=len(lexical)))
+            wanted[top] = True
+            vector = {int(i): max(0.0, float(s)) for i, s in zip(ids[wanted], sims[wanted])}
+        scored = []
+        for entry_id in lexical.keys() | vector.keys():
+            v, lx = vector.get(entry_id, 0.0), lexical.get(entry_id, 0.0)
+            score = min(1.0, W_VECTOR * v + W_LEXICAL * lx)
+            if score > 0.0 and score >= threshold:
+                scored.append((score, entry_id, v, lx))
+        scored.sort(key=lambda s: (-s[0], -s[1]))  # ties: newer first
+        hits: list[Hit] = []
+        for score, entry_id, v, lx in scored:
+            row = self._conn.execute(  # type: ignore[union-attr]
+                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)
+            ).fetchone()
+            if row is not None:  # None: forgotten by another process since the index was read
+                hits.append(Hit(entry_from_row(row), round(score, 6), round(v, 6), round(lx, 6)))
+            if len(hits) == k:
+                break
+        return hits
+
+    @_guarded
+    def search(self, query: str, k: int = 5, threshold: float = 0.0) -> list[Hit]:
+        """Entries relevant to ``query``, best first (score: module docstring).
+
+        Any text is a valid query: its words are quoted before they reach FTS5, so
+        quotes, ``*``, ``AND``/``OR``/``NOT``, ``NEAR`` or parentheses never raise.
+
+        Args:
+            query: free text, e.g. the user's message.
+            k: at most this many hits (default 5).
+            threshold: minimum score in [0, 1] (default 0: anything sharing a
+                word or a word piece with the query).
+
+        Returns:
+            Hits sorted by score, newest first on ties.
+        """
+        k = check_int(k, "k")
+        threshold = check_unit(threshold, "threshold")
+        hits = self._search(query, k, threshold)
+        self._searches += 1
+        self._hits += bool(hits)
+        return hits
+
+    @_guarded
+    def retrieve_for_prompt(
+        self,
+        query: str,
+        *,
+        top_k: int = 3,
+        threshold: float = DEFAULT_THRESHOLD,
+        token_budget: int = 200,
+        count_tokens: Callable[[str], int] | None = None,
+        header: str = MEMORY_HEADER,
+    ) -> list[Hit]:
+        """The entries to put into the prompt at the start of a turn.
+
+        Takes hits in score order while the whole section (``format_memory_section``
+        of the chosen hits, header included) stays within ``token_budget``; a hit
+        that does not fit is skipped and a shorter one after it may still fit.
+        The chosen ids become ``stats()["last_retrieval"]``.
+
+        Args:
+            query: the user's new message.
+            top_k: at most this many entries (default 3).
+            threshold: minimum score (default ``DEFAULT_THRESHOLD``, 0.35).
+            token_budget: most tokens the section may take (default 200).
+            count_tokens: the model tokenizer's counter; default ``approx_tokens``.
+            header: the section's first line, counted in the budget.
+
+        Returns:
+            The chosen hits, best first; pass them to ``format_memory_section``.
+        """
+        top_k = check_int(top_k, "top_k")
+        threshold = check_unit(threshold, "threshold")
+        token_budget = check_int(token_budget, "token_budget")
+        count = count_tokens or approx_tokens
+        chosen: list[Hit] = []
+        if top_k:
+            for hit in self._search(query, 3 * top_k, threshold):
+                if count(format_memory_section([*chosen, hit], header)) <= token_budget:
+                    chosen.append(hit)
+                    if len(chosen) == top_k:
+                        break
+        self._searches += 1
+        self._hits += bool(chosen)
+        self._last_retrieval = [h.id for h in chosen]
+        return chosen
+
+    format_memory_section = staticmethod(format_memory_section)
+
+    # -- export / import ----------------------------------------------------------------------
+
+    def _not_own_file(self, path: Path, what: str) -> Path:
+        path = Path(path).expanduser()
+        own = {sidecar(self.path, s).resolve() for s in ("", "-wal", "-shm", ".lock")}
+        if path.resolve() in own:
+            raise OptionError(f"cannot {what} {path}: it is the memory store's own file")
+        return path
+
+    @_guarded
+    def export_json(self, path: Path) -> int:
+        """Write every entry to a JSON file (atomically, mode 0600).
+
+        Vectors are not exported: they belong to an embedder and are rebuilt on import.
+
+        Args:
+            path: the file to write (replaced if it exists).
+
+        Returns:
+            How many entries were written.
+        """
+        path = self._not_own_file(path, "export to")
+        conn = self._conn
+        assert conn is not None
+        with self._file_lock:
+            conn.execute("BEGIN")  # one snapshot, whatever other processes write meanwhile
+            try:
+                rows = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY id").fetchall()
+            finally:
+                conn.execute("COMMIT")
+            entries = [entry_from_row(r) for r in rows]
+            write_json(path, export_document(entries))
+        return len(entries)
+
+    @_guarded
+    def import_json(self, path: Path) -> int:
+        """Add the entries of a file written by ``export_json`` (or a JSON list of strings).
+
+        All or nothing: the file is checked first and added in one transaction.
+        Duplicates of existing entries, and within the file, are skipped.
+
+        Args:
+            path: the file to read.
+
+        Returns:
+            How many entries were added.
+
+        Raises:
+            StoreError: missing file, bad JSON, or a bad entry (its index is named);
+                nothing is added then.
+        """
+        path = self._not_own_file(path, "import from")
+        with self._file_lock:
+            doc = read_json(path)
+            if doc is None:
+                raise StoreError(f"cannot import {path}: no such file (or it holds null)")
+            items = parse_import(path, doc)
+            vecs = checked_embed(self.embedder, [it.text for it in items])
+            added = 0
+            with self._write() as conn:
+                for new, vec in zip(items, vecs):
+                    added += self._insert(conn, new, vec)[1]
+        self._deduplicated += len(items) - added
+        return added
+
+    # -- stats and lifetime ------------------------------------------------------------------
+
+    @_guarded
+    def stats(self) -> dict[str, Any]:
+        """Counters for the UI and for a turn's stats.
+
+        Returns:
+            ``entries``; ``bytes`` (database + WAL + shared memory on disk);
+            ``searches`` and ``hits`` (searches and retrievals by this object, and
+            how many found at least one entry) and ``hit_rate``; ``last_retrieval``
+            (ids put into the last prompt); ``deduplicated`` (remembers and imports
+            that matched an existing entry); ``embedder``; ``stale_vectors``
+            (entries without a vector from it); ``schema_version``; ``path``.
+        """
+        conn = self._conn
+        assert conn is not None
+        entries = int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
+        files = [sidecar(self.path, s) for s in ("", "-wal", "-shm")]
+        return {
+            "entries": entries,
+            "bytes": sum(p.stat().st_size for p in files if p.exists()),
+            "searches": self._searches,
+            "hits": self._hits,
+            "hit_rate": self._hits / self._searches if self._searches else 0.0,
+            "last_retrieval": list(self._last_retrieval),
+            "deduplicated": self._deduplicated,
+            "embedder": self.embedder.name,
+            "stale_vectors": max(0, entries - len(self._vectors())),
+            "schema_version": SCHEMA_VERSION,
+            "path": str(self.path),
+        }
+
+    def close(self) -> None:
+        """Close the database (idempotent)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+                self._index = None
+
+    def __enter__(self) -> "SemanticStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SemanticStore({str(self.path)!r}, embedder={self.embedder.name!r})"

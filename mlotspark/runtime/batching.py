@@ -1,0 +1,426 @@
+"""Batched decoding over sequences that each keep their own cache.
+
+A decode step runs the token embedding, projections, MLP and LM head once for B
+sequences. Attention is where sequences differ, so each layer gets a
+:class:`BatchCache`: rows whose caches are plain KV are packed into one left-padded
+buffer (mlx-lm's ``BatchKVCache``) and attended in one call; every other row
+(memory cascade, float16 or quantized KV, anything with ``attend``) goes to its
+own cache object, so it keeps its own positions, RoPE offsets and cascade state.
+Packed rows are written back into their own caches when they leave the batch.
+
+Steps are pipelined as in mlx-lm's ``generate_step``: a step is launched with the
+previous step's sampled tokens before they are read back, so building one step
+overlaps the compute of the one before.
+
+:class:`SequenceState` is one request's decode state (detokenizer, stop strings,
+sampler, counters); it writes into the request's :class:`~mlotspark.runtime.generation.Generation`
+so callers read ``text``, ``tokens``, ``fed_tokens`` and ``result`` there as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import KVCache as MlxKVCache
+
+from mlotspark.runtime.generation import Generation, GenerationResult, StopMatcher, peak_memory_mb
+from mlotspark.models.kv_cache import KVCache
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler
+
+__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "prefill_chunk",
+           "supports_batching"]
+
+
+class BatchCache:
+    """One layer's view of the batch for one decode step.
+
+    Rows ``[0, P)`` are packed plain-KV rows attended together (one left-padded
+    buffer, one attention call); each later row goes to its own cache's ``attend``.
+
+    Args:
+        caches: the per-row caches (rows after the packed ones); anything with ``attend``.
+        packed: this layer's packed buffer for the first rows, or None.
+        mask: the packed rows' mask (their left padding), shared by all layers.
+    """
+
+    def __init__(self, caches: Sequence[Any], packed: BatchKVCache | None = None, mask: Any = None):
+        self.caches = list(caches)
+        self.packed = packed
+        self.mask = mask
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
+        """No model-level mask: each part of the batch brings its own."""
+        if N != 1:
+            raise ValueError(f"a batch cache decodes one token per row, got {N}")
+        return None
+
+    def attend(
+        self,
+        q: mx.array,
+        k: mx.array,
+        v: mx.array,
+        *,
+        rope: Callable[..., mx.array],
+        scale: float,
+        mask: Any = None,
+    ) -> mx.array:
+        """Attend the packed rows together, then every other row with its own cache.
+
+        Args:
+            q: un-rotated queries (B, Hq, 1, D); k, v: (B, Hkv, 1, D).
+
+        Returns:
+            (B, Hq, 1, D) attention output.
+        """
+        if self.packed is None and len(self.caches) == 1:
+            return self.caches[0].attend(q, k, v, rope=rope, scale=scale)
+        outs, P = [], 0
+        if self.packed is not None:
+            P = self.packed.offset.shape[0]
+            qp, kp, vp = (q, k, v) if P == q.shape[0] else (q[:P], k[:P], v[:P])
+            pos = self.packed.offset  # (P,) each row's own position
+            qp, kp = rope(qp, offset=pos), rope(kp, offset=pos)
+            keys, values = self.packed.update_and_fetch(kp, vp)  # (P, Hkv, T, D), left-padded
+            outs.append(mx.fast.scaled_dot_product_attention(qp, keys, values, scale=scale, mask=self.mask))
+        for i, c in enumerate(self.caches, start=P):
+            outs.append(c.attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], rope=rope, scale=scale))
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+
+
+def is_plain_kv(cache: Sequence[Any]) -> bool:
+    """True when every layer is a plain full-attention KV cache (ours or mlx-lm's)."""
+    return bool(cache) and all(type(c) in (KVCache, MlxKVCache) for c in cache)
+
+
+def supports_batching(model: Any) -> bool:
+    """True for models whose attention goes through ``cache.attend`` (``models.llama``)."""
+    from mlotspark.models import llama
+
+    return isinstance(model, llama.Model)
+
+
+def _seed_for(seed: int, step: int) -> int:
+    """The seed of a seeded request's ``step``-th sample."""
+    # A request's own random stream, independent of whoever shares its batch.
+    return (seed * 0x9E3779B1 + step * 0x85EBCA77 + 1) & 0xFFFFFFFF
+
+
+class SequenceState:
+    """One request on the engine thread: prefill progress, then decode state.
+
+    Args:
+        gen: the request's Generation (prompt, cache, options; results go here).
+        eos: end-of-sequence token ids.
+    """
+
+    def __init__(self, gen: Generation, eos: set[int]):
+        self.gen = gen
+        self.eos = eos
+        self.detok = gen.tokenizer.detokenizer  # a fresh copy per request
+        self.detok.reset()
+        self.stops = StopMatcher(gen.options.stop)
+        self.sampler = build_sampler(gen.options)
+        self.greedy = gen.options.temperature == 0
+        self.processors = build_logits_processors(gen.options)
+        self.max_tokens = gen._max_tokens()
+        self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
+        self.decoded = False  # True once the whole prompt is in the cache
+        self.plain = is_plain_kv(gen.cache)  # may be packed with other plain rows
+        self.lazy_input: mx.array | None = None  # (1,) this step's input, fed unread
+        self.emitted = 0  # characters of text handed out
+        self.finish: str | None = None
+        self.t_start = time.perf_counter()
+        self.t_first: float | None = None
+        self.steps = 0  # decode steps taken
+        self.batch_sizes = 0  # sum of the batch sizes over those steps
+
+    # ---------------------------------------------------------------- prefill
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to prefill before the sequence can join the batch."""
+        return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
+
+    @property
+    def next_token(self) -> int:
+        """The token this sequence feeds at its next decode step."""
+        g = self.gen
+        return g.tokens[-1] if g.tokens else g.prompt[-1]
+
+    def history(self) -> mx.array:
+        """Tokens the logits processors look back over (prompt + generated, fed)."""
+        known = mx.array(self.gen.fed_tokens)
+        return known if self.lazy_input is None else mx.concatenate([known, self.lazy_input])
+
+    # ---------------------------------------------------------------- decode
+    def accept(self, token: int) -> str:
+        """Take a sampled token; return the text that may be emitted now.
+
+        Sets ``finish`` when the sequence is done (stop, length or cancelled).
+        """
+        g = self.gen
+        if self.t_first is None:
+            self.t_first = time.perf_counter()
+        if g.cancel.is_set():
+            self.finish = "cancelled"
+            return ""
+        if token in self.eos:
+            self.finish = "stop"
+            return ""
+        g.tokens.append(token)
+        self.detok.add_token(token)
+        g.text = self.detok.text
+        cut = self.stops.cut(g.text) if self.stops.stops else None
+        if cut is not None:
+            g.text = g.text[:cut]
+            self.finish = "stop"
+            return ""
+        if len(g.tokens) >= self.max_tokens:
+            self.finish = "length"
+            return ""
+        safe = self.stops.safe_length(g.text)
+        piece = g.text[self.emitted : safe] if safe > self.emitted else ""
+        self.emitted = max(self.emitted, safe)
+        return piece
+
+    def close(self, reason: str | None = None) -> str:
+        """Finish the sequence: flush held-back text, fill stats and ``gen.result``.
+
+        Args:
+            reason: overrides ``finish`` (e.g. "cancelled" before any token).
+
+        Returns:
+            The last text piece to emit (may be empty).
+        """
+        g = self.gen
+        self.finish = reason or self.finish or "length"
+        if self.finish != "cancelled" or g.tokens:
+            self.detok.finalize()  # bytes the detokenizer held back (a split UTF-8 char)
+            cut = self.stops.cut(self.detok.text) if self.stops.stops else None
+            g.text = self.detok.text[:cut] if cut is not None else self.detok.text
+        piece = g.text[self.emitted :] if len(g.text) > self.emitted else ""
+        self.emitted = len(g.text)
+        t_end = time.perf_counter()
+        t_first = self.t_first or t_end
+        s = g.stats
+        s.prompt_tokens = g.cached_tokens + len(g.prompt)
+        s.prefilled_tokens = len(g.prompt)
+        s.cached_tokens = g.cached_tokens
+        s.generation_tokens = len(g.tokens)
+        s.finish_reason = self.finish
+        s.ttft_s = t_first - self.t_start
+        s.prefill_tps = len(g.prompt) / s.ttft_s if s.ttft_s > 0 else 0.0
+        n_decode = max(len(g.tokens) - 1, 0)
+        s.decode_tps = n_decode / (t_end - t_first) if t_end > t_first and n_decode else 0.0
+        s.peak_memory_mb = peak_memory_mb()
+        s.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
+        if g.extra_stats is not None:
+            s.extra["cascade"] = g.extra_stats(g.cache)
+        g.result = GenerationResult(text=g.text, tokens=list(g.tokens), stats=s)
+        return piece
+
+
+def prefill_chunk(model: Any, seq: SequenceState) -> int:
+    """Run one prefill chunk of ``seq`` alone through the model.
+
+    All prompt tokens but the last are prefilled here (as mlx-lm's ``generate_step``
+    does); the last one is the sequence's first decode input.
+
+    Returns:
+        Tokens processed (0 when nothing was left).
+    """
+    n = min(seq.gen.options.prefill_chunk, seq.prefill_left)
+    if n <= 0:
+        return 0
+    start = seq.prefilled
+    chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
+    model(chunk, cache=seq.gen.cache)
+    mx.eval([c.state for c in seq.gen.cache])
+    seq.prefilled += n
+    return n
+
+
+def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:
+    """Sample one token per row with each sequence's own options.
+
+    Args:
+        logits: (B, V) last-position logits.
+
+    Returns:
+        (B,) token ids (not yet evaluated).
+    """
+    plain = all(s.greedy and not s.processors for s in seqs)
+    if plain:  # the common greedy case: one argmax over the batch
+        return mx.argmax(logits, axis=-1)
+    out = []
+    for i, s in enumerate(seqs):
+        row = logits[i : i + 1]  # (1, V)
+        if s.processors:
+            hist = s.history()
+            for p in s.processors:
+                row = p(hist, row)
+        logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
+        if s.gen.options.seed is not None and not s.greedy:
+            # The key is taken when the op is built, so the next row may reseed at once.
+            mx.random.seed(_seed_for(s.gen.options.seed, s.steps))
+        tok = s.sampler(logprobs)
+        out.append(tok.reshape(1))
+    return mx.concatenate(out)
+
+
+@dataclass
+class Inflight:
+    """A launched decode step: its rows and their sampled tokens (not read back yet)."""
+
+    rows: list[SequenceState]
+    sampled: mx.array  # (B,)
+    t_launch: float
+    ids: set[int] = field(default_factory=set)
+    tag: Any = None  # the caller's note (the scheduler's governor state and cap)
+
+
+class DecodeBatch:
+    """The decode batch, kept across steps by the engine thread.
+
+    Sequences whose caches are all plain KV are packed into one left-padded buffer
+    per layer (mlx-lm's ``BatchKVCache``) while two or more of them decode
+    together: one attention call for all of them instead of one per row, which is
+    what makes batch 8 pay off on a CPU. Their own cache objects are emptied while
+    packed (no double memory) and written back when they leave the batch, so the
+    caller finds an ordinary cache afterwards. Other caches (cascade, quantized)
+    attend row by row and are never copied.
+
+    Args:
+        model: a ``models.llama.Model``.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.packed: list[SequenceState] = []
+        self._kv: list[BatchKVCache] = []
+        self._inflight: Inflight | None = None
+
+    @property
+    def inflight(self) -> Inflight | None:
+        """The step launched last and not collected yet."""
+        return self._inflight
+
+    def launch(self, seqs: Sequence[SequenceState]) -> Inflight | None:
+        """Start a decode step for ``seqs`` without waiting for it; return the previous one.
+
+        Rows that were in the previous step feed its sampled token without reading
+        it back first (as mlx-lm's ``generate_step`` does), so building this step
+        overlaps the previous one's compute. Pass the returned step to :meth:`collect`.
+
+        Args:
+            seqs: the sequences decoding together (B ≥ 1).
+        """
+        prev = self._inflight
+        from_prev = {id(r): i for i, r in enumerate(prev.rows)} if prev is not None else {}
+        self._sync(seqs)
+        others = [s for s in seqs if s not in self.packed]
+        rows = self.packed + others  # packed rows first: BatchCache expects them there
+        pieces = []
+        for s in rows:
+            j = from_prev.get(id(s))
+            if j is not None:
+                s.lazy_input = prev.sampled[j : j + 1]  # (1,) not read back yet
+                pieces.append(s.lazy_input)
+            else:
+                s.lazy_input = None
+                if s.decoded:  # the first step feeds the prompt's last token, already listed
+                    s.gen.fed_tokens.append(s.next_token)
+                pieces.append(mx.array([s.next_token]))
+            s.decoded = True
+            s.steps += 1
+            s.batch_sizes += len(rows)
+        tokens = mx.concatenate(pieces)[:, None]  # (B, 1)
+        n_layers = len(self.model.layers)
+        if self.packed:
+            mask = self._kv[0].make_mask(1)  # (P, 1, 1, T) hides each row's left padding
+            caches = [BatchCache([s.gen.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
+        else:
+            caches = [BatchCache([s.gen.cache[i] for s in others]) for i in range(n_layers)]
+        logits = self.model(tokens, cache=caches)[:, -1, :]  # (B, V)
+        sampled = _sample_rows(rows, logits)
+        mx.async_eval(sampled)
+        self._inflight = Inflight(rows, sampled, time.perf_counter(), {id(r) for r in rows})
+        return prev
+
+    def collect(self, step: Inflight | None) -> list[tuple[SequenceState, int]]:
+        """Wait for ``step`` and return each row's sampled token.
+
+        A row that the step after it feeds straight from ``step`` gets the token
+        added to ``gen.fed_tokens`` here, now that its value is known.
+        """
+        if step is None:
+            return []
+        values = step.sampled.tolist()
+        nxt = self._inflight
+        for s, tok in zip(step.rows, values):
+            if nxt is not None and nxt is not step and id(s) in nxt.ids and s.lazy_input is not None:
+                s.gen.fed_tokens.append(tok)
+        return list(zip(step.rows, values))
+
+    def drain(self) -> list[tuple[SequenceState, int]]:
+        """Wait for the step in flight, if any, and return its tokens; none is left."""
+        step, self._inflight = self._inflight, None
+        return self.collect(step)
+
+    def step(self, seqs: Sequence[SequenceState]) -> list[int]:
+        """One decode step, waited for (tests, benchmarks): tokens in the order of ``seqs``."""
+        self.collect(self.launch(seqs))
+        by_row = {id(s): t for s, t in self.drain()}
+        return [by_row[id(s)] for s in seqs]
+
+    def release(self, seq: SequenceState, write_back: bool = True) -> None:
+        """Take ``seq`` out of the packed buffer (its KV back in its cache unless told not to)."""
+        if seq in self.packed:
+            self._remove([seq], write_back)
+
+    def _sync(self, seqs: Sequence[SequenceState]) -> None:
+        """Pack the plain rows of ``seqs`` (two or more), unpack rows no longer wanted."""
+        plain = [s for s in seqs if s.plain]
+        if len(plain) < 2:
+            plain = []
+        leaving = [s for s in self.packed if s not in plain]
+        if leaving:
+            self._remove(leaving, write_back=True)
+        joining = [s for s in plain if s not in self.packed]
+        if not joining:
+            return
+        for i in range(len(self.model.layers)):
+            merged = BatchKVCache.merge([s.gen.cache[i] for s in joining])
+            if self.packed:
+                self._kv[i].extend(merged)
+            else:
+                self._kv.append(merged)
+        for s in joining:
+            for c in s.gen.cache:  # the packed buffer holds these now
+                c.keys = c.values = None
+        self.packed += joining
+
+    def _remove(self, seqs: Sequence[SequenceState], write_back: bool) -> None:
+        idx = [self.packed.index(s) for s in seqs]
+        if write_back:
+            for s, row in zip(seqs, idx):
+                for own, kv in zip(s.gen.cache, self._kv):
+                    out = kv.extract(row)
+                    own.keys, own.values, own.offset = out.keys, out.values, out.offset
+        keep = [i for i in range(len(self.packed)) if i not in idx]
+        self.packed = [self.packed[i] for i in keep]
+        if not self.packed:
+            self._kv = []
+            return
+        rows = mx.array(keep)
+        for kv in self._kv:
+            kv.filter(rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed buffers."""
+        return sum(kv.nbytes for kv in self._kv)

@@ -1,0 +1,88 @@
+"""A submitted request: iterate it for text pieces, wait on it, or cancel it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterator
+
+from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+
+_END = object()  # marks the end of a stream in the piece queue
+
+
+class RequestHandle:
+    """What ``Engine.submit`` returns; the engine thread runs the request.
+
+    Iterating yields the reply's text pieces as they decode (once per handle);
+    ``result(timeout)`` waits for the end; ``cancel()`` stops the request at once
+    (finish reason ``cancelled``, the text so far kept, its KV released).
+
+    Args:
+        generation: the request's Generation (prompt, cache, options; the engine
+            thread fills in ``tokens``, ``text``, ``fed_tokens`` and ``result``).
+        wake: called after ``cancel()`` so the engine thread notices at once.
+    """
+
+    def __init__(self, generation: Generation, wake: Callable[[], None] | None = None):
+        self.generation = generation
+        self.cancel_event = generation.cancel
+        self._wake = wake
+        self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._done = threading.Event()
+        self._result: GenerationResult | None = None
+        self._error: BaseException | None = None
+        self._started = False
+
+    # ------------------------------------------------------- engine thread
+    def _emit(self, piece: str) -> None:
+        self._pieces.put(piece)
+
+    def _finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        self._result, self._error = result, error
+        self._pieces.put(_END)
+        self._done.set()
+
+    # -------------------------------------------------------------- caller
+    def __iter__(self) -> Iterator[str]:
+        if self._started:
+            raise RuntimeError("a request handle can be iterated only once")
+        self._started = True
+        while True:
+            piece = self._pieces.get()
+            if piece is _END:
+                break
+            yield piece
+        if self._error is not None:
+            raise self._error
+
+    def result(self, timeout: float | None = None) -> GenerationResult:
+        """Wait for the request to end and return its result.
+
+        Args:
+            timeout: seconds to wait; None waits as long as it takes.
+
+        Raises:
+            TimeoutError: not finished within ``timeout``.
+            MlotsparkError: the request failed (e.g. it can never fit the memory limit).
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"request not finished after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def cancel(self) -> None:
+        """Stop the request now; the text so far is kept (finish reason ``cancelled``)."""
+        self.cancel_event.set()
+        if self._wake is not None:
+            self._wake()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def stats(self) -> GenerationStats | None:
+        return self._result.stats if self._result else None

@@ -1,0 +1,511 @@
+"""The engine thread: a priority queue, continuous batching and the thermal governor.
+
+One thread owns MLX (DESIGN §5). Callers put requests in a priority queue (lower
+``priority`` first, then arrival) and read token streams from their handles. Each
+turn of the loop:
+
+1. runs jobs other code asked to run on this thread (``Scheduler.call``);
+2. drops cancelled requests at once, releasing the KV they hold;
+3. asks the governor for a decision: a cool-down pause sleeps here, and the batch
+   never exceeds ``Decision.cap`` (sequences beyond the cap keep their KV and wait);
+4. admits queued requests while the batch has room and ``governor.admit`` agrees
+   (projected KV + weights under the memory limit); a refused request stays queued
+   and no running request is touched;
+5. runs one prefill chunk of the oldest admitted request (per request, never
+   batched), so a long prompt does not stall the running streams for long;
+6. runs one batched decode step (``batching.DecodeBatch``) over the running
+   sequences; a request joins after its prefill and leaves when it finishes.
+
+Requests that decode in their own loop (beam search, speculative decoding, several
+returns: ``Generation.own_loop``), and every request of a model whose attention
+does not go through ``cache.attend`` (mlx-lm's classes), run alone: one text piece
+of one of them per turn, between the batch's steps, so they share the thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import heapq
+import itertools
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import mlx.core as mx
+
+from mlotspark.runtime.batching import DecodeBatch, SequenceState, prefill_chunk, supports_batching
+from mlotspark.platform.device import is_metal
+from mlotspark.errors import OptionError
+from mlotspark.runtime.generation import Generation, GenerationResult
+from mlotspark.runtime.scheduler_config import (
+    SchedulerConfig,
+    ThroughputMeter,
+    governor_snapshot,
+    kv_bytes_per_token,
+    parse_memory_limit,
+)
+from mlotspark.thermal.governor import ThermalGovernor
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SchedulerConfig", "Scheduler", "StepRecord", "governor_snapshot", "parse_memory_limit",
+           "kv_bytes_per_token"]
+
+_KV_STEP = 256  # mlx-lm's KVCache grows in steps of this many tokens
+_IDLE_WAIT_S = 0.5  # wake-up period while idle or paused (cancels are noticed sooner: notify)
+
+# Engine threads still running at exit are stopped first, so each clears its MLX
+# streams before the runtime goes (else MLX may abort the process at exit).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_engine_threads() -> None:
+    for scheduler in list(_LIVE):
+        scheduler.close(timeout=2.0)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One turn of the engine thread that decoded or paused (``Scheduler.timeline``)."""
+
+    t: float  # scheduler clock at the end of the turn
+    state: str  # governor state
+    cap: int  # batch cap in force
+    batch: int  # sequences decoded (0 in a pause)
+    step_s: float  # seconds the decode step (or the pause wait) took
+    queued: int  # requests waiting in the queue
+    paused: bool = False
+    cpu_s: float = 0.0  # process CPU seconds of the step (contention shows as cpu_s << step_s)
+
+
+@dataclass
+class Request:
+    """A submitted request as the scheduler holds it."""
+
+    generation: Generation
+    handle: Any  # RequestHandle
+    priority: int = 0
+    on_finish: Callable[[Generation], None] | None = None
+    owns_cache: bool = True  # the engine made the cache, so it may drop it on cancel
+    projected_bytes: int = 0
+    seq_no: int = 0
+    submitted_at: float = field(default_factory=time.perf_counter)
+    state: SequenceState | None = None
+    stepper: Iterator[str] | None = None  # a request that runs alone: its own loop
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (self.priority, self.seq_no)
+
+
+@dataclass
+class _Job:
+    fn: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+class Scheduler:
+    """Runs requests on one engine thread, batching their decode steps.
+
+    Args:
+        model: the loaded model.
+        governor: the thermal governor (cap, pauses, admissions).
+        lock: held around each turn's MLX work, so code that serialises on the
+            engine's lock stays safe (never hold it while waiting on a request).
+        weights_bytes: bytes of the weights (counted as in use by the memory guard).
+        eos: end-of-sequence token ids.
+        clock: seconds, for pauses and throughput (default ``time.perf_counter``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        governor: ThermalGovernor,
+        *,
+        lock: threading.RLock | None = None,
+        weights_bytes: int = 0,
+        eos: set[int] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.model = model
+        self.governor = governor
+        self.lock = lock or threading.RLock()
+        self.weights_bytes = weights_bytes
+        self.eos = set(eos or ())
+        self.batching = supports_batching(model)
+        self.kv_per_token = kv_bytes_per_token(model)
+        self._batch = DecodeBatch(model)
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._queue: list[tuple[tuple[int, int], Request]] = []  # heap by (priority, seq_no)
+        self._jobs: list[_Job] = []
+        self._prefilling: list[Request] = []
+        self._running: list[Request] = []
+        self._solo: list[Request] = []  # requests that decode in their own loop
+        self._counter = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._batch_size = 0
+        self._paused_until = 0.0
+        self._admission = "no request yet"
+        self._completed = 0
+        self._tokens = 0
+        self._meter = ThroughputMeter(governor, cpu_backend=not is_metal())
+        self._last_collect = 0.0
+        self.cpu_clock: Callable[[], float] = time.process_time
+        self.pause_wait_s = _IDLE_WAIT_S  # longest single wait of a pause (tests shorten it)
+        #: recent decode steps and pauses, oldest first (for the bench's plot)
+        self.timeline: deque[StepRecord] = deque(maxlen=20000)
+
+    # ------------------------------------------------------------ caller side
+    def submit(self, request: Request) -> None:
+        """Queue a request; the engine thread picks it up by priority."""
+        if self._closed:
+            raise RuntimeError("the engine's scheduler is closed")
+        g = request.generation
+        new_tokens = len(g.prompt) + g._max_tokens()
+        held = _cache_bytes(g.cache)
+        request.projected_bytes = held + self.kv_per_token * (-(-new_tokens // _KV_STEP) * _KV_STEP)
+        request.seq_no = next(self._counter)
+        with self._cond:
+            heapq.heappush(self._queue, (request.sort_key, request))
+            self._ensure_thread()
+            self._cond.notify_all()
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` on the engine thread between steps; return its value.
+
+        Use it for any MLX work outside a request (saving or restoring caches).
+        Called on the engine thread itself (e.g. from ``on_finish``), it runs at once.
+
+        Raises:
+            Whatever ``fn`` raises.
+        """
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        job = _Job(lambda: fn(*args, **kwargs))
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the engine's scheduler is closed")
+            self._jobs.append(job)
+            self._ensure_thread()
+            self._cond.notify_all()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.value
+
+    def wake(self) -> None:
+        """Make the engine thread look at its requests now (after a cancel)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Cancel everything, stop the engine thread and wait for it."""
+        with self._cond:
+            self._closed = True
+            for _, r in self._queue:
+                r.generation.cancel.set()
+            for r in self._prefilling + self._running + self._solo:
+                r.generation.cancel.set()
+            self._cond.notify_all()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def status(self) -> dict[str, Any]:
+        """State, cap, batch size, queue length and the last reasons (for API, TUI, bench).
+
+        Returns:
+            ``state``, ``cap``, ``mode``, ``batch_size``, ``running``, ``prefilling``,
+            ``queued``, ``paused_s``, ``reason`` (the governor's last one-line reason),
+            ``admission`` (the last admission decision), ``kv_bytes`` (KV held by
+            requests in flight), ``completed``, ``decoded_tokens``, ``decode_tps``
+            (aggregate, last window)
+            and ``governor`` (the governor's full status).
+        """
+        gov = self.governor.status(last=5)
+        with self._cond:
+            in_flight = self._prefilling + self._running + self._solo
+            out = {
+                "state": gov["state"],
+                "cap": gov["cap"],
+                "mode": gov["effective_mode"],
+                "batch_size": self._batch_size,
+                "running": len(self._running) + len(self._solo),
+                "prefilling": len(self._prefilling),
+                "queued": len(self._queue),
+                "paused_s": max(0.0, self._paused_until - self._clock()),
+                "reason": gov["reason"],
+                "admission": self._admission,
+                "completed": self._completed,
+                "decoded_tokens": self._tokens,
+                "decode_tps": round(self._meter.last_tps, 2),
+                "batching": self.batching,
+            }
+        out["kv_bytes"] = self._batch.nbytes + sum(_cache_bytes(r.generation.cache) for r in in_flight)
+        out["governor"] = gov
+        return out
+
+    # ------------------------------------------------------------ engine side
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="mlotspark-engine", daemon=True)
+            self._thread.start()
+            _LIVE.add(self)
+
+    def _idle(self) -> bool:
+        return not (self._queue or self._jobs or self._prefilling or self._running or self._solo)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while self._idle() and not self._closed:
+                        self._cond.wait(_IDLE_WAIT_S)
+                    if self._closed and self._idle():
+                        return
+                    jobs, self._jobs = self._jobs, []
+                try:
+                    with self.lock:
+                        for job in jobs:
+                            self._run_job(job)
+                        self._turn()
+                except Exception as e:  # noqa: BLE001  fail the requests, keep the thread alive
+                    log.exception("engine step failed")
+                    self._fail_all(e)
+        finally:
+            # MLX wants a thread's streams destroyed before it ends, or the process
+            # may abort at exit ("terminate called without an active exception").
+            clear = getattr(mx, "clear_streams", None)
+            if clear is not None:
+                clear()
+
+    @staticmethod
+    def _run_job(job: _Job) -> None:
+        try:
+            job.value = job.fn()
+        except BaseException as e:  # noqa: BLE001  handed to the caller
+            job.error = e
+        job.done.set()
+
+    def _turn(self) -> None:
+        """One turn: cancels, governor, admissions, a prefill chunk, a decode step."""
+        self._sweep_cancelled()
+        if self._idle():
+            return
+        decision = self.governor.update()
+        if decision.pause_s > 0:
+            self._drain()
+            t0 = self._clock()
+            self._paused_until = t0 + decision.pause_s
+            self._batch_size = 0
+            with self._cond:  # a cancel or a submit cuts the wait short
+                self._cond.wait(min(decision.pause_s, self.pause_wait_s))
+            self._meter.reset()
+            self.timeline.append(StepRecord(self._clock(), decision.state, decision.cap, 0,
+                                            self._clock() - t0, len(self._queue), paused=True))
+            return
+        cap = max(1, decision.cap)
+        self._admit(cap)
+        if self._solo:
+            self._step_solo()
+        if self._prefilling:
+            r = self._prefilling[0]
+            prefill_chunk(self.model, r.state)
+            if r.state.prefill_left == 0:
+                self._prefilling.pop(0)
+                self._running.append(r)
+            if not self._running:
+                return
+        if self._running:
+            self._decode(decision.state, cap)
+        if not self._running:
+            self._drain()  # its rows all finished: discard the extra step
+            self._batch_size = 1 if self._solo else 0
+
+    def _admit(self, cap: int) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    return
+                in_flight = self._prefilling + self._running + self._solo
+                active = len(in_flight)
+                if active >= cap:
+                    return
+                r = self._queue[0][1]
+                in_use = self.weights_bytes + sum(x.projected_bytes for x in in_flight)
+                ok, why = self.governor.admit(r.projected_bytes, in_use, active)
+                self._admission = why
+                if not ok:
+                    if active == 0:  # nothing to wait for: it can never fit
+                        heapq.heappop(self._queue)
+                        self._fail(r, OptionError(f"request cannot run under the memory limit: {why}"))
+                        continue
+                    return
+                heapq.heappop(self._queue)
+            r.generation.stats.extra["queue_s"] = round(time.perf_counter() - r.submitted_at, 4)
+            if not self.batching or getattr(r.generation, "own_loop", False):
+                r.stepper = iter(r.generation)
+                self._solo.append(r)
+            else:
+                r.state = SequenceState(r.generation, self.eos)
+                self._prefilling.append(r)
+
+    def _decode(self, state: str, cap: int) -> None:
+        """Launch the next batched step, then take in the tokens of the one before.
+
+        The batch is the running requests in priority order up to the cap; those
+        beyond it keep their KV and wait. A request that finishes was also fed to
+        the step just launched (as in mlx-lm's loop): one wasted row, no stall.
+        """
+        self._running.sort(key=lambda r: r.sort_key)
+        batch = self._running[:cap]
+        self._batch_size = len(batch)
+        c0 = self.cpu_clock()
+        prev = self._batch.launch([r.state for r in batch])
+        self._batch.inflight.tag = (state, cap)  # type: ignore[union-attr]  # what it ran under
+        self._take(self._batch.collect(prev), prev, c0)
+
+    def _drain(self) -> None:
+        """Take in the step in flight, if any (before a pause, or with no one left)."""
+        prev = self._batch.inflight
+        if prev is not None:
+            self._take(self._batch.drain(), prev, self.cpu_clock())
+
+    def _take(self, results: list, step: Any, c0: float) -> None:
+        """Account a collected step and hand each running request its token."""
+        if step is None:
+            return
+        now = self._clock()
+        owners = {id(r.state): r for r in self._running}
+        b = sum(id(seq) in owners for seq, _ in results)  # rows still wanted: real tokens
+        if b:
+            # The stream ran this step from its launch or from the previous step's end.
+            step_s = now - max(step.t_launch, self._last_collect)
+            cpu_s = self.cpu_clock() - c0
+            state, cap = step.tag
+            self._meter.add(b, step_s, cpu_s)
+            self.timeline.append(StepRecord(now, state, cap, b, step_s, len(self._queue), cpu_s=cpu_s))
+            self._tokens += b
+        self._last_collect = now
+        for seq, tok in results:
+            r = owners.get(id(seq))
+            if r is None:  # finished or cancelled meanwhile: nothing to hand over
+                continue
+            piece = r.state.accept(tok)
+            if piece:
+                r.handle._emit(piece)
+            if r.state.finish is not None:
+                self._running.remove(r)
+                self._finish(r)
+
+    def _step_solo(self) -> None:
+        """Advance one request that runs alone by one text piece (round robin)."""
+        r = self._solo.pop(0)
+        self._batch_size = max(self._batch_size, 1)
+        try:
+            piece = next(r.stepper, None)  # type: ignore[arg-type]
+        except Exception as e:  # noqa: BLE001  that request fails, the others go on
+            self._fail(r, e)
+            return
+        if piece is not None:
+            r.handle._emit(piece)
+            self._solo.append(r)
+            return
+        self._completed += 1
+        if r.generation.result and r.generation.result.stats.finish_reason == "cancelled":
+            self._release(r)
+        self._deliver(r)
+
+    # ----------------------------------------------------------- finishing
+    def _sweep_cancelled(self) -> None:
+        with self._cond:
+            queued = [r for _, r in self._queue if r.generation.cancel.is_set()]
+            if queued:
+                self._queue = [(k, r) for k, r in self._queue if not r.generation.cancel.is_set()]
+                heapq.heapify(self._queue)
+        for r in queued:
+            r.state = SequenceState(r.generation, self.eos)
+            self._finish(r, "cancelled")
+        for group in (self._prefilling, self._running):
+            for r in [r for r in group if r.generation.cancel.is_set()]:
+                group.remove(r)
+                self._finish(r, "cancelled")
+        for r in [r for r in self._solo if r.generation.cancel.is_set()]:
+            self._solo.remove(r)
+            self._cancel_solo(r)
+
+    def _cancel_solo(self, r: Request) -> None:
+        """Stop a request's own loop now; the text so far is its result."""
+        g = r.generation
+        r.stepper.close()  # type: ignore[union-attr]  # its loop ends at the current token
+        if g.result is None:
+            g.stats.prompt_tokens = g.cached_tokens + len(g.prompt)
+            g.stats.generation_tokens = len(g.tokens)
+            g.stats.finish_reason = "cancelled"
+            g.result = GenerationResult(text=g.text, tokens=list(g.tokens), stats=g.stats)
+        self._release(r)
+        self._completed += 1
+        self._deliver(r)
+
+    def _finish(self, r: Request, reason: str | None = None) -> None:
+        g = r.generation
+        cancelled = (reason or r.state.finish) == "cancelled"
+        # A cancelled request's KV is dropped, unless the caller owns the cache.
+        self._batch.release(r.state, write_back=not (cancelled and r.owns_cache))
+        if not r.state.decoded:
+            g.fed_tokens[:] = g.prompt[: r.state.prefilled]  # what the cache really holds
+        piece = r.state.close(reason)
+        if piece:
+            r.handle._emit(piece)
+        if g.stats.finish_reason == "cancelled":
+            self._release(r)
+        self._completed += 1
+        self._deliver(r)
+
+    def _release(self, r: Request) -> None:
+        """Drop the engine's references to a cancelled request's KV and return the memory."""
+        if r.owns_cache:
+            r.generation.cache = []
+        mx.clear_cache()
+
+    def _deliver(self, r: Request) -> None:
+        error = None
+        if r.on_finish is not None:
+            try:
+                r.on_finish(r.generation)
+            except Exception as e:  # noqa: BLE001  the caller sees it from result()
+                error = e
+        r.handle._finish(r.generation.result, error)
+
+    def _fail(self, r: Request, error: BaseException) -> None:
+        if r.owns_cache:
+            r.generation.cache = []
+        self._completed += 1
+        r.handle._finish(None, error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._cond:
+            failed = self._prefilling + self._running + self._solo
+            self._prefilling, self._running, self._solo = [], [], []
+        self._batch = DecodeBatch(self.model)  # whatever it packed is gone with them
+        for r in failed:
+            self._fail(r, error)
+
+def _cache_bytes(cache: list | None) -> int:
+    total = 0
+    for c in cache or ():
+        try:
+            n = getattr(c, "nbytes", 0)
+            total += int(n() if callable(n) else n or 0)
+        except (AttributeError, NotImplementedError, TypeError):
+            continue  # a cache that cannot tell its size
+    return total

@@ -1,0 +1,168 @@
+"""The scheduler's side of the thermal governor: configuration, memory, throughput.
+
+- ``SchedulerConfig``: mode, max batch and memory limit (``Engine.load``, CLI flags).
+- ``parse_memory_limit`` and ``kv_bytes_per_token``: what the memory guard projects.
+- ``ThroughputMeter``: turns decode steps into the ~1 s throughput samples the
+  governor's ``ThroughputProbe`` reads as throttle evidence.
+- ``governor_snapshot``: a fresh governor's decision, for ``mlotspark info``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mlotspark.errors import OptionError
+from mlotspark.thermal.governor import MODES, ThermalGovernor, apply_memory_limit
+
+__all__ = ["SchedulerConfig", "ThroughputMeter", "governor_snapshot", "kv_bytes_per_token",
+           "parse_memory_limit"]
+
+WINDOW_S = 1.0  # decode time per throughput sample (ThroughputProbe wants ~1 s)
+FAIR_SHARE = 0.8  # a window with less CPU time than this share of the best is contention
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_memory_limit(value: int | str | None) -> int | None:
+    """Bytes from ``4GB``, ``512MiB``, ``1.5g`` or an integer; None stays None.
+
+    Powers of 1024 for both ``GB`` and ``GiB`` (what memory sizes mean to users here).
+
+    Raises:
+        OptionError: an unparsable or non-positive size.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise OptionError(f"invalid memory limit {value!r}: give bytes or a size like 8GB")
+    if isinstance(value, int):
+        n = value
+    else:
+        m = _SIZE.match(str(value))
+        if not m:
+            raise OptionError(f"invalid memory limit {value!r}: give bytes or a size like 8GB")
+        n = int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
+    if n < 1:
+        raise OptionError(f"invalid memory limit {value!r}: must be > 0")
+    return n
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """KV bytes one token costs in a plain cache (keys + values over all layers)."""
+    args = getattr(model, "args", None)
+    try:
+        layers = len(model.layers)
+        heads = args.num_key_value_heads or args.num_attention_heads
+        head_dim = args.head_dim or args.hidden_size // args.num_attention_heads
+        dtype = model.model.embed_tokens.weight.dtype
+        itemsize = 2 if dtype.size < 4 else 4  # quantized models keep float16 KV
+    except (AttributeError, TypeError):
+        return 0
+    return 2 * layers * heads * head_dim * itemsize
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the engine schedules requests; ``Engine.load`` and the CLI set it.
+
+    Args:
+        mode: governor mode, ``auto`` (default: balanced on AC, efficiency on
+            battery), ``performance``, ``balanced`` or ``efficiency``.
+        max_batch: most sequences decoded together (default 8).
+        memory_limit: projected KV + weights stay under this many bytes, also
+            given to ``mx.set_memory_limit`` (default None: no limit). Accepts
+            ``"8GB"`` style strings.
+        governor: a ready ThermalGovernor (tests, benchmarks); overrides the above.
+    """
+
+    mode: str = "auto"
+    max_batch: int = 8
+    memory_limit: int | str | None = None
+    governor: ThermalGovernor | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise OptionError(f"invalid mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        mb = self.max_batch
+        if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
+            raise OptionError(f"invalid max_batch {mb!r}: must be an integer >= 1")
+        object.__setattr__(self, "memory_limit", parse_memory_limit(self.memory_limit))
+
+    def make_governor(self) -> ThermalGovernor:
+        """The governor this config describes (the given one, if any).
+
+        A memory limit also goes to MLX's allocator (``mx.set_memory_limit``); a
+        given governor's limit does not, so tests never shrink the process's limit.
+        """
+        if self.governor is not None:
+            return self.governor
+        if self.memory_limit is not None:
+            apply_memory_limit(self.memory_limit)
+        return ThermalGovernor(mode=self.mode, max_batch=self.max_batch,
+                               memory_limit_bytes=self.memory_limit)
+
+
+class ThroughputMeter:
+    """Aggregate decode rate per batch size, handed to the governor about once a second.
+
+    Args:
+        governor: receives ``record_throughput(batch, tok/s)``.
+        cpu_backend: True on MLX's CPU backend, where windows in which other
+            processes took the cores are left out (see :meth:`had_the_cpu`).
+    """
+
+    def __init__(self, governor: ThermalGovernor, cpu_backend: bool):
+        self.governor = governor
+        self.cpu_backend = cpu_backend
+        self.batch = 0
+        self.tokens, self.time_s, self.cpu_s = 0, 0.0, 0.0
+        self.last_tps = 0.0  # the last window's rate, recorded or not
+        self.best_share = 0.0  # most CPU seconds per second of decoding seen
+
+    def add(self, batch: int, step_s: float, cpu_s: float) -> None:
+        """Count one decode step of ``batch`` sequences (one token each)."""
+        if batch != self.batch:
+            self.flush(force=True)  # a sample covers one batch size only
+            self.batch = batch
+        self.tokens += batch
+        self.time_s += step_s
+        self.cpu_s += cpu_s
+        self.flush()
+
+    def flush(self, force: bool = False) -> None:
+        """Record the window once it holds a second of decoding (half, when forced)."""
+        enough = self.time_s >= WINDOW_S or (force and self.time_s >= WINDOW_S / 2)
+        if enough and self.tokens:
+            self.last_tps = self.tokens / self.time_s
+            if self.had_the_cpu():
+                self.governor.record_throughput(self.batch, self.last_tps)
+        if enough or force:
+            self.reset()
+
+    def had_the_cpu(self) -> bool:
+        """False when other processes took the CPU during the window (CPU backend).
+
+        Time-sharing the cores slows decoding as heat does, but shrinking the batch
+        or pausing would not help: such a window is no throttle evidence. A hot chip
+        runs slower while the process keeps its share of CPU time.
+        """
+        if not self.cpu_backend or self.time_s <= 0:
+            return True
+        share = self.cpu_s / self.time_s
+        self.best_share = max(self.best_share, share)
+        return share >= FAIR_SHARE * self.best_share
+
+    def reset(self) -> None:
+        """Drop the current window (after a pause: it says nothing about speed)."""
+        self.tokens, self.time_s, self.cpu_s = 0, 0.0, 0.0
+
+
+def governor_snapshot(mode: str = "auto", max_batch: int = 8) -> dict[str, Any]:
+    """What a fresh governor decides on this machine now (``mlotspark info``, no model).
+
+    Returns:
+        ``state``, ``cap``, ``mode`` (effective), ``reason``.
+    """
+    d = ThermalGovernor(mode=mode, max_batch=max_batch).update(force=True)
+    return {"state": d.state, "cap": d.cap, "mode": d.mode, "reason": d.reason}
