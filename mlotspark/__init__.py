@@ -24,8 +24,8 @@ _LAZY = {
     "ConversationInfo": ".memory.conversations",
     "PersistenceConfig": ".memory.persistence",
     "SnapshotWarning": ".memory.snapshots",
-    "GenerationResult": ".runtime.generation",
-    "GenerationStats": ".runtime.generation",
+    "GenerationResult": ".results",
+    "GenerationStats": ".results",
     "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
 }

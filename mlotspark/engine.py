@@ -9,21 +9,23 @@ restoring caches) goes through ``Engine.run_on_engine``.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import loader, catalogue
 from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.errors import OptionError
-from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions
-from mlotspark.memory.cascade import CascadeCache, CascadeConfig, cascade_stats, make_cascade_cache
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
 from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
-if TYPE_CHECKING:  # persistence imports the engine's types; only for annotations here
-    from mlotspark.memory.conversations import Conversation
-    from mlotspark.memory.persistence import Persistence
-    from mlotspark.memory.semantic import SemanticStore
+from mlotspark.memory.conversations import Conversation
+from mlotspark.memory.persistence import Persistence
+from mlotspark.memory.semantic import SemanticStore
+from mlotspark.models.tokenizer import encode_chat, encode_raw
+from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
 
 Messages = Sequence[dict]
 
@@ -33,7 +35,7 @@ class Engine:
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
-                 cascade: "CascadeConfig | str | None" = "auto"):
+                 cascade: "CascadeConfig | dict | str | None" = "auto"):
         self.loaded = loaded
         self.defaults = defaults
         self.cascade = _resolve_cascade(loaded, cascade)
@@ -52,7 +54,7 @@ class Engine:
         weights: str = "auto",
         pull: bool = True,
         progress: bool = True,
-        cascade: "CascadeConfig | str | None" = "auto",
+        cascade: "CascadeConfig | dict | str | None" = "auto",
         mode: str = "auto",
         max_batch: int = 8,
         memory_limit: int | str | None = None,
@@ -70,7 +72,9 @@ class Engine:
             cascade: the memory cascade. ``"auto"`` (default): plain full attention
                 while prompt + max_tokens fit the model's context, the cascade with
                 ``CascadeConfig.for_model`` defaults past it. A ``CascadeConfig``:
-                always the cascade. None: never (a too-long prompt is an error).
+                always the cascade. A dict (e.g. ``{"window": 512}``): always the
+                cascade, ``for_model`` defaults of this model's context with those
+                fields. None: never (a too-long prompt is an error).
             mode: thermal governor mode: ``auto`` (balanced on AC, efficiency on
                 battery), ``performance``, ``balanced`` or ``efficiency``.
             max_batch: most requests decoded together (default 8).
@@ -86,8 +90,8 @@ class Engine:
         options = GenerationOptions().merged(**defaults)
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
-        if not (cascade is None or cascade == "auto" or isinstance(cascade, CascadeConfig)):
-            raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, 'auto' or None")
+        if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
+            raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
         return cls(loader.load(source, weights=weights), options, scheduling, cascade)
@@ -103,8 +107,6 @@ class Engine:
 
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
-        from mlotspark.models.tokenizer import encode_chat, encode_raw
-
         if isinstance(prompt_or_messages, str):
             if raw:
                 return encode_raw(self.tokenizer, prompt_or_messages)
@@ -135,7 +137,7 @@ class Engine:
         scheduler code that manage caches themselves."""
         if cache is None:
             cache = self.make_cache(cached_tokens + len(prompt_ids), options)
-        cascaded = isinstance(cache[0], CascadeCache)
+        cascaded = is_cascade(cache)
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -163,8 +165,6 @@ class Engine:
                 cfg = CascadeConfig.for_model(self.loaded.context_length)
         if cfg is not None:
             return make_cascade_cache(self.loaded.model, cfg)
-        from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
-
         return request_cache(self, options, total_tokens)
 
     def submit(
@@ -294,8 +294,6 @@ class Engine:
     @property
     def persistence(self) -> "Persistence":
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
-        from mlotspark.memory.persistence import Persistence
-
         with self._lock:
             if self.__dict__.get("_persistence") is None:
                 self._persistence = Persistence(self)
@@ -352,17 +350,12 @@ class Engine:
         return info
 
 
-def _resolve_cascade(loaded: loader.LoadedModel, cascade: "CascadeConfig | str | None") -> "CascadeConfig | str | None":
-    """Check a forced cascade fits the model; ``auto`` and None pass through."""
+def _resolve_cascade(loaded: loader.LoadedModel, cascade: "CascadeConfig | dict | str | None") -> "CascadeConfig | str | None":
+    """A cascade argument made concrete for ``loaded``: a dict of overrides becomes
+    ``CascadeConfig.for_model`` of the model's own context; a config is checked to fit;
+    ``auto`` and None pass through."""
+    if isinstance(cascade, dict):
+        cascade = CascadeConfig.for_model(loaded.context_length, **cascade)
     if isinstance(cascade, CascadeConfig):
-        if not loaded.supports_cascade:
-            raise OptionError(
-                f"the memory cascade needs a llama-family model; {loaded.name} "
-                f"({loaded.config.get('model_type')}) runs on mlx-lm's classes: use cascade=None"
-            )
-        span = cascade.span
-        if span > loaded.context_length:
-            raise OptionError(
-                f"cascade span {span} exceeds {loaded.name}'s trained context of {loaded.context_length} tokens"
-            )
+        check_cascade(loaded.model, cascade, loaded.name)
     return cascade

@@ -399,3 +399,23 @@ def test_flags_override_only_what_was_given():
     assert (c.sinks, c.top_k, c.routing) == (d.sinks, d.top_k, d.routing)
     with pytest.raises(OptionError, match="'fast'"):
         CascadeConfig.from_flags(8192, routing="fast")
+
+
+def test_cascade_flags_are_sized_from_the_loaded_models_context():
+    """CLI flags become a config of the loaded model's own context (not a fixed 8k),
+    and the one shared check refuses a span past it, naming the model."""
+    from types import SimpleNamespace
+
+    from mlotspark import Engine, GenerationOptions
+    from mlotspark.memory.cascade import CascadeConfig, is_cascade
+    from mlotspark.models.loader import LoadedModel
+
+    model = Model(ModelArgs(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+                            num_key_value_heads=2, vocab_size=256, max_position_embeddings=2048))
+    loaded = LoadedModel(model=model, tokenizer=None, config={}, source=SimpleNamespace(name="tiny", path="tiny"),
+                         weights="float32", fingerprint="tiny", context_length=2048, supports_cascade=True)
+    engine = Engine(loaded, GenerationOptions(), cascade={"window": 128})
+    assert engine.cascade == CascadeConfig.for_model(2048, window=128)
+    assert is_cascade(engine.make_cache(10)) and not is_cascade(None) and not is_cascade([])
+    with pytest.raises(OptionError, match="trained context of 2048"):
+        Engine(loaded, GenerationOptions(), cascade={"window": 2000, "sinks": 64})

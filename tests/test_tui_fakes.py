@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.runtime.generation import GenerationStats
+from mlotspark import GenerationStats
 from mlotspark.options import GenerationOptions
 
 REPLY = "The capital of France is **Paris**. It is on the Seine."

@@ -25,7 +25,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
 
-from mlotspark.errors import MlotsparkError
+from mlotspark import MlotsparkError
 
 from tui import backend
 from tui.conversations import ConversationActions

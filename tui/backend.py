@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from mlotspark.errors import MlotsparkError
+from mlotspark import MlotsparkError
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,6 @@ content switcher, so a reply streaming in one keeps going while another is shown
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from textual.widgets import ContentSwitcher
 
 from tui import backend
@@ -15,14 +13,11 @@ from tui.screens import Confirm, TextPrompt
 from tui.widgets import ChatLog, ConversationList, PromptInput
 from tui.widgets.conversations import ConversationItem
 
-if TYPE_CHECKING:
-    from tui.app import ChatApp
-
 
 class ConversationActions:
     """Conversation handling, mixed into ``ChatApp``."""
 
-    async def open(self: "ChatApp", name: str) -> None:
+    async def open(self, name: str) -> None:
         """Show conversation ``name`` (its chat is kept while others are shown)."""
         if self.engine is None or not name:
             return
@@ -46,7 +41,7 @@ class ConversationActions:
             self.tiers_stale = True
             await self.refresh_list()
 
-    async def refresh_list(self: "ChatApp") -> None:
+    async def refresh_list(self) -> None:
         if self.engine is None:
             return
         with self.guard("Conversations"):
@@ -55,11 +50,11 @@ class ConversationActions:
             title = next((r.label for r in rows if r.name == self.current), self.current or "")
             self.sub_title = f"{backend.model_name(self.engine)} · {title}"
 
-    async def on_list_view_selected(self: "ChatApp", event: ConversationList.Selected) -> None:
+    async def on_list_view_selected(self, event: ConversationList.Selected) -> None:
         if isinstance(event.item, ConversationItem) and event.item.row.name != self.current:
             await self.open(event.item.row.name)
 
-    async def action_new_conversation(self: "ChatApp") -> None:
+    async def action_new_conversation(self) -> None:
         if self.engine is None:
             return
         with self.guard("New conversation"):
@@ -68,33 +63,33 @@ class ConversationActions:
             await self.open(name)
             self.query_one(PromptInput).focus()
 
-    def busy(self: "ChatApp", what: str) -> bool:
+    def busy(self, what: str) -> bool:
         """True (and says so) if the open conversation is streaming a reply."""
         if self.current in self.turns:
             self.notify(f"Cannot {what} while its reply streams: Escape stops it.", severity="warning")
             return True
         return False
 
-    def action_rename(self: "ChatApp") -> None:
+    def action_rename(self) -> None:
         if self.engine is None or self.current is None or self.busy("rename the conversation"):
             return
         rows = {r.name: r for r in self.query_one(ConversationList).rows}
         row = rows.get(self.current)
         self.push_screen(TextPrompt("Rename the conversation", row.label if row else self.current), self.rename)
 
-    async def rename(self: "ChatApp", title: str | None) -> None:
+    async def rename(self, title: str | None) -> None:
         if not title or self.engine is None or self.current is None or self.busy("rename the conversation"):
             return
         with self.guard("Rename"):
             self.engine.conversation(self.current).title = title
             await self.refresh_list()
 
-    def action_delete(self: "ChatApp") -> None:
+    def action_delete(self) -> None:
         if self.engine is None or self.current is None or self.busy("delete the conversation"):
             return
         self.push_screen(Confirm(f"Delete the conversation {self.current!r} and its files?"), self.delete)
 
-    async def delete(self: "ChatApp", yes: bool | None) -> None:
+    async def delete(self, yes: bool | None) -> None:
         if not yes or self.engine is None or self.current is None or self.busy("delete the conversation"):
             return
         name = self.current

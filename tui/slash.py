@@ -7,15 +7,13 @@ error note (and nothing changes); it never ends the app.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mlotspark.errors import MlotsparkError
+from mlotspark import MlotsparkError
 
 from tui import backend
 from tui.commands import Command, CommandError, parse
 
-if TYPE_CHECKING:
-    from tui.app import ChatApp
 
 MEMORY_LIST = 20  # entries /memory shows
 
@@ -23,14 +21,14 @@ MEMORY_LIST = 20  # entries /memory shows
 class SlashCommands:
     """Slash command handlers, mixed into ``ChatApp``."""
 
-    async def say(self: "ChatApp", text: str, error: bool = False) -> None:
+    async def say(self, text: str, error: bool = False) -> None:
         """Answer in the open chat (or as a notification before one is open)."""
         if self.chat is not None:
             await self.chat.add_note(text, error=error)
         if error or self.chat is None:
             self.notify(text, severity="error" if error else "information")
 
-    async def run_command(self: "ChatApp", text: str) -> None:
+    async def run_command(self, text: str) -> None:
         """Parse and run one slash command line."""
         try:
             cmd = parse(text)
@@ -52,7 +50,7 @@ class SlashCommands:
             await self.say(f"/{cmd.name} failed: {type(e).__name__}: {e}", error=True)
 
     # -- settings ---------------------------------------------------------------------
-    async def command_setting(self: "ChatApp", cmd: Command) -> None:
+    async def command_setting(self, cmd: Command) -> None:
         assert cmd.option is not None
         trial = {**self.overrides, cmd.option: cmd.value}
         self.engine.options(**trial)  # raises OptionError naming the bad value
@@ -61,7 +59,7 @@ class SlashCommands:
         await self.say(f"{cmd.option} = {cmd.value}")
 
     # -- this conversation ------------------------------------------------------------
-    async def command_system(self: "ChatApp", cmd: Command) -> None:
+    async def command_system(self, cmd: Command) -> None:
         conv = self.engine.conversation(self.current)
         if not cmd.argument:
             await self.say(f"system prompt: {conv.system or '(none)'}")
@@ -71,7 +69,7 @@ class SlashCommands:
         conv.system = cmd.argument
         await self.say(f"system prompt set: {cmd.argument}")
 
-    async def command_reset(self: "ChatApp", cmd: Command) -> None:
+    async def command_reset(self, cmd: Command) -> None:
         if self.busy("reset the conversation"):
             return
         self.engine.conversation(self.current).reset()
@@ -82,23 +80,23 @@ class SlashCommands:
         await self.refresh_list()
         await self.say("conversation cleared")
 
-    async def command_new(self: "ChatApp", cmd: Command) -> None:
+    async def command_new(self, cmd: Command) -> None:
         await self.action_new_conversation()
 
-    async def command_rename(self: "ChatApp", cmd: Command) -> None:
+    async def command_rename(self, cmd: Command) -> None:
         await self.rename(cmd.argument)
 
-    async def command_delete(self: "ChatApp", cmd: Command) -> None:
+    async def command_delete(self, cmd: Command) -> None:
         self.action_delete()
 
     # -- semantic memory --------------------------------------------------------------
-    def _memory(self: "ChatApp") -> Any:
+    def _memory(self) -> Any:
         store = getattr(self.engine, "memory", None)
         if store is None:
             raise CommandError("this engine has no semantic memory")
         return store
 
-    async def command_remember(self: "ChatApp", cmd: Command) -> None:
+    async def command_remember(self, cmd: Command) -> None:
         if not hasattr(self.engine, "remember"):
             await self.say("/remember: this engine has no semantic memory", error=True)
             return
@@ -106,7 +104,7 @@ class SlashCommands:
         self.tiers_stale = True
         await self.say(f"remembered #{entry}: {cmd.argument}")
 
-    async def command_forget(self: "ChatApp", cmd: Command) -> None:
+    async def command_forget(self, cmd: Command) -> None:
         if not hasattr(self.engine, "forget"):
             await self.say("/forget: this engine has no semantic memory", error=True)
             return
@@ -116,7 +114,7 @@ class SlashCommands:
         else:
             await self.say(f"/forget: no memory entry #{cmd.value}", error=True)
 
-    async def command_memory(self: "ChatApp", cmd: Command) -> None:
+    async def command_memory(self, cmd: Command) -> None:
         try:
             store = self._memory()
         except CommandError as e:
@@ -133,7 +131,7 @@ class SlashCommands:
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
 
     # -- the model --------------------------------------------------------------------
-    async def command_model(self: "ChatApp", cmd: Command) -> None:
+    async def command_model(self, cmd: Command) -> None:
         if not cmd.argument:
             facts = backend.model_facts(self.engine)
             keys = ("model", "weights", "weights_mb", "context_length", "device", "blas", "model_path")

@@ -1,13 +1,13 @@
 """``BenchConfig``: what ``mlotspark bench`` measures and how often.
 
 Suites are chosen as ``pp,tg,ttft`` (every case of each) or ``suite:case`` for one
-case (``ttft:cold,ttft:warm``). Names are checked against the suite table in
-``suites/__init__.py``; a bad one is an ``OptionError`` naming it.
+case (``ttft:cold,ttft:warm``); ``suites.parse_suites`` checks the names against the
+suite table and turns the text into ``BenchConfig.suites``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mlotspark.errors import OptionError
@@ -15,6 +15,7 @@ from mlotspark.errors import OptionError
 COMPARE = (None, "mlx-lm")
 FORMATS = ("table", "json", "csv")
 DEFAULT_SUITES = "pp,tg,ttft"
+DEFAULT_SELECTION: tuple[tuple[str, tuple[str, ...]], ...] = (("pp", ()), ("tg", ()), ("ttft", ()))  # parsed DEFAULT_SUITES
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class BenchConfig:
     gen_tokens: int = 128
     repetitions: int = 5
     warmup: int = 1
-    suites: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=lambda: parse_suites(DEFAULT_SUITES))
+    suites: tuple[tuple[str, tuple[str, ...]], ...] = DEFAULT_SELECTION
     compare: str | None = None
     contexts: tuple[int, ...] = (1024, 2048, 4096)
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
@@ -68,54 +69,12 @@ class BenchConfig:
         if self.compare not in COMPARE:
             raise OptionError(f"invalid compare {self.compare!r}: the only engine to compare with is mlx-lm")
         if not self.suites:
-            raise OptionError("no suite selected: choose from " + ", ".join(_suite_names()))
+            raise OptionError("no suite selected: give at least one (e.g. pp,tg,ttft)")
         object.__setattr__(self, "suites", tuple((s, tuple(c)) for s, c in self.suites))
 
     @property
     def suite_names(self) -> tuple[str, ...]:
         return tuple(s for s, _ in self.suites)
-
-
-def _suite_names() -> tuple[str, ...]:
-    from mlotspark.bench.suites import SUITES
-
-    return tuple(SUITES)
-
-
-def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``"pp,tg,ttft:cold"`` -> ``(("pp", ()), ("tg", ()), ("ttft", ("cold",)))``; ``all`` = every suite.
-
-    Order follows the first mention of each suite; ``suite`` alone selects every case.
-
-    Raises:
-        OptionError: an unknown suite or case, naming it and the choices.
-    """
-    from mlotspark.bench.suites import SUITES
-
-    items = text.split(",") if isinstance(text, str) else list(text)
-    items = [n for i in items for n in (SUITES if i.strip() == "all" else [i])]  # "all": every suite
-    chosen: dict[str, list[str] | None] = {}
-    for raw in items:
-        item = raw.strip()
-        if not item:
-            continue
-        name, _, case = item.partition(":")
-        name, case = name.strip(), case.strip()
-        if name not in SUITES:
-            raise OptionError(f"unknown suite {name!r}: choose from {', '.join(SUITES)}")
-        cases = SUITES[name].CASES
-        if case and case not in cases:
-            listed = ", ".join(cases) if cases else "none (it has a single case)"
-            raise OptionError(f"unknown case {case!r} of suite {name!r}: choose from {listed}")
-        if not case:
-            chosen[name] = None  # every case
-        elif name not in chosen:
-            chosen[name] = [case]
-        elif chosen[name] is not None and case not in chosen[name]:  # type: ignore[operator]
-            chosen[name].append(case)  # type: ignore[union-attr]
-    if not chosen:
-        raise OptionError(f"no suite selected in {text!r}: choose from {', '.join(SUITES)}")
-    return tuple((n, tuple(c) if c else ()) for n, c in chosen.items())
 
 
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:
@@ -141,4 +100,4 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-__all__ = ["BenchConfig", "COMPARE", "DEFAULT_SUITES", "FORMATS", "parse_int_list", "parse_suites"]
+__all__ = ["BenchConfig", "COMPARE", "DEFAULT_SELECTION", "DEFAULT_SUITES", "FORMATS", "parse_int_list"]

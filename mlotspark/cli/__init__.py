@@ -2,6 +2,10 @@
 
 A user mistake prints one line ``mlotspark: error: ...`` and exits 2; Ctrl+C exits
 130 without a traceback.
+
+May import anything in ``mlotspark`` and the ``tui`` package (``chat``); nothing imports it.
+Heavy modules (MLX, the engine) are imported inside the commands that need them, so
+``--help`` and the light commands start fast.
 """
 
 from __future__ import annotations

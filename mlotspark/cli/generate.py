@@ -13,6 +13,9 @@ from mlotspark.options import GenerationOptions
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
+# A context so long that no span exceeds it: checks flag values, not their fit.
+VALUES_ONLY_CONTEXT = 1 << 30
+
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     GenerationOptions().merged(**options)  # a bad value fails before the model loads
     cascade = cascade_choice(args)  # validated again against the model once loaded
     engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         cascade=cascade_for(cascade, None), **scheduler_kwargs(args))
+                         cascade=cascade, **scheduler_kwargs(args))
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
@@ -124,7 +127,8 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
 
 
 def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
-    """'auto', None (--no-cascade) or the cascade flags that were given."""
+    """The ``cascade`` argument of ``Engine.load``: 'auto', None (--no-cascade) or the
+    cascade flags that were given (sized against the loaded model's context)."""
     flags = {
         "window": args.window, "sinks": args.sinks, "block_size": args.block_size,
         "top_k": args.top_k_blocks, "routing": args.routing, "block_kind": args.block_kind,
@@ -135,14 +139,8 @@ def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
             raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")
         return None
     if given:
-        # Validate now, against the default model's 8k context, so a bad value fails fast.
-        CascadeConfig.from_flags(8192, **given)
+        # Check the values now, so a bad one fails before the model loads; the sizes are
+        # checked against the loaded model's own context by Engine.load.
+        CascadeConfig.from_flags(VALUES_ONLY_CONTEXT, **given)
         return given
     return "auto"
-
-
-def cascade_for(choice: dict[str, Any] | str | None, context_length: int | None) -> Any:
-    """The ``cascade`` argument of ``Engine.load`` for a CLI choice."""
-    if isinstance(choice, dict):
-        return CascadeConfig.from_flags(context_length or 8192, **choice)
-    return choice

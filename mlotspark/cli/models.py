@@ -16,11 +16,12 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    from mlotspark.models.catalogue import default_model_line
     from mlotspark.platform.device import device_info, format_info
-
-    from mlotspark.runtime.scheduler import governor_snapshot
+    from mlotspark.runtime.scheduler_config import governor_snapshot
 
     info = device_info()
+    info["default_model"] = default_model_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:
         info["governor"] = gov
@@ -28,8 +29,6 @@ def run_info(args: argparse.Namespace) -> int:
         info["governor"] = f"{gov['state']}, batch cap {gov['cap']} ({gov['mode']}): {gov['reason']}"
     print(json.dumps(info, indent=2, default=str) if args.json else format_info(info))
     return 0
-
-
 
 
 def register(sub: Any) -> None:

@@ -1,13 +1,19 @@
-"""Decoding strategies beyond one sampled token per step.
+"""How each next token is chosen: sampling, stop strings, and strategies beyond one
+sampled token per step.
 
+- ``sampling``: samplers and logits processors (*how a token is sampled*).
+- ``stops``: ``StopMatcher``, stop strings that never leak into the text.
 - ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``).
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
-- ``kv_cache``: KV cache kinds ``float16 | q8 | q4``.
+- ``cache_kinds``: KV cache kinds ``float16 | q8 | q4``.
 - ``cache_policy``: ``cache_kind="auto"`` (budget, quality gates, speed; persisted).
 
 ``Generation`` asks ``own_loop(options)`` whether a request needs its own decode loop
 (the scheduler then runs it alone), and ``select_step`` for the token-step function
 (mlx-lm's ``generate_step`` or ours, same contract).
+
+May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
+``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable
 
+from mlotspark.memory.cascade import is_cascade
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, sample_sequences
 from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
@@ -68,7 +75,7 @@ def select_step(gen: Any) -> Callable[..., Any]:
     if not all(getattr(c, "is_trimmable", lambda: False)() for c in gen.cache):
         gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "cache cannot be trimmed"}
         return generate_step
-    if any(hasattr(c, "router") for c in gen.cache):
+    if is_cascade(gen.cache):
         # The cascade routes a multi-token verify pass by sequence, not per token, so
         # speculation would not reproduce its own plain decode exactly: decode plainly.
         gen.stats.extra["speculative"] = {"drafter": opts.speculative, "fallback": "memory cascade"}

@@ -24,8 +24,10 @@ from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from mlotspark.errors import OptionError
 from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler
+from mlotspark.decoding.stops import StopMatcher
+from mlotspark.errors import OptionError
 
 __all__ = ["Hypothesis", "beam_search", "sample_sequences", "run_sequences"]
 
@@ -240,9 +242,6 @@ def run_sequences(gen: Any) -> Iterator[str]:
     sequence in ``result.sequences``, best first) and yields the best text once.
     Stop strings cut each sequence's text after decoding.
     """
-    from mlotspark.runtime.generation import GenerationResult, StopMatcher, peak_memory_mb
-    from mlotspark.decoding.sampling import build_logits_processors, build_sampler
-
     opts = gen.options
     if opts.seed is not None:
         mx.random.seed(opts.seed)
@@ -278,22 +277,15 @@ def run_sequences(gen: Any) -> Iterator[str]:
     best = hyps[0]
     gen.tokens[:] = best.tokens
     gen.text = best.text
-    s = gen.stats
-    s.prompt_tokens = gen.cached_tokens + len(gen.prompt)
-    s.prefilled_tokens = len(gen.prompt)
-    s.cached_tokens = gen.cached_tokens
-    s.generation_tokens = len(best.tokens)
-    s.finish_reason = best.finish_reason
-    s.ttft_s = elapsed  # the reply arrives whole
-    decoded = sum(len(h.tokens) for h in hyps)
-    s.decode_tps = decoded / elapsed if elapsed > 0 else 0.0
-    s.peak_memory_mb = peak_memory_mb()
-    s.extra["sequences"] = {
+    gen.stats.extra["sequences"] = {
         "mode": "beam" if opts.num_beams > 1 else "sample",
         "num_beams": opts.num_beams,
         "returned": len(hyps),
         "scores": [round(h.score, 4) for h in hyps],
     }
-    # The cache holds the prompt only: the beams ran in copies.
-    gen.result = GenerationResult(text=best.text, tokens=list(best.tokens), stats=s, sequences=hyps)
+    # The reply arrives whole: its first token is its last. The cache holds the
+    # prompt only: the beams ran in copies.
+    end = t0 + elapsed
+    gen.finalize(best.finish_reason, t0, end, end, decoded=sum(len(h.tokens) for h in hyps),
+                 decode_s=elapsed, sequences=hyps)
     yield best.text

@@ -1,7 +1,7 @@
 """KV cache kinds for the working memory: ``float16``, ``q8`` and ``q4``.
 
 Each kind is a cache class with ``attend`` (the one method our attention calls, see
-``models/kv.py``), built on mlx-lm's caches so trimming, ``state`` and the scheduler's
+``models/kv_cache.py``), built on mlx-lm's caches so trimming, ``state`` and the scheduler's
 row-by-row batching work unchanged:
 
 - ``float16``: keys and values stored in float16 (half of a float32 model's KV);

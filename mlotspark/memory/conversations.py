@@ -4,7 +4,7 @@
 ``$MLOTSPARK_HOME/conversations/<name>/``::
 
     conversation.json   name, title, system prompt, messages (the ground truth)
-    snapshot/           the KV / cascade state after the last turn (snapshot.py)
+    snapshot/           the KV / cascade state after the last turn (snapshots.py)
     .lock               held for a whole turn, so processes sharing the home take turns
 
 A turn: retrieve semantic memory for the user's text; render the messages with the
@@ -30,16 +30,14 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from mlotspark.memory.kv_state import cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
-from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+from mlotspark.memory.host import ConversationHost, FinishedGeneration
+from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.memory.snapshots import SnapshotStore, SnapshotWarning, common_prefix
 from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
-
-if TYPE_CHECKING:
-    from mlotspark.memory.persistence import Persistence
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +156,7 @@ class Conversation:
     sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock).
     """
 
-    def __init__(self, persistence: "Persistence", name: str, directory: Path, system: str):
+    def __init__(self, persistence: ConversationHost, name: str, directory: Path, system: str):
         self._p = persistence
         self.engine = persistence.engine
         self.name = name
@@ -413,7 +411,7 @@ class Conversation:
             self.files.snapshots.delete()
         return str(error)
 
-    def _finish(self, turn: _Turn, gen: Generation) -> None:
+    def _finish(self, turn: _Turn, gen: FinishedGeneration) -> None:
         """[engine thread] Store the turn: messages first, then the snapshot and memory."""
         p = self._p
         result = gen.result

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from mlotspark.errors import SnapshotError
+from mlotspark.memory.cascade import CascadeConfig, is_cascade, restore_cascade_cache
 from mlotspark.models.kv_cache import KVCache
 
 LayerState = tuple[dict[str, mx.array], dict]
@@ -67,7 +68,7 @@ def cache_kind(cache: Sequence[Any]) -> str:
     if not cache:
         raise SnapshotError("empty cache: nothing to save")
     first = cache[0]
-    if hasattr(first, "to_state") and hasattr(type(first), "from_state"):
+    if is_cascade(cache):
         return "cascade"
     if isinstance(first, KVCache) or type(first).__name__ == "KVCache":
         return "kv"
@@ -137,8 +138,6 @@ def restore(segments: Sequence[CacheState]) -> list:
     if kind == "cascade":
         if len(segments) != 1:
             raise SnapshotError("a cascade state is one segment")
-        from mlotspark.memory.cascade import CascadeConfig, restore_cascade_cache
-
         try:
             config = CascadeConfig.from_dict(segments[0].config)
         except ValueError as e:

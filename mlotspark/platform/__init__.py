@@ -1,0 +1,8 @@
+"""The machine underneath: which BLAS MLX calls, which device it runs on.
+
+- ``blas``: resolves a fast OpenBLAS before anything imports MLX (Linux CPU backend).
+- ``device``: device facts for ``mlotspark info``, Metal limits (guarded: no-ops off
+  Metal), MLX's peak memory.
+
+May import: ``mlotspark.errors`` and third-party packages only (the bottom layer).
+"""

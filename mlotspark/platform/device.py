@@ -89,17 +89,12 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _default_model() -> str:
-    # Imported here: registry pulls in storage, and device info must never download.
-    from mlotspark.models import catalogue
-
+def peak_memory_mb() -> float:
+    """MLX's peak memory since the last reset, in MB (0 where MLX cannot say)."""
     try:
-        status = catalogue.model_status(catalogue.DEFAULT_MODEL)
-    except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
-        return f"{catalogue.DEFAULT_MODEL} (unknown: {e})"
-    if status["pulled"]:
-        return f"{status['name']} (pulled, {status['path']})"
-    return f"{status['name']} (not pulled; run `mlotspark pull`)"
+        return mx.get_peak_memory() / 1e6
+    except AttributeError:  # older MLX
+        return 0.0
 
 
 def device_info() -> dict[str, Any]:
@@ -108,8 +103,8 @@ def device_info() -> dict[str, Any]:
     Returns:
         A flat dict with ``device``, ``metal_available``, ``blas``, ``mlx_version``,
         ``mlx_lm_version``, ``python``, ``platform``, ``cpu``, ``cores_logical``,
-        ``cores_physical``, ``memory_total_mb``, ``memory_available_mb`` and
-        ``default_model``; on Metal also ``gpu`` and ``gpu_working_set_mb``.
+        ``cores_physical``, ``memory_total_mb`` and ``memory_available_mb``; on
+        Metal also ``gpu`` and ``gpu_working_set_mb``.
     """
     vm = psutil.virtual_memory()
     info: dict[str, Any] = {
@@ -125,7 +120,6 @@ def device_info() -> dict[str, Any]:
         "cores_physical": psutil.cpu_count(logical=False) or 0,
         "memory_total_mb": vm.total // _MB,
         "memory_available_mb": vm.available // _MB,
-        "default_model": _default_model(),
     }
     if info["metal_available"]:
         metal = _metal_info()
@@ -146,4 +140,4 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["configure_metal_limits", "device_info", "format_info", "is_metal"]
+__all__ = ["configure_metal_limits", "device_info", "format_info", "is_metal", "peak_memory_mb"]

@@ -1,0 +1,15 @@
+"""Running requests: one sequence's generation, continuous batching, the scheduler.
+
+- ``generation``: ``Generation``: prefill and decode of one sequence on mlx-lm's
+  ``generate_step``, stop strings, cancellation, the context limit, and the one stats
+  finaliser (``Generation.finalize``) that solo, batched and beam requests all use.
+- ``batching``: ``SequenceState`` and ``DecodeBatch``: many sequences, one step.
+- ``scheduler``: the engine thread, the priority queue, admission under the memory
+  limit and the governor's batch cap.
+- ``scheduler_config``: ``SchedulerConfig`` (mode, max batch, memory limit), the
+  throughput meter the governor reads.
+- ``request_handle``: ``RequestHandle``, what ``Engine.submit`` returns.
+
+May import: ``errors``, ``options``, ``results``, ``platform``, ``models``, ``memory``,
+``decoding``, ``thermal``. Never ``engine``, ``cli``, ``bench`` or ``tui``.
+"""

@@ -28,7 +28,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as MlxKVCache
 
-from mlotspark.runtime.generation import Generation, GenerationResult, StopMatcher, peak_memory_mb
+from mlotspark.decoding.stops import StopMatcher
+from mlotspark.runtime.generation import Generation
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 
@@ -204,23 +205,8 @@ class SequenceState:
             g.text = self.detok.text[:cut] if cut is not None else self.detok.text
         piece = g.text[self.emitted :] if len(g.text) > self.emitted else ""
         self.emitted = len(g.text)
-        t_end = time.perf_counter()
-        t_first = self.t_first or t_end
-        s = g.stats
-        s.prompt_tokens = g.cached_tokens + len(g.prompt)
-        s.prefilled_tokens = len(g.prompt)
-        s.cached_tokens = g.cached_tokens
-        s.generation_tokens = len(g.tokens)
-        s.finish_reason = self.finish
-        s.ttft_s = t_first - self.t_start
-        s.prefill_tps = len(g.prompt) / s.ttft_s if s.ttft_s > 0 else 0.0
-        n_decode = max(len(g.tokens) - 1, 0)
-        s.decode_tps = n_decode / (t_end - t_first) if t_end > t_first and n_decode else 0.0
-        s.peak_memory_mb = peak_memory_mb()
-        s.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
-        if g.extra_stats is not None:
-            s.extra["cascade"] = g.extra_stats(g.cache)
-        g.result = GenerationResult(text=g.text, tokens=list(g.tokens), stats=s)
+        g.stats.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
+        g.finalize(self.finish, self.t_start, self.t_first)
         return piece
 
 

@@ -9,85 +9,17 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
 
+from mlotspark.decoding import own_loop, run_sequences, select_step
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler
+from mlotspark.decoding.stops import StopMatcher
 from mlotspark.errors import PromptTooLongError
 from mlotspark.options import GenerationOptions
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler
-
-FINISH_REASONS = ("stop", "length", "cancelled")
-
-
-@dataclass
-class GenerationStats:
-    """What one request did; the ``--json`` fields of ``mlotspark generate``."""
-
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    finish_reason: str = "stop"
-    ttft_s: float = 0.0
-    prefill_tps: float = 0.0
-    decode_tps: float = 0.0
-    peak_memory_mb: float = 0.0
-    model: str = ""
-    device: str = ""
-    weights: str = ""
-    prefilled_tokens: int = 0  # prompt tokens actually run through the model
-    cached_tokens: int = 0  # prompt tokens whose KV came from a cache or snapshot
-    extra: dict = field(default_factory=dict)  # cascade / memory / scheduler figures
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class GenerationResult:
-    """A finished generation: ``text``, generated ``tokens`` and ``stats``; with beams or
-    ``num_return_sequences`` > 1, every sequence in ``sequences`` (best first, as
-    ``decoding.beam.Hypothesis``: ``text``, ``tokens``, ``score``, ``logprob``)."""
-
-    text: str
-    tokens: list[int]
-    stats: GenerationStats
-    sequences: list = field(default_factory=list)
-
-    def __str__(self) -> str:
-        return self.text
-
-
-class StopMatcher:
-    """Finds stop strings in streamed text and holds back what might start one."""
-
-    def __init__(self, stops: Sequence[str]):
-        self.stops = tuple(stops)
-        self.hold = max((len(s) - 1 for s in self.stops), default=0)
-
-    def cut(self, text: str) -> int | None:
-        """Index where the earliest stop string begins in ``text``, or None."""
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        return min(hits) if hits else None
-
-    def safe_length(self, text: str) -> int:
-        """How much of ``text`` can be emitted without risking a partial stop string."""
-        if not self.hold:
-            return len(text)
-        for k in range(min(self.hold, len(text)), 0, -1):
-            tail = text[-k:]
-            if any(s.startswith(tail) for s in self.stops):
-                return len(text) - k
-        return len(text)
-
-
-def peak_memory_mb() -> float:
-    try:
-        return mx.get_peak_memory() / 1e6
-    except AttributeError:  # older MLX
-        return 0.0
-
+from mlotspark.platform.device import peak_memory_mb
+from mlotspark.results import GenerationResult, GenerationStats
 
 class Generation:
     """Iterate to get text pieces as they decode; ``result`` is set when done.
@@ -154,15 +86,11 @@ class Generation:
     def own_loop(self) -> bool:
         """True when this request decodes in its own loop (speculative, beams, several
         returns) rather than in a batched one-token step."""
-        from mlotspark.decoding import own_loop
-
         return own_loop(self.options)
 
     def __iter__(self) -> Iterator[str]:
         opts = self.options
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
-            from mlotspark.decoding import run_sequences
-
             yield from run_sequences(self)
             return
         if opts.seed is not None:
@@ -177,9 +105,7 @@ class Generation:
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None
-        from mlotspark.decoding import select_step  # generate_step, or speculative decoding
-
-        steps = select_step(self)(
+        steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,
@@ -221,22 +147,53 @@ class Generation:
             steps.close()
         if len(self.text) > emitted:
             yield self.text[emitted:]
-        t_end = time.perf_counter()
-        t_first = t_first or t_end
+        self.finalize(finish, t0, t_first)
+
+    def finalize(
+        self,
+        finish: str,
+        t_start: float,
+        t_first: float | None,
+        t_end: float | None = None,
+        *,
+        decoded: int | None = None,
+        decode_s: float | None = None,
+        sequences: list | None = None,
+    ) -> GenerationResult:
+        """Fill ``stats`` and set ``result``: the one place a request's figures are made,
+        whether it ran in its own loop, in a batch or as beams.
+
+        Args:
+            finish: the finish reason (``stop``, ``length``, ``cancelled``).
+            t_start: when the request started (``time.perf_counter``).
+            t_first: when its first token arrived (None: no token; taken as ``t_end``).
+            t_end: when it ended (default now).
+            decoded: tokens decoded after the first (default ``len(tokens) - 1``).
+            decode_s: seconds those took (default ``t_end - t_first``).
+            sequences: every returned sequence, best first (beams, several returns).
+
+        Returns:
+            The ``GenerationResult``, also kept in ``result``.
+        """
+        t_end = time.perf_counter() if t_end is None else t_end
+        t_first = t_end if t_first is None else t_first
         s = self.stats
         s.prompt_tokens = self.cached_tokens + len(self.prompt)
         s.prefilled_tokens = len(self.prompt)
         s.cached_tokens = self.cached_tokens
         s.generation_tokens = len(self.tokens)
         s.finish_reason = finish
-        s.ttft_s = t_first - t0
+        s.ttft_s = t_first - t_start
         s.prefill_tps = len(self.prompt) / s.ttft_s if s.ttft_s > 0 else 0.0
-        n_decode = max(len(self.tokens) - 1, 0)
-        s.decode_tps = n_decode / (t_end - t_first) if t_end > t_first and n_decode else 0.0
+        n_decode = max(len(self.tokens) - 1, 0) if decoded is None else decoded
+        span = t_end - t_first if decode_s is None else decode_s
+        s.decode_tps = n_decode / span if span > 0 and n_decode else 0.0
         s.peak_memory_mb = peak_memory_mb()
         if self.extra_stats is not None:
             s.extra["cascade"] = self.extra_stats(self.cache)
-        self.result = GenerationResult(text=self.text, tokens=list(self.tokens), stats=s)
+        self.result = GenerationResult(text=self.text, tokens=list(self.tokens), stats=s,
+                                       sequences=list(sequences or []))
+        return self.result
 
     def run(self) -> GenerationResult:
         """Run to the end and return the result."""

@@ -6,7 +6,8 @@ import queue
 import threading
 from typing import Any, Callable, Iterator
 
-from mlotspark.runtime.generation import Generation, GenerationResult, GenerationStats
+from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.runtime.generation import Generation
 
 _END = object()  # marks the end of a stream in the piece queue
 

@@ -40,7 +40,8 @@ import mlx.core as mx
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, prefill_chunk, supports_batching
 from mlotspark.platform.device import is_metal
 from mlotspark.errors import OptionError
-from mlotspark.runtime.generation import Generation, GenerationResult
+from mlotspark.results import GenerationResult
+from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.scheduler_config import (
     SchedulerConfig,
     ThroughputMeter,

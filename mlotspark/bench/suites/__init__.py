@@ -16,8 +16,10 @@ A suite module has:
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Sequence
 
 from mlotspark.bench.suites import batch, long, pp, spec, tg, ttft
+from mlotspark.errors import OptionError
 
 SUITES: dict[str, ModuleType] = {
     "pp": pp,
@@ -29,9 +31,44 @@ SUITES: dict[str, ModuleType] = {
 }
 
 
+def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``"pp,tg,ttft:cold"`` -> ``(("pp", ()), ("tg", ()), ("ttft", ("cold",)))``; ``all`` = every suite.
+
+    Order follows the first mention of each suite; ``suite`` alone selects every case.
+
+    Raises:
+        OptionError: an unknown suite or case, naming it and the choices.
+    """
+    items = text.split(",") if isinstance(text, str) else list(text)
+    items = [n for i in items for n in (SUITES if i.strip() == "all" else [i])]  # "all": every suite
+    chosen: dict[str, list[str] | None] = {}
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        name, _, case = item.partition(":")
+        name, case = name.strip(), case.strip()
+        if name not in SUITES:
+            raise OptionError(f"unknown suite {name!r}: choose from {', '.join(SUITES)}")
+        cases = SUITES[name].CASES
+        if case and case not in cases:
+            listed = ", ".join(cases) if cases else "none (it has a single case)"
+            raise OptionError(f"unknown case {case!r} of suite {name!r}: choose from {listed}")
+        if not case:
+            chosen[name] = None  # every case
+        elif name not in chosen:
+            chosen[name] = [case]
+        elif chosen[name] is not None and case not in chosen[name]:  # type: ignore[operator]
+            chosen[name].append(case)  # type: ignore[union-attr]
+    if not chosen:
+        raise OptionError(f"no suite selected in {text!r}: choose from {', '.join(SUITES)}")
+    return tuple((n, tuple(c) if c else ()) for n, c in chosen.items())
+
+
+
 def selected(module: ModuleType, cases: tuple[str, ...]) -> tuple[str, ...]:
     """The cases to run: those chosen, or all of the suite's."""
     return cases or tuple(module.CASES)
 
 
-__all__ = ["SUITES", "selected"]
+__all__ = ["SUITES", "parse_suites", "selected"]

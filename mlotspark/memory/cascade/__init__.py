@@ -3,12 +3,21 @@
 - ``config``: ``CascadeConfig`` (sizes and policies, validated).
 - ``routing``: block summaries, scores and the routing strategies.
 - ``blocks``: the episodic block store (float16 / q8 / q4, spill to disk).
-- ``cache``: the per-layer cascade cache and ``make_cascade_cache``.
+- ``cache``: the per-layer cascade cache, ``make_cascade_cache``, ``check_cascade`` and ``is_cascade``.
 - ``stats``: ``cascade_stats``.
+
+May import: ``errors``, ``storage``, ``models`` (the llama model it serves).
 """
 
 from mlotspark.memory.cascade.blocks import EpisodicStore
-from mlotspark.memory.cascade.cache import CascadeCache, cascade_state, make_cascade_cache, restore_cascade_cache
+from mlotspark.memory.cascade.cache import (
+    CascadeCache,
+    cascade_state,
+    check_cascade,
+    is_cascade,
+    make_cascade_cache,
+    restore_cascade_cache,
+)
 from mlotspark.memory.cascade.config import BLOCK_KINDS, ROUTINGS, CascadeConfig
 from mlotspark.memory.cascade.routing import HybridRouter, RollingRouter, Router, SequenceRouter, TokenRouter, make_router
 from mlotspark.memory.cascade.stats import cascade_stats
@@ -26,6 +35,8 @@ __all__ = [
     "TokenRouter",
     "cascade_state",
     "cascade_stats",
+    "check_cascade",
+    "is_cascade",
     "make_cascade_cache",
     "make_router",
     "restore_cascade_cache",

@@ -20,13 +20,14 @@ cache step costs over sinks + top_k * B + W keys.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
+from mlotspark.models.llama import Model
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize, top_blocks
 
 Selection = tuple[tuple[int, ...], ...]  # per KV head, sorted block indices
@@ -441,6 +442,44 @@ class CascadeCache:
 
 
 # ------------------------------------------------------------------ per model
+def check_cascade(model: Any, config: CascadeConfig, name: str = "") -> None:
+    """Check that ``model`` can run the cascade ``config``: the one check shared by
+    ``Engine.load`` (to fail at load, not at the first request) and ``make_cascade_cache``.
+
+    Args:
+        model: the model that would run it.
+        config: the cascade configuration.
+        name: the model's name, for the message.
+
+    Raises:
+        OptionError: not our llama-family model (its attention must call ``cache.attend``),
+            a span past the trained context, or a block kind the block size cannot hold.
+    """
+    who = f"{name} ({type(model).__name__})" if name else type(model).__name__
+    if not isinstance(model, Model):
+        raise OptionError(
+            f"the memory cascade needs mlotspark's llama-family model; {who} runs on mlx-lm's "
+            "classes: use cascade=None (--no-cascade)"
+        )
+    trained = model.args.max_position_embeddings
+    if trained and config.span > trained:
+        raise OptionError(
+            f"cascade span {config.span} (sinks + top_k x block_size + window + chunk) exceeds "
+            f"{name or 'the model'}'s trained context of {trained} tokens: lower window or top_k"
+        )
+    head_dim = model.args.head_dim
+    if config.block_kind != "float16" and quant_group(config.block_size * head_dim) is None:
+        raise OptionError(
+            f"invalid cascade block_kind {config.block_kind!r} for block_size {config.block_size} "
+            f"x head_dim {head_dim}: quantized blocks need a multiple of 32 values per head"
+        )
+
+
+def is_cascade(cache: Sequence[Any] | None) -> bool:
+    """True when ``cache`` (per-layer caches) is the memory cascade: the one test for it."""
+    return bool(cache) and isinstance(cache[0], CascadeCache)
+
+
 def make_cascade_cache(model: Any, config: CascadeConfig) -> list[CascadeCache]:
     """One cascade cache per layer of ``model``, sharing one episodic store.
 
@@ -453,28 +492,9 @@ def make_cascade_cache(model: Any, config: CascadeConfig) -> list[CascadeCache]:
         The per-layer caches, for ``model(tokens, cache=...)`` and ``generate_step``.
 
     Raises:
-        OptionError: the model cannot run the cascade, or the config's span
-            exceeds the model's trained context.
+        OptionError: see ``check_cascade``.
     """
-    from mlotspark.models.llama import Model
-
-    if not isinstance(model, Model):
-        raise OptionError(
-            f"the memory cascade needs mlotspark's llama-family model, not {type(model).__name__}: "
-            "run this model with cascade=None"
-        )
-    trained = model.args.max_position_embeddings
-    if trained and config.span > trained:
-        raise OptionError(
-            f"cascade span {config.span} (sinks + top_k x block_size + window + chunk) exceeds the "
-            f"model's trained context of {trained} tokens: lower window or top_k"
-        )
-    head_dim = model.args.head_dim
-    if config.block_kind != "float16" and quant_group(config.block_size * head_dim) is None:
-        raise OptionError(
-            f"invalid cascade block_kind {config.block_kind!r} for block_size {config.block_size} "
-            f"x head_dim {head_dim}: quantized blocks need a multiple of 32 values per head"
-        )
+    check_cascade(model, config)
     store = EpisodicStore.from_config(config)
     return [CascadeCache(config, i, store) for i in range(len(model.layers))]
 

@@ -16,6 +16,9 @@ Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` â†
 ``format_memory_section(hits)`` into the system prompt, hit ids into the turn's
 stats; after the turn, ``remember(f, source="turn", conversation=name)`` for each
 ``f`` in ``extract_facts(user_text)``.
+
+May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (the
+``memory`` commands stay light).
 """
 
 from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
