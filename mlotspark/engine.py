@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-from mlotspark.models import loader, catalogue
+from mlotspark.models import catalogue, loader, sampling_defaults
 from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.errors import OptionError
 from mlotspark.results import GenerationResult, GenerationStats
@@ -32,6 +32,9 @@ Messages = Sequence[dict]
 
 class Engine:
     """A loaded model ready to generate. Create it with ``Engine.load``."""
+
+    #: option name -> where its default came from (``models.sampling_defaults``); set by ``load``.
+    sampling_sources: dict[str, str] = {}
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
@@ -87,14 +90,20 @@ class Engine:
             ModelError: the model cannot be found, fetched or loaded.
             OptionError: a bad option value.
         """
-        options = GenerationOptions().merged(**defaults)
+        GenerationOptions().merged(**defaults)  # a bad option fails before the model loads
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
         if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        return cls(loader.load(source, weights=weights), options, scheduling, cascade)
+        loaded = loader.load(source, weights=weights)
+        # The model's recommended sampling (GGUF, generation_config.json, catalogue
+        # table) replaces the global defaults; the caller's options still win.
+        options, sources = loaded.sampling.effective(defaults)
+        engine = cls(loaded, options, scheduling, cascade)
+        engine.sampling_sources = sources
+        return engine
 
     # ------------------------------------------------------------------ public
     @property
@@ -344,6 +353,10 @@ class Engine:
             weights=self.loaded.weights,
             weights_mb=round(self.loaded.nbytes() / 1e6, 1),
             context_length=self.loaded.context_length,
+            weight_formats=self.loaded.extra.get("weight_formats", {}),
+            sampling={k: {"value": getattr(self.defaults, k),
+                          "source": self.sampling_sources.get(k, sampling_defaults.SOURCE_GLOBAL)}
+                      for k in sampling_defaults.KEYS},
         )
         status = self.scheduler_status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}

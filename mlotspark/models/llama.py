@@ -11,7 +11,7 @@ context [sinks | blocks | window | new] at contiguous positions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -43,6 +43,8 @@ class ModelArgs(BaseModelArgs):
     rope_scaling: Optional[Dict[str, Union[float, str]]] = None
     tie_word_embeddings: bool = True
     qk_norm: bool = False  # qwen3 normalises q and k per head before RoPE
+    # GGUF Llama 3.x: llama.cpp stores its `llama3` rope_scaling as per-frequency divisors.
+    rope_freq_factors: Optional[List[float]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,6 +56,24 @@ class ModelArgs(BaseModelArgs):
             self.attention_bias = True
         if self.model_type == "qwen3":
             self.qk_norm = True
+
+
+class FactorRoPE(nn.Module):
+    """RoPE whose frequencies are divided by per-frequency factors, as llama.cpp's
+    ``rope_freqs`` tensor says (its form of Llama 3's ``llama3`` rope_scaling; the
+    same rotation as mlx-lm's ``Llama3RoPE``)."""
+
+    def __init__(self, dims: int, traditional: bool, base: float, factors: List[float]):
+        super().__init__()
+        if len(factors) != dims // 2:
+            raise ValueError(f"rope_freq_factors has {len(factors)} entries, expected {dims // 2}")
+        self.dims, self.traditional = dims, traditional
+        # mx.fast.rope takes periods: angle = position / period.
+        self._freqs = (base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)) * mx.array(factors, dtype=mx.float32)
+
+    def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
+        return mx.fast.rope(x, self.dims, traditional=self.traditional, base=None, scale=1.0,
+                            offset=offset, freqs=self._freqs)
 
 
 class Attention(nn.Module):
@@ -73,13 +93,16 @@ class Attention(nn.Module):
             self.q_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
             self.k_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
         self.qk_norm = args.qk_norm
-        self.rope = initialize_rope(
-            head_dim,
-            args.rope_theta,
-            args.rope_traditional,
-            args.rope_scaling,
-            args.max_position_embeddings,
-        )
+        if args.rope_freq_factors:
+            self.rope = FactorRoPE(head_dim, args.rope_traditional, args.rope_theta, args.rope_freq_factors)
+        else:
+            self.rope = initialize_rope(
+                head_dim,
+                args.rope_theta,
+                args.rope_traditional,
+                args.rope_scaling,
+                args.max_position_embeddings,
+            )
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         B, L, _ = x.shape

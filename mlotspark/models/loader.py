@@ -19,11 +19,12 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
-from mlotspark.models import gguf
-from mlotspark.platform.device import is_metal
 from mlotspark.errors import ModelFormatError, OptionError
-from mlotspark.models import llama
-from mlotspark.models.catalogue import ModelSource, model_fingerprint
+from mlotspark.models import gguf, gguf_convert, llama, sampling_defaults, weight_formats
+from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
+from mlotspark.models.sampling_defaults import SamplingDefaults
+from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
+from mlotspark.platform.device import is_metal
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class LoadedModel:
     fingerprint: str
     context_length: int
     supports_cascade: bool  # True for our llama-family model
-    extra: dict = field(default_factory=dict)
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)  # the model's recommendation
+    extra: dict = field(default_factory=dict)  # weight_formats, gguf_types, load (GGUF files)
 
     @property
     def name(self) -> str:
@@ -113,15 +115,42 @@ def _dtype_name(model: nn.Module) -> str:
     return "float32"
 
 
-def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
-    from mlotspark.models.tokenizer import load_gguf_tokenizer
+def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, str], bool, dict]:
+    """Tensors, metadata and tensor types of a GGUF file, by the fastest reader that can.
 
-    raw, meta = gguf.read_gguf(source.path)
-    config = gguf.gguf_config(meta, raw)
-    tensors = gguf.map_weight_names(raw)
-    qmods = gguf.quantized_modules(tensors)
-    fmt = choose_weight_format(weights, stored_quantized=bool(qmods), n_params=_count_params(tensors, qmods))
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    Returns:
+        ``(tensors, meta, types, native, load_info)``: ``native`` is True when MLX
+        read the file itself (quantized tensors as MLX triples); else every tensor
+        was dequantized by ``gguf`` (or came from the conversion cache).
+    """
+    gguf.check_magic(path)
+    try:
+        raw, meta = mx.load(str(path), return_metadata=True)
+    except Exception:  # K-quants, BF16, a truncated file: gguf-py reads it or names the fault
+        conv = gguf_convert.load_converted(path, progress=progress)
+        info = {"reader": "gguf", "from_cache": conv.from_cache, "seconds": round(conv.seconds, 3)}
+        return conv.tensors, conv.metadata, conv.types, False, info
+    return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
+
+
+def _build(config: dict, ours: bool) -> nn.Module:
+    if ours:
+        return llama.Model(llama.ModelArgs.from_dict(config))
+    cls, args_cls = _get_classes(config)
+    return cls(args_cls.from_dict(config))
+
+
+def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> LoadedModel:
+    path = Path(source.path)
+    raw, meta, types, native, load_info = _read_gguf_any(path, progress)
+    arch_name = meta.get("general.architecture")
+    spec = gguf.architecture(meta, path)
+    config = gguf.gguf_config(meta, raw, path)
+    tensors = gguf.map_weight_names(raw, arch_name)
+    qmods = gguf.quantized_modules(tensors) if native else {}
+    stored_quantized = any(t not in weight_formats.FLOAT_TYPES for t in types.values())
+    fmt = choose_weight_format(weights, stored_quantized=stored_quantized, n_params=_count_params(tensors, qmods))
+    model = _build(config, spec.ours)
     if qmods:
         nn.quantize(
             model,
@@ -133,10 +162,23 @@ def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
     try:
         model.load_weights(list(tensors.items()), strict=True)
     except ValueError as e:
-        raise ModelFormatError(f"weights of {source.path} do not match a {config['model_type']} model: {e}") from e
-    fmt = _convert(model, fmt)
+        raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
+    if native:
+        fmt = _convert(model, fmt)
+    elif fmt in ("quantized", "stored"):
+        module_types = {}
+        for name, gtype in types.items():
+            key = gguf.rename(name, arch_name)
+            if key and key.endswith(".weight"):
+                module_types[key[: -len(".weight")]] = gtype
+        model.set_dtype(mx.float16)  # the non-quantized rest (norms) as on Metal's fast path
+        weight_formats.requantize(model, module_types)
+        fmt = "quantized"
+    else:
+        model.set_dtype(_DTYPES[fmt])
     mx.eval(model.parameters())
-    tokenizer = load_gguf_tokenizer(meta)
+    tokenizer = load_gguf_tokenizer(meta, cache=gguf_convert.cache_dir(path) / "tokenizer.json")
+    table = weight_formats.precision_table(types, fmt, native=native)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -145,7 +187,9 @@ def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
         weights=fmt,
         fingerprint=model_fingerprint(source),
         context_length=int(config["max_position_embeddings"]),
-        supports_cascade=True,
+        supports_cascade=spec.ours,
+        sampling=sampling_defaults.model_defaults(alias_name(source) or source.name, gguf_meta=meta),
+        extra={"weight_formats": table, "gguf_types": gguf_convert.format_counts(types), "load": load_info},
     )
 
 
@@ -156,7 +200,6 @@ def _model_classes(config: dict):
 
 
 def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
-    from mlotspark.models.tokenizer import load_hf_tokenizer
 
     try:
         model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_model_classes)
@@ -180,11 +223,17 @@ def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
         fingerprint=model_fingerprint(source),
         context_length=int(ctx),
         supports_cascade=ours,
+        sampling=sampling_defaults.model_defaults(source.name, model_dir=Path(source.path)),
     )
 
 
-def load(source: ModelSource, weights: str = "auto") -> LoadedModel:
+def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> LoadedModel:
     """Load ``source`` in weight format ``weights`` (see ``choose_weight_format``).
+
+    Args:
+        source: the resolved model.
+        weights: ``auto | quantized | float16 | bfloat16 | float32`` (default auto).
+        progress: progress bar while a GGUF file is converted the first time (default True).
 
     Raises:
         ModelFormatError: corrupt file, unsupported architecture, mismatched weights.
@@ -193,5 +242,5 @@ def load(source: ModelSource, weights: str = "auto") -> LoadedModel:
     if weights not in WEIGHT_FORMATS:
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     if source.kind == "gguf":
-        return _load_gguf(source, weights)
+        return _load_gguf(source, weights, progress)
     return _load_hf_dir(source, weights)

@@ -43,6 +43,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
+from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError
 
 log = logging.getLogger(__name__)
@@ -91,11 +92,14 @@ _LLAMA3_LIKE = {"llama3", "llama-v3", "llama-bpe", "falcon3"}
 _EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"}
 
 
-def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
+def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> TokenizerWrapper:
     """Build the tokenizer a GGUF file describes.
 
     Args:
         metadata: GGUF metadata as returned by ``mx.load(path, return_metadata=True)``.
+        cache: a ``tokenizer.json`` path: read the built vocabulary from it when it
+            exists, else write it there. Deriving the merges of a 262k-token
+            SentencePiece vocabulary takes seconds; reading them back, a fraction.
 
     Returns:
         An mlx-lm ``TokenizerWrapper`` around a ``PreTrainedTokenizerFast``.
@@ -111,9 +115,10 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
         )
     types = _per_token(metadata, "tokenizer.ggml.token_type", len(tokens), int) or [NORMAL] * len(tokens)
 
+    cached = _read_backend(cache)
     if kind == "gpt2":
         pre = metadata.get("tokenizer.ggml.pre")
-        backend = _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
+        backend = cached or _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
         add_bos_default = pre in _LLAMA3_LIKE
         detokenizer: Any = _ByteLevelDetokenizer
         defaults = {}
@@ -122,7 +127,7 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
         if scores is None:
             raise ModelFormatError("GGUF SentencePiece vocabulary has no tokenizer.ggml.scores")
         space_prefix = _scalar(metadata, "tokenizer.ggml.add_space_prefix", bool, True)
-        backend = _sentencepiece_bpe(tokens, types, scores, space_prefix)
+        backend = cached or _sentencepiece_bpe(tokens, types, scores, space_prefix)
         add_bos_default = True
         detokenizer = partial(_SentencePieceDetokenizer, trim_space=space_prefix)
         defaults = {"bos": 1, "eos": 2, "unk": 0}  # llama.cpp's defaults for this kind
@@ -132,6 +137,8 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
             "and 'llama' (SentencePiece) vocabularies"
         )
 
+    if cache is not None and cached is None:
+        _write_backend(backend, cache)
     ids = _special_ids(metadata, len(tokens), defaults)
     names = {name: tokens[ids[name]] for name in ("bos", "eos", "unk", "pad") if ids[name] is not None}
     add_bos = _scalar(metadata, "tokenizer.ggml.add_bos_token", bool, add_bos_default) and "bos" in names
@@ -154,6 +161,24 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
     eog = {ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None}
     eog |= {i for i, t in enumerate(tokens) if t in _EOG_TEXTS}
     return TokenizerWrapper(hf, detokenizer, eos_token_ids=sorted(eog))
+
+
+def _read_backend(path: Path | None) -> Tokenizer | None:
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # a damaged cache file: build the vocabulary again
+        log.warning("ignoring cached tokenizer %s: %s", path, e)
+        return None
+
+
+def _write_backend(backend: Tokenizer, path: Path) -> None:
+    try:
+        with storage.atomic_path(Path(path)) as tmp:
+            backend.save(str(tmp))
+    except Exception as e:  # a cache that cannot be written only costs time next load
+        log.warning("cannot cache tokenizer at %s: %s", path, e)
 
 
 def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
