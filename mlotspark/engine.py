@@ -97,7 +97,7 @@ class Engine:
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        loaded = loader.load(source, weights=weights)
+        loaded = loader.load(source, weights=weights, progress=progress)
         # The model's recommended sampling (GGUF, generation_config.json, catalogue
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
@@ -156,7 +156,8 @@ class Engine:
             cached_tokens=cached_tokens,
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
-            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights},
+            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
+                        "extra": {"weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
         )
 

@@ -10,6 +10,9 @@ from typing import Any
 def run_pull(args: argparse.Namespace) -> int:
     from mlotspark.models import catalogue
 
+    if args.list:
+        print(catalogue.format_models())
+        return 0
     source = catalogue.pull(args.model, progress=True, force=args.force)
     print(f"{source.name}: {source.path}")
     return 0
@@ -27,8 +30,45 @@ def run_info(args: argparse.Namespace) -> int:
         info["governor"] = gov
     else:
         info["governor"] = f"{gov['state']}, batch cap {gov['cap']} ({gov['mode']}): {gov['reason']}"
+    if args.model:
+        info.update(model_info(args.model, args.weights, as_json=args.json))
     print(json.dumps(info, indent=2, default=str) if args.json else format_info(info))
     return 0
+
+
+def model_info(model: str, weights: str = "auto", *, as_json: bool = False) -> dict[str, Any]:
+    """Facts of one model for ``mlotspark info -m``: how each stored format runs, and
+    the sampling defaults with their sources. Loads the model (never downloads it);
+    a GGUF file MLX cannot read is converted (and cached) on the way.
+
+    Args:
+        model: alias, ``.gguf`` path or model directory.
+        weights: the weight format to report for (default ``auto``).
+        as_json: nested values for ``--json``; else one printable line per fact.
+    """
+    from mlotspark.models import catalogue, loader
+    from mlotspark.models.sampling_defaults import KEYS, format_sampling
+
+    loaded = loader.load(catalogue.resolve(model, pull=False), weights=weights)
+    options, sources = loaded.sampling.effective()
+    formats = loaded.extra.get("weight_formats", {})
+    counts = loaded.extra.get("gguf_types", {})
+    out: dict[str, Any] = {
+        "model": loaded.name,
+        "model_path": str(loaded.source.path),
+        "architecture": loaded.config.get("model_type"),
+        "memory_cascade": loaded.supports_cascade,
+        "context_length": loaded.context_length,
+        "weights": loaded.weights,
+    }
+    if as_json:
+        out["weight_formats"] = {t: {"tensors": counts.get(t, 0), "runs_as": p} for t, p in formats.items()}
+        out["sampling"] = {k: {"value": getattr(options, k), "source": sources[k]} for k in KEYS}
+        return out
+    for gtype, how in formats.items():
+        out[f"format {gtype}"] = f"{counts.get(gtype, 0)} tensors -> {how}"
+    out["sampling"] = format_sampling(options, sources)
+    return out
 
 
 def register(sub: Any) -> None:
@@ -36,8 +76,14 @@ def register(sub: Any) -> None:
                        description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
     p.add_argument("model", nargs="?", default=None, help="alias or Hugging Face repo id")
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
+    p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--model", "-m", default=None,
+                   help="also load this model (alias, .gguf, directory) and show how each stored format runs "
+                        "and its sampling defaults")
+    p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
+                   help="weight format to report for with --model (default: auto)")
     p.set_defaults(func=run_info)

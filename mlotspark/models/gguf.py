@@ -100,6 +100,13 @@ def check_magic(path: Path) -> None:
         raise ModelFormatError(f"{path} is not a GGUF file (starts with {head!r}, expected b'GGUF')")
 
 
+def tensor_count(path: Path) -> int:
+    """The tensor count in a GGUF header (bytes 8-16: after magic and version)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    return int.from_bytes(head[8:16], "little") if len(head) == 16 else -1
+
+
 def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
     """Read tensors and metadata.
 

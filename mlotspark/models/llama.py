@@ -69,7 +69,7 @@ class FactorRoPE(nn.Module):
             raise ValueError(f"rope_freq_factors has {len(factors)} entries, expected {dims // 2}")
         self.dims, self.traditional = dims, traditional
         # mx.fast.rope takes periods: angle = position / period.
-        self._freqs = (base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)) * mx.array(factors, dtype=mx.float32)
+        self._freqs = (base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)) * mx.array([float(f) for f in factors], dtype=mx.float32)
 
     def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
         return mx.fast.rope(x, self.dims, traditional=self.traditional, base=None, scale=1.0,

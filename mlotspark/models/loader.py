@@ -126,11 +126,16 @@ def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, st
     gguf.check_magic(path)
     try:
         raw, meta = mx.load(str(path), return_metadata=True)
-    except Exception:  # K-quants, BF16, a truncated file: gguf-py reads it or names the fault
-        conv = gguf_convert.load_converted(path, progress=progress)
-        info = {"reader": "gguf", "from_cache": conv.from_cache, "seconds": round(conv.seconds, 3)}
-        return conv.tensors, conv.metadata, conv.types, False, info
-    return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
+        # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
+        got = sum(1 for k in raw if not k.endswith((".scales", ".biases")))
+        native = got == gguf.tensor_count(path) and weight_formats.mlx_reads_exactly(raw, meta)
+    except Exception:  # K-quants, a truncated file: gguf-py reads it or names the fault
+        native = False
+    if native:
+        return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
+    conv = gguf_convert.load_converted(path, progress=progress)
+    info = {"reader": "gguf", "from_cache": conv.from_cache, "seconds": round(conv.seconds, 3)}
+    return conv.tensors, conv.metadata, conv.types, False, info
 
 
 def _build(config: dict, ours: bool) -> nn.Module:
@@ -158,7 +163,8 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
             if p in qmods
             else False,
         )
-    tensors = model.sanitize(tensors)
+    if hasattr(model, "sanitize"):  # not every mlx-lm class has one (phi3)
+        tensors = model.sanitize(tensors)
     try:
         model.load_weights(list(tensors.items()), strict=True)
     except ValueError as e:
@@ -171,7 +177,8 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
             key = gguf.rename(name, arch_name)
             if key and key.endswith(".weight"):
                 module_types[key[: -len(".weight")]] = gtype
-        model.set_dtype(mx.float16)  # the non-quantized rest (norms) as on Metal's fast path
+        # bfloat16 scales and activations: float16's range overflows in Gemma 3 (mlx-lm clips it there)
+        model.set_dtype(mx.bfloat16)
         weight_formats.requantize(model, module_types)
         fmt = "quantized"
     else:

@@ -32,6 +32,21 @@ REQUANT_BITS: dict[str, int] = {
 FLOAT_TYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float32"}
 # general.file_type values of files whose 4-bit blocks MLX unpacks (llama.cpp LlamaFileType).
 _FILE_TYPE_4BIT = {2: "Q4_0", 3: "Q4_1"}
+_NATIVE_FILE_TYPES = {0, 1, 2, 3, 7}  # ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q4_1, MOSTLY_Q8_0
+
+
+def mlx_reads_exactly(tensors: dict[str, mx.array], meta: dict[str, Any]) -> bool:
+    """Whether what ``mx.load`` returned is the file's own values, so its fast path holds.
+
+    MLX also "reads" BF16 tensors, as float16 (narrower range). Its result counts
+    only for files whose ``general.file_type`` is one of the types it unpacks, or
+    that name none and hold no float16 array (which could have been BF16).
+    """
+    ft = meta.get("general.file_type")
+    ft = int(ft.item()) if isinstance(ft, mx.array) else ft
+    if ft is not None:
+        return ft in _NATIVE_FILE_TYPES
+    return not any(w.dtype == mx.float16 for k, w in tensors.items() if not k.endswith((".scales", ".biases")))
 
 
 def native_types(tensors: dict[str, mx.array], meta: dict[str, Any]) -> dict[str, str]:
@@ -68,7 +83,10 @@ def precision(gguf_type: str, fmt: str, *, native: bool) -> str:
         A short phrase, e.g. ``"MLX affine 8-bit (re-quantized, group 32)"``.
     """
     if gguf_type in FLOAT_TYPES:
-        return FLOAT_TYPES[gguf_type] if fmt == "quantized" else fmt
+        if fmt != "quantized":
+            return fmt
+        # beside re-quantized layers the rest runs in bfloat16 (float16 overflows in Gemma 3)
+        return FLOAT_TYPES[gguf_type] if native else "bfloat16"
     if fmt != "quantized":
         how = "unpacked by MLX" if native else "dequantized by gguf"
         return f"{fmt} ({how})"
