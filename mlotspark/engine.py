@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import catalogue, loader, sampling_defaults
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.errors import OptionError
+from mlotspark.errors import OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.request_handle import RequestHandle
@@ -144,8 +144,15 @@ class Engine:
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
         scheduler code that manage caches themselves."""
+        total = cached_tokens + len(prompt_ids)
+        if not self.loaded.supports_cascade and total >= self.loaded.context_length:
+            raise PromptTooLongError(
+                f"prompt of {total} tokens does not fit the {self.loaded.context_length}-token context of "
+                f"{self.model_name} ({self.loaded.config.get('model_type')}); the memory cascade serves only "
+                "llama-family models, so shorten the prompt"
+            )
         if cache is None:
-            cache = self.make_cache(cached_tokens + len(prompt_ids), options)
+            cache = self.make_cache(total, options)
         cascaded = is_cascade(cache)
         return Generation(
             self.loaded.model,

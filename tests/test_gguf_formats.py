@@ -195,3 +195,17 @@ def test_truncated_k_quant_tensor_is_named(tmp_path, capsys):
     assert "cut.gguf" in err[0] and "blk.0.ffn_down.weight" in err[0] and "Q6_K" in err[0] and "truncated" in err[0]
     with pytest.raises(ModelFormatError, match="truncated"):
         gguf_convert.open_reader(path)
+
+
+def test_a_prompt_past_the_context_of_a_model_the_cascade_cannot_serve_is_refused(tmp_path):
+    from mlotspark.engine import Engine
+    from mlotspark.errors import PromptTooLongError
+
+    path, _ = write_tiny(tmp_path / "g.gguf", "gemma3", "Q8_0")  # trained context 512
+    engine = Engine.load(str(path))
+    try:
+        with pytest.raises(PromptTooLongError, match=r"512-token context of g \(gemma3_text\)"):
+            engine.generate("ab " * 400, raw=True, max_tokens=4)
+        assert engine.generate("ab " * 20, raw=True, max_tokens=4, temperature=0).stats.generation_tokens > 0
+    finally:
+        engine.close()
