@@ -209,3 +209,19 @@ def test_a_prompt_past_the_context_of_a_model_the_cascade_cannot_serve_is_refuse
         assert engine.generate("ab " * 20, raw=True, max_tokens=4, temperature=0).stats.generation_tokens > 0
     finally:
         engine.close()
+
+
+def test_hf_llama3_rope_scaling_runs_on_our_model_as_in_mlx_lm():
+    """An HF / mlx-lm directory's `rope_scaling: llama3` on our llama model equals mlx-lm's llama."""
+    from mlx_lm.models import llama as mlx_llama
+
+    config = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, vocab_size=300,
+                  rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    ours = llama.Model(llama.ModelArgs.from_dict(config))
+    theirs = mlx_llama.Model(mlx_llama.ModelArgs.from_dict(config))
+    theirs.update(ours.parameters())
+    tokens = mx.array([list(range(1, 200))])
+    assert mx.allclose(ours(tokens), theirs(tokens), atol=1e-4).item()

@@ -144,3 +144,14 @@ def test_default_model_says_paris_in_nine_of_ten_seeds(default_gguf):
 def test_loader_reports_sampling_for_directories(tmp_path):
     d = sd.model_defaults("x", model_dir=tmp_path)  # no generation_config.json: nothing recommended
     assert d.values == {} and loader.LoadedModel.__dataclass_fields__["sampling"]
+
+
+def test_tui_settings_panel_says_where_defaults_came_from():
+    from tui.widgets.stats import settings_text
+
+    text = settings_text({"temperature": 0.2, "top_p": 0.9},
+                         {"temperature": sd.SOURCE_BUILTIN, "top_p": sd.SOURCE_BUILTIN, "top_k": sd.SOURCE_GLOBAL,
+                          "max_tokens": "this session"}).plain
+    assert "temp 0.2" in text and "temp, top_p: catalogue table" in text and "max: this session" in text
+    assert "top_k" not in text.split("\n", 3)[-1]  # global defaults are not annotated
+    assert settings_text({"temperature": 0.7}).plain.count("\n") == 3  # nothing to say: unchanged panel

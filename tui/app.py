@@ -250,6 +250,9 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         except MlotsparkError:
             opts = dict(self.overrides)
         self.panel.settings = opts
+        sources = backend.sampling_sources(self.engine)
+        sources.update(dict.fromkeys(self.overrides, "this session"))
+        self.panel.sources = sources
         self.panel.refresh_figures()
 
     def action_help(self) -> None:

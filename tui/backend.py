@@ -88,6 +88,12 @@ def default_options(engine: Any) -> dict[str, Any]:
     return opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts))
 
 
+def sampling_sources(engine: Any) -> dict[str, str]:
+    """Where each default sampling option came from (the model's file, the catalogue,
+    the global default, the caller); {} if the engine does not say."""
+    return dict(getattr(engine, "sampling_sources", None) or {})
+
+
 # -- conversations ----------------------------------------------------------------------
 def list_conversations(engine: Any) -> list[ConversationRow]:
     """Stored conversations, newest first ([] if the engine has no conversations API)."""
@@ -212,6 +218,6 @@ def model_facts(engine: Any) -> dict:
 
 __all__ = [
     "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
-    "default_options", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
+    "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
     "model_facts", "model_name", "next_name", "tiers", "turn_figures",
 ]

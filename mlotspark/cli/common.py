@@ -31,9 +31,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=None, help="most tokens to generate (default 512)")
     g.add_argument("--temp", "--temperature", dest="temperature", type=float, default=None,
-                   help="sampling temperature, 0 = greedy (default 0.7)")
+                   help="sampling temperature, 0 = greedy (default: the model's recommendation, else 0.7; see `mlotspark info -m`)")
     g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens, 0 = off (default 0)")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default 0.95)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default: the model's recommendation, else 0.95)")
     g.add_argument("--min-p", type=float, default=None, help="min-p filter in [0, 1) (default 0)")
     g.add_argument("--repetition-penalty", type=float, default=None, help="> 0, 1 = off (default 1)")
     g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
