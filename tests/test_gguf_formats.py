@@ -225,3 +225,12 @@ def test_hf_llama3_rope_scaling_runs_on_our_model_as_in_mlx_lm():
     theirs.update(ours.parameters())
     tokens = mx.array([list(range(1, 200))])
     assert mx.allclose(ours(tokens), theirs(tokens), atol=1e-4).item()
+
+
+def test_mlx_lm_twin_of_a_tied_gemma3_shares_every_weight(tmp_path):
+    """bench --compare mlx-lm builds the twin; gemma3's tied lm_head must not stay random."""
+    from mlotspark.models.mlx_lm_twin import mlx_lm_twin
+
+    path, _ = write_tiny(tmp_path / "g.gguf", "gemma3", "Q4_K")
+    loaded = loader.load(_source(path), weights="float32")
+    assert mx.allclose(mlx_lm_twin(loaded)(TOKENS), loaded.model(TOKENS), atol=1e-5).item()
