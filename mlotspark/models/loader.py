@@ -61,7 +61,8 @@ class LoadedModel:
 def choose_weight_format(requested: str, *, stored_quantized: bool, n_params: int) -> str:
     """Pick the weight format to run in.
 
-    ``auto``: on Metal, what is stored (quantized stays quantized: the fast path there).
+    ``auto``: on Metal (or CUDA), what is stored (quantized stays quantized: the fast path
+    there; GGUF formats MLX cannot unpack are re-quantized, see ``weight_formats``).
     On the CPU backend, float32 (only float32 reaches BLAS: ~19 tok/s decode vs ~8
     quantized and ~3 float16, DESIGN §2) when it fits in memory, else what is stored.
 
@@ -74,7 +75,7 @@ def choose_weight_format(requested: str, *, stored_quantized: bool, n_params: in
         )
     if requested != "auto":
         return requested
-    if is_metal():
+    if is_metal() or mx.default_device().type == mx.DeviceType.gpu:  # Metal, or CUDA
         return "quantized" if stored_quantized else "stored"
     fits = n_params * 4 <= _FLOAT32_MEMORY_SHARE * psutil.virtual_memory().available
     if fits:
@@ -171,7 +172,11 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
         raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
     if native:
         fmt = _convert(model, fmt)
-    elif fmt in ("quantized", "stored"):
+    elif fmt == "stored":  # a float-only file (BF16, F16) on a GPU: run it as stored
+        stored = weight_formats.FLOAT_TYPES[max(set(types.values()), key=list(types.values()).count)]
+        model.set_dtype(_DTYPES[stored])
+        fmt = stored
+    elif fmt == "quantized":
         module_types = {}
         for name, gtype in types.items():
             key = gguf.rename(name, arch_name)
