@@ -131,8 +131,11 @@ def test_conversion_is_cached_and_redone_when_the_file_changes(tmp_path):
     second = loader.load(_source(path), weights="float32")
     assert second.extra["load"]["from_cache"] is True
     assert mx.array_equal(first.model(TOKENS), second.model(TOKENS)).item()
+    text = "hi there, 12 <|im_end|> ok"
+    assert second.tokenizer.encode(text) == first.tokenizer.encode(text)  # the cached vocabulary
+    assert second.tokenizer.decode(second.tokenizer.encode(text)) == text
     entry = gguf_convert.cache_dir(path)
-    assert (entry / "tensors.safetensors").is_file() and (entry / "tokenizer.json").is_file()
+    assert (entry / "tensors.safetensors").is_file() and gguf_convert.tokenizer_cache(path).is_file()
     # a new file under the same name: converted again, not served stale
     write_tiny(path, "llama", "Q5_K", seed=1)
     os.utime(path, ns=(1, 1))

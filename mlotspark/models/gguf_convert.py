@@ -150,6 +150,13 @@ def cache_dir(path: Path) -> Path:
     return storage.subdir("cache") / "gguf" / key
 
 
+def tokenizer_cache(path: Path) -> Path:
+    """Where the built tokenizer of the GGUF at ``path`` is cached: named after the
+    file's size and mtime, so a changed file never gets a stale vocabulary."""
+    st = Path(path).stat()
+    return cache_dir(path) / f"tokenizer-{st.st_size}-{st.st_mtime_ns}.json"
+
+
 def _stamp(path: Path) -> dict[str, Any]:
     st = Path(path).stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "format": CACHE_FORMAT, "source": str(Path(path).resolve())}
@@ -248,6 +255,9 @@ def _dequantize_all(reader: GGUFReader, path: Path, progress: bool) -> dict[str,
 
 def _write_cache(entry: Path, path: Path, tensors: dict[str, mx.array], meta: dict, types: dict) -> None:
     storage.ensure_dir(entry)
+    for stale in entry.glob("tokenizer-*.json"):  # built from the file's previous contents
+        if stale != tokenizer_cache(path):
+            stale.unlink(missing_ok=True)
     target = entry / "tensors.safetensors"
     try:
         with storage.atomic_path(target) as tmp:
@@ -299,4 +309,5 @@ __all__ = [
     "open_reader",
     "read_metadata",
     "tensor_types",
+    "tokenizer_cache",
 ]

@@ -189,7 +189,7 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
     else:
         model.set_dtype(_DTYPES[fmt])
     mx.eval(model.parameters())
-    tokenizer = load_gguf_tokenizer(meta, cache=gguf_convert.cache_dir(path) / "tokenizer.json")
+    tokenizer = load_gguf_tokenizer(meta, cache=gguf_convert.tokenizer_cache(path))
     table = weight_formats.precision_table(types, fmt, native=native)
     return LoadedModel(
         model=model,

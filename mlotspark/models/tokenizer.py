@@ -97,9 +97,10 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
 
     Args:
         metadata: GGUF metadata as returned by ``mx.load(path, return_metadata=True)``.
-        cache: a ``tokenizer.json`` path: read the built vocabulary from it when it
-            exists, else write it there. Deriving the merges of a 262k-token
-            SentencePiece vocabulary takes seconds; reading them back, a fraction.
+        cache: a ``tokenizer.json`` path: when it exists, transformers reads the built
+            tokenizer from it; else it is written there. Deriving the merges of a
+            262k-token SentencePiece vocabulary, then handing transformers a
+            ``Tokenizer`` object (which it deep-copies), takes seconds each.
 
     Returns:
         An mlx-lm ``TokenizerWrapper`` around a ``PreTrainedTokenizerFast``.
@@ -115,10 +116,10 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         )
     types = _per_token(metadata, "tokenizer.ggml.token_type", len(tokens), int) or [NORMAL] * len(tokens)
 
-    cached = _read_backend(cache)
+    cached = cache is not None and Path(cache).is_file()
     if kind == "gpt2":
         pre = metadata.get("tokenizer.ggml.pre")
-        backend = cached or _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
+        backend = None if cached else _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
         add_bos_default = pre in _LLAMA3_LIKE
         detokenizer: Any = _ByteLevelDetokenizer
         defaults = {}
@@ -127,7 +128,7 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         if scores is None:
             raise ModelFormatError("GGUF SentencePiece vocabulary has no tokenizer.ggml.scores")
         space_prefix = _scalar(metadata, "tokenizer.ggml.add_space_prefix", bool, True)
-        backend = cached or _sentencepiece_bpe(tokens, types, scores, space_prefix)
+        backend = None if cached else _sentencepiece_bpe(tokens, types, scores, space_prefix)
         add_bos_default = True
         detokenizer = partial(_SentencePieceDetokenizer, trim_space=space_prefix)
         defaults = {"bos": 1, "eos": 2, "unk": 0}  # llama.cpp's defaults for this kind
@@ -137,20 +138,20 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
             "and 'llama' (SentencePiece) vocabularies"
         )
 
-    if cache is not None and cached is None:
-        _write_backend(backend, cache)
     ids = _special_ids(metadata, len(tokens), defaults)
     names = {name: tokens[ids[name]] for name in ("bos", "eos", "unk", "pad") if ids[name] is not None}
     add_bos = _scalar(metadata, "tokenizer.ggml.add_bos_token", bool, add_bos_default) and "bos" in names
     add_eos = _scalar(metadata, "tokenizer.ggml.add_eos_token", bool, False) and "eos" in names
-    # Set on the backend too, so BOS/EOS do not hang on how a transformers version reads add_bos_token.
-    backend.post_processor = _post_processor(
-        (names["bos"], ids["bos"]) if add_bos else None, (names["eos"], ids["eos"]) if add_eos else None
-    )
+    if backend is not None:
+        # Set on the backend too, so BOS/EOS do not hang on how a transformers version reads add_bos_token.
+        backend.post_processor = _post_processor(
+            (names["bos"], ids["bos"]) if add_bos else None, (names["eos"], ids["eos"]) if add_eos else None
+        )
+        if cache is not None:
+            _write_backend(backend, cache)
 
     template = metadata.get("tokenizer.chat_template")
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    settings = dict(
         **{f"{name}_token": token for name, token in names.items()},
         chat_template=template if isinstance(template, str) and template else None,
         add_bos_token=add_bos,
@@ -158,19 +159,19 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         # Exact round trips: llama.cpp's space clean-up would turn "a ,b" into "a, b".
         clean_up_tokenization_spaces=False,
     )
+    hf = None
+    if backend is None:
+        try:
+            hf = PreTrainedTokenizerFast(tokenizer_file=str(cache), **settings)
+        except Exception as e:  # a damaged cache file: build the vocabulary again
+            log.warning("ignoring cached tokenizer %s: %s", cache, e)
+            Path(cache).unlink(missing_ok=True)
+            return load_gguf_tokenizer(metadata, cache)
+    if hf is None:
+        hf = PreTrainedTokenizerFast(tokenizer_object=backend, **settings)
     eog = {ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None}
     eog |= {i for i, t in enumerate(tokens) if t in _EOG_TEXTS}
     return TokenizerWrapper(hf, detokenizer, eos_token_ids=sorted(eog))
-
-
-def _read_backend(path: Path | None) -> Tokenizer | None:
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as e:  # a damaged cache file: build the vocabulary again
-        log.warning("ignoring cached tokenizer %s: %s", path, e)
-        return None
 
 
 def _write_backend(backend: Tokenizer, path: Path) -> None:
