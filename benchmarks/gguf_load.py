@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--repetitions", "-r", type=int, default=3)
     args = ap.parse_args()
-    import mlotspark  # noqa: F401
+    import mlotspark  # noqa: F401  (OpenBLAS before mlx)
     from mlotspark.models import catalogue, gguf_convert
 
     for model in args.models:
@@ -51,8 +51,10 @@ def main() -> None:
         f = statistics.median(r["seconds"] for r in first)
         s = statistics.median(r["seconds"] for r in second)
         print(f"{model}: reader {first[0]['load']}, formats {first[0]['formats']}")
-        print(f"  first load  median {f:6.2f} s  (runs {', '.join(f'{r['seconds']:.2f}' for r in first)})")
-        print(f"  second load median {s:6.2f} s  (runs {', '.join(f'{r['seconds']:.2f}' for r in second)})")
+        runs1 = ", ".join(f"{r['seconds']:.2f}" for r in first)
+        runs2 = ", ".join(f"{r['seconds']:.2f}" for r in second)
+        print(f"  first load  median {f:6.2f} s  (runs {runs1})")
+        print(f"  second load median {s:6.2f} s  (runs {runs2})")
         print(f"  first / second = {f / s:.1f}x")
 
 
