@@ -21,7 +21,7 @@ import hashlib
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,6 @@ class ConvertedGGUF:
     types: dict[str, str]
     from_cache: bool = False
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 class _Reader(GGUFReader):

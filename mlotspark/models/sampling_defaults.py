@@ -180,6 +180,4 @@ def _plain(v: Any) -> Any:
         v = v.tolist()
     if isinstance(v, list) and len(v) == 1:
         v = v[0]
-    if isinstance(v, bool):
-        return v
     return v
