@@ -21,7 +21,7 @@ from typing import IO, Any
 from mlotspark.errors import OptionError
 from mlotspark.thermal.governor import MODES
 from mlotspark.options import GenerationOptions
-from mlotspark.runtime.scheduler import parse_memory_limit
+from mlotspark.runtime.scheduler_config import parse_memory_limit
 from mlotspark.cli.common import positive_int
 
 # Several replies per prompt are separate requests here, so they batch.

@@ -7,7 +7,6 @@ import json
 import sys
 from typing import Any
 
-from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
@@ -139,6 +138,8 @@ def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
             raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")
         return None
     if given:
+        from mlotspark.memory.cascade.config import CascadeConfig
+
         # Check the values now, so a bad one fails before the model loads; the sizes are
         # checked against the loaded model's own context by Engine.load.
         CascadeConfig.from_flags(VALUES_ONLY_CONTEXT, **given)
