@@ -454,4 +454,4 @@ def test_cli_chat_rejects_a_bad_option_before_loading(capsys):
     from mlotspark.cli import main
 
     assert main(["chat", "--temp", "-2"]) == 2
-    assert "invalid temperature -2.0" in capsys.readouterr().err
+    assert "invalid --temp -2.0" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from mlotspark.errors import OptionError
 from mlotspark.thermal.governor import MODES
 from mlotspark.options import GenerationOptions
 from mlotspark.runtime.scheduler_config import parse_memory_limit
-from mlotspark.cli.common import positive_int
+from mlotspark.cli.common import note, positive_int
 
 # Several replies per prompt are separate requests here, so they batch.
 _PER_REQUEST = "num_return_sequences"
@@ -42,18 +42,29 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
     """``--mode``, ``--max-batch`` and ``--memory-limit``."""
     g = p.add_argument_group("scheduling")
     g.add_argument("--mode", choices=MODES, default="auto",
-                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto)")
-    g.add_argument("--max-batch", type=positive_int, default=8,
+                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto); "
+                        "efficiency decodes at most a quarter of --max-batch together (the mode wins)")
+    g.add_argument("--max-batch", type=positive_int, default=None,
                    help="most requests decoded together (default 8)")
     g.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="keep projected KV + weights under SIZE (e.g. 8GB); new requests wait")
 
 
 def scheduler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``Engine.load`` keyword arguments from the scheduling flags (validated)."""
+    """``Engine.load`` keyword arguments from the scheduling flags (validated).
+
+    When ``--mode`` lowers a ``--max-batch`` the user gave, says so once on stderr.
+    """
+    from mlotspark.runtime.scheduler_config import SchedulerConfig
+
+    mode, given = getattr(args, "mode", "auto"), getattr(args, "max_batch", None)
+    config = SchedulerConfig(mode=mode, max_batch=given or 8)
+    if given is not None and config.mode_cap() < given:
+        note(f"--mode {mode} decodes at most {config.mode_cap()} request(s) together "
+             f"(--max-batch {given} is capped; the mode wins)")
     return {
-        "mode": getattr(args, "mode", "auto"),
-        "max_batch": getattr(args, "max_batch", 8),
+        "mode": mode,
+        "max_batch": config.max_batch,
         "memory_limit": parse_memory_limit(getattr(args, "memory_limit", None)),
     }
 
@@ -242,8 +253,14 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 
 
 # ---------------------------------------------------------------- command
-def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
-    """``generate --prompts``: load the engine, run the file, report where results went."""
+def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any = "auto") -> int:
+    """``generate --prompts``: load the engine, run the file, report where results went.
+
+    Args:
+        args: the parsed ``generate`` flags.
+        options: generation options from the flags.
+        cascade: ``Engine.load``'s ``cascade`` from the cascade flags.
+    """
     from mlotspark.engine import Engine
 
     prompts = Path(args.prompts)
@@ -257,7 +274,7 @@ def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         output = Path(args.output) if args.output else prompts.with_suffix(".results.jsonl")
         finished_sequences(output, specs)  # other prompts' results fail now, not after loading
     engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         **scheduler_kwargs(args))
+                         cascade=cascade, **scheduler_kwargs(args))
     try:
         n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
                              num_return_sequences=options.pop(_PER_REQUEST, 1), options=options,

@@ -6,6 +6,29 @@ import argparse
 from typing import Any
 
 
+# Option names (API) -> the flags that set them, so errors in the CLI name the flag.
+FLAGS = {
+    "temperature": "--temp",
+    "num_beams": "--beams",
+    "top_k": "--top-k",
+    "top_k_blocks": "--top-k-blocks",
+    "cascade": "--window/--no-cascade",
+    "prefill_chunk": "prefill_chunk (API only)",
+}
+
+
+def flag(name: str) -> str:
+    """The CLI flag of option ``name`` (``num_beams`` -> ``--beams``)."""
+    return FLAGS.get(name) or "--" + name.replace("_", "-")
+
+
+def note(text: str) -> None:
+    """Tell the user once, on stderr, how one option limited another."""
+    import sys
+
+    print(f"mlotspark: note: {text}", file=sys.stderr)
+
+
 def positive_int(text: str) -> int:
     try:
         v = int(text)

@@ -18,19 +18,44 @@ VALUES_ONLY_CONTEXT = 1 << 30
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be silently ignored together (one line naming both).
+
+    Generation options are checked by ``GenerationOptions`` (the same check for the
+    API, the CLI and the TUI); these are the flags only the CLI has.
+
+    Raises:
+        OptionError: naming both flags.
+    """
+    if args.raw and args.system is not None:
+        raise OptionError("--system conflicts with --raw: a raw prompt has no chat template to put it in")
+    if args.prompts is None:
+        for name in ("output", "redo"):
+            if getattr(args, name, None):
+                raise OptionError(f"--{name} needs --prompts FILE (it is about a batch run)")
+        return
+    if args.prompt is not None:
+        raise OptionError("--prompt conflicts with --prompts: give one prompt or a file of them")
+    if args.json:
+        raise OptionError("--json conflicts with --prompts: results are JSON lines in --output already")
+    if args.verbose:
+        raise OptionError("--verbose conflicts with --prompts: each result line carries its figures")
+
+
 def run(args: argparse.Namespace) -> int:
     from mlotspark.engine import Engine
 
+    check_flags(args)
     options = sampling_options(args)
     options.update(_decoding_options(args))
+    GenerationOptions().merged(**options)  # a bad value or a conflict fails before the model loads
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
-        return batch.run(args, options)
-    prompt = args.prompt
+        return batch.run(args, options, cascade=cascade_for(cascade_choice(args), None))
+    prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
-    GenerationOptions().merged(**options)  # a bad value fails before the model loads
     cascade = cascade_choice(args)  # validated again against the model once loaded
     engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
                          cascade=cascade, **scheduler_kwargs(args))
@@ -75,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate a reply to a prompt, streamed to stdout",
                        description="Generate a reply to a prompt, streamed to stdout.")
-    p.add_argument("-p", "--prompt", default=SAMPLE_PROMPT,
+    p.add_argument("-p", "--prompt", default=None,
                    help="the prompt ('-' reads stdin; default: a sample question)")
     p.add_argument("--system", default=None, help="a system prompt (chat mode)")
     p.add_argument("--raw", action="store_true", help="send the prompt as-is, without the chat template")
