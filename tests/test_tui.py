@@ -269,8 +269,8 @@ def test_slash_settings_change_the_next_turn_and_bad_values_are_refused():
         assert app.overrides == good  # nothing changed
         errors = error_notes(app)
         assert len(errors) == 9
-        assert "/temp: invalid temperature -1.0: must be >= 0 (0 = greedy)" in errors
-        assert any("invalid top_p 2.0" in e for e in errors) and any("'warm' is not a number" in e for e in errors)
+        assert "/temp: invalid /temp -1.0: must be >= 0 (0 = greedy)" in errors
+        assert any("invalid /top_p 2.0" in e for e in errors) and any("'warm' is not a number" in e for e in errors)
         assert any("unknown command /nonsense" in e for e in errors)
         await type_line(pilot, "Hi")
         await until(pilot, lambda: app.chat.replies and app.chat.reply is None, "reply")

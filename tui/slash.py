@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, OptionError
 
 from tui import backend
-from tui.commands import Command, CommandError, parse
+from tui.commands import Command, CommandError, parse, slash_name
 
 
 MEMORY_LIST = 20  # entries /memory shows
@@ -44,6 +44,8 @@ class SlashCommands:
         handler = getattr(self, f"command_{cmd.name}", None) if cmd.option is None else self.command_setting
         try:
             await handler(cmd)
+        except OptionError as e:  # named as the user types them here (/temp, not temperature)
+            await self.say(f"/{cmd.name}: {e.render(slash_name)}", error=True)
         except MlotsparkError as e:
             await self.say(f"/{cmd.name}: {e}", error=True)
         except Exception as e:  # noqa: BLE001  a command must never end the app
