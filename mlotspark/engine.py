@@ -16,6 +16,7 @@ from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.errors import OptionError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
@@ -177,6 +178,8 @@ class Engine:
         cache: list | None = None,
         cached_tokens: int = 0,
         on_finish: Callable[[Generation], None] | None = None,
+        on_progress: ProgressListener | None = None,
+        progress: bool = False,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -189,6 +192,10 @@ class Engine:
             cache: per-layer caches to continue from (conversations, prefix cache).
             cached_tokens: how many tokens ``cache`` already holds.
             on_finish: called with the finished Generation (on the engine's thread).
+            on_progress: called with each ``PrefillProgress`` of the prompt, in order,
+                the last one at ``done == total`` (on the engine's thread: keep it quick).
+                ``handle.progress`` holds the latest event for callers that poll.
+            progress: also yield the ``PrefillProgress`` events when iterating the handle.
             **options: generation options.
         """
         opts = self.options(**options)
@@ -200,17 +207,25 @@ class Engine:
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
         scheduler = self.scheduler
-        handle = RequestHandle(gen, scheduler.wake)
+        handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
                                  owns_cache=cache is None))
         return handle
 
-    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> Iterator[str | GenerationStats]:
+    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
+               **options: Any) -> Iterator[str | PrefillProgress | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
 
-        Options as in ``generate``.
+        Args:
+            prompt_or_messages: a prompt string or messages (see ``generate``).
+            raw: no chat template.
+            progress: first yield ``PrefillProgress`` events while the prompt
+                prefills (``done`` / ``total`` tokens, ``tokens_per_s``, ``eta_s``,
+                ``cascade``), in order, the last one at ``done == total``; a long
+                prompt then never leaves the caller without news.
+            **options: generation options, as in ``generate``.
         """
-        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        handle = self.submit(prompt_or_messages, raw=raw, progress=progress, **options)
         yield from handle
         yield handle.result().stats
 

@@ -252,6 +252,13 @@ class Conversation:
             shutil.rmtree(self.files.directory, ignore_errors=True)
             self._p._forget_conversation(self.name)
 
+    @property
+    def progress(self) -> Any:
+        """The latest ``PrefillProgress`` of the turn in progress (None when there is none
+        yet): how much of the prompt is prefilled, for a caller that shows it."""
+        turn = self._turn
+        return getattr(turn.handle, "progress", None) if turn is not None else None
+
     def cancel(self) -> None:
         """Stop the turn in progress at the next token (its text so far is kept)."""
         turn = self._turn
