@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import loader, catalogue
+from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.errors import OptionError
 from mlotspark.results import GenerationResult, GenerationStats
@@ -136,9 +137,11 @@ class Engine:
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
         scheduler code that manage caches themselves."""
+        given = cache is not None
         if cache is None:
             cache = self.make_cache(cached_tokens + len(prompt_ids), options)
         cascaded = is_cascade(cache)
+        facts = {"blas": BLAS_IN_USE, "cache": self._cache_story(cache, options, cached_tokens + len(prompt_ids), given)}
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -148,9 +151,26 @@ class Engine:
             cached_tokens=cached_tokens,
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
-            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights},
+            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
+                        "extra": facts},
             extra_stats=cascade_stats if cascaded else None,
         )
+
+    def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
+        """Which KV cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
+        if is_cascade(cache):
+            if isinstance(self.cascade, CascadeConfig):
+                return {"kind": "cascade", "why": "the memory cascade was asked for"}
+            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
+                                              f"pass the context of {self.loaded.context_length}"}
+        if given:
+            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
+        if options.cache_kind == "auto":
+            decision = getattr(self, "cache_decision", None)
+            return {"kind": getattr(decision, "kind", "?"), "why": f"auto: {getattr(decision, 'reason', '')}"}
+        if options.cache_kind:
+            return {"kind": options.cache_kind, "why": "asked for"}
+        return {"kind": "plain", "why": "default: the model's dtype"}
 
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.

@@ -9,7 +9,9 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
+from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
+from mlotspark.cli.progress import PrefillBar
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
 # A context so long that no span exceeds it: checks flag values, not their fit.
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
-        return batch.run(args, options, cascade=cascade_for(cascade_choice(args), None))
+        return batch.run(args, options, cascade=cascade_choice(args))
     prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
     if args.json:
-        result = engine.generate(messages, raw=args.raw, **options)
+        result = _generate(engine, messages, args.raw, options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
         if result.sequences:
             out["sequences"] = [{"text": h.text, "tokens": h.tokens, "score": h.score,
@@ -72,29 +74,47 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
         return 0
     if options.get("num_return_sequences", 1) > 1:
-        result = engine.generate(messages, raw=args.raw, **options)
+        result = _generate(engine, messages, args.raw, options)
         for i, h in enumerate(result.sequences, 1):
             print(f"--- {i} (score {h.score:.4f}, {h.finish_reason})\n{h.text}")
+        sys.stdout.flush()
+        _tell(args, engine, result.stats)
         return 0
     stats = None
-    for piece in engine.stream(messages, raw=args.raw, **options):
-        if isinstance(piece, str):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        else:
-            stats = piece
+    bar = PrefillBar()  # on a terminal only, once the prefill has taken a second
+    try:
+        for piece in engine.stream(messages, raw=args.raw, progress=True, **options):
+            if isinstance(piece, str):
+                bar.close()
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            elif isinstance(piece, PrefillProgress):
+                bar(piece)
+            else:
+                stats = piece
+    finally:
+        bar.close()
     sys.stdout.write("\n")
-    if stats is not None and args.verbose:
-        print(
-            f"[{stats.prompt_tokens} prompt tokens, {stats.generation_tokens} generated; "
-            f"TTFT {stats.ttft_s * 1000:.0f} ms, prefill {stats.prefill_tps:.1f} tok/s, "
-            f"decode {stats.decode_tps:.1f} tok/s, peak {stats.peak_memory_mb:.0f} MB, "
-            f"finish: {stats.finish_reason}]",
-            file=sys.stderr,
-        )
+    sys.stdout.flush()  # the reply, then the story on stderr
+    _tell(args, engine, stats)
     return 0
 
 
+def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:
+    """``engine.generate`` with the prefill bar on a terminal."""
+    with PrefillBar() as bar:
+        return engine.submit(messages, raw=raw, on_progress=bar, **options).result()
+
+
+def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
+    """``-v``: the story of the run on stderr (``GenerationStats.describe``) and the scheduler."""
+    if stats is None or not args.verbose:
+        return
+    lines = stats.describe()
+    status = engine.scheduler_status()
+    lines.append(f"scheduler: {status.get('mode')} mode, batch cap {status.get('cap')} "
+                 f"({status.get('state')}: {status.get('reason')})")
+    print("\n".join(f"[{line}]" for line in lines), file=sys.stderr)
 
 
 def register(sub: Any) -> None:
