@@ -50,6 +50,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "new": ("", "start a new conversation (Ctrl+N)"),
     "rename": ("TITLE", "rename this conversation (F2)"),
     "delete": ("", "delete this conversation (F8)"),
+    "undo": ("", "bring back the conversation deleted last (F9, for a few seconds)"),
     "help": ("", "keys and commands (F1)"),
 }
 

@@ -91,6 +91,9 @@ class SlashCommands:
     async def command_delete(self, cmd: Command) -> None:
         self.action_delete()
 
+    async def command_undo(self, cmd: Command) -> None:
+        await self.action_undo_delete()
+
     # -- semantic memory --------------------------------------------------------------
     def _memory(self) -> Any:
         store = getattr(self.engine, "memory", None)
