@@ -64,7 +64,7 @@ class SlashCommands:
     async def command_system(self, cmd: Command) -> None:
         conv = self.engine.conversation(self.current)
         if not cmd.argument:
-            await self.say(f"system prompt: {conv.system or '(none)'}")
+            await self.say(f"system prompt: {conv.system or '(the model’s default)'}")
             return
         if self.busy("change the system prompt"):
             return
