@@ -342,16 +342,16 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 
 
 # ---------------------------------------------------------------- command
-def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any = "auto") -> int:
+def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any,
+        load_engine: Callable[[argparse.Namespace, Any], Any]) -> int:
     """``generate --prompts``: load the engine, run the file, report where results went.
 
     Args:
         args: the parsed ``generate`` flags.
         options: generation options from the flags.
         cascade: ``Engine.load``'s ``cascade`` from the cascade flags.
+        load_engine: ``generate.load_engine`` (loads with a status line on a terminal).
     """
-    from mlotspark.engine import Engine
-
     prompts = Path(args.prompts)
     specs = read_prompts(prompts)  # a bad file fails before the model loads
     if not specs:
@@ -365,8 +365,7 @@ def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any = "auto"
         # Other prompts' results, or rows made with other settings, fail now, not after loading.
         finished_sequences(output, specs, None if args.redo else functools.partial(
             request_settings, defaults=options, raw=args.raw, system=args.system, model=args.model))
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         cascade=cascade, **scheduler_kwargs(args))
+    engine = load_engine(args, cascade)
     try:
         n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
                              num_return_sequences=replies, options=options,

@@ -11,7 +11,7 @@ from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.progress import PrefillBar
+from mlotspark.cli.progress import PrefillBar, StatusLine
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
 # A context so long that no span exceeds it: checks flag values, not their fit.
@@ -45,8 +45,6 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlotspark.engine import Engine
-
     check_flags(args)
     options = sampling_options(args)
     options.update(_decoding_options(args))
@@ -54,13 +52,12 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
-        return batch.run(args, options, cascade=cascade_choice(args))
+        return batch.run(args, options, cascade_choice(args), load_engine)
     prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
     cascade = cascade_choice(args)  # validated again against the model once loaded
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         cascade=cascade, **scheduler_kwargs(args))
+    engine = load_engine(args, cascade)
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
@@ -98,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()  # the reply, then the story on stderr
     _tell(args, engine, stats)
     return 0
+
+
+def load_engine(args: argparse.Namespace, cascade: Any) -> Any:
+    """``Engine.load`` for the flags; on a terminal, a line says it is loading (the
+    weights' conversion can take seconds) once a fetch, with its own bar, is done."""
+    from mlotspark.engine import Engine
+    from mlotspark.models import catalogue
+
+    tty = sys.stderr.isatty()
+    catalogue.resolve(args.model, pull=True, progress=tty)  # fetched first, so the bars never mix
+    with StatusLine("loading the model", enabled=tty):
+        return Engine.load(args.model, weights=args.weights, progress=tty, cascade=cascade,
+                           **scheduler_kwargs(args))
 
 
 def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:
