@@ -70,3 +70,18 @@ def test_verbose_beams_report_prefill_and_ttft(tiny_gguf, monkeypatch):
     story = err.getvalue()
     assert "beams 2, 1 returned" in story
     assert "prefill 0.0 tok/s" not in story and "TTFT 0 ms" not in story
+
+
+def test_cli_batch_resume_is_honest(tiny_gguf, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("abc\nhello\n")
+    out = tmp_path / "o.jsonl"
+    base = ["generate", "-m", str(tiny_gguf), "--raw", "--temp", "0", "--prompts", str(prompts), "-o", str(out)]
+    assert main([*base, "--max-tokens", "2"]) == 0
+    assert main([*base, "--max-tokens", "2"]) == 0
+    assert "2 rows already in" in capsys.readouterr().err
+    assert main([*base, "--max-tokens", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 of 2 finished rows" in err[0] and "--redo" in err[0]
+    assert main([*base, "--max-tokens", "3", "--redo"]) == 0
+    assert "2 sequences written" in capsys.readouterr().err
