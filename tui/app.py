@@ -387,6 +387,8 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         panel = self.panel
         turn = self.turns.get(self.current or "")
         if turn is not None and turn.first_piece is None:
+            if turn.cancel_requested and turn.conv is not None:
+                backend.cancel_turn(turn.conv)  # Escape came before the request existed: ask again
             self.show_prefill(turn)
         if turn is not None and turn.first_piece is not None:
             now = time.monotonic()

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 
-# Option names (API) -> the flags that set them, so errors in the CLI name the flag.
+# Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
+# CLI name the flag the user typed.
 FLAGS = {
     "temperature": "--temp",
     "num_beams": "--beams",
-    "top_k": "--top-k",
-    "top_k_blocks": "--top-k-blocks",
-    "cascade": "--window/--no-cascade",
-    "prefill_chunk": "prefill_chunk (API only)",
 }
 
 
@@ -24,8 +22,6 @@ def flag(name: str) -> str:
 
 def note(text: str) -> None:
     """Tell the user once, on stderr, how one option limited another."""
-    import sys
-
     print(f"mlotspark: note: {text}", file=sys.stderr)
 
 

@@ -94,7 +94,8 @@ class PrefillBar(StatusLine):
     """
 
     def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None, width: int = 24):
-        super().__init__("prefill", stream, enabled)
+        # Before the first event: the request is queued, or ``--cache-kind auto`` probes.
+        super().__init__("waiting for the engine (queue, KV cache choice)", stream, enabled)
         self.width = width
 
     def __call__(self, event: Any) -> None:
