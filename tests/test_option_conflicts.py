@@ -33,6 +33,8 @@ CLI_CONFLICTS = [
     (["--prompts", "p.txt", "-p", "hi"], ("--prompt", "--prompts")),
     (["--prompts", "p.txt", "--json"], ("--json", "--prompts")),
     (["--no-cascade", "--window", "64"], ("--no-cascade", "--window")),
+    (["--prompts", "p.txt", "--num-return-sequences", "2", "--length-penalty", "0.5"],
+     ("--length-penalty", "--prompts")),
 ]
 
 

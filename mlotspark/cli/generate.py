@@ -42,6 +42,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise OptionError("--json conflicts with --prompts: results are JSON lines in --output already")
     if args.verbose:
         raise OptionError("--verbose conflicts with --prompts: each result line carries its figures")
+    if args.length_penalty is not None and (args.num_beams or 1) == 1:
+        raise OptionError("--length-penalty needs --beams with --prompts: there each of "
+                          "--num-return-sequences is a request of its own, never ranked")
 
 
 def run(args: argparse.Namespace) -> int:
