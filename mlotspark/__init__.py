@@ -28,6 +28,7 @@ _LAZY = {
     "GenerationStats": ".results",
     "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
+    "PrefillProgress": ".runtime.progress",
 }
 
 
@@ -62,6 +63,7 @@ __all__ = [
     "OfflineError",
     "OptionError",
     "PersistenceConfig",
+    "PrefillProgress",
     "PromptTooLongError",
     "SnapshotError",
     "SnapshotWarning",

@@ -12,10 +12,12 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import catalogue, loader, sampling_defaults
+from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.errors import OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
@@ -151,9 +153,11 @@ class Engine:
                 f"{self.model_name} ({self.loaded.config.get('model_type')}); the memory cascade serves only "
                 "llama-family models, so shorten the prompt"
             )
+        given = cache is not None
         if cache is None:
             cache = self.make_cache(total, options)
         cascaded = is_cascade(cache)
+        facts = {"blas": BLAS_IN_USE, "cache": self._cache_story(cache, options, total, given)}
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -164,9 +168,25 @@ class Engine:
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
             stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
-                        "extra": {"weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
+                        "extra": {**facts, "weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
         )
+
+    def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
+        """Which KV cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
+        if is_cascade(cache):
+            if isinstance(self.cascade, CascadeConfig):
+                return {"kind": "cascade", "why": "the memory cascade was asked for"}
+            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
+                                              f"pass the context of {self.loaded.context_length}"}
+        if given:
+            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
+        if options.cache_kind == "auto":
+            decision = getattr(self, "cache_decision", None)
+            return {"kind": getattr(decision, "kind", "?"), "why": f"auto: {getattr(decision, 'reason', '')}"}
+        if options.cache_kind:
+            return {"kind": options.cache_kind, "why": "asked for"}
+        return {"kind": "plain", "why": "default: the model's dtype"}
 
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
@@ -194,6 +214,8 @@ class Engine:
         cache: list | None = None,
         cached_tokens: int = 0,
         on_finish: Callable[[Generation], None] | None = None,
+        on_progress: ProgressListener | None = None,
+        progress: bool = False,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -206,6 +228,10 @@ class Engine:
             cache: per-layer caches to continue from (conversations, prefix cache).
             cached_tokens: how many tokens ``cache`` already holds.
             on_finish: called with the finished Generation (on the engine's thread).
+            on_progress: called with each ``PrefillProgress`` of the prompt, in order,
+                the last one at ``done == total`` (on the engine's thread: keep it quick).
+                ``handle.progress`` holds the latest event for callers that poll.
+            progress: also yield the ``PrefillProgress`` events when iterating the handle.
             **options: generation options.
         """
         opts = self.options(**options)
@@ -217,17 +243,25 @@ class Engine:
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
         scheduler = self.scheduler
-        handle = RequestHandle(gen, scheduler.wake)
+        handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
                                  owns_cache=cache is None))
         return handle
 
-    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> Iterator[str | GenerationStats]:
+    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
+               **options: Any) -> Iterator[str | PrefillProgress | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
 
-        Options as in ``generate``.
+        Args:
+            prompt_or_messages: a prompt string or messages (see ``generate``).
+            raw: no chat template.
+            progress: first yield ``PrefillProgress`` events while the prompt
+                prefills (``done`` / ``total`` tokens, ``tokens_per_s``, ``eta_s``,
+                ``cascade``), in order, the last one at ``done == total``; a long
+                prompt then never leaves the caller without news.
+            **options: generation options, as in ``generate``.
         """
-        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        handle = self.submit(prompt_or_messages, raw=raw, progress=progress, **options)
         yield from handle
         yield handle.result().stats
 

@@ -5,7 +5,8 @@ MlotsparkError
  │    ├── ModelNotFoundError
  │    ├── ModelFormatError     corrupt / truncated / unsupported file or architecture
  │    └── OfflineError         a hub download was needed but there is no network
- ├── OptionError           an invalid option value (temperature, top_p, cascade, ...)
+ ├── OptionError           an invalid option value (temperature, top_p, cascade, ...),
+ │                         or two options that conflict
  ├── PromptTooLongError    prompt longer than a non-cascade model's context
  ├── SnapshotError         a saved state that cannot be used (other model, corrupt)
  └── StoreError            the on-disk store (conversations, memory) cannot be used
@@ -16,6 +17,8 @@ callers can catch what they expect.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 
 class MlotsparkError(Exception):
@@ -39,7 +42,38 @@ class OfflineError(ModelError):
 
 
 class OptionError(MlotsparkError, ValueError):
-    """An option has an invalid value."""
+    """An option has an invalid value, or two options conflict.
+
+    Made with :meth:`about`, it knows which options it is about, so each surface
+    can name them its own way: ``render`` with CLI flags in the CLI (``--beams``),
+    slash commands in the TUI; ``str(e)`` uses the API's names (``num_beams``).
+
+    Args:
+        message: the one-line message (API names).
+        options: the option names the message is about, in template order.
+        template: the message with ``{0}``, ``{1}`` ... where the names go.
+    """
+
+    def __init__(self, message: str, *, options: tuple[str, ...] = (), template: str | None = None):
+        super().__init__(message)
+        self.options = tuple(options)
+        self.template = template
+
+    @classmethod
+    def about(cls, template: str, *options: str) -> "OptionError":
+        """An error naming ``options`` through ``template`` (``"{0} conflicts with {1}"``)."""
+        return cls(template.format(*options), options=options, template=template)
+
+    def render(self, name_of: "Callable[[str], str]") -> str:
+        """The message with each option named by ``name_of`` (e.g. its CLI flag)."""
+        if self.template is None:
+            return str(self)
+        return self.template.format(*(name_of(o) for o in self.options))
+
+
+def literal(value: object) -> str:
+    """``repr(value)``, safe to put in an :meth:`OptionError.about` template."""
+    return repr(value).replace("{", "{{").replace("}", "}}")
 
 
 class PromptTooLongError(MlotsparkError, ValueError):
@@ -64,4 +98,5 @@ __all__ = [
     "PromptTooLongError",
     "SnapshotError",
     "StoreError",
+    "literal",
 ]

@@ -6,11 +6,13 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from mlotspark.errors import OptionError
+from mlotspark.errors import OptionError, literal
 
 
 SPECULATIVE = (None, "prompt_lookup", "draft")
 CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
+# What beam search does not use: it keeps the most likely beams, it never samples.
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class GenerationOptions:
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
-            return OptionError(f"invalid {name} {getattr(self, name)!r}: {why}")
+            return OptionError.about(f"invalid {{0}} {literal(getattr(self, name))}: {why}", name)
 
         def number(name: str) -> float:
             v = getattr(self, name)
@@ -88,10 +90,47 @@ class GenerationOptions:
         number("length_penalty")
         if self.speculative not in SPECULATIVE:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
-        if self.speculative == "draft" and not self.draft_model:
-            raise bad("speculative", "'draft' needs draft_model")
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
+        self._check_conflicts()
+
+    def _check_conflicts(self) -> None:
+        """Refuse options that cannot all take effect (one would be silently ignored)."""
+        if self.speculative == "draft" and not self.draft_model:
+            raise OptionError.about("{0} draft needs {1} (the draft model)", "speculative", "draft_model")
+        if self.draft_model and self.speculative != "draft":
+            raise OptionError.about("{0} needs {1} draft (it would be ignored)", "draft_model", "speculative")
+        if self.speculative and self.num_beams > 1:
+            raise OptionError.about("{0} conflicts with {1}: beam search runs its own loop, "
+                                    "without speculation", "num_beams", "speculative")
+        if self.speculative and self.num_return_sequences > 1:
+            raise OptionError.about("{0} conflicts with {1}: several returns decode together, "
+                                    "without speculation", "num_return_sequences", "speculative")
+        if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
+            raise OptionError.about(f"invalid {{0}} {self.num_return_sequences}: at most {{1}} "
+                                    f"({self.num_beams}) with beam search", "num_return_sequences", "num_beams")
+
+    def check_given(self, given: "set[str] | frozenset[str]") -> None:
+        """Refuse options the caller set that these options would ignore.
+
+        Only options set explicitly count (engine or model defaults never conflict):
+        a sampling setting with beam search, a length penalty without beams or
+        several returns.
+
+        Args:
+            given: names of the options the caller set.
+
+        Raises:
+            OptionError: naming both options.
+        """
+        if self.num_beams > 1:
+            for name in SAMPLING:
+                if name in given and not (name == "temperature" and self.temperature == 0):
+                    raise OptionError.about("{0} conflicts with {1}: beam search keeps the most likely "
+                                            "beams and never samples", name, "num_beams")
+        if "length_penalty" in given and self.num_beams == 1 and self.num_return_sequences == 1:
+            raise OptionError.about("{0} needs {1} or {2} (it ranks several sequences)",
+                                    "length_penalty", "num_beams", "num_return_sequences")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -101,14 +140,18 @@ class GenerationOptions:
         """A copy with ``overrides`` applied (None values ignored).
 
         Raises:
-            OptionError: an unknown option name or an invalid value.
+            OptionError: an unknown option name, an invalid value, or options that
+                conflict (``check_given`` over the ones given here).
         """
         unknown = set(overrides) - set(self.names())
         if unknown:
             raise OptionError(
                 f"unknown option {sorted(unknown)[0]!r} (known: {', '.join(self.names())})"
             )
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        out = replace(self, **given)
+        out.check_given(set(given))
+        return out
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -131,6 +131,14 @@ def messages(conv: Any) -> list[dict]:
     return [m for m in conv.messages if m.get("role") in ("user", "assistant")]
 
 
+def prefill_progress(conv: Any) -> Any:
+    """The running turn's latest ``PrefillProgress`` (None when unknown or none yet)."""
+    try:
+        return getattr(conv, "progress", None) if conv is not None else None
+    except Exception:  # noqa: BLE001  a progress read must never take the UI down
+        return None
+
+
 def cancel_turn(conv: Any) -> bool:
     """Ask the conversation to stop its reply; False when the API has no way to."""
     cancel = getattr(conv, "cancel", None)
@@ -219,5 +227,5 @@ def model_facts(engine: Any) -> dict:
 __all__ = [
     "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
     "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
-    "model_facts", "model_name", "next_name", "tiers", "turn_figures",
+    "model_facts", "model_name", "next_name", "prefill_progress", "tiers", "turn_figures",
 ]

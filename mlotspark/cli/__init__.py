@@ -15,8 +15,9 @@ import sys
 from typing import Callable, Sequence
 
 from mlotspark.platform import blas  # noqa: F401  (OpenBLAS before MLX)
-from mlotspark.errors import MlotsparkError
+from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.cli import bench, chat, generate, memory, models
+from mlotspark.cli.common import flag
 
 # Command modules in the order --help lists them.
 COMMANDS = [chat, generate, models, memory, bench]
@@ -41,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
+    except OptionError as e:  # named by the flags the user typed, not the API's names
+        print(f"mlotspark: error: {e.render(flag)}", file=sys.stderr)
+        return 2
     except MlotsparkError as e:
         print(f"mlotspark: error: {e}", file=sys.stderr)
         return 2

@@ -96,12 +96,22 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
-def register(sub: Any) -> None:
-    from mlotspark.bench.config import DEFAULT_SUITES
-    from mlotspark.bench.suites import SUITES
+def _suites_epilog() -> str:
+    from mlotspark.bench.suites import SUITES  # imports MLX: only when bench's help is shown
 
     suites = "; ".join(f"{name}: {m.DESCRIPTION}" + (f" (cases {', '.join(m.CASES)})" if m.CASES else "")
                        for name, m in SUITES.items())
+    return f"Suites: {suites}."
+
+
+def _help_with_suites(p: argparse.ArgumentParser) -> str:
+    p.epilog = p.epilog or _suites_epilog()
+    return argparse.ArgumentParser.format_help(p)
+
+
+def register(sub: Any) -> None:
+    from mlotspark.bench.config import DEFAULT_SUITES
+
     p = sub.add_parser(
         "bench", help="latency and tokens/sec, side by side with mlx-lm",
         description=(
@@ -111,8 +121,8 @@ def register(sub: Any) -> None:
             "interleaved, and a ratio column says how we compare (> 1: mlotspark better). "
             "Absolute numbers drift on a busy machine; the ratios measured side by side are what count."
         ),
-        epilog=f"Suites: {suites}.",
     )
+    p.format_help = lambda: _help_with_suites(p)  # type: ignore[method-assign]  # suites listed lazily
     add_model_args(p)
     p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt length of pp (default 512)")
     p.add_argument("-g", "--gen-tokens", type=positive_int, default=128,
@@ -120,7 +130,7 @@ def register(sub: Any) -> None:
     p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--suite", "-s", default=DEFAULT_SUITES,
-                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = {','.join(SUITES)})")
+                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = every suite below)")
     p.add_argument("--compare", choices=["mlx-lm"], default=None,
                    help="also run mlx-lm on the same weights, interleaved, and print ratios")
     p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")

@@ -3,7 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+
+# Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
+# CLI name the flag the user typed.
+FLAGS = {
+    "temperature": "--temp",
+    "num_beams": "--beams",
+}
+
+
+def flag(name: str) -> str:
+    """The CLI flag of option ``name`` (``num_beams`` -> ``--beams``)."""
+    return FLAGS.get(name) or "--" + name.replace("_", "-")
+
+
+def note(text: str) -> None:
+    """Tell the user once, on stderr, how one option limited another."""
+    print(f"mlotspark: note: {text}", file=sys.stderr)
 
 
 def positive_int(text: str) -> int:

@@ -15,8 +15,9 @@ engine's thread) store the messages first, then the snapshot, then what the user
 stated about themselves. A snapshot that cannot be used is refused with a
 ``SnapshotWarning`` and the turn re-prefills from the stored messages.
 
-Where retrieved memory goes: into the system prompt on a conversation's first turn;
-on later turns, in front of that user message. The rendered transcript then only
+Where retrieved memory goes: into the system prompt on a conversation's first turn
+(when it has one of its own: an empty one leaves the template's default in place);
+otherwise in front of that user message. The rendered transcript then only
 grows, so the KV of every earlier turn stays valid and is never re-prefilled.
 """
 
@@ -127,8 +128,8 @@ def render(record: ConversationRecord, user: dict | None = None) -> list[dict]:
     out: list[dict] = []
     for i, m in enumerate(messages):
         content, memory = m["content"], m.get("memory") or ""
-        if memory and i == 0:
-            system = f"{system}\n\n{memory}" if system else memory
+        if memory and i == 0 and system:
+            system = f"{system}\n\n{memory}"
         elif memory:
             content = f"{memory}\n\n{content}"
         out.append({"role": m["role"], "content": content})
@@ -251,6 +252,13 @@ class Conversation:
             self._drop_cache()
             shutil.rmtree(self.files.directory, ignore_errors=True)
             self._p._forget_conversation(self.name)
+
+    @property
+    def progress(self) -> Any:
+        """The latest ``PrefillProgress`` of the turn in progress (None when there is none
+        yet): how much of the prompt is prefilled, for a caller that shows it."""
+        turn = self._turn
+        return getattr(turn.handle, "progress", None) if turn is not None else None
 
     def cancel(self) -> None:
         """Stop the turn in progress at the next token (its text so far is kept)."""

@@ -36,7 +36,10 @@ from mlotspark.storage import safe_name, subdir
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+# No system prompt of our own: the model's chat template puts its default (SmolLM2's
+# names itself), exactly as ``generate`` and ``Engine.generate`` do, so the same
+# messages give the same tokens in a conversation, the TUI, the API and the CLI.
+DEFAULT_SYSTEM_PROMPT = ""
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ class PersistenceConfig:
     """Budgets and switches of the persistent tiers.
 
     Args:
-        system_prompt: system prompt of new conversations (shared, so its KV is a
-            prefix-cache hit for every new conversation).
+        system_prompt: system prompt of new conversations (default "": the model's
+            template default, as ``generate`` and the API use; shared, so its KV is
+            a prefix-cache hit for every new conversation).
         snapshots: save a KV snapshot after each turn (default True).
         warm_mb: conversation caches kept in memory (default 512).
         snapshot_disk_mb: snapshots on disk, all conversations (default 4096).
@@ -254,11 +258,16 @@ class Persistence:
         return self._prefix
 
     def system_ids(self, system: str) -> list[int]:
-        """Token ids of the system message block alone (the shared prefix)."""
+        """Token ids every conversation with this system prompt starts with (the shared
+        prefix): its system block, or for "" what the template puts first by default."""
         if system not in self._system_ids:
-            ids = self.engine.encode([{"role": "system", "content": system}]) if system else []
-            # encode adds the assistant opener; keep what every conversation shares.
-            gen = self.engine.encode([{"role": "system", "content": system}, {"role": "user", "content": "x"}]) if system else []
+            if system:
+                ids = self.engine.encode([{"role": "system", "content": system}])
+                # encode adds the assistant opener; keep what every conversation shares.
+                gen = self.engine.encode([{"role": "system", "content": system}, {"role": "user", "content": "x"}])
+            else:  # the template's default system block (if any) and the user opener
+                ids = self.engine.encode([{"role": "user", "content": "x"}])
+                gen = self.engine.encode([{"role": "user", "content": "y"}])
             self._system_ids[system] = ids[: common_prefix(ids, gen)]
         return self._system_ids[system]
 
