@@ -10,6 +10,43 @@ from mlotspark.errors import OptionError
 
 
 SPECULATIVE = (None, "prompt_lookup", "draft")
+TEXT_PREVIEW = 40  # characters of a bad text shown in its error
+
+
+def check_text(value: object, what: str = "prompt") -> str:
+    """Return ``value`` if it is text the tokenizer and the stores can take.
+
+    NUL bytes and any length pass (a too-long prompt is the model's to refuse);
+    a lone surrogate (``"\\udcff"``, from a mis-decoded file name or a broken
+    pipe) cannot be encoded as UTF-8 and is refused here rather than deep inside
+    the tokenizer or a file write.
+
+    Args:
+        value: the text.
+        what: what it is, for the message (``prompt``, ``message``, ``system prompt``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        OptionError: not a string, or not valid Unicode (the position is named).
+    """
+    if not isinstance(value, str):
+        raise OptionError(f"invalid {what} {_preview(value)}: use a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OptionError(
+            f"invalid {what} {_preview(value)}: character {value[e.start]!r} at position {e.start} "
+            "is a lone surrogate, not valid Unicode"
+        ) from None
+    return value
+
+
+def _preview(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= TEXT_PREVIEW else f"{text[:TEXT_PREVIEW]}...' ({len(value) if isinstance(value, str) else '?'} characters)"
+
 CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
 
 

@@ -224,7 +224,7 @@ class Conversation:
             self._reload()
             change(self.record)
             self.record.updated = time.time()
-            self.files.save(self.record)
+            self._save()
 
     # -- writing --------------------------------------------------------------------
     def add(self, role: str, content: str) -> None:
@@ -241,8 +241,9 @@ class Conversation:
             self.record.tokens = 0
             self.record.title = ""
             self.record.updated = time.time()
-            self.files.save(self.record)
-            self.files.snapshots.delete()
+            self._save()
+            if not self._p.read_only:
+                self.files.snapshots.delete()
             self._drop_cache()
 
     def delete(self) -> None:
@@ -257,6 +258,11 @@ class Conversation:
         turn = self._turn
         if turn is not None and turn.handle is not None:
             turn.handle.cancel()
+
+    def _save(self) -> None:
+        # A read-only data directory keeps the record in memory (Persistence warned once).
+        if not self._p.read_only:
+            self.files.save(self.record)
 
     def _drop_cache(self) -> None:
         self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
@@ -430,7 +436,7 @@ class Conversation:
             if not self.record.title:
                 self.record.title = " ".join(turn.user["content"].split())[:TITLE_CHARS]
             self.record.tokens, self.record.updated = len(tokens), now
-            self.files.save(self.record)
+            self._save()
         except StoreError as e:
             turn.error = e  # raised in the caller's thread once the turn ends
             return
