@@ -21,7 +21,7 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.models import gguf
 from mlotspark.platform.device import is_metal
-from mlotspark.errors import ModelFormatError, OptionError
+from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
 from mlotspark.models import llama
 from mlotspark.models.catalogue import ModelSource, model_fingerprint
 
@@ -192,6 +192,23 @@ def load(source: ModelSource, weights: str = "auto") -> LoadedModel:
     """
     if weights not in WEIGHT_FORMATS:
         choose_weight_format(weights, stored_quantized=False, n_params=0)
-    if source.kind == "gguf":
-        return _load_gguf(source, weights)
-    return _load_hf_dir(source, weights)
+    try:
+        if source.kind == "gguf":
+            return _load_gguf(source, weights)
+        return _load_hf_dir(source, weights)
+    except ModelFormatError as e:
+        if str(source.path) in str(e) and "\n" not in str(e):
+            raise
+        # Parts of the file checked deep down (tokenizer, config) do not know its name.
+        raise ModelFormatError(f"{source.path}: {_one_line(e)}") from e
+    except MlotsparkError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError, UnicodeError) as e:
+        # A file that passed the layout check but holds values no model can have
+        # (a string where a count should be, a vocabulary shorter than its ids).
+        raise ModelFormatError(f"cannot load model {source.path}: {type(e).__name__}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:300] + "..."
