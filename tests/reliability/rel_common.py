@@ -46,3 +46,13 @@ def child_env(home: Path, **extra: Any) -> dict[str, str]:
 def temp_leftovers(home: Path) -> list[Path]:
     """Temp files a writer left behind (``.name.xxxx.tmp`` / ``.name.xxxx.suffix``)."""
     return [p for p in home.rglob(".*") if p.is_file() and p.name not in (".lock",) and not p.name.endswith(".lock")]
+
+
+def record(part: str, **figures: Any) -> None:
+    """Append a part's figures for ``benchmarks/reliability.py`` (when it asked for them)."""
+    path = os.environ.get("MLOTSPARK_RELIABILITY_REPORT")
+    if path:
+        import json
+
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"part": part, **figures}) + "\n")

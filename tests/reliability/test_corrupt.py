@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rel_common import count
+from rel_common import count, record
 from rel_corrupt import GgufWorker, gguf_header_end, judge, mutate
 
 from mlotspark.errors import MlotsparkError
@@ -77,7 +77,10 @@ def test_mutated_gguf_files_fail_typed(tiny_gguf, gguf_worker, tmp_path_factory)
         outcomes.append(outcome)
         assert outcome in ("ok", "typed"), (outcome, edits, getattr(gguf_worker, "last_untyped", ""))
 
-    one()
+    try:
+        one()
+    finally:
+        record("corrupt", kind="gguf", outcomes=outcomes)
     assert outcomes.count("typed") >= len(outcomes) // 3, outcomes
 
 
@@ -191,7 +194,10 @@ def test_mutated_store_files_fail_typed_naming_the_file(kind, stores, tmp_path_f
         outcomes.append(outcome)
         assert outcome in ("ok", "typed"), outcome
 
-    one()
+    try:
+        one()
+    finally:
+        record("corrupt", kind=kind, outcomes=outcomes)
     if kind not in ("prefix_index", "prefix_entry"):  # those refuse by warning, never raise
         assert "typed" in outcomes, outcomes
 

@@ -1,0 +1,69 @@
+"""Soak: many short turns in one process, watching memory, descriptors and spill files.
+
+Two engines share the process and the home: one with plain attention (``auto``),
+one with the memory cascade forced on with a tiny window and episodic budget, so
+its blocks spill to disk every few turns. A new conversation starts every
+``per_conversation`` turns (on alternating engines).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import psutil
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def run_soak(model: Path, home: Path, turns: int, per_conversation: int = 50) -> dict:
+    """Take ``turns`` turns; return RSS/fds/spill figures (RSS in MB). Warm-up is the
+    first two conversations (one per engine): both engines have run then.
+
+    Returns:
+        ``rss_warm_mb``, ``rss_end_mb``, ``rss_growth`` (fraction after warm-up),
+        ``fds_warm``, ``fds_end``, ``fds_max``, ``spill_max_bytes``, ``spill_budget_bytes``,
+        ``spill_end_bytes``, ``turns``.
+    """
+    from mlotspark import Engine
+    from mlotspark.memory.cascade import CascadeConfig
+
+    os.environ["MLOTSPARK_HOME"] = str(home)
+    proc = psutil.Process()
+    budget_mb = 0.05  # per cascade cache: spills every few turns
+    plain = Engine.load(str(model), progress=False, temperature=0.0, max_tokens=4)
+    cascade = Engine.load(str(model), progress=False, temperature=0.0, max_tokens=4, cascade=CascadeConfig.for_model(
+        65536, window=64, sinks=4, block_size=16, top_k=2, episodic_budget_mb=budget_mb))
+    spill = home / "spill"
+    warm_at = min(turns, 2 * per_conversation)
+    out: dict = {"turns": turns, "spill_max_bytes": 0, "fds_max": 0}
+    try:
+        for i in range(turns):
+            k = i // per_conversation
+            engine = cascade if k % 2 else plain
+            engine.conversation(f"soak-{k}").send(f"Turn {i}: tell me something short.")
+            if i % 10 == 0 or i == turns - 1:
+                out["spill_max_bytes"] = max(out["spill_max_bytes"], _tree_bytes(spill))
+                out["fds_max"] = max(out["fds_max"], proc.num_fds())
+            if i + 1 == warm_at:
+                gc.collect()
+                out["rss_warm_mb"], out["fds_warm"] = proc.memory_info().rss / 1e6, proc.num_fds()
+        gc.collect()
+        out["rss_end_mb"], out["fds_end"] = proc.memory_info().rss / 1e6, proc.num_fds()
+        out["spill_end_bytes"] = _tree_bytes(spill)
+    finally:
+        plain.close()
+        cascade.close()
+    # One cascade conversation is live at a time: a dropped cache deletes its spill files.
+    out["spill_budget_bytes"] = _spill_bound(per_conversation)
+    out["rss_growth"] = out["rss_end_mb"] / out["rss_warm_mb"] - 1
+    return out
+
+
+def _spill_bound(per_conversation: int) -> int:
+    # What one conversation's spilled blocks may take: its whole KV (tokens x layers x
+    # 2 x heads x dim x 2 bytes), generously 200 tokens per turn.
+    return per_conversation * 200 * 2 * 2 * 2 * 16 * 2
