@@ -13,7 +13,8 @@ there): ``check_no_symlinks`` refuses them. The data directory itself may be a l
 ``write_step`` marks the instants inside a write (temp file open, half written,
 synced, renamed) where the reliability suite (``tests/reliability``) kills the
 process: with ``MLOTSPARK_FAULT_KILL_AT=N`` in the environment the Nth step of
-the process SIGKILLs it, so kills land inside writes, not only between them.
+the process SIGKILLs it, so kills land inside writes, not only between them
+(``MLOTSPARK_FAULT_KILL_STEP=half`` counts only the steps of that name).
 Unset (always, outside that suite) a step costs one integer test.
 """
 
@@ -74,6 +75,7 @@ def writable(directory: Path | None = None) -> bool:
 
 # ---------------------------------------------------------------- fault injection
 _KILL_AT = int(os.environ.get("MLOTSPARK_FAULT_KILL_AT") or 0)
+_KILL_STEP = os.environ.get("MLOTSPARK_FAULT_KILL_STEP") or ""
 _steps = 0
 
 
@@ -85,7 +87,7 @@ def write_step(step: str, path: Path | str) -> None:
         path: the file being written (for a debugger breakpoint's condition).
     """
     global _steps
-    if _KILL_AT:
+    if _KILL_AT and (not _KILL_STEP or step == _KILL_STEP):
         _steps += 1
         if _steps == _KILL_AT:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -1,11 +1,12 @@
 """The process the kill test kills: conversation turns on the tiny model, forever.
 
 Run as ``python rel_driver.py zygote MODEL``: it imports mlotspark and MLX once,
-then for each line ``life KILL_AT SEED LOG`` on stdin forks a child that loads the
+then for each line ``life KILL_AT STEP SEED LOG`` on stdin forks a child that loads the
 model and takes turns, appending ``conversation<TAB>text`` to LOG after each
 ``send`` returned (a completed turn). The zygote answers ``pid N`` at once and
 ``exit STATUS`` when the child died. ``KILL_AT`` > 0 makes the child SIGKILL itself
-at that write step (``storage.write_step``); 0 leaves the killing to the caller.
+at that write step (``storage.write_step``; only steps named ``STEP`` count unless it
+is ``any``); 0 leaves the killing to the caller.
 Forking from an importer that never ran MLX keeps a kill cycle near 0.3 s instead
 of the ~3 s of a fresh interpreter.
 """
@@ -54,12 +55,13 @@ def zygote(model: str) -> None:
         parts = line.split()
         if not parts or parts[0] != "life":
             continue
-        kill_at, seed, log = int(parts[1]), int(parts[2]), Path(parts[3])
+        kill_at, step, seed, log = int(parts[1]), parts[2], int(parts[3]), Path(parts[4])
         pid = os.fork()
         if pid == 0:  # child
             code = 1
             try:
                 storage._KILL_AT = kill_at
+                storage._KILL_STEP = "" if step == "any" else step
                 run_turns(model, log, seed, life=seed)
             except BaseException as e:  # noqa: BLE001
                 sys.stderr.write(f"driver failed: {type(e).__name__}: {e}\n")

@@ -4,9 +4,11 @@ Each life forks a driver (``rel_driver``) that takes conversation turns on the t
 model: messages, KV snapshots, prefix-cache files and semantic memory are written
 after every turn. Half the lives die by SIGKILL from outside at a uniformly random
 instant once a turn has completed; the other half SIGKILL themselves at a random
-write step (temp file open, half written, synced, renamed; SQLite transactions), so
-kills land inside writes. After each death this process opens every store and
-checks it (``check_home``).
+write step (temp file open, half written, synced, renamed), alternately any step and
+a "half written" step, so kills land inside writes. After each death this process
+opens every store and checks it (``check_home``). With atomic writes a snapshot is
+never refused after a kill (segments first, then its JSON by rename), so a refusal
+counts as a failure too.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 
 from rel_common import HERE, child_env, rng
 
-STEPS_PER_LIFE = 90  # write steps a driver life reaches in its first few turns (measured ~25 per turn)
+STEPS_PER_LIFE = 90  # write steps a driver life reaches in its first few turns (~25 per turn)
+HALF_STEPS_PER_LIFE = 8  # "half written" steps (two or three per turn: JSON files)
 
 
 def completed_turns(log: Path) -> list[tuple[str, str]]:
@@ -103,8 +106,8 @@ class Zygote:
             env=child_env(home), cwd=str(home.parent),
         )
 
-    def start(self, kill_at: int, seed: int, log: Path) -> int:
-        self.proc.stdin.write(f"life {kill_at} {seed} {log}\n")
+    def start(self, kill_at: int, step: str, seed: int, log: Path) -> int:
+        self.proc.stdin.write(f"life {kill_at} {step} {seed} {log}\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline().split()[1])
 
@@ -142,9 +145,10 @@ def run_kills(model: Path, home: Path, lives: int, salt: str = "kill") -> dict:
     try:
         for life in range(lives):
             in_write = life % 2 == 0
-            kill_at = r.randint(1, STEPS_PER_LIFE) if in_write else 0
+            step = "half" if life % 4 == 0 else "any"
+            kill_at = r.randint(1, HALF_STEPS_PER_LIFE if step == "half" else STEPS_PER_LIFE) if in_write else 0
             before = len(completed_turns(log))
-            pid = zygote.start(kill_at, life, log)
+            pid = zygote.start(kill_at, step, life, log)
             status = None
             if not in_write:
                 # One completed turn first (progress on a busy machine), then a uniform instant.

@@ -119,6 +119,9 @@ def stores(tmp_path_factory) -> Path:
             "format": "mlotspark-prefix-cache", "version": 1, "fingerprint": FP, "weights": W,
             "entries": [{"file": "prefix-10-ab.safetensors", "tokens": list(range(10)), "bytes": size, "sha256": digest,
                          "hits": 3, "kind": "kv", "config": {}, "n_layers": 2, "layer_meta": []}]}))
+        from mlotspark.decoding.cache_policy import save_probes
+
+        save_probes(FP, "float32@cpu", {}, None)  # the settings-like probe store
         with SemanticStore(home / "memory" / "semantic.db") as mem:
             for i in range(20):
                 mem.remember(f"I have {i} cats and a dog called Rex{i}.")
@@ -142,6 +145,13 @@ def _open(kind: str, home: Path) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             pc.load()  # refusals are warnings: it must never raise
+    elif kind == "settings":
+        import os
+
+        from mlotspark.decoding.cache_policy import load_probes
+
+        os.environ["MLOTSPARK_HOME"] = str(home)
+        load_probes(FP, "float32@cpu")  # a damaged file is a cache miss: never raises
     elif kind == "sqlite":
         with SemanticStore(home / "memory" / "semantic.db") as mem:
             mem.list()
@@ -158,10 +168,11 @@ def _target(kind: str, home: Path) -> Path:
         "prefix_index": home / "prefix_cache" / "m" / "index.json",
         "prefix_entry": home / "prefix_cache" / "m" / "prefix-10-ab.safetensors",
         "sqlite": home / "memory" / "semantic.db",
+        "settings": next((home / "decoding").glob("*.json")),
     }[kind]
 
 
-KINDS = ["conversation", "snapshot_json", "snapshot_segment", "prefix_index", "prefix_entry", "sqlite"]
+KINDS = ["conversation", "snapshot_json", "snapshot_segment", "prefix_index", "prefix_entry", "sqlite", "settings"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -198,7 +209,7 @@ def test_mutated_store_files_fail_typed_naming_the_file(kind, stores, tmp_path_f
         one()
     finally:
         record("corrupt", kind=kind, outcomes=outcomes)
-    if kind not in ("prefix_index", "prefix_entry"):  # those refuse by warning, never raise
+    if kind not in ("prefix_index", "prefix_entry", "settings"):  # those refuse by warning, never raise
         assert "typed" in outcomes, outcomes
 
 

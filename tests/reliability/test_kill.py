@@ -12,7 +12,7 @@ def test_sigkill_inside_writes_and_at_random_instants_loses_nothing(tiny_gguf, t
     record("kill", **totals, leftovers=len(temp_leftovers(home)))
     assert totals["kills"] == count(4, 200) and not totals.get("crashed"), totals
     assert totals["completed"] >= 1, totals
-    for problem in ("unreadable", "lost", "lost_facts", "snapshots_bad", "prefix_refused"):
+    for problem in ("unreadable", "lost", "lost_facts", "snapshots_bad", "snapshots_refused", "prefix_refused"):
         assert not totals.get(problem), (problem, totals)
     assert totals.get("snapshots_ok"), totals
     # Leftover temp files of killed writers are cleared by the next writes (or are few).
