@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlotspark.memory.kv_state import cache_nbytes, cache_offset, trim_to
+from mlotspark.memory.kv_state import cache_block_bytes, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.host import ConversationHost, FinishedGeneration
 from mlotspark.results import GenerationResult, GenerationStats
@@ -269,7 +269,11 @@ class Conversation:
 
     @property
     def warm_bytes(self) -> int:
-        return cache_nbytes(self._cache)
+        """What the warm cache holds: memory, plus a cascade's episodic blocks in memory
+        and in spill files (they duplicate the snapshot on disk, so ``warm_mb`` bounds
+        them too: the spill directory does not grow with idle conversations)."""
+        resident, spilled = cache_block_bytes(self._cache)
+        return cache_nbytes(self._cache) + resident + spilled
 
     def release_warm(self) -> bool:
         """Drop the warm cache if no turn is running (its snapshot is on disk)."""
