@@ -45,7 +45,7 @@ def check(home, n: int, turns: int) -> dict:
     with SemanticStore(home / "memory" / "semantic.db") as mem:
         texts = {e.text for e in mem.list(limit=100000)}
     notes = {f"P{k} keeps note number {i}." for k in range(n) for i in range(turns)}
-    return {"lost_turns": lost, "lost_notes": len(notes - texts), "turns": len(users)}
+    return {"lost_turns": lost, "lost_notes": len(notes - texts), "shared_turns": len(users)}
 
 
 @pytest.mark.parametrize("n, turns", [(2, count(4, 50)), (4, count(2, 25))])
