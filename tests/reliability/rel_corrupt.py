@@ -8,6 +8,7 @@ Python and open in this process.
 
 from __future__ import annotations
 
+import json
 import select
 import struct
 import subprocess
@@ -63,13 +64,13 @@ class GgufWorker:
         if not line:
             code = p.wait()
             return "signal" if code < 0 else "exit"
-        kind, _, message = line.rstrip("\n").partition(" ")
+        kind, *rest = json.loads(line)
         if kind == "ok":
             return "ok"
         if kind == "untyped":
-            self.last_untyped = message
+            self.last_untyped = " ".join(rest)
             return "untyped"
-        return judge(message.partition("\t")[2].replace("\\n", "\n"), path)
+        return judge(rest[1], path)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,9 +1,10 @@
-"""Loads GGUF files named on stdin, one per line, and answers one line each:
-``ok``, ``typed <error class>\t<message>`` or ``untyped <class>\t<message>``.
+"""Loads GGUF files named on stdin, one per line, and answers one JSON line each:
+``["ok"]``, ``["typed", class, message]`` or ``["untyped", class, message]``.
 A death by signal or a hang is seen by the caller (``rel_corrupt.GgufWorker``)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from pathlib import Path
@@ -19,13 +20,13 @@ def main() -> None:
         try:
             loaded = loader.load(ModelSource(path.name, "gguf", path), weights="float32")
             loaded.tokenizer.encode("hello")
-            answer = "ok"
+            answer = ["ok"]
         except MlotsparkError as e:
-            answer = f"typed {type(e).__name__}\t{e}"
+            answer = ["typed", type(e).__name__, str(e)]
         except Exception as e:  # noqa: BLE001  what the test looks for
             tb = traceback.format_exc().strip().splitlines()[-3:]
-            answer = f"untyped {type(e).__name__}\t{e} | {' / '.join(tb)}"
-        sys.stdout.write(answer.replace("\n", "\\n") + "\n")
+            answer = ["untyped", type(e).__name__, f"{e} | {' / '.join(tb)}"]
+        sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 
 

@@ -32,7 +32,7 @@ def test_batch_output_file_survives_kills_and_resumes(tiny_gguf, tmp_path):
     from rel_common import child_env, rng
 
     r = rng("batch")
-    n = 12
+    n = count(12, 120)  # enough prompts that every kill lands while results are being written
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"Say {i}."}) + "\n" for i in range(n)))
     output = tmp_path / "out.jsonl"
