@@ -212,10 +212,21 @@ def load_probes(fingerprint: str, setup: str) -> dict[str, KindProbe] | None:
 
 
 def save_probes(fingerprint: str, setup: str, probes: dict[str, KindProbe], decision: CacheDecision | None) -> None:
-    """Store probe results (and the latest decision) atomically."""
+    """Store probe results (and the latest decision) atomically; a store that cannot be
+    written (read-only or full disk) only costs probing again next time."""
+    try:
+        _save_probes(fingerprint, setup, probes, decision)
+    except StoreError as e:
+        log.warning("cache probes not saved: %s", e)
+
+
+def _save_probes(fingerprint: str, setup: str, probes: dict[str, KindProbe], decision: CacheDecision | None) -> None:
     path = storage.subdir("decoding") / _STORE
     with storage.FileLock(path.with_suffix(".lock")):
-        doc = storage.read_json(path, default=None)
+        try:
+            doc = storage.read_json(path, default=None)
+        except StoreError:
+            doc = None  # damaged: rewritten whole
         if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
             doc = {"format": _FORMAT, "models": {}}
         entry = doc["models"].setdefault(fingerprint, {}).setdefault(setup, {})
