@@ -198,3 +198,13 @@ def test_read_only_home_generates_with_one_warning(tiny_gguf, tmp_path):
     warned = [ln for ln in out.splitlines() if ln.startswith("warnings")][0]
     assert warned.count("read-only") == 1, out
     assert {str(p): p.stat().st_mtime_ns for p in home.rglob("*")} == before
+
+
+def test_cache_probe_store_that_cannot_be_written_is_skipped(_isolated_home, monkeypatch):
+    from mlotspark.decoding import cache_policy
+
+    _full_disk(monkeypatch)
+    cache_policy.save_probes("fp", "float32@cpu", {}, None)  # logs, does not raise
+    monkeypatch.undo()
+    assert cache_policy.load_probes("fp", "float32@cpu") is None
+    assert not temp_leftovers(_isolated_home)
