@@ -8,13 +8,37 @@ its blocks spill to disk every few turns. A new conversation starts every
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 from pathlib import Path
 
+import mlotspark  # noqa: F401  (OpenBLAS before MLX)
+import mlx.core as mx
 import psutil
 
 WARM_MB = 4.0  # conversation caches kept in memory (per engine)
+
+
+def _settle() -> None:
+    # Freed MLX buffers stay in MLX's cache for reuse (sizes vary with each turn's
+    # length), and glibc keeps freed heap pages until malloc_trim: what is measured is
+    # what the process holds, not those caches (a leak survives both).
+    gc.collect()
+    mx.clear_cache()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> "ctypes.CDLL | None":
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # macOS, musl: RSS as it is
+        return None
+
+
+_LIBC = _glibc()
 
 
 def _tree_bytes(path: Path) -> int:
@@ -22,8 +46,9 @@ def _tree_bytes(path: Path) -> int:
 
 
 def run_soak(model: Path, home: Path, turns: int, per_conversation: int = 50) -> dict:
-    """Take ``turns`` turns; return RSS/fds/spill figures (RSS in MB). Warm-up is the
-    first two conversations (one per engine): both engines have run then.
+    """Take ``turns`` turns; return RSS/fds/spill figures (RSS in MB, measured after
+    dropping MLX's buffer cache and glibc's free pages). Warm-up is the first two
+    conversations (one per engine): both engines have run then.
 
     Returns:
         ``rss_warm_mb``, ``rss_end_mb``, ``rss_growth`` (fraction after warm-up),
@@ -55,10 +80,12 @@ def run_soak(model: Path, home: Path, turns: int, per_conversation: int = 50) ->
                 out["spill_max_bytes"] = max(out["spill_max_bytes"], _tree_bytes(spill))
                 out["fds_max"] = max(out["fds_max"], proc.num_fds())
             if i + 1 == warm_at:
-                gc.collect()
+                _settle()
                 out["rss_warm_mb"], out["fds_warm"] = proc.memory_info().rss / 1e6, proc.num_fds()
-        gc.collect()
+                out["mlx_active_warm_mb"] = mx.get_active_memory() / 1e6
+        _settle()
         out["rss_end_mb"], out["fds_end"] = proc.memory_info().rss / 1e6, proc.num_fds()
+        out["mlx_active_end_mb"] = mx.get_active_memory() / 1e6
         out["spill_end_bytes"] = _tree_bytes(spill)
     finally:
         plain.close()
