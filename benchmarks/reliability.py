@@ -3,8 +3,8 @@
 CI runs ``tests/reliability`` as a seeded sample; this runs the same tests with
 ``MLOTSPARK_RELIABILITY_FULL=1`` (200 kills, 1,000 mutated GGUF files and 170 per
 other store, 2 x 50 and 4 x 25 concurrent turns, 1,000 soak turns), collects the
-figures each test records (kept in ``benchmarks/reliability_figures.jsonl`` so parts
-can run separately, each under ten minutes) and prints a markdown table of the
+figures each test records (kept in ``$TMPDIR/mlotspark-reliability-figures.jsonl`` so
+parts can run separately, each under ten minutes) and prints a markdown table of the
 latest run of each part, as pasted into ``benchmarks/RESULTS.md`` ("Issue 16")::
 
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/reliability.py --part kill
@@ -33,7 +33,7 @@ PARTS = {
     "soak": ["tests/reliability/test_soak.py"],
     "other": ["tests/reliability/test_bad_input.py", "tests/reliability/test_disk.py", "tests/reliability/test_security.py"],
 }
-FIGURES = ROOT / "benchmarks" / "reliability_figures.jsonl"  # kept between --part runs
+FIGURES = Path(tempfile.gettempdir()) / "mlotspark-reliability-figures.jsonl"  # kept between --part runs
 
 
 def run_part(part: str, seed: int) -> dict:
