@@ -19,7 +19,7 @@ from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
-from mlotspark.options import GenerationOptions
+from mlotspark.options import GenerationOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
 from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
@@ -119,6 +119,7 @@ class Engine:
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
         if isinstance(prompt_or_messages, str):
+            check_text(prompt_or_messages)
             if raw:
                 return encode_raw(self.tokenizer, prompt_or_messages)
             messages: Messages = [{"role": "user", "content": prompt_or_messages}]
@@ -129,6 +130,7 @@ class Engine:
             for m in messages:
                 if not isinstance(m, dict) or "role" not in m or "content" not in m:
                     raise OptionError(f"invalid message {m!r}: need a dict with 'role' and 'content'")
+                check_text(m["content"], f"{m['role']} message")
         return encode_chat(self.tokenizer, list(messages))
 
     def options(self, **overrides: Any) -> GenerationOptions:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlotspark.memory.kv_state import cache_nbytes, cache_offset, trim_to
+from mlotspark.memory.kv_state import cache_block_bytes, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.host import ConversationHost, FinishedGeneration
 from mlotspark.results import GenerationResult, GenerationStats
@@ -225,7 +225,7 @@ class Conversation:
             self._reload()
             change(self.record)
             self.record.updated = time.time()
-            self.files.save(self.record)
+            self._save()
 
     # -- writing --------------------------------------------------------------------
     def add(self, role: str, content: str) -> None:
@@ -242,8 +242,9 @@ class Conversation:
             self.record.tokens = 0
             self.record.title = ""
             self.record.updated = time.time()
-            self.files.save(self.record)
-            self.files.snapshots.delete()
+            self._save()
+            if not self._p.read_only:
+                self.files.snapshots.delete()
             self._drop_cache()
 
     def delete(self) -> None:
@@ -266,12 +267,21 @@ class Conversation:
         if turn is not None and turn.handle is not None:
             turn.handle.cancel()
 
+    def _save(self) -> None:
+        # A read-only data directory keeps the record in memory (Persistence warned once).
+        if not self._p.read_only:
+            self.files.save(self.record)
+
     def _drop_cache(self) -> None:
         self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
 
     @property
     def warm_bytes(self) -> int:
-        return cache_nbytes(self._cache)
+        """What the warm cache holds: memory, plus a cascade's episodic blocks in memory
+        and in spill files (they duplicate the snapshot on disk, so ``warm_mb`` bounds
+        them too: the spill directory does not grow with idle conversations)."""
+        resident, spilled = cache_block_bytes(self._cache)
+        return cache_nbytes(self._cache) + resident + spilled
 
     def release_warm(self) -> bool:
         """Drop the warm cache if no turn is running (its snapshot is on disk)."""
@@ -438,7 +448,7 @@ class Conversation:
             if not self.record.title:
                 self.record.title = " ".join(turn.user["content"].split())[:TITLE_CHARS]
             self.record.tokens, self.record.updated = len(tokens), now
-            self.files.save(self.record)
+            self._save()
         except StoreError as e:
             turn.error = e  # raised in the caller's thread once the turn ends
             return

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import warnings
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -31,7 +32,7 @@ from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import common_prefix
 from mlotspark.memory.semantic import DEFAULT_THRESHOLD, Hit, SemanticStore, extract_facts, format_memory_section
-from mlotspark.storage import safe_name, subdir
+from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,6 +107,7 @@ class Persistence:
         self._memory: SemanticStore | None = None
         self._system_ids: dict[str, list[int]] = {}
         self._kind: str | None = None
+        self._read_only: bool | None = None
 
     # -- plumbing ---------------------------------------------------------------------
     def run_exclusive(self, fn: Callable[[], T]) -> T:
@@ -138,8 +140,21 @@ class Persistence:
         return len(self.engine.loaded.model.layers)
 
     @property
+    def read_only(self) -> bool:
+        """True when ``$MLOTSPARK_HOME`` cannot be written (checked once, warned once):
+        turns then run and keep their messages in memory, and nothing is saved."""
+        if self._read_only is None:
+            self._read_only = not writable()
+            if self._read_only:
+                msg = (f"{home_path()} is read-only: conversations, snapshots and memory will not be "
+                       "saved this session (replies still work)")
+                warnings.warn(msg, ReadOnlyWarning, stacklevel=3)
+                log.warning("%s", msg)
+        return self._read_only
+
+    @property
     def root(self) -> Path:
-        return subdir("conversations")
+        return home_path() / "conversations" if self.read_only else subdir("conversations")
 
     # -- conversations ------------------------------------------------------------------
     def conversation(self, name: str, *, system: str | None = None) -> Conversation:
@@ -166,6 +181,8 @@ class Persistence:
     def conversations(self) -> list[ConversationInfo]:
         """Stored conversations, most recently updated first."""
         out = []
+        if not self.root.is_dir():
+            return out
         for d in sorted(self.root.iterdir()):
             if not (d / "conversation.json").is_file():
                 continue
@@ -202,7 +219,7 @@ class Persistence:
     # -- snapshots ----------------------------------------------------------------------
     def save_snapshot(self, conv: Conversation, cache: list, tokens: list[int]) -> dict:
         """[engine thread] Save ``conv``'s snapshot; a failure is a warning, never lost messages."""
-        if not self.config.snapshots:
+        if not self.config.snapshots or self.read_only:
             return {"saved": False}
         fp, weights = self.model_identity()
         try:
@@ -217,6 +234,8 @@ class Persistence:
 
     def _snapshot_sizes(self) -> list[tuple[float, str, int]]:
         sizes = []
+        if not self.root.is_dir():
+            return sizes
         for d in self.root.iterdir():
             store = ConversationFiles(d).snapshots
             if store.exists():
@@ -247,7 +266,7 @@ class Persistence:
             fp, weights = self.model_identity()
             pc = PrefixCache(
                 budget_mb=self.config.prefix_cache_mb, fingerprint=fp, weights=weights,
-                directory=subdir("prefix_cache") / safe_name(f"{fp}-{weights}", "model id"),
+                directory=None if self.read_only else subdir("prefix_cache") / safe_name(f"{fp}-{weights}", "model id"),
                 keep_on_disk=self.config.prefix_keep_on_disk,
             )
             # Not under self._lock: the engine thread may need it meanwhile (no deadlock).
@@ -301,7 +320,7 @@ class Persistence:
     def retrieve(self, text: str) -> list[Hit]:
         """Entries relevant to ``text`` for the prompt ([] when memory is off or broken)."""
         c = self.config
-        if not c.memory or c.memory_top_k == 0:
+        if not c.memory or c.memory_top_k == 0 or self.read_only:  # SQLite's WAL needs a writable directory
             return []
         try:
             return self.memory.retrieve_for_prompt(
@@ -318,7 +337,7 @@ class Persistence:
 
     def learn(self, user_text: str, conversation: str) -> list[int]:
         """Remember the facts the user stated in a turn; returns their entry ids."""
-        if not self.config.learn:
+        if not self.config.learn or self.read_only:
             return []
         try:
             return [self.memory.remember(f, source="turn", conversation=conversation) for f in extract_facts(user_text)]

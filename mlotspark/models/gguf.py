@@ -21,6 +21,7 @@ from typing import Any, Mapping
 import mlx.core as mx
 
 from mlotspark.errors import ModelFormatError
+from mlotspark.models.gguf_check import check_gguf
 
 GGUF_MAGIC = b"GGUF"
 GGUF_GROUP_SIZE = 32  # block size of the Q4_0 / Q4_1 / Q8_0 formats MLX unpacks
@@ -114,7 +115,7 @@ def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
         ModelFormatError: missing magic, truncated or unreadable file.
     """
     path = Path(path)
-    check_magic(path)
+    check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
     try:
         weights, meta = mx.load(str(path), return_metadata=True)
     except Exception as e:  # MLX raises RuntimeError/ValueError with a C++ message

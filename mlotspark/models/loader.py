@@ -19,7 +19,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
-from mlotspark.errors import ModelFormatError, OptionError
+from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
 from mlotspark.models import gguf, gguf_convert, llama, sampling_defaults, weight_formats
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
@@ -124,7 +124,7 @@ def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, st
         read the file itself (quantized tensors as MLX triples); else every tensor
         was dequantized by ``gguf`` (or came from the conversion cache).
     """
-    gguf.check_magic(path)
+    gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
     try:
         raw, meta = mx.load(str(path), return_metadata=True)
         # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
@@ -253,6 +253,23 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
     """
     if weights not in WEIGHT_FORMATS:
         choose_weight_format(weights, stored_quantized=False, n_params=0)
-    if source.kind == "gguf":
-        return _load_gguf(source, weights, progress)
-    return _load_hf_dir(source, weights)
+    try:
+        if source.kind == "gguf":
+            return _load_gguf(source, weights, progress)
+        return _load_hf_dir(source, weights)
+    except ModelFormatError as e:
+        if str(source.path) in str(e) and "\n" not in str(e):
+            raise
+        # Parts of the file checked deep down (tokenizer, config) do not know its name.
+        raise ModelFormatError(f"{source.path}: {_one_line(e)}") from e
+    except MlotsparkError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError, UnicodeError) as e:
+        # A file that passed the layout check but holds values no model can have
+        # (a string where a count should be, a vocabulary shorter than its ids).
+        raise ModelFormatError(f"cannot load model {source.path}: {type(e).__name__}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -15,6 +15,12 @@ from a Hugging Face directory (``encode``, ``decode``, ``apply_chat_template``,
 Tokens typed control (3), user-defined (4) or unknown (2) are matched whole in text,
 as llama.cpp does when it parses special tokens, so ``"<|im_start|>"`` is one token.
 
+Special-token strings typed *inside a chat message* (a user writing ``<|im_end|>``)
+are plain text: ``encode_chat`` encodes message text with special tokens split, so
+what a user types can never close their turn or open another role's; only the
+template's own markers are control tokens. ``encode_raw`` keeps them whole: a raw
+prompt is the caller's own template.
+
 Chat prompts (``encode_chat``) use the model's Jinja template. A model without one
 gets ``FALLBACK_CHAT_TEMPLATE``: each message as ``"Role: content"`` followed by a
 blank line, then ``"Assistant:"`` when a reply is wanted. A BOS token is put first
@@ -236,8 +242,54 @@ def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
         has_template = getattr(tokenizer, "chat_template", None) is not None
     if not has_template:
         kwargs["chat_template"] = FALLBACK_CHAT_TEMPLATE
+    typed = _with_special_strings(tokenizer, messages)
+    if typed:
+        ids = _encode_plain_contents(tokenizer, messages, typed, kwargs)
+        if ids is not None:
+            return _with_bos(tokenizer, ids)
     text = tokenizer.apply_chat_template(messages, **kwargs)
     return _with_bos(tokenizer, tokenizer.encode(text, add_special_tokens=False))
+
+
+def _special_strings(tokenizer: Any) -> tuple[str, ...]:
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    added = getattr(hf, "added_tokens_decoder", None) or {}
+    return tuple(str(getattr(t, "content", t)) for t in added.values() if str(getattr(t, "content", t)))
+
+
+def _with_special_strings(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """Indices of the messages whose text contains a special-token string."""
+    specials = _special_strings(tokenizer)
+    return [
+        i for i, m in enumerate(messages)
+        if isinstance(m.get("content"), str) and any(s in m["content"] for s in specials)
+    ]
+
+
+def _encode_plain_contents(tokenizer: Any, messages: list[dict], typed: list[int], kwargs: dict) -> list[int] | None:
+    """Token ids of the chat with the text of messages ``typed`` encoded as plain text.
+
+    The template is rendered with a marker in place of each such text; the template's
+    pieces are encoded with special tokens, the texts with them split. None when the
+    template altered a marker (it rewrites message text): the caller encodes as usual.
+    """
+    marks = {i: f"\ue000{i}\ue001" for i in typed}  # private-use characters: no template touches them
+    shown = [dict(m, content=marks[i]) if i in marks else m for i, m in enumerate(messages)]
+    text = tokenizer.apply_chat_template(shown, **kwargs)
+    if any(text.count(mark) != 1 for mark in marks.values()):
+        log.warning("chat template rewrites message text: special-token strings in it stay special")
+        return None
+    ids: list[int] = []
+    pos = 0
+    for i in typed:
+        at = text.index(marks[i], pos)
+        ids += tokenizer.encode(text[pos:at], add_special_tokens=False)
+        try:
+            ids += tokenizer.encode(messages[i]["content"], add_special_tokens=False, split_special_tokens=True)
+        except TypeError:  # a tokenizer without the switch
+            return None
+        pos = at + len(marks[i])
+    return ids + tokenizer.encode(text[pos:], add_special_tokens=False)
 
 
 def encode_raw(tokenizer: Any, text: str) -> list[int]:

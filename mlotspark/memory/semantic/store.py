@@ -90,8 +90,11 @@ def _guarded(method: F) -> F:
                 raise StoreError(f"memory store {self.path} is closed")
             try:
                 return method(self, *args, **kwargs)
-            except sqlite3.Error as e:
-                raise StoreError(f"memory store {self.path}: {e}") from e
+            except (OptionError, StoreError):
+                raise
+            except (sqlite3.Error, UnicodeError, ValueError) as e:
+                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
+                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
 
     return wrapper  # type: ignore[return-value]
 
