@@ -2,7 +2,7 @@
 
 Three models share the same float32 weights in one process: mlx-lm's llama class (the
 yardstick), ours op by op (``compiled_decode = False``) and ours with the compiled
-decode pieces (the default). For each repetition, interleaved:
+decode pieces (the default on a GPU). For each repetition, interleaved:
 
 - host ms/token: building one decode step's graph (model call + argmax), not evaluated;
   that is what ``mx.compile`` can remove, and what decides speed on Metal for small models;

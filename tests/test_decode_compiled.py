@@ -46,6 +46,7 @@ def test_cascade_window_decodes_through_the_compiled_pieces():
 
 def test_updated_weights_reach_the_compiled_step():
     model = tiny_model()
+    model.model.compiled_decode = True
     cache = model.make_cache()
     model(mx.array([[5, 6, 7]]), cache)
     before = model(mx.array([[8]]), cache)
@@ -54,3 +55,12 @@ def test_updated_weights_reach_the_compiled_step():
     model(mx.array([[5, 6, 7]]), cache2)
     after = model(mx.array([[8]]), cache2)
     assert not mx.allclose(before, after).item()  # not frozen into the compiled graph
+
+
+def test_default_is_compiled_on_a_gpu_only():
+    model = tiny_model()
+    assert model.model.compiled_decode is None
+    model(mx.array([[5, 6]]), cache := model.make_cache())
+    model(mx.array([[7]]), cache)
+    on_gpu = mx.default_device().type == mx.DeviceType.gpu
+    assert (model.model._compiled is not None) == on_gpu

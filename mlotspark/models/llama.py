@@ -149,9 +149,11 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = [TransformerBlock(args) for _ in range(args.num_hidden_layers)]
         self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
-        #: Decode steps (one token per sequence) run through compiled pieces; set False
-        #: to run every op from Python (for comparisons).
-        self.compiled_decode = True
+        #: Decode steps (one token per sequence) through compiled pieces: True, False, or
+        #: None = on a GPU only. On this CPU they cut graph building per token (6.3 ->
+        #: 5.5 ms) but not the step (16.2 vs 17.6 tok/s, benchmarks/RESULTS.md "Issue 12"),
+        #: where the BLAS calls dominate; on Metal, host time is what limits small models.
+        self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
@@ -160,7 +162,10 @@ class LlamaModel(nn.Module):
             cache = [None] * len(self.layers)
         # Caches that assemble their own context (the cascade) build their own mask.
         mask = create_attention_mask(h, cache[0])
-        if h.shape[1] == 1 and cache[0] is not None and self.compiled_decode:
+        compiled = self.compiled_decode
+        if compiled is None:
+            compiled = mx.default_device().type == mx.DeviceType.gpu
+        if h.shape[1] == 1 and cache[0] is not None and compiled:
             return self._decode(h, mask, cache)
         for layer, c in zip(self.layers, cache):
             h = layer(h, mask, c)
