@@ -2,6 +2,7 @@
 
 # Must run before anything imports mlx: it makes MLX's BLAS calls resolve to OpenBLAS.
 from mlotspark.platform import blas  # noqa: F401  isort: skip
+from mlotspark.platform.blas import blas_warning
 
 from mlotspark.errors import (
     MlotsparkError,
@@ -69,4 +70,5 @@ __all__ = [
     "SnapshotWarning",
     "StoreError",
     "__version__",
+    "blas_warning",
 ]

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, blas_warning
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class MachineFigures:
     kv_bytes: int | None = None
     decode_tps: float | None = None
     reason: str = ""
+    #: Set when MLX runs on its slow reference BLAS: the warning with the fix.
+    blas_warning: str | None = field(default_factory=blas_warning)
 
 
 def load_engine(model: str | None, **defaults: Any) -> Any:

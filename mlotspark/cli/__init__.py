@@ -40,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     func: Callable[[argparse.Namespace], int] = args.func
+    slow = blas.blas_warning()
+    if slow:  # the one loud line: a fresh install that runs 10x slower must not go unnoticed
+        print(f"mlotspark: warning: {slow}", file=sys.stderr)
     try:
         return func(args)
     except OptionError as e:  # named by the flags the user typed, not the API's names

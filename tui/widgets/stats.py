@@ -122,11 +122,14 @@ def machine_text(m: MachineFigures | None, rss: int | None, peak_mb: float | Non
     memory = mb(rss) if rss is not None else (num(peak_mb, "{:.0f} MB peak"))
     if m.kv_bytes:
         memory += f" (KV {mb(m.kv_bytes)})"
-    return _rows("Machine", [
+    rows = [
         ("thermal", state),
         ("batch", f"{num(m.batch_size)} · cap {num(m.cap)} · queue {num(m.queued)}"),
         ("memory", memory),
-    ])
+    ]
+    if m.blas_warning:
+        rows.append(("BLAS", Text(f"⚠ {m.blas_warning}", style="bold red")))
+    return _rows("Machine", rows)
 
 
 def settings_text(settings: dict, sources: dict | None = None) -> Text:
