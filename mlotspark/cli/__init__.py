@@ -16,10 +16,10 @@ from typing import Callable, Sequence
 
 from mlotspark.platform import blas  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.errors import MlotsparkError
-from mlotspark.cli import bench, chat, generate, memory, models
+from mlotspark.cli import bench, chat, generate, memory, models, serve
 
 # Command modules in the order --help lists them.
-COMMANDS = [chat, generate, models, memory, bench]
+COMMANDS = [chat, generate, models, memory, bench, serve]
 
 
 def build_parser() -> argparse.ArgumentParser:
