@@ -54,7 +54,8 @@ class ServerState:
         self.max_queue = max_queue
         self.prompt_cache = prompt_cache
         self.model_id = engine.model_name
-        self.served = [self.model_id] + [a for a in aliases if a and a != self.model_id]
+        self.served = [self.model_id] + [a for a in aliases if a and a != self.model_id]  # accepted ids
+        self.listed = [self.model_id]  # what /v1/models shows (an alias may be a file path)
         self.created = int(time.time())
         self.metrics = Metrics(self.live_figures)
         self.jobs: set[Any] = set()

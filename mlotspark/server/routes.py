@@ -93,7 +93,7 @@ def build(state: Any) -> list[Route]:
 
     async def models(request: Request) -> Response:
         state.metrics.requests.labels("/v1/models", "200").inc()
-        return JSONResponse({"object": "list", "data": [_model(state, m) for m in state.served]})
+        return JSONResponse({"object": "list", "data": [_model(state, m) for m in state.listed]})
 
     async def model(request: Request) -> Response:
         name = request.path_params["model"]
