@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.common import add_model_args, positive_int
+from mlotspark.cli.common import add_model_args
 from mlotspark.errors import OptionError
 
 DEFAULT_HOST = "127.0.0.1"

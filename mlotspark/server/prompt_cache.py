@@ -7,8 +7,11 @@ tokens; the next request that starts with the same tokens (the same history plus
 new user message) takes the longest matching prefix and prefills only the rest.
 An entry that another entry extends is dropped, so a long chat holds one entry,
 not one per turn. The most used entries are saved under
-``$MLOTSPARK_HOME/prefix_cache/<model>-server/`` when the server stops (and every
-``save_every`` new entries), and preloaded at start, so a restart keeps them.
+``$MLOTSPARK_HOME/prefix_cache/<model>-server/`` when the server stops (and, if
+asked, every ``save_every`` new entries: a save runs on the engine thread and
+stalls decoding meanwhile, so by default only at shutdown) and preloaded at start,
+so a restart keeps them. It is a cache: a server that is killed loses what it
+added since its last save, never anything else.
 
 Every method touches MLX: call them on the engine thread (``Engine.run_on_engine``,
 or an ``on_finish`` callback).
@@ -38,11 +41,11 @@ class PromptCache:
         budget_mb: memory the entries may hold (0 turns the cache off).
         keep_on_disk: most used entries saved for the next start.
         persist: save to / load from disk (False: memory only).
-        save_every: also save after this many new entries (0 = only at close).
+        save_every: also save after this many new entries (default 0 = only at close).
     """
 
     def __init__(self, engine: Any, *, budget_mb: float = DEFAULT_BUDGET_MB,
-                 keep_on_disk: int = DEFAULT_KEEP_ON_DISK, persist: bool = True, save_every: int = 8):
+                 keep_on_disk: int = DEFAULT_KEEP_ON_DISK, persist: bool = True, save_every: int = 0):
         loaded = engine.loaded
         directory = None
         if persist:

@@ -207,8 +207,10 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
                 yield "data: [DONE]\n\n"
                 return
     finally:
-        if not ended:
+        if not ended:  # the client went away (or the server is closing the connection)
             job.cancel()
+            state.metrics.cancelled.inc()
+            state.metrics.requests.labels(endpoint, "499").inc()  # nginx's "client closed request"
         state.release(job, time.perf_counter() - t0)
 
 
