@@ -141,10 +141,10 @@ def warm_cold(url: str, model: str, seed: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None)
-    ap.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--clients", type=int, nargs="*", default=[1, 4, 8, 16], help="concurrency levels (none = skip)")
     ap.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
     ap.add_argument("--tokens", type=int, default=48, help="max tokens per reply (default 48)")
-    ap.add_argument("--histories", type=int, default=3, help="histories for the TTFT figures (default 3)")
+    ap.add_argument("--histories", type=int, default=3, help="histories for the TTFT figures (default 3; 0 = skip)")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -173,7 +173,7 @@ def main() -> None:
                 r = throughput(url, model, c, args.requests, args.tokens, salt=k * 100 + c)
                 out["throughput"].setdefault(name, {})[c] = r
                 print(f"{name:14s} clients={c:2d}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  ({r['tokens']} tokens, {r['wall_s']:.1f} s)", flush=True)
-        for name, (url, model) in servers.items():
+        for name, (url, model) in servers.items() if args.histories else ():
             pairs = [warm_cold(url, model, seed=1000 * (i + 1) + len(name)) for i in range(args.histories)]
             cold = statistics.median(p[0] for p in pairs)
             warm = statistics.median(p[1] for p in pairs)
@@ -188,13 +188,15 @@ def main() -> None:
                 p.kill()
         shutil.rmtree(work, ignore_errors=True)
 
-    print("\n| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    if args.clients:
+        print("\n| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |")
+        print("|---:|---:|---:|---:|---:|---:|")
     for c in args.clients:
         a, b = out["throughput"]["mlotspark"][c], out["throughput"]["mlx_lm.server"][c]
         print(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | {a['tps'] / b['tps']:.2f}x |")
-    print("\n| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |")
-    print("|---|---:|---:|---:|")
+    if out["ttft"]:
+        print("\n| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |")
+        print("|---|---:|---:|---:|")
     for name, t in out["ttft"].items():
         print(f"| {name} | {t['cold_s']:.3f} s | {t['warm_s']:.3f} s | {t['warm_s'] / t['cold_s']:.3f} |")
     if args.json:
