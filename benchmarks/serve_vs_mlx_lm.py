@@ -82,8 +82,8 @@ def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
 
 
 def model_id(url: str) -> str:
-    """The served model's id (mlx_lm.server lists Hugging Face cache models first, its own last)."""
-    return httpx.get(url + "/v1/models", timeout=30).json()["data"][-1]["id"]
+    """The served model's id, from ``/v1/models``."""
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
 
 def chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict:
@@ -162,7 +162,8 @@ def main() -> None:
         boot = ("import sys, mlotspark; from mlx_lm.server import main; "
                 f"sys.argv = ['mlx_lm.server', '--model', {str(mlx_dir)!r}, '--port', {theirs.rsplit(':', 1)[1]!r}]; main()")
         procs.append(start([sys.executable, "-c", boot], theirs, env, work / "mlx_lm.log"))
-        servers = {"mlotspark": (ours, model_id(ours)), "mlx_lm.server": (theirs, model_id(theirs))}
+        # mlx_lm.server's /v1/models scans the Hugging Face cache; "default_model" is its --model.
+        servers = {"mlotspark": (ours, model_id(ours)), "mlx_lm.server": (theirs, "default_model")}
         for url, model in servers.values():  # warm-up: first-request costs out of the figures
             chat(url, model, [{"role": "user", "content": "Hello"}], 4)
         out: dict = {"throughput": {}, "ttft": {}}
