@@ -138,3 +138,33 @@ def test_a_full_queue_answers_503_with_retry_after():
         assert r.json()["error"]["code"] == "queue_full"
         assert "mlotspark_rejected_requests_total 1.0" in c.get("/metrics").text
     assert state.engine.closed.is_set()  # the lifespan's exit closed the engine
+
+
+def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
+    import mlx.core as mx
+
+    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.server import PromptCache
+    from tiny import tiny_model
+
+    model = tiny_model()
+    engine = types.SimpleNamespace(loaded=types.SimpleNamespace(fingerprint="tiny", weights="float32",
+                                                               context_length=512))
+
+    def run(ids):
+        cache = [KVCache() for _ in model.layers]
+        model(mx.array(ids)[None], cache=cache)
+        return cache
+
+    turn1 = list(range(1, 41))
+    turn2 = turn1 + list(range(100, 120))
+    pc = PromptCache(engine, budget_mb=64)
+    assert pc.take(turn1, 8) == (None, 0)
+    assert pc.add(turn1, run(turn1)) and pc.add(turn2, run(turn2))
+    assert list(pc.cache.entries) == [tuple(turn2)]  # turn 2 extends turn 1: one entry left
+    cache, n = pc.take(turn2 + [7, 8, 9], 8)
+    assert n == len(turn2) and cache[0].offset == n
+    assert pc.take(turn2, 600)[1] == 0  # would pass the context: left to the cascade
+    pc.save()
+    again = PromptCache(engine, budget_mb=64)  # a restarted server
+    assert again.load() == 1 and again.take(turn2 + [5], 8)[1] == len(turn2)
