@@ -27,6 +27,7 @@ from mlotspark.memory.conversations import Conversation
 from mlotspark.memory.persistence import Persistence
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw
+from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
 
 Messages = Sequence[dict]
@@ -237,6 +238,8 @@ class Engine:
             **options: generation options.
         """
         opts = self.options(**options)
+        if opts.response_format is not None:  # a bad schema fails here, not on the engine thread
+            JsonConstraint(self.tokenizer, opts.response_format)
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
@@ -275,7 +278,9 @@ class Engine:
                 or a list of ``{"role", "content"}`` messages.
             raw: send the string as-is, without the chat template.
             **options: ``max_tokens``, ``temperature`` (0 = greedy), ``top_k``,
-                ``top_p``, ``min_p``, ``repetition_penalty``, ``seed``, ``stop``.
+                ``top_p``, ``min_p``, ``repetition_penalty``, ``seed``, ``stop``,
+                ``response_format`` (``{"type": "json_object"}`` or ``{"type": "json_schema",
+                "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates).
 
         Returns:
             GenerationResult with ``.text``, ``.tokens`` and ``.stats``.

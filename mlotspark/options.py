@@ -54,6 +54,7 @@ def _preview(value: object) -> str:
 CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
 # What beam search does not use: it keeps the most likely beams, it never samples.
 SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")
+FORMAT_TYPES = ("text", "json_object", "json_schema")  # response_format types (OpenAI's)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class GenerationOptions:
         speculative: None, "prompt_lookup" or "draft" (needs ``draft_model``).
         draft_model: the draft model for ``speculative="draft"`` (same vocabulary).
         cache_kind: KV cache of the working memory: float16 | q8 | q4 | auto; None = the model's dtype.
+        response_format: constrain the reply to JSON, as OpenAI's field: ``{"type": "json_object"}``
+            or ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``;
+            None or ``{"type": "text"}`` = free text (``decoding/constrained.py``).
     """
 
     max_tokens: int = 512
@@ -93,6 +97,7 @@ class GenerationOptions:
     speculative: str | None = None
     draft_model: str | None = None
     cache_kind: str | None = None
+    response_format: dict | None = None
 
     def __post_init__(self) -> None:
         given: dict[str, Any] = {}  # values as the caller wrote them, for messages
@@ -141,6 +146,10 @@ class GenerationOptions:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
+        object.__setattr__(self, "response_format", validate_response_format(self.response_format))
+        if self.response_format is not None and (self.num_beams > 1 or self.num_return_sequences > 1 or self.speculative):
+            # The grammar mask follows one sequence; beams and drafts branch it.
+            raise bad("response_format", "cannot be combined with beams, several returned sequences or speculative decoding")
         self._check_conflicts()
 
     def _check_conflicts(self) -> None:
@@ -206,3 +215,30 @@ class GenerationOptions:
         d = asdict(self)
         d["stop"] = list(self.stop)
         return d
+
+
+def validate_response_format(value: Any) -> dict | None:
+    """Check a ``response_format`` (OpenAI's shape); None and ``text`` mean unconstrained.
+
+    Returns:
+        The value, or None when decoding is unconstrained.
+
+    Raises:
+        OptionError: a shape that is none of ``FORMAT_TYPES`` (the message names the bad part).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise OptionError(f"invalid response_format {value!r}: use an object with a 'type'")
+    kind = value.get("type")
+    if kind not in FORMAT_TYPES:
+        raise OptionError(f"invalid response_format.type {kind!r}: choose one of {', '.join(FORMAT_TYPES)}")
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise OptionError(
+                'invalid response_format.json_schema: use {"name": ..., "schema": {...a JSON schema...}}'
+            )
+    return value

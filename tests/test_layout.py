@@ -28,7 +28,7 @@ LAYERS = {
     "mlotspark.decoding": 3,
     "mlotspark.runtime": 4,
     "mlotspark.engine": 5,
-    "mlotspark.bench": 6, "mlotspark.cli": 6, "mlotspark.__main__": 6,
+    "mlotspark.bench": 6, "mlotspark.cli": 6, "mlotspark.server": 6, "mlotspark.__main__": 6,
 }
 
 

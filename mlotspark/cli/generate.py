@@ -157,12 +157,38 @@ def register(sub: Any) -> None:
                    help="draft model for --speculative draft (same vocabulary as --model)")
     g.add_argument("--cache-kind", choices=["float16", "q8", "q4", "auto"], default=None,
                    help="KV cache of the working memory; auto = fits the memory, keeps quality, fastest")
+    g.add_argument("--json-schema", default=None, metavar="FILE",
+                   help="constrain the reply to JSON valid against the schema in FILE ('{}' = any JSON object)")
     p.set_defaults(func=run)
 
 
 def _decoding_options(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("num_beams", "length_penalty", "num_return_sequences", "speculative", "draft_model", "cache_kind")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    out = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if getattr(args, "json_schema", None):
+        out["response_format"] = json_schema_format(args.json_schema)
+    return out
+
+
+def json_schema_format(path: str) -> dict:
+    """The ``response_format`` for ``--json-schema FILE``.
+
+    Raises:
+        OptionError: the file cannot be read or is not a JSON object.
+    """
+    from pathlib import Path
+
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OptionError(f"cannot read --json-schema {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise OptionError(f"invalid --json-schema {path}: not JSON ({e})") from None
+    if not isinstance(schema, dict):
+        raise OptionError(f"invalid --json-schema {path}: the schema must be a JSON object")
+    if not schema:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": Path(path).stem, "schema": schema}}
 
 
 def add_cascade_args(p: argparse.ArgumentParser) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
+from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.options import GenerationOptions
 
 # Tokens the repetition penalty looks back over.
@@ -38,11 +39,22 @@ def build_sampler(options: GenerationOptions) -> Sampler:
     return sampler
 
 
-def build_logits_processors(options: GenerationOptions) -> list:
-    """Processors (tokens, logits) -> logits; empty when none is enabled."""
-    if options.repetition_penalty == 1.0:
-        return []
-    return make_logits_processors(
-        repetition_penalty=options.repetition_penalty,
-        repetition_context_size=REPETITION_CONTEXT,
-    )
+def build_logits_processors(options: GenerationOptions, tokenizer: Any = None) -> list:
+    """Processors (tokens, logits) -> logits; empty when none is enabled.
+
+    Args:
+        options: the request's options.
+        tokenizer: the engine's tokenizer; needed for ``response_format`` (the
+            grammar mask runs last, so no other processor can revive a masked token).
+    """
+    out = []
+    if options.repetition_penalty != 1.0:
+        out += make_logits_processors(
+            repetition_penalty=options.repetition_penalty,
+            repetition_context_size=REPETITION_CONTEXT,
+        )
+    if options.response_format is not None:
+        if tokenizer is None:
+            raise ValueError("response_format needs the tokenizer: build_logits_processors(options, tokenizer)")
+        out.append(JsonConstraint(tokenizer, options.response_format))
+    return out

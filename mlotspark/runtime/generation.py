@@ -134,7 +134,7 @@ class Generation:
             self.model,
             max_tokens=max_tokens,
             sampler=build_sampler(opts),
-            logits_processors=build_logits_processors(opts) or None,
+            logits_processors=build_logits_processors(opts, self.tokenizer) or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
             prompt_progress_callback=self.prefill_meter(),

@@ -1,0 +1,208 @@
+"""HTTP serving benchmark: ``mlotspark serve`` vs ``mlx_lm.server``, same model, same run.
+
+Both servers run at once on 127.0.0.1 and are measured turn about, at each
+concurrency in turn, so drift in machine load hits both:
+
+- throughput: C clients each send ``--requests`` chat requests one after another
+  (distinct prompts, greedy, ``--tokens`` max); requests/s = requests / wall time,
+  aggregate tok/s = completion tokens (from ``usage``) / wall time.
+- TTFT of a resent ~2k-token history: *cold* = a history the server has never seen;
+  *warm* = the same history plus the reply and one new user message (what a chat
+  client sends next). Time to the first streamed content chunk, median of
+  ``--histories`` distinct histories.
+
+mlx_lm.server needs an mlx-lm model directory: the default model's GGUF is written
+out as one (float32 weights, as ``mlotspark serve`` runs them on the CPU; config;
+the tokenizer with its chat template), and mlx_lm.server is started with OpenBLAS
+resolved first, as mlotspark does, so both use the same BLAS.
+
+    flock /tmp/mlotspark-bench.lock python benchmarks/serve_vs_mlx_lm.py [--clients 1 4 8 16] [--json FILE]
+
+Prints markdown tables for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+import mlotspark  # noqa: F401  (OpenBLAS before MLX)
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+from mlotspark.models import catalogue, loader
+from mlotspark.models.mlx_lm_twin import mlx_lm_twin
+
+TOPICS = ["a lighthouse", "a steam engine", "a market", "the sea", "bread", "a garden", "a star", "chess",
+          "a river", "a mountain", "a library", "a violin", "a train", "a forest", "a desert", "a bridge"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_mlx_lm_dir(model: str | None, out: Path) -> Path:
+    """The model as an mlx-lm directory (float32 weights, config, tokenizer)."""
+    loaded = loader.load(catalogue.resolve(model, progress=False), weights="float32")
+    twin = mlx_lm_twin(loaded)
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(twin.parameters())))
+    config = {k: v for k, v in loaded.config.items() if k not in ("quantization", "quantization_config")}
+    (out / "config.json").write_text(json.dumps(config))
+    loaded.tokenizer._tokenizer.save_pretrained(str(out))
+    return out
+
+
+def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited: {' '.join(cmd)}\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"server did not start: {' '.join(cmd)}")
+
+
+def model_id(url: str) -> str:
+    """The served model's id, from ``/v1/models``."""
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict:
+    r = httpx.post(url + "/v1/chat/completions", timeout=900, json={
+        "model": model, "messages": messages, "temperature": 0.0, "max_tokens": max_tokens})
+    r.raise_for_status()
+    return r.json()
+
+
+def throughput(url: str, model: str, clients: int, requests: int, tokens: int, salt: int) -> dict:
+    def client(i: int) -> int:
+        n = 0
+        for j in range(requests):
+            topic = TOPICS[(i * requests + j + salt) % len(TOPICS)]
+            msg = [{"role": "user", "content": f"Write a long, detailed story about {topic}. (#{salt}-{i}-{j})"}]
+            n += chat(url, model, msg, tokens)["usage"]["completion_tokens"]
+        return n
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        done = sum(pool.map(client, range(clients)))
+    wall = time.perf_counter() - t0
+    return {"rps": clients * requests / wall, "tps": done / wall, "tokens": done, "wall_s": wall}
+
+
+def ttft(url: str, model: str, messages: list[dict]) -> float:
+    t0 = time.perf_counter()
+    with httpx.stream("POST", url + "/v1/chat/completions", timeout=900, json={
+            "model": model, "messages": messages, "temperature": 0.0, "max_tokens": 8, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                delta = (json.loads(line[6:]).get("choices") or [{}])[0].get("delta", {})
+                if delta.get("content"):
+                    return time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def history(seed: int, words: int = 1500) -> list[dict]:
+    """A ~2k-token chat history unique to ``seed`` (so the first send is cold)."""
+    facts = " ".join(f"Note {seed}.{i}: the {TOPICS[(i + seed) % len(TOPICS)]} record number {i * 13 + seed} "
+                     f"was filed on day {i % 28 + 1}." for i in range(words // 14))
+    return [{"role": "system", "content": "You are a precise archivist. " + facts},
+            {"role": "user", "content": "Summarise the notes in one line."}]
+
+
+def warm_cold(url: str, model: str, seed: int) -> tuple[float, float]:
+    first = history(seed)
+    cold = ttft(url, model, first)
+    reply = chat(url, model, first, 16)["choices"][0]["message"]["content"]
+    nxt = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Which day was note 3 filed?"}]
+    warm = ttft(url, model, nxt)
+    return cold, warm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--clients", type=int, nargs="*", default=[1, 4, 8, 16], help="concurrency levels (none = skip)")
+    ap.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
+    ap.add_argument("--tokens", type=int, default=48, help="max tokens per reply (default 48)")
+    ap.add_argument("--histories", type=int, default=3, help="histories for the TTFT figures (default 3; 0 = skip)")
+    ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    env = {**os.environ, "MLOTSPARK_HOME": str(work / "home")}
+    procs = []
+    try:
+        mlx_dir = write_mlx_lm_dir(args.model, Path(tempfile.mkdtemp(dir=work)))
+        ours = f"http://127.0.0.1:{free_port()}"
+        theirs = f"http://127.0.0.1:{free_port()}"
+        gguf = str(catalogue.resolve(args.model, progress=False).path)
+        procs.append(start([sys.executable, "-m", "mlotspark", "serve", "--model", gguf, "--port", ours.rsplit(":", 1)[1],
+                            "--max-batch", str(args.max_batch), "--mode", "performance"], ours, env, work / "ours.log"))
+        boot = ("import sys, mlotspark; from mlx_lm.server import main; "
+                f"sys.argv = ['mlx_lm.server', '--model', {str(mlx_dir)!r}, '--port', {theirs.rsplit(':', 1)[1]!r}]; main()")
+        procs.append(start([sys.executable, "-c", boot], theirs, env, work / "mlx_lm.log"))
+        # mlx_lm.server's /v1/models scans the Hugging Face cache; "default_model" is its --model.
+        servers = {"mlotspark": (ours, model_id(ours)), "mlx_lm.server": (theirs, "default_model")}
+        for url, model in servers.values():  # warm-up: first-request costs out of the figures
+            chat(url, model, [{"role": "user", "content": "Hello"}], 4)
+        out: dict = {"throughput": {}, "ttft": {}}
+        for k, c in enumerate(args.clients):
+            order = list(servers) if k % 2 == 0 else list(reversed(servers))
+            for name in order:
+                url, model = servers[name]
+                r = throughput(url, model, c, args.requests, args.tokens, salt=k * 100 + c)
+                out["throughput"].setdefault(name, {})[c] = r
+                print(f"{name:14s} clients={c:2d}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  ({r['tokens']} tokens, {r['wall_s']:.1f} s)", flush=True)
+        for name, (url, model) in servers.items() if args.histories else ():
+            pairs = [warm_cold(url, model, seed=1000 * (i + 1) + len(name)) for i in range(args.histories)]
+            cold = statistics.median(p[0] for p in pairs)
+            warm = statistics.median(p[1] for p in pairs)
+            out["ttft"][name] = {"cold_s": cold, "warm_s": warm, "pairs": pairs}
+            print(f"{name:14s} TTFT cold {cold:.3f} s  warm {warm:.3f} s  ratio {warm / cold:.3f}", flush=True)
+    finally:
+        for p in procs:
+            p.terminate()
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    if args.clients:
+        print("\n| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |")
+        print("|---:|---:|---:|---:|---:|---:|")
+    for c in args.clients:
+        a, b = out["throughput"]["mlotspark"][c], out["throughput"]["mlx_lm.server"][c]
+        print(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | {a['tps'] / b['tps']:.2f}x |")
+    if out["ttft"]:
+        print("\n| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |")
+        print("|---|---:|---:|---:|")
+    for name, t in out["ttft"].items():
+        print(f"| {name} | {t['cold_s']:.3f} s | {t['warm_s']:.3f} s | {t['warm_s'] / t['cold_s']:.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

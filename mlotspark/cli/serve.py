@@ -1,0 +1,115 @@
+"""``mlotspark serve``: the engine behind an OpenAI-compatible HTTP API (uvicorn).
+
+Binds to 127.0.0.1 unless told otherwise; another address needs ``--api-key``, as
+anyone who can reach it could otherwise use the model. SIGINT/SIGTERM end the
+streams in flight with an error event, save the prompt cache and close the engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from typing import Any
+
+from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
+from mlotspark.cli.common import add_model_args
+from mlotspark.errors import OptionError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and ``localhost``."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, port: int, api_key: str | None) -> None:
+    """Refuse a port out of range, or a non-loopback host without an API key.
+
+    Raises:
+        OptionError: one line saying why.
+    """
+    if not 0 < port < 65536:
+        raise OptionError(f"invalid --port {port}: use 1-65535")
+    if not is_loopback(host) and not api_key:
+        raise OptionError(
+            f"refusing to listen on {host} without --api-key: anyone who can reach it could use the model "
+            f"(use --host {DEFAULT_HOST}, or set --api-key / MLOTSPARK_API_KEY)"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    api_key = args.api_key or os.environ.get("MLOTSPARK_API_KEY") or None
+    check_bind(args.host, args.port, api_key)
+    if args.max_queue < 0:
+        raise OptionError(f"invalid --max-queue {args.max_queue}: use an integer >= 0")
+    if args.prompt_cache_mb < 0:
+        raise OptionError(f"invalid --prompt-cache-mb {args.prompt_cache_mb}: use a number >= 0")
+    kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
+    import uvicorn
+
+    from mlotspark.engine import Engine
+    from mlotspark.models.catalogue import DEFAULT_MODEL
+    from mlotspark.server import PromptCache, ServerState, create_app
+
+    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(), **kwargs)
+    cache = None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
+    state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=cache,
+                        aliases=(args.model or DEFAULT_MODEL,))
+    app = create_app(state)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=10, access_log=args.log_level == "debug")
+    server = _Server(config, state)
+    where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}/v1"
+    print(f"mlotspark: serving {state.model_id} on {where}"
+          f"{' (API key required)' if api_key else ''}; Ctrl+C stops", file=sys.stderr, flush=True)
+    server.run()
+    return 0 if server.started else 1
+
+
+class _Server:
+    """uvicorn's server, told first when a signal asks it to stop (streams end at once)."""
+
+    def __new__(cls, config: Any, state: Any) -> Any:
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                state.begin_shutdown()
+                super().handle_exit(sig, frame)
+
+        return Server(config)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the model over an OpenAI-compatible HTTP API",
+        description="Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, "
+                    "/v1/completions, /v1/models, /health, /metrics).",
+    )
+    add_model_args(p)
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to listen on (default {DEFAULT_HOST}; another needs --api-key)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $MLOTSPARK_API_KEY, else none)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait for a batch slot; more get HTTP 503 (default 64)")
+    p.add_argument("--prompt-cache-mb", type=float, default=1024.0,
+                   help="memory for the KV of recent histories, matched by token prefix; 0 = off (default 1024)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's log level (default warning)")
+    add_scheduler_args(p)
+    p.set_defaults(func=run)
+
+
+__all__ = ["check_bind", "is_loopback", "register", "run"]

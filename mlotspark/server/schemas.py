@@ -1,0 +1,370 @@
+"""OpenAI request parsing and response shapes for ``mlotspark serve``.
+
+Requests are checked field by field before anything reaches the engine; a bad one
+raises :class:`APIError`, which the app turns into OpenAI's error object
+``{"error": {"message", "type", "param", "code"}}`` with a 4xx status, naming the
+field. Fields OpenAI defines that the engine cannot honour are refused when set to
+a value that would change the reply (``logprobs``, non-zero penalties, ``echo``),
+rather than silently ignored. Unknown fields are ignored, as clients add their own.
+
+mlotspark's own figures travel under the ``mlotspark`` key of a response or chunk
+(:data:`EXTENSION_KEY`), never in OpenAI's fields; a request may name a
+persistent conversation in ``conversation`` (or the ``X-Mlotspark-Conversation``
+header).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlotspark.errors import OptionError
+from mlotspark.options import validate_response_format
+
+EXTENSION_KEY = "mlotspark"
+MAX_N = 8  # replies per request: each is its own sequence in the engine
+MAX_STOP = 4  # as OpenAI
+ROLES = ("system", "developer", "user", "assistant", "tool")
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+class APIError(Exception):
+    """An error answered as OpenAI's error object.
+
+    Args:
+        status: HTTP status (400, 401, 404, 413, 503 ...).
+        message: one line naming the bad value.
+        param: the request field at fault, or None.
+        type: OpenAI's error type (``invalid_request_error`` ...).
+        code: a short machine-readable code, or None.
+        headers: extra response headers (``Retry-After``).
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 type: str = "invalid_request_error", code: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.type, self.code = status, message, param, type, code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad(param: str, why: str) -> APIError:
+    """A 400 naming ``param``."""
+    return APIError(400, f"invalid '{param}': {why}", param=param)
+
+
+@dataclass
+class ParsedRequest:
+    """A checked chat or completions request, ready for the engine."""
+
+    kind: str  # "chat" | "completion"
+    model: str
+    messages: list[dict] | None = None  # chat
+    prompt: str | None = None  # completions (text)
+    prompt_ids: list[int] | None = None  # completions (token ids)
+    options: dict[str, Any] = field(default_factory=dict)  # GenerationOptions overrides
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    conversation: str | None = None
+
+
+# ----------------------------------------------------------------- field checks
+def _int(body: dict, name: str, lo: int, hi: int | None = None) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(name, f"expected an integer, got {json.dumps(v)[:40]}")
+    if v < lo or (hi is not None and v > hi):
+        raise bad(name, f"{v} is out of range [{lo}, {hi if hi is not None else 'inf'}]")
+    return v
+
+
+def _number(body: dict, name: str, lo: float, hi: float, lo_open: bool = False) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad(name, f"expected a number, got {json.dumps(v)[:40]}")
+    if v > hi or v < lo or (lo_open and v == lo):
+        raise bad(name, f"{v} is out of range {'(' if lo_open else '['}{lo}, {hi}]")
+    return float(v)
+
+
+def _bool(body: dict, name: str) -> bool | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise bad(name, f"expected true or false, got {json.dumps(v)[:40]}")
+    return v
+
+
+def _stop(body: dict) -> list[str] | None:
+    v = body.get("stop")
+    if v is None:
+        return None
+    stops = [v] if isinstance(v, str) else v
+    if not isinstance(stops, list) or any(not isinstance(s, str) or not s for s in stops):
+        raise bad("stop", "expected a non-empty string or a list of non-empty strings")
+    if len(stops) > MAX_STOP:
+        raise bad("stop", f"at most {MAX_STOP} stop sequences, got {len(stops)}")
+    return stops
+
+
+def _content(value: Any, where: str) -> str:
+    """A message's text: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for i, p in enumerate(value):
+            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
+                raise bad(f"{where}[{i}]", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported")
+            parts.append(p["text"])
+        return "".join(parts)
+    raise bad(where, "expected a string or a list of text parts")
+
+
+def _messages(body: dict) -> list[dict]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad("messages", "expected a non-empty list of messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict):
+            raise bad(f"messages[{i}]", "expected an object with 'role' and 'content'")
+        role = m.get("role")
+        if role not in ROLES:
+            raise bad(f"messages[{i}].role", f"{json.dumps(role)[:40]} is not one of {', '.join(ROLES)}")
+        content = m.get("content")
+        if content is None and role == "assistant":
+            content = ""  # an assistant turn that only called tools
+        text = _content(content, f"messages[{i}].content")
+        # The chat templates know system/user/assistant; developer is OpenAI's new system.
+        out.append({"role": "system" if role == "developer" else role, "content": text})
+    return out
+
+
+def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise bad("model", "expected the model's id (GET /v1/models lists it)")
+    if model not in served:
+        raise APIError(404, f"model '{model}' does not exist; this server serves {', '.join(served)}",
+                       param="model", code="model_not_found")
+    req = ParsedRequest(kind=kind, model=model)
+    opts = req.options
+    limit = _int(body, "max_completion_tokens", 1) if kind == "chat" else None
+    mt = _int(body, "max_tokens", 1)
+    if limit is None:
+        limit = mt
+    if limit is None and kind == "completion":
+        limit = COMPLETIONS_DEFAULT_MAX_TOKENS
+    if limit is not None:
+        opts["max_tokens"] = limit
+    t = _number(body, "temperature", 0.0, 2.0)
+    if t is not None:
+        opts["temperature"] = t
+    p = _number(body, "top_p", 0.0, 1.0, lo_open=True)
+    if p is not None:
+        opts["top_p"] = p
+    seed = _int(body, "seed", 0, 2**63 - 1)
+    if seed is not None:
+        opts["seed"] = seed
+    stops = _stop(body)
+    if stops:
+        opts["stop"] = tuple(stops)
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = _number(body, name, -2.0, 2.0)
+        if v:  # 0 is what most clients send by default: accepted
+            raise bad(name, "not supported by this server (use 0, or the 'repetition_penalty' extension)")
+    rp = _number(body, "repetition_penalty", 0.0, 10.0, lo_open=True)
+    if rp is not None:
+        opts["repetition_penalty"] = rp
+    for name in ("top_k",):
+        v = _int(body, name, 0)
+        if v is not None:
+            opts[name] = v
+    mp = _number(body, "min_p", 0.0, 0.999)
+    if mp is not None:
+        opts["min_p"] = mp
+    n = _int(body, "n", 1)
+    if n is not None and n > MAX_N:
+        raise bad("n", f"{n} replies asked; this server returns at most {MAX_N}")
+    req.n = n or 1
+    req.stream = bool(_bool(body, "stream"))
+    so = body.get("stream_options")
+    if so is not None:
+        if not isinstance(so, dict):
+            raise bad("stream_options", "expected an object such as {\"include_usage\": true}")
+        req.include_usage = bool(_bool(so, "include_usage"))
+    if req.n > 1:
+        if req.stream:
+            raise bad("n", "n > 1 is not supported with stream=true")
+        opts["num_return_sequences"] = req.n
+    lp = body.get("logprobs")
+    if lp not in (None, False, 0):
+        raise bad("logprobs", "log-probabilities are not returned by this server")
+    if body.get("tools") and body.get("tool_choice") not in (None, "none"):
+        raise bad("tools", "tool calling is not supported by this server")
+    try:
+        rf = validate_response_format(body.get("response_format"))
+    except OptionError as e:
+        raise APIError(400, str(e), param="response_format") from None
+    if rf is not None:
+        opts["response_format"] = rf
+    conv = body.get("conversation")
+    if conv is not None:
+        if not isinstance(conv, str) or not conv:
+            raise bad("conversation", "expected a conversation name (a string)")
+        req.conversation = conv
+    return req
+
+
+def parse_chat(body: Any, served: list[str]) -> ParsedRequest:
+    """Check a ``POST /v1/chat/completions`` body.
+
+    Args:
+        body: the decoded JSON body.
+        served: model ids this server answers to.
+
+    Raises:
+        APIError: the first bad field (400), or an unknown model (404).
+    """
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    req = _common(body, "chat", served)
+    req.messages = _messages(body)
+    return req
+
+
+def parse_completion(body: Any, served: list[str]) -> ParsedRequest:
+    """Check a ``POST /v1/completions`` body (``prompt``: a string, one string in a
+    list, or a list of token ids).
+
+    Raises:
+        APIError: the first bad field (400), or an unknown model (404).
+    """
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    req = _common(body, "completion", served)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad("prompt", "expected a non-empty string")
+        req.prompt = prompt
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        req.prompt_ids = list(prompt)
+    else:
+        raise bad("prompt", "expected a non-empty string, or a list of token ids (one prompt per request)")
+    if _bool(body, "echo"):
+        raise bad("echo", "echo is not supported by this server")
+    if body.get("suffix"):
+        raise bad("suffix", "suffix (insertion) is not supported by this server")
+    best_of = _int(body, "best_of", 1)
+    if best_of is not None and best_of > 1:
+        raise bad("best_of", "best_of > 1 is not supported by this server")
+    if req.conversation is not None:
+        raise bad("conversation", "conversations are for /v1/chat/completions")
+    return req
+
+
+# ----------------------------------------------------------------- responses
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def finish_reason(reason: str) -> str:
+    """OpenAI's finish reason for ours (``cancelled`` ends as ``stop`` on the wire)."""
+    return "length" if reason == "length" else "stop"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def extension(stats: Any) -> dict:
+    """mlotspark's figures for a finished request (the ``mlotspark`` key)."""
+    extra = dict(getattr(stats, "extra", {}) or {})
+    out = {
+        "ttft_s": round(stats.ttft_s, 6),
+        "prefill_tps": round(stats.prefill_tps, 2),
+        "decode_tps": round(stats.decode_tps, 2),
+        "cached_tokens": stats.cached_tokens,
+        "prefilled_tokens": stats.prefilled_tokens,
+        "finish_reason": stats.finish_reason,
+        "queue_s": extra.get("queue_s"),
+        "mean_batch": extra.get("mean_batch"),
+    }
+    for key in ("cache_source", "conversation", "cascade", "memory"):
+        if key in extra:
+            out[key] = extra[key]
+    return out
+
+
+def chat_response(rid: str, model: str, texts: list[tuple[str, str]], use: dict, ext: dict) -> dict:
+    """A ``chat.completion`` object; ``texts`` are (text, finish_reason) per choice."""
+    return {
+        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None, "finish_reason": f}
+            for i, (t, f) in enumerate(texts)
+        ],
+        "usage": use, EXTENSION_KEY: ext,
+    }
+
+
+def completion_response(rid: str, model: str, texts: list[tuple[str, str]], use: dict, ext: dict) -> dict:
+    """A ``text_completion`` object; ``texts`` are (text, finish_reason) per choice."""
+    return {
+        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": i, "text": t, "logprobs": None, "finish_reason": f} for i, (t, f) in enumerate(texts)],
+        "usage": use, EXTENSION_KEY: ext,
+    }
+
+
+def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
+          finish: str | None = None, use: dict | None = None, ext: dict | None = None,
+          no_choices: bool = False) -> dict:
+    """One streamed chunk (``chat.completion.chunk`` or ``text_completion``)."""
+    if kind == "chat":
+        delta: dict = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        obj = "text_completion"
+    out: dict = {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
+                 "choices": [] if no_choices else [choice]}
+    if use is not None:
+        out["usage"] = use
+    if ext is not None:
+        out[EXTENSION_KEY] = ext
+    return out
+
+
+__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "chat_response", "chunk",
+           "completion_response", "extension", "finish_reason", "new_id", "parse_chat", "parse_completion",
+           "usage"]
