@@ -10,6 +10,7 @@ from typing import Any
 from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
+from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
@@ -33,11 +34,23 @@ def run(args: argparse.Namespace) -> int:
         prompt = sys.stdin.read()
     GenerationOptions().merged(**options)  # a bad value fails before the model loads
     cascade = cascade_choice(args)  # validated again against the model once loaded
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         cascade=cascade, **scheduler_kwargs(args))
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
+    if args.distributed:  # under mlx.launch: rank 0 prints, the other ranks follow it
+        def load() -> Any:
+            return Engine.load(args.model, weights=args.weights, progress=False,
+                               cascade=None if cascade == "auto" else cascade,
+                               distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
+
+        return distributed.run_ranked(args, load, lambda engine: _reply(engine, args, messages, options))
+    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
+                         cascade=cascade, **scheduler_kwargs(args))
+    return _reply(engine, args, messages, options)
+
+
+def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[str, Any]) -> int:
+    """Generate and print the reply (text stream, sequences or ``--json``)."""
     if args.json:
         result = engine.generate(messages, raw=args.raw, **options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
@@ -87,6 +100,7 @@ def register(sub: Any) -> None:
     add_scheduler_args(p)
     add_batch_args(p)
     add_cascade_args(p)
+    distributed.add_distributed_args(p)
     g = p.add_argument_group("decoding")
     g.add_argument("--beams", dest="num_beams", type=positive_int, default=None,
                    help="beam search width, 1 = off (default 1)")

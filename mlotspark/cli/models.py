@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from mlotspark.cli.distributed import add_distributed_args
+
 
 def run_pull(args: argparse.Namespace) -> int:
     from mlotspark.models import catalogue
@@ -16,6 +18,10 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    if args.distributed:  # under mlx.launch: every rank loads its share, rank 0 reports all
+        from mlotspark.cli import distributed
+
+        return distributed.run_info(args)
     from mlotspark.models.catalogue import default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
@@ -40,4 +46,6 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--model", "-m", default=None, help="the model for --distributed (default: the default model)")
+    add_distributed_args(p, info=True)
     p.set_defaults(func=run_info)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 #: The library that was loaded, or a short reason why none was.
 BLAS_IN_USE: str = "platform default"
+_LIB: ctypes.CDLL | None = None  # the OpenBLAS loaded here, for set_blas_threads
 
 
 def _candidates() -> list[Path]:
@@ -62,13 +63,31 @@ def resolve_blas() -> str:
     for path in paths:
         if path.is_file():
             try:
-                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+                lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
             except OSError:
                 continue
+            global _LIB
+            _LIB = lib
             BLAS_IN_USE = f"OpenBLAS ({path})"
             return BLAS_IN_USE
     BLAS_IN_USE = "reference (no OpenBLAS found; pip install cmeel-openblas)"
     return BLAS_IN_USE
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set the loaded OpenBLAS's thread count (several ranks on one machine share its cores).
+
+    Args:
+        n: threads, >= 1.
+
+    Returns:
+        True when an OpenBLAS loaded here took the setting.
+    """
+    fn = getattr(_LIB, "openblas_set_num_threads", None) if _LIB is not None else None
+    if fn is None:
+        return False
+    fn(max(1, int(n)))
+    return True
 
 
 resolve_blas()
