@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import loader, catalogue
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession
+from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
 from mlotspark.distributed import load as distributed_load
 from mlotspark.errors import DistributedError, OptionError
 from mlotspark.results import GenerationResult, GenerationStats
@@ -106,13 +106,15 @@ class Engine:
                                      governor=governor)
         if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
+        if distributed is not None:
+            check_distributed(distributed, split)
+            if isinstance(cascade, (CascadeConfig, dict)):
+                raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
+                                  f"with distributed={distributed!r}; leave cascade unset")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
         if distributed is None:
             return cls(loader.load(source, weights=weights), options, scheduling, cascade)
-        if isinstance(cascade, (CascadeConfig, dict)):
-            raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
-                              f"with distributed={distributed!r}; leave cascade unset")
         loaded = distributed_load(source, weights=weights, mode=distributed, split=split)
         engine = cls(loaded, options, scheduling, None)
         engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout)

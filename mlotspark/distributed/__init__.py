@@ -18,12 +18,12 @@ May import: ``errors``, ``options``, ``results``, ``platform``, ``models``,
 """
 
 from mlotspark.distributed.group import RankGroup, join, launched
-from mlotspark.distributed.loading import MODES, DistributedSetup, load
+from mlotspark.distributed.loading import MODES, DistributedSetup, check_distributed, load
 from mlotspark.distributed.runner import DEFAULT_TIMEOUT_S
 from mlotspark.distributed.session import DistributedSession
 from mlotspark.distributed.split import SPLITS, plan_layers
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "MODES", "SPLITS", "DistributedSession", "DistributedSetup", "RankGroup",
-    "join", "launched", "load", "plan_layers",
+    "check_distributed", "join", "launched", "load", "plan_layers",
 ]

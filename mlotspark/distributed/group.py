@@ -20,6 +20,7 @@ from mlotspark.errors import DistributedError
 
 #: backends tried by ``join``, in MLX's own order of preference.
 BACKENDS = ("any", "ring", "mpi")
+_JOINED: "RankGroup | None" = None
 
 
 @dataclass
@@ -129,11 +130,15 @@ def join(backend: str = "any") -> RankGroup:
         raise DistributedError(f"invalid distributed backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     if not mx.distributed.is_available():
         raise DistributedError("this MLX build has no distributed backend (mx.distributed.is_available() is False)")
+    global _JOINED
+    if _JOINED is not None:  # one group per process: a second init would open new connections
+        return _JOINED
     try:
         group = mx.distributed.init(strict=launched(), backend=backend)
     except RuntimeError as e:
         raise DistributedError(f"cannot join the rank group ({backend} backend): {e}") from e
-    return RankGroup(group)
+    _JOINED = RankGroup(group)
+    return _JOINED
 
 
 def host_name() -> str:

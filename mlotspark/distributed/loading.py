@@ -29,7 +29,7 @@ from mlotspark.models.loader import LoadedModel, choose_weight_format
 from mlotspark.models.loader import _convert as convert_weights  # the loader's one conversion rule
 from mlotspark.distributed.group import RankGroup, host_name, join
 from mlotspark.distributed.pipeline import PipelineModel
-from mlotspark.distributed.split import plan_layers
+from mlotspark.distributed.split import SPLITS, plan_layers
 from mlotspark.distributed.tensor import check_tensor_split, shard_model
 
 MODES = ("pipeline", "tensor")
@@ -81,8 +81,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
             model cannot be split that way (tensor: head counts named).
         ModelFormatError: not a llama-family model.
     """
-    if mode not in MODES:
-        raise OptionError(f"invalid distributed mode {mode!r}: choose one of {', '.join(MODES)}")
+    check_distributed(mode, split)
     group = group or join()
     fingerprint = model_fingerprint(source)
     facts = {"rank": group.rank, "host": host_name(), "model": source.name, "fingerprint": fingerprint,
@@ -127,6 +126,18 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
         supports_cascade=False,
         extra={"distributed": setup},
     )
+
+
+def check_distributed(mode: str, split: str = "memory") -> None:
+    """Validate ``Engine.load``'s ``distributed`` and ``split`` before anything loads.
+
+    Raises:
+        OptionError: naming the bad value.
+    """
+    if mode not in MODES:
+        raise OptionError(f"invalid distributed mode {mode!r}: choose one of {', '.join(MODES)}")
+    if split not in SPLITS:
+        raise OptionError(f"invalid split {split!r}: choose one of {', '.join(SPLITS)}")
 
 
 def _check_same_model(ranks: list[dict]) -> None:

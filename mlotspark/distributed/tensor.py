@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx.nn.layers.distributed import shard_linear
+import mlx.core as mx
+from mlx.nn.layers.distributed import QuantizedShardedToAllLinear, ShardedToAllLinear, shard_linear
 
 from mlotspark.errors import DistributedError
 
@@ -34,6 +35,37 @@ def check_tensor_split(args: Any, ranks: int, name: str) -> None:
         )
 
 
+class _EagerShardedToAll(ShardedToAllLinear):
+    """MLX's sharded-to-all layer with its input and its ``all_sum`` evaluated at once:
+    left lazy inside the step's graph, the CPU backend's ring collectives hung both
+    ranks (as in ``pipeline``)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = x @ self["weight"].T
+        mx.eval(y)
+        y = mx.distributed.all_sum(y, group=self.group)
+        mx.eval(y)
+        return y + self["bias"] if "bias" in self else y
+
+
+class _EagerQuantizedShardedToAll(QuantizedShardedToAllLinear):
+    """The quantized twin of ``_EagerShardedToAll``."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = mx.quantized_matmul(x, self["weight"], scales=self["scales"], biases=self.get("biases"),
+                                transpose=True, group_size=self.group_size, bits=self.bits, mode=self.mode)
+        mx.eval(y)
+        y = mx.distributed.all_sum(y, group=self.group)
+        mx.eval(y)
+        return y + self["bias"] if "bias" in self else y
+
+
+def _sharded_to_all(layer: Any, group: Any) -> Any:
+    out = shard_linear(layer, "sharded-to-all", group=group)
+    out.__class__ = _EagerQuantizedShardedToAll if isinstance(out, QuantizedShardedToAllLinear) else _EagerShardedToAll
+    return out
+
+
 def shard_model(model: Any, group: Any) -> None:
     """Replace every layer's projections of a llama-family ``model`` by their shards, in place.
 
@@ -46,9 +78,9 @@ def shard_model(model: Any, group: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         for proj in ("q_proj", "k_proj", "v_proj"):
             setattr(attn, proj, shard_linear(getattr(attn, proj), "all-to-sharded", group=group))
-        attn.o_proj = shard_linear(attn.o_proj, "sharded-to-all", group=group)
+        attn.o_proj = _sharded_to_all(attn.o_proj, group)
         attn.n_heads //= n  # the attention reshapes by these counts
         attn.n_kv_heads //= n
         mlp.gate_proj = shard_linear(mlp.gate_proj, "all-to-sharded", group=group)
         mlp.up_proj = shard_linear(mlp.up_proj, "all-to-sharded", group=group)
-        mlp.down_proj = shard_linear(mlp.down_proj, "sharded-to-all", group=group)
+        mlp.down_proj = _sharded_to_all(mlp.down_proj, group)
