@@ -4,7 +4,7 @@ Every rank runs the same command line (``mlx.launch --hosts … -- mlotspark gen
 --distributed pipeline …``); rank 0 prints, the other ranks follow rank 0 and print
 nothing. A rank failure ends rank 0 with one ``mlotspark: error:`` line and exit
 status 3, at once: its worker thread may be stuck inside MLX waiting on the dead
-rank, and a normal interpreter exit would wait for it.
+rank. Every rank leaves with ``os._exit`` after flushing its output (see ``_exit``).
 """
 
 from __future__ import annotations
@@ -58,21 +58,29 @@ def run_ranked(args: argparse.Namespace, load: Callable[[], Any], lead: Callable
     try:
         if engine.rank != 0:
             engine.follow()
-            return 0
+            _exit(0)
         try:
-            return lead(engine)
+            status = lead(engine)
         finally:
             engine.close()
     except DistributedError as e:
         _die(e)
-    return 0
+    _exit(status)
+    return status
 
 
 def _die(e: DistributedError) -> None:
     print(f"mlotspark: error: {e}", file=sys.stderr)
+    _exit(EXIT_RANKS_FAILED)
+
+
+def _exit(status: int) -> None:
+    # Leave without interpreter teardown: after a worker thread ran MLX over the ring,
+    # teardown aborted ("terminate called without an active exception", exit -6),
+    # and after a rank failure a worker may still be blocked inside MLX.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(EXIT_RANKS_FAILED)
+    os._exit(status)
 
 
 def run_info(args: argparse.Namespace) -> int:
