@@ -8,6 +8,7 @@ Scenarios (argv[1]):
 - ``wait OUT TINY_GGUF``: load the tiny model in a pipeline, print ``ready``, and on
   rank 0 wait for a line on stdin before generating (the test kills or stops rank 1
   meanwhile); rank 0's outcome goes to OUT.
+- ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
 """
 
 from __future__ import annotations
@@ -80,6 +81,21 @@ def wait(out: Path, tiny: str) -> None:
     os._exit(0)  # the worker thread may be blocked on the dead rank
 
 
+def mismatch(out: Path, tinies: str) -> None:
+    """Each rank loads its own file of ``tinies`` (comma-separated): rank 0 records the refusal."""
+    from mlotspark import Engine
+    from mlotspark.errors import DistributedError
+
+    mine = tinies.split(",")[int(os.environ["MLX_RANK"])]
+    try:
+        Engine.load(mine, distributed="pipeline", progress=False)
+        error = None
+    except DistributedError as e:
+        error = str(e)
+    if os.environ["MLX_RANK"] == "0":
+        out.write_text(json.dumps({"error": error}))
+
+
 def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None = None,
                 **popen) -> list[subprocess.Popen]:
     """Start ``n`` local ranks of this script as ``mlx.launch --backend ring`` does
@@ -97,4 +113,4 @@ def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None 
 if __name__ == "__main__":
     import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 
-    {"suite": suite, "wait": wait}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
+    {"suite": suite, "wait": wait, "mismatch": mismatch}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])

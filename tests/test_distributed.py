@@ -178,3 +178,25 @@ def test_a_stalled_rank_makes_rank0_fail_within_the_timeout(tmp_path, tiny_gguf)
     outcome, took = _rank0_after(tmp_path, tiny_gguf, signal.SIGSTOP, timeout=3)
     assert outcome["error"] and "no progress from the other ranks" in outcome["error"]
     assert 3 <= took < 3 + 20
+
+
+def test_other_model_files_on_a_rank_are_refused_naming_it():
+    from mlotspark.distributed.loading import _check_same_model
+
+    ranks = [{"rank": 0, "host": "mac1", "model": "m", "fingerprint": "aaaa"},
+             {"rank": 1, "host": "mac2", "model": "m", "fingerprint": "aaaa"},
+             {"rank": 2, "host": "mac3", "model": "m", "fingerprint": "bbbb"}]
+    with pytest.raises(DistributedError, match=r"^rank 2 \(mac3\) has other model files than rank 0"):
+        _check_same_model(ranks)
+    _check_same_model(ranks[:2])
+
+
+def test_ranks_with_other_model_files_refuse_to_load(tmp_path, tiny_gguf):
+    other = write_tiny_gguf(tmp_path / "other.gguf", tiny_model(seed=4))
+    out = tmp_path / "rank0.json"
+    procs = spawn_ranks(["mismatch", str(out), f"{tiny_gguf},{other}"], 2, _port(), tmp_path,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for p in procs:
+        p.wait(timeout=120)
+    error = json.loads(out.read_text())["error"]
+    assert error.startswith("rank 1 (") and "has other model files than rank 0" in error

@@ -29,6 +29,8 @@ from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.request_handle import RequestHandle
+from mlotspark.thermal.governor import Thresholds
+from mlotspark.thermal.probes import Reading, default_probes
 from mlotspark.distributed.group import RankGroup, host_name, is_rank_failure
 from mlotspark.distributed.pipeline import broadcast_sampler
 
@@ -57,9 +59,6 @@ class RankStatus:
 
     def read(self) -> dict:
         """Rank, host, layers, weight bytes, memory, thermal state and last step time."""
-        from mlotspark.thermal.governor import Thresholds
-        from mlotspark.thermal.probes import Reading, default_probes
-
         reading = Reading.combine(p.read() for p in default_probes())
         level, why = Thresholds().assess(reading)
         vm = psutil.virtual_memory()
