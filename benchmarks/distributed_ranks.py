@@ -1,4 +1,5 @@
-"""1 vs 2 local pipeline ranks: prefill and decode tok/s, per-rank weights and peak memory.
+"""1 vs 2 local pipeline ranks (and the plain engine): prefill and decode tok/s, per-rank
+weights and peak memory.
 
 Each repetition launches ``mlx.launch -n N --backend ring`` (N = 1 runs the same
 code as a group of one), alternating N so both see the same machine load. Every
@@ -28,9 +29,13 @@ def rank_main(out: Path) -> None:
     import mlotspark  # noqa: F401  (OpenBLAS before MLX)
     from mlotspark import Engine
 
-    engine = Engine.load(distributed="pipeline", split="even", progress=False)
-    me = {"rank": engine.rank, "layers": list(engine.ranks.setup.layers[engine.rank]),
-          "weights_mb": engine.loaded.nbytes() / 1e6}
+    if os.environ.get("BENCH_PLAIN"):  # the engine without --distributed, as a baseline
+        engine = Engine.load(progress=False, cascade=None)
+        me = {"rank": 0, "layers": [0, len(engine.loaded.model.layers)], "weights_mb": engine.loaded.nbytes() / 1e6}
+    else:
+        engine = Engine.load(distributed="pipeline", split="even", progress=False)
+        me = {"rank": engine.rank, "layers": list(engine.ranks.setup.layers[engine.rank]),
+              "weights_mb": engine.loaded.nbytes() / 1e6}
     if engine.rank != 0:
         engine.follow()
         me["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
@@ -48,13 +53,19 @@ def rank_main(out: Path) -> None:
 
 
 def run(n: int, tmp: Path) -> dict:
+    """One launch of ``n`` ranks (0: the plain engine in one process, no launcher)."""
     out = tmp / f"n{n}-{random.randrange(1 << 30)}.json"
     launch = Path(sys.executable).with_name("mlx.launch")
-    cmd = [str(launch), "-n", str(n), "--backend", "ring", "--starting-port", str(random.randrange(20000, 60000, 2)),
-           sys.executable, __file__, "--rank", str(out)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+    cmd = [str(launch), "-n", str(max(n, 1)), "--backend", "ring", "--starting-port",
+           str(random.randrange(20000, 60000, 2)), sys.executable, __file__, "--rank", str(out)]
+    env = dict(os.environ)
+    if n == 0:
+        cmd, env["BENCH_PLAIN"] = [sys.executable, __file__, "--rank", str(out)], "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if not out.exists():
+        raise SystemExit(f"{n} ranks failed:\n{proc.stderr[-3000:]}")
     ranks = [json.loads(out.read_text())]
-    ranks += [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(1, n)]
+    ranks += [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(1, max(n, 1))]
     return {"n": n, "ranks": ranks}
 
 
@@ -66,17 +77,17 @@ def main() -> None:
     args = p.parse_args()
     if args.rank:
         return rank_main(Path(args.rank))
-    runs: dict[int, list] = {1: [], 2: []}
+    runs: dict[int, list] = {0: [], 1: [], 2: []}
     with tempfile.TemporaryDirectory() as d:
         for _ in range(args.reps):
-            for n in (1, 2):
+            for n in runs:
                 runs[n].append(run(n, Path(d)))
     rows = []
     for n, rs in runs.items():
         med = lambda k: statistics.median(r["ranks"][0][k] for r in rs)  # noqa: E731
         per_rank = [(statistics.median(r["ranks"][i]["weights_mb"] for r in rs),
-                     statistics.median(r["ranks"][i]["peak_rss_mb"] for r in rs)) for i in range(n)]
-        rows.append({"ranks": n, "prefill_tps": med("prefill_tps"), "decode_tps": med("decode_tps"),
+                     statistics.median(r["ranks"][i]["peak_rss_mb"] for r in rs)) for i in range(max(n, 1))]
+        rows.append({"ranks": n or "plain engine", "prefill_tps": med("prefill_tps"), "decode_tps": med("decode_tps"),
                      "prompt_tokens": rs[0]["ranks"][0]["prompt_tokens"],
                      "per_rank_weights_mb": [w for w, _ in per_rank], "per_rank_peak_rss_mb": [m for _, m in per_rank]})
     print("| ranks | prompt tokens | prefill tok/s | decode tok/s | weights per rank (MB) | peak RSS per rank (MB) |")

@@ -8,6 +8,7 @@ Scenarios (argv[1]):
 - ``wait OUT TINY_GGUF``: load the tiny model in a pipeline, print ``ready``, and on
   rank 0 wait for a line on stdin before generating (the test kills or stops rank 1
   meanwhile); rank 0's outcome goes to OUT.
+- ``cancel OUT TINY_GGUF``: rank 0 cancels a reply mid-way, then generates again.
 - ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
 """
 
@@ -81,6 +82,25 @@ def wait(out: Path, tiny: str) -> None:
     os._exit(0)  # the worker thread may be blocked on the dead rank
 
 
+def cancel(out: Path, tiny: str) -> None:
+    """Rank 0 cancels a long reply after its first piece, then asks again: the ranks must
+    still be in step (same reply as a fresh run)."""
+    from mlotspark import Engine
+
+    engine = Engine.load(tiny, distributed="pipeline", split="even", progress=False, rank_timeout=60)
+    if engine.rank != 0:
+        engine.follow()
+        return
+    handle = engine.submit("hello world", raw=True, max_tokens=400, temperature=0)
+    next(iter(handle))
+    handle.cancel()
+    first = handle.result()
+    again = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0)
+    engine.close()
+    out.write_text(json.dumps({"finish": first.stats.finish_reason, "cancelled_after": len(first.tokens),
+                               "again": again.tokens}))
+
+
 def mismatch(out: Path, tinies: str) -> None:
     """Each rank loads its own file of ``tinies`` (comma-separated): rank 0 records the refusal."""
     from mlotspark import Engine
@@ -113,4 +133,4 @@ def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None 
 if __name__ == "__main__":
     import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 
-    {"suite": suite, "wait": wait, "mismatch": mismatch}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
+    {"suite": suite, "wait": wait, "mismatch": mismatch, "cancel": cancel}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])

@@ -200,3 +200,22 @@ def test_ranks_with_other_model_files_refuse_to_load(tmp_path, tiny_gguf):
         p.wait(timeout=120)
     error = json.loads(out.read_text())["error"]
     assert error.startswith("rank 1 (") and "has other model files than rank 0" in error
+
+
+def test_a_cancel_on_rank0_stops_every_rank_at_the_same_token(tmp_path, tiny_gguf):
+    from mlotspark import Engine
+
+    out = tmp_path / "rank0.json"
+    procs = spawn_ranks(["cancel", str(out), str(tiny_gguf)], 2, _port(), tmp_path,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for p in procs:
+        p.wait(timeout=120)
+    assert all(p.returncode == 0 for p in procs), [p.stderr.read()[-2000:] for p in procs]
+    seen = json.loads(out.read_text())
+    assert seen["finish"] == "cancelled" and seen["cancelled_after"] < 400
+    engine = Engine.load(str(tiny_gguf), cascade=None, progress=False)
+    try:
+        alone = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0).tokens
+    finally:
+        engine.close()
+    assert seen["again"] == alone  # the follower left the cancelled request where rank 0 did

@@ -110,8 +110,10 @@ def is_rank_failure(exc: BaseException) -> bool:
 
 
 def launched() -> bool:
-    """True when a launcher (``mlx.launch``, mpirun) started this process as a rank."""
-    return any(k in os.environ for k in ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"))
+    """True when a launcher (``mlx.launch``, mpirun) started this process as one rank of several."""
+    if any(k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK")):
+        return True
+    return "MLX_RANK" in os.environ and bool(os.environ.get("MLX_HOSTFILE"))
 
 
 def join(backend: str = "any") -> RankGroup:
@@ -133,6 +135,10 @@ def join(backend: str = "any") -> RankGroup:
     global _JOINED
     if _JOINED is not None:  # one group per process: a second init would open new connections
         return _JOINED
+    hostfile = os.environ.get("MLX_HOSTFILE")
+    if hostfile and os.path.isfile(hostfile) and not open(hostfile).read().strip():
+        # ``mlx.launch -n 1`` writes an empty hostfile, which MLX's ring cannot parse: a group of one.
+        del os.environ["MLX_HOSTFILE"]
     try:
         group = mx.distributed.init(strict=launched(), backend=backend)
     except RuntimeError as e:
