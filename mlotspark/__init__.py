@@ -4,6 +4,7 @@
 from mlotspark.platform import blas  # noqa: F401  isort: skip
 
 from mlotspark.errors import (
+    DistributedError,
     MlotsparkError,
     ModelError,
     ModelFormatError,
@@ -56,6 +57,7 @@ __all__ = [
     "GenerationStats",
     "RequestHandle",
     "MlotsparkError",
+    "DistributedError",
     "ModelError",
     "ModelFormatError",
     "ModelNotFoundError",
