@@ -169,6 +169,8 @@ class LeaderRunner:
             if self.failed is not None:
                 if isinstance(handle, RequestHandle):
                     handle._finish(None, self.failed)
+                elif handle is not None:
+                    handle.put((False, self.failed))
                 continue
             self._beat()
             self._current = handle if isinstance(handle, RequestHandle) else None
