@@ -5,6 +5,7 @@ from mlotspark.platform import blas  # noqa: F401  isort: skip
 from mlotspark.platform.blas import blas_warning
 
 from mlotspark.errors import (
+    DistributedError,
     MlotsparkError,
     ModelError,
     ModelFormatError,
@@ -58,6 +59,7 @@ __all__ = [
     "GenerationStats",
     "RequestHandle",
     "MlotsparkError",
+    "DistributedError",
     "ModelError",
     "ModelFormatError",
     "ModelNotFoundError",

@@ -14,7 +14,9 @@ from typing import Any, Callable, Iterator, Sequence
 from mlotspark.models import catalogue, loader, sampling_defaults
 from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.errors import OptionError, PromptTooLongError
+from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
+from mlotspark.distributed import load as distributed_load
+from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
@@ -50,6 +52,8 @@ class Engine:
         self.scheduling = scheduling or SchedulerConfig()
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
+        # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
+        self.ranks: DistributedSession | None = None
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -65,6 +69,9 @@ class Engine:
         max_batch: int = 8,
         memory_limit: int | str | None = None,
         governor: Any = None,
+        distributed: str | None = None,
+        split: str = "memory",
+        rank_timeout: float = DEFAULT_TIMEOUT_S,
         **defaults: Any,
     ) -> "Engine":
         """Load a model and return an Engine.
@@ -87,6 +94,13 @@ class Engine:
             memory_limit: keep projected KV + weights under this (bytes or ``"8GB"``);
                 new requests queue rather than fail running ones. None = no limit.
             governor: a ready ``ThermalGovernor`` (scripted probes in tests/bench).
+            distributed: ``pipeline`` (layers split across ranks) or ``tensor`` (heads
+                split) to run on every rank ``mlx.launch`` started; every rank calls
+                ``load``, rank 0 takes requests and the others call ``follow()``.
+                None (default): this process alone.
+            split: pipeline layers per rank: ``memory`` (by free memory) or ``even``.
+            rank_timeout: seconds without progress before rank 0 fails a request
+                with ``DistributedError`` (a rank died or stalled).
             **defaults: default generation options (``max_tokens``, ``temperature`` ...).
 
         Raises:
@@ -98,14 +112,24 @@ class Engine:
                                      governor=governor)
         if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
+        if distributed is not None:
+            check_distributed(distributed, split)
+            if isinstance(cascade, (CascadeConfig, dict)):
+                raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
+                                  f"with distributed={distributed!r}; leave cascade unset")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        loaded = loader.load(source, weights=weights, progress=progress)
+        if distributed is None:
+            loaded = loader.load(source, weights=weights, progress=progress)
+        else:
+            loaded = distributed_load(source, weights=weights, mode=distributed, split=split)
         # The model's recommended sampling (GGUF, generation_config.json, catalogue
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
-        engine = cls(loaded, options, scheduling, cascade)
+        engine = cls(loaded, options, scheduling, cascade if distributed is None else None)
         engine.sampling_sources = sources
+        if distributed is not None:
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout)
         return engine
 
     # ------------------------------------------------------------------ public
@@ -246,6 +270,9 @@ class Engine:
             prompt_ids = self.encode(prompt_or_messages, raw=raw)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
+        if self.ranks is not None:  # one request at a time, every rank in step
+            self.ranks.check_request(opts, cache)
+            return self.ranks.submit(self.new_generation(list(prompt_ids), opts))
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
@@ -347,6 +374,27 @@ class Engine:
             persistence.close()
         if self._scheduler is not None:
             self._scheduler.close()
+        if self.ranks is not None:
+            self.ranks.close()
+
+    @property
+    def rank(self) -> int:
+        """This process's rank: 0 leads (and alone runs without ``distributed``)."""
+        return 0 if self.ranks is None else self.ranks.rank
+
+    def follow(self) -> int:
+        """On every rank but 0 of a distributed engine: run rank 0's requests until
+        rank 0 closes its engine.
+
+        Returns:
+            How many requests this rank ran.
+
+        Raises:
+            DistributedError: not a distributed engine, called on rank 0, or rank 0 is gone.
+        """
+        if self.ranks is None:
+            raise DistributedError("follow() is for the ranks of Engine.load(distributed=...)")
+        return self.ranks.follow(lambda ids, opts: self.new_generation(ids, opts))
 
     # ------------------------------------------------- persistent memory (persistence.py)
     @property
@@ -407,6 +455,9 @@ class Engine:
                           "source": self.sampling_sources.get(k, sampling_defaults.SOURCE_GLOBAL)}
                       for k in sampling_defaults.KEYS},
         )
+        if self.ranks is not None:  # no scheduler across ranks: requests run one at a time
+            info["distributed"] = {"mode": self.ranks.setup.mode, "ranks": self.ranks.ranks_status()}
+            return info
         status = self.scheduler_status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info

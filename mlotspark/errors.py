@@ -9,6 +9,7 @@ MlotsparkError
  │                         or two options that conflict
  ├── PromptTooLongError    prompt longer than a non-cascade model's context
  ├── SnapshotError         a saved state that cannot be used (other model, corrupt)
+ ├── DistributedError      ranks that disagree (model files), cannot split a model, or died
  └── StoreError            the on-disk store (conversations, memory) cannot be used
 
 The CLI prints ``str(error)`` on one line and exits non-zero; the TUI shows it as a
@@ -84,6 +85,11 @@ class SnapshotError(MlotsparkError):
     """A saved KV snapshot cannot be used (other model, corrupt, truncated)."""
 
 
+class DistributedError(MlotsparkError):
+    """A multi-rank run cannot go on: ranks hold other model files, the model does not
+    split that way, or a rank died or stopped answering."""
+
+
 class StoreError(MlotsparkError):
     """The on-disk store cannot be read or written."""
 
@@ -97,6 +103,7 @@ __all__ = [
     "OptionError",
     "PromptTooLongError",
     "SnapshotError",
+    "DistributedError",
     "StoreError",
     "literal",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.runtime.progress import PrefillProgress
+from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.progress import PrefillBar, StatusLine
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
@@ -60,10 +61,23 @@ def run(args: argparse.Namespace) -> int:
     if prompt == "-":
         prompt = sys.stdin.read()
     cascade = cascade_choice(args)  # validated again against the model once loaded
-    engine = load_engine(args, cascade)
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
+    if args.distributed:  # under mlx.launch: rank 0 prints, the other ranks follow it
+        def load() -> Any:
+            from mlotspark.engine import Engine
+
+            return Engine.load(args.model, weights=args.weights, progress=False,
+                               cascade=None if cascade == "auto" else cascade,
+                               distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
+
+        return distributed.run_ranked(args, load, lambda engine: _reply(engine, args, messages, options))
+    return _reply(load_engine(args, cascade), args, messages, options)
+
+
+def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[str, Any]) -> int:
+    """Generate and print the reply (text stream, sequences or ``--json``)."""
     if args.json:
         result = _generate(engine, messages, args.raw, options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
@@ -144,6 +158,7 @@ def register(sub: Any) -> None:
     add_scheduler_args(p)
     add_batch_args(p)
     add_cascade_args(p)
+    distributed.add_distributed_args(p)
     g = p.add_argument_group("decoding")
     g.add_argument("--beams", dest="num_beams", type=positive_int, default=None,
                    help="beam search width, 1 = off (default 1)")

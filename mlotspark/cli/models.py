@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from mlotspark.cli.distributed import add_distributed_args
+
 
 def run_pull(args: argparse.Namespace) -> int:
     from mlotspark.models import catalogue
@@ -19,6 +21,10 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    if args.distributed:  # under mlx.launch: every rank loads its share, rank 0 reports all
+        from mlotspark.cli import distributed
+
+        return distributed.run_info(args)
     from mlotspark.models.catalogue import default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
@@ -83,7 +89,8 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--model", "-m", default=None,
                    help="also load this model (alias, .gguf, directory) and show how each stored format runs "
-                        "and its sampling defaults")
+                        "and its sampling defaults; with --distributed, the model the ranks load")
     p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
                    help="weight format to report for with --model (default: auto)")
+    add_distributed_args(p, info=True)
     p.set_defaults(func=run_info)

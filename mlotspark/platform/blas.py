@@ -52,6 +52,7 @@ SYSTEM_OPENBLAS = (
     Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0"),
     Path("/usr/lib64/libopenblas.so.0"),
 )
+_LIB: ctypes.CDLL | None = None  # the OpenBLAS loaded here, for set_blas_threads
 
 
 class BlasSetupError(OSError):
@@ -193,8 +194,9 @@ def build_private_openblas(target: Path | None = None) -> Path:
 
 
 def _load(path: Path) -> bool:
+    global _LIB
     try:
-        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        _LIB = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     except OSError:
         return False
     return True
@@ -265,6 +267,22 @@ def blas_warning() -> str | None:
     else:
         fix = _FIX
     return f"slow reference BLAS in use, matrix products ~40x slower ({BLAS_IN_USE}); fix: {fix}"
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set the loaded OpenBLAS's thread count (several ranks on one machine share its cores).
+
+    Args:
+        n: threads, >= 1.
+
+    Returns:
+        True when an OpenBLAS loaded here took the setting.
+    """
+    fn = getattr(_LIB, "openblas_set_num_threads", None) if _LIB is not None else None
+    if fn is None:
+        return False
+    fn(max(1, int(n)))
+    return True
 
 
 resolve_blas()

@@ -99,6 +99,8 @@ class Generation:
             self._meter = PrefillMeter(len(self.prompt), self.on_progress, cascade=self.cascaded,
                                        cached=self.cached_tokens)
         return self._meter
+        # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
+        self.sampler_wrapper: Callable[[Any], Any] | None = None
 
     def _max_tokens(self) -> int:
         n = self.options.max_tokens
@@ -129,11 +131,14 @@ class Generation:
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None
+        sampler = build_sampler(opts)
+        if self.sampler_wrapper is not None:
+            sampler = self.sampler_wrapper(sampler)
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,
-            sampler=build_sampler(opts),
+            sampler=sampler,
             logits_processors=build_logits_processors(opts, self.tokenizer) or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
