@@ -455,7 +455,8 @@ class SemanticStore:
 
         Args:
             query: the user's new message.
-            top_k: at most this many entries (default 3).
+            top_k: at most this many entries (default 3); only those within the
+                calibration's margin of the best one (MiniLM: 0.05).
             threshold: minimum score; default: the embedder's calibration for this
                 query (hashing: 0.35; MiniLM: 0.25 about the user, else 0.55).
             token_budget: most tokens the section may take (default 200).
@@ -474,6 +475,8 @@ class SemanticStore:
         chosen: list[Hit] = []
         if top_k:
             for hit in self._search(query, 3 * top_k, threshold):
+                if chosen and hit.score < chosen[0].score - self.calibration.margin:
+                    break  # far below the best: another fact of the same kind, not the one asked
                 if count(format_memory_section([*chosen, hit], header)) <= token_budget:
                     chosen.append(hit)
                     if len(chosen) == top_k:
