@@ -213,14 +213,14 @@ def make_case(task: str, n_tokens: int, depth: float, seed: int, count_tokens: C
         The case.
 
     Raises:
-        OptionError: an unknown task, a depth outside [0, 1] or a length under 128.
+        OptionError: an unknown task, a depth outside [0, 1] or a length under 16.
     """
     if task not in TASKS:
         raise OptionError(f"unknown RULER task {task!r}: choose from {', '.join(TASKS)}")
     if not 0.0 <= depth <= 1.0:
         raise OptionError(f"invalid needle depth {depth!r}: use a number in [0, 1]")
-    if n_tokens < 128:
-        raise OptionError(f"invalid RULER length {n_tokens!r}: use at least 128 tokens")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 16:
+        raise OptionError(f"invalid RULER length {n_tokens!r}: use at least 16 tokens")
     rng = random.Random(f"{task}:{seed}")
     intro, needles, depths, question, answers = _parts(task, rng, depth)
     chars = n_tokens * 4  # first guess; corrected below with the real tokenizer
