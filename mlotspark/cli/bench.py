@@ -35,7 +35,7 @@ def _command(args: argparse.Namespace) -> str:
               "--warmup", str(args.warmup), "--suite", args.suite]
     if args.compare:
         parts += ["--compare", args.compare]
-    if any(s.strip().startswith("long") for s in args.suite.split(",")):
+    if any(s.strip().startswith(("long", "ruler")) for s in args.suite.split(",")):
         parts += ["--contexts", args.contexts]
     if any(s.strip().startswith("batch") for s in args.suite.split(",")):
         parts += ["--batch-sizes", args.batch_sizes]
@@ -136,7 +136,7 @@ def register(sub: Any) -> None:
     p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")
     p.add_argument("--output", "-o", default=None, metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the figures as a PNG bar chart")
-    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long suite (default 1024,2048,4096)")
+    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long and ruler suites (default 1024,2048,4096)")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="batch sizes of the batch suite (default 1,2,4,8)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",

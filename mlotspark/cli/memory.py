@@ -1,7 +1,9 @@
-"""``mlotspark memory list|search|add|forget|export|import``: the semantic memory store.
+"""``mlotspark memory list|search|add|forget|export|import|reindex``: the semantic memory store.
 
-No model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db`` and
-its vectors come from the hashing embedder (``semantic/embedding.py``).
+No chat model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db``
+and its vectors come from all-MiniLM-L6-v2 when it is pulled, else from the hashing
+embedder (``semantic/minilm.py``). Only actions that compare meanings (search, add,
+import, reindex) load the embedder; list, forget and export never touch MLX.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ def _line(e: Any, score: float | None = None) -> str:
     return f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
 
 
+_EMBEDDING_ACTIONS = ("search", "add", "import", "reindex")
+
+
 def forget(store: Any, ids: list[int]) -> None:
     """Delete entries ``ids``, saying which; refuse them all, deleting nothing, if one is unknown.
 
@@ -43,10 +48,11 @@ def forget(store: Any, ids: list[int]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlotspark.memory.semantic import DEFAULT_THRESHOLD, SemanticStore
+    from mlotspark.memory.semantic import SemanticStore
 
-    with SemanticStore() as store:
-        action = args.action
+    action = args.action
+    # Re-embedding entries written by another embedder loads MiniLM: only where needed.
+    with SemanticStore(reembed=action in _EMBEDDING_ACTIONS) as store:
         if action == "list":
             entries = store.list(limit=args.limit)
             if args.json:
@@ -58,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
                     print("(memory is empty)")
         elif action == "search":
             # Below the floor the semantic tier uses for recall, a hit is noise: shown with --all only.
-            hits = store.search(args.query, k=args.k, threshold=0.0 if args.all else DEFAULT_THRESHOLD)
+            # The floor: the lowest score at which the active embedder's memory is ever injected.
+            cal = store.calibration
+            floor = min(cal.threshold_about_user, cal.threshold_other)
+            hits = store.search(args.query, k=args.k, threshold=0.0 if args.all else floor)
             if args.json:
                 out = [{**_entry_dict(h.entry), "score": h.score} for h in hits]
                 print(json.dumps(out, ensure_ascii=False, indent=2))
@@ -66,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 for h in hits:
                     print(_line(h.entry, h.score))
                 if not hits:
-                    hint = "" if args.all else f" above relevance {DEFAULT_THRESHOLD}; --all shows weaker hits"
+                    hint = "" if args.all else f" above relevance {floor:.2f}; --all shows weaker hits"
                     print(f"(nothing found{hint})")
         elif action == "add":
             before = len(store)
@@ -84,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
         elif action == "import":
             n = store.import_json(Path(args.file))
             print(f"{n} entries added from {args.file}")
+        elif action == "reindex":
+            n = store.reembed()
+            print(f"{n} entries re-embedded with {store.embedder.name}; {len(store)} in the store")
     return 0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("memory", help="list, search, add, forget, export or import semantic memory",
+    p = sub.add_parser("memory", help="list, search, add, forget, export, import or reindex semantic memory",
                        description="The semantic memory store: what the assistant remembers across conversations.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -114,4 +126,7 @@ def register(sub: Any) -> None:
 
     a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)")
     a.add_argument("file")
+
+    actions.add_parser("reindex", help="give every entry a vector from the current embedder "
+                       "(after `mlotspark pull all-minilm-l6-v2`)")
     p.set_defaults(func=run)

@@ -10,10 +10,14 @@ from mlotspark.cli.distributed import add_distributed_args
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    from mlotspark.models import catalogue
+    from mlotspark.models import bundles, catalogue
 
     if args.list:
         print(catalogue.format_models())
+        return 0
+    if args.model in bundles.BUNDLES:  # the sentence embedder: a zip of files, not one GGUF
+        path = bundles.pull(args.model, progress=True, force=args.force)
+        print(f"{args.model}: {path}")
         return 0
     source = catalogue.pull(args.model, progress=True, force=args.force)
     print(f"{source.name}: {source.path}")
@@ -31,6 +35,7 @@ def run_info(args: argparse.Namespace) -> int:
 
     info = device_info()
     info["default_model"] = default_model_line()
+    info["memory_embedder"] = _embedder_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:
         info["governor"] = gov
@@ -77,10 +82,22 @@ def model_info(model: str, weights: str = "auto", *, as_json: bool = False) -> d
     return out
 
 
+def _embedder_line() -> str:
+    """Which embedder semantic memory uses now (loads nothing: a few stat calls)."""
+    from mlotspark.errors import MlotsparkError
+    from mlotspark.memory.semantic import default_embedder, describe_embedder
+
+    try:
+        return describe_embedder(default_embedder())
+    except MlotsparkError as e:  # a bad $MLOTSPARK_EMBEDDER must not break `info`
+        return f"unknown ({e})"
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
                        description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
-    p.add_argument("model", nargs="?", default=None, help="alias or Hugging Face repo id")
+    p.add_argument("model", nargs="?", default=None,
+                   help="alias (all-minilm-l6-v2: sentence embeddings for memory) or Hugging Face repo id")
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
     p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)

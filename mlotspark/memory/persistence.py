@@ -31,7 +31,7 @@ from mlotspark.memory.conversations import Conversation, ConversationFiles, Conv
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import common_prefix
-from mlotspark.memory.semantic import DEFAULT_THRESHOLD, Hit, SemanticStore, extract_facts, format_memory_section
+from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ class PersistenceConfig:
         memory: put relevant semantic memory into prompts (default True).
         learn: remember what the user states about themselves (default True).
         memory_top_k: entries per prompt at most (default 3).
-        memory_threshold: minimum score of an entry (default the store's).
+        memory_threshold: minimum score of an entry (default None: the calibration of
+            the store's embedder, see ``semantic/calibration.py``).
         memory_token_budget: tokens the memory section may take (default 200).
     """
 
@@ -72,7 +73,7 @@ class PersistenceConfig:
     memory: bool = True
     learn: bool = True
     memory_top_k: int = 3
-    memory_threshold: float = DEFAULT_THRESHOLD
+    memory_threshold: float | None = None
     memory_token_budget: int = 200
 
     def __post_init__(self) -> None:
@@ -311,7 +312,8 @@ class Persistence:
         """The semantic store (``$MLOTSPARK_HOME/memory/semantic.db``), opened on first use."""
         with self._lock:
             if self._memory is None:
-                self._memory = SemanticStore()
+                # MiniLM runs on MLX: through the engine thread, like all MLX work here.
+                self._memory = SemanticStore(embedder=default_embedder(runner=self.run_exclusive))
             return self._memory
 
     def _count_tokens(self, text: str) -> int:
