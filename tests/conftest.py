@@ -12,9 +12,7 @@ import pytest
 
 import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
 
-MODEL_CACHE = Path(
-    os.environ.get("MLOTSPARK_TEST_MODELS") or Path.home() / ".cache" / "mlotspark-test"
-)
+from model_cache import MODEL_CACHE  # noqa: E402  (a module of its own: see there)
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from gguf.quants import dequantize
 from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma3_text
 
-from conftest import MODEL_CACHE
+from model_cache import MODEL_CACHE
 from mlotspark.engine import Engine
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import MODEL_CACHE
+from model_cache import MODEL_CACHE
 from mlotspark.errors import ModelFormatError, OptionError
 from mlotspark.memory.semantic import (
     HashingEmbedder,
