@@ -2,8 +2,10 @@
 
 # Must run before anything imports mlx: it makes MLX's BLAS calls resolve to OpenBLAS.
 from mlotspark.platform import blas  # noqa: F401  isort: skip
+from mlotspark.platform.blas import blas_warning
 
 from mlotspark.errors import (
+    DistributedError,
     MlotsparkError,
     ModelError,
     ModelFormatError,
@@ -28,6 +30,7 @@ _LAZY = {
     "GenerationStats": ".results",
     "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
+    "PrefillProgress": ".runtime.progress",
 }
 
 
@@ -56,15 +59,18 @@ __all__ = [
     "GenerationStats",
     "RequestHandle",
     "MlotsparkError",
+    "DistributedError",
     "ModelError",
     "ModelFormatError",
     "ModelNotFoundError",
     "OfflineError",
     "OptionError",
     "PersistenceConfig",
+    "PrefillProgress",
     "PromptTooLongError",
     "SnapshotError",
     "SnapshotWarning",
     "StoreError",
     "__version__",
+    "blas_warning",
 ]

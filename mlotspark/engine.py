@@ -11,13 +11,17 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
-from mlotspark.models import loader, catalogue
+from mlotspark.models import catalogue, loader, sampling_defaults
+from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.errors import OptionError
+from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
+from mlotspark.distributed import load as distributed_load
+from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
-from mlotspark.options import GenerationOptions
+from mlotspark.options import GenerationOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
 from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
@@ -34,6 +38,9 @@ Messages = Sequence[dict]
 class Engine:
     """A loaded model ready to generate. Create it with ``Engine.load``."""
 
+    #: option name -> where its default came from (``models.sampling_defaults``); set by ``load``.
+    sampling_sources: dict[str, str] = {}
+
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
                  cascade: "CascadeConfig | dict | str | None" = "auto"):
@@ -45,6 +52,8 @@ class Engine:
         self.scheduling = scheduling or SchedulerConfig()
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
+        # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
+        self.ranks: DistributedSession | None = None
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -60,6 +69,9 @@ class Engine:
         max_batch: int = 8,
         memory_limit: int | str | None = None,
         governor: Any = None,
+        distributed: str | None = None,
+        split: str = "memory",
+        rank_timeout: float = DEFAULT_TIMEOUT_S,
         **defaults: Any,
     ) -> "Engine":
         """Load a model and return an Engine.
@@ -82,20 +94,43 @@ class Engine:
             memory_limit: keep projected KV + weights under this (bytes or ``"8GB"``);
                 new requests queue rather than fail running ones. None = no limit.
             governor: a ready ``ThermalGovernor`` (scripted probes in tests/bench).
+            distributed: ``pipeline`` (layers split across ranks) or ``tensor`` (heads
+                split) to run on every rank ``mlx.launch`` started; every rank calls
+                ``load``, rank 0 takes requests and the others call ``follow()``.
+                None (default): this process alone.
+            split: pipeline layers per rank: ``memory`` (by free memory) or ``even``.
+            rank_timeout: seconds without progress before rank 0 fails a request
+                with ``DistributedError`` (a rank died or stalled).
             **defaults: default generation options (``max_tokens``, ``temperature`` ...).
 
         Raises:
             ModelError: the model cannot be found, fetched or loaded.
             OptionError: a bad option value.
         """
-        options = GenerationOptions().merged(**defaults)
+        GenerationOptions().merged(**defaults)  # a bad option fails before the model loads
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
         if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
+        if distributed is not None:
+            check_distributed(distributed, split)
+            if isinstance(cascade, (CascadeConfig, dict)):
+                raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
+                                  f"with distributed={distributed!r}; leave cascade unset")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
-        return cls(loader.load(source, weights=weights), options, scheduling, cascade)
+        if distributed is None:
+            loaded = loader.load(source, weights=weights, progress=progress)
+        else:
+            loaded = distributed_load(source, weights=weights, mode=distributed, split=split)
+        # The model's recommended sampling (GGUF, generation_config.json, catalogue
+        # table) replaces the global defaults; the caller's options still win.
+        options, sources = loaded.sampling.effective(defaults)
+        engine = cls(loaded, options, scheduling, cascade if distributed is None else None)
+        engine.sampling_sources = sources
+        if distributed is not None:
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout)
+        return engine
 
     # ------------------------------------------------------------------ public
     @property
@@ -109,6 +144,7 @@ class Engine:
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
         if isinstance(prompt_or_messages, str):
+            check_text(prompt_or_messages)
             if raw:
                 return encode_raw(self.tokenizer, prompt_or_messages)
             messages: Messages = [{"role": "user", "content": prompt_or_messages}]
@@ -119,6 +155,7 @@ class Engine:
             for m in messages:
                 if not isinstance(m, dict) or "role" not in m or "content" not in m:
                     raise OptionError(f"invalid message {m!r}: need a dict with 'role' and 'content'")
+                check_text(m["content"], f"{m['role']} message")
         return encode_chat(self.tokenizer, list(messages))
 
     def options(self, **overrides: Any) -> GenerationOptions:
@@ -136,9 +173,18 @@ class Engine:
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
         scheduler code that manage caches themselves."""
+        total = cached_tokens + len(prompt_ids)
+        if not self.loaded.supports_cascade and total >= self.loaded.context_length:
+            raise PromptTooLongError(
+                f"prompt of {total} tokens does not fit the {self.loaded.context_length}-token context of "
+                f"{self.model_name} ({self.loaded.config.get('model_type')}); the memory cascade serves only "
+                "llama-family models, so shorten the prompt"
+            )
+        given = cache is not None
         if cache is None:
-            cache = self.make_cache(cached_tokens + len(prompt_ids), options)
+            cache = self.make_cache(total, options)
         cascaded = is_cascade(cache)
+        facts = {"blas": BLAS_IN_USE, "cache": self._cache_story(cache, options, total, given)}
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -148,9 +194,26 @@ class Engine:
             cached_tokens=cached_tokens,
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
-            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights},
+            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
+                        "extra": {**facts, "weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
         )
+
+    def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
+        """Which KV cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
+        if is_cascade(cache):
+            if isinstance(self.cascade, CascadeConfig):
+                return {"kind": "cascade", "why": "the memory cascade was asked for"}
+            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
+                                              f"pass the context of {self.loaded.context_length}"}
+        if given:
+            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
+        if options.cache_kind == "auto":
+            decision = getattr(self, "cache_decision", None)
+            return {"kind": getattr(decision, "kind", "?"), "why": f"auto: {getattr(decision, 'reason', '')}"}
+        if options.cache_kind:
+            return {"kind": options.cache_kind, "why": "asked for"}
+        return {"kind": "plain", "why": "default: the model's dtype"}
 
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
@@ -178,6 +241,8 @@ class Engine:
         cache: list | None = None,
         cached_tokens: int = 0,
         on_finish: Callable[[Generation], None] | None = None,
+        on_progress: ProgressListener | None = None,
+        progress: bool = False,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -190,6 +255,10 @@ class Engine:
             cache: per-layer caches to continue from (conversations, prefix cache).
             cached_tokens: how many tokens ``cache`` already holds.
             on_finish: called with the finished Generation (on the engine's thread).
+            on_progress: called with each ``PrefillProgress`` of the prompt, in order,
+                the last one at ``done == total`` (on the engine's thread: keep it quick).
+                ``handle.progress`` holds the latest event for callers that poll.
+            progress: also yield the ``PrefillProgress`` events when iterating the handle.
             **options: generation options.
         """
         opts = self.options(**options)
@@ -201,19 +270,30 @@ class Engine:
             prompt_ids = self.encode(prompt_or_messages, raw=raw)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
+        if self.ranks is not None:  # one request at a time, every rank in step
+            self.ranks.check_request(opts, cache)
+            return self.ranks.submit(self.new_generation(list(prompt_ids), opts))
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
         scheduler = self.scheduler
-        handle = RequestHandle(gen, scheduler.wake)
+        handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
                                  owns_cache=cache is None))
         return handle
 
-    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> Iterator[str | GenerationStats]:
+    def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
+               **options: Any) -> Iterator[str | PrefillProgress | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
 
-        Options as in ``generate``.
+        Args:
+            prompt_or_messages: a prompt string or messages (see ``generate``).
+            raw: no chat template.
+            progress: first yield ``PrefillProgress`` events while the prompt
+                prefills (``done`` / ``total`` tokens, ``tokens_per_s``, ``eta_s``,
+                ``cascade``), in order, the last one at ``done == total``; a long
+                prompt then never leaves the caller without news.
+            **options: generation options, as in ``generate``.
         """
-        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        handle = self.submit(prompt_or_messages, raw=raw, progress=progress, **options)
         yield from handle
         yield handle.result().stats
 
@@ -294,6 +374,27 @@ class Engine:
             persistence.close()
         if self._scheduler is not None:
             self._scheduler.close()
+        if self.ranks is not None:
+            self.ranks.close()
+
+    @property
+    def rank(self) -> int:
+        """This process's rank: 0 leads (and alone runs without ``distributed``)."""
+        return 0 if self.ranks is None else self.ranks.rank
+
+    def follow(self) -> int:
+        """On every rank but 0 of a distributed engine: run rank 0's requests until
+        rank 0 closes its engine.
+
+        Returns:
+            How many requests this rank ran.
+
+        Raises:
+            DistributedError: not a distributed engine, called on rank 0, or rank 0 is gone.
+        """
+        if self.ranks is None:
+            raise DistributedError("follow() is for the ranks of Engine.load(distributed=...)")
+        return self.ranks.follow(lambda ids, opts: self.new_generation(ids, opts))
 
     # ------------------------------------------------- persistent memory (persistence.py)
     @property
@@ -349,7 +450,14 @@ class Engine:
             weights=self.loaded.weights,
             weights_mb=round(self.loaded.nbytes() / 1e6, 1),
             context_length=self.loaded.context_length,
+            weight_formats=self.loaded.extra.get("weight_formats", {}),
+            sampling={k: {"value": getattr(self.defaults, k),
+                          "source": self.sampling_sources.get(k, sampling_defaults.SOURCE_GLOBAL)}
+                      for k in sampling_defaults.KEYS},
         )
+        if self.ranks is not None:  # no scheduler across ranks: requests run one at a time
+            info["distributed"] = {"mode": self.ranks.setup.mode, "ranks": self.ranks.ranks_status()}
+            return info
         status = self.scheduler_status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info

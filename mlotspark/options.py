@@ -6,11 +6,54 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from mlotspark.errors import OptionError
+from mlotspark.errors import OptionError, literal
 
 
 SPECULATIVE = (None, "prompt_lookup", "draft")
+TEXT_PREVIEW = 40  # characters of a bad text shown in its error
+# Counts go to MLX as C ints (a larger top_k or beam count failed deep in MLX with
+# std::bad_cast or a TypeError, found by tests/reliability); seeds as uint64.
+MAX_COUNT = 2**31 - 1
+MAX_SEED = 2**64 - 1
+
+
+def check_text(value: object, what: str = "prompt") -> str:
+    """Return ``value`` if it is text the tokenizer and the stores can take.
+
+    NUL bytes and any length pass (a too-long prompt is the model's to refuse);
+    a lone surrogate (``"\\udcff"``, from a mis-decoded file name or a broken
+    pipe) cannot be encoded as UTF-8 and is refused here rather than deep inside
+    the tokenizer or a file write.
+
+    Args:
+        value: the text.
+        what: what it is, for the message (``prompt``, ``message``, ``system prompt``).
+
+    Returns:
+        ``value`` unchanged.
+
+    Raises:
+        OptionError: not a string, or not valid Unicode (the position is named).
+    """
+    if not isinstance(value, str):
+        raise OptionError(f"invalid {what} {_preview(value)}: use a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise OptionError(
+            f"invalid {what} {_preview(value)}: character {value[e.start]!r} at position {e.start} "
+            "is a lone surrogate, not valid Unicode"
+        ) from None
+    return value
+
+
+def _preview(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= TEXT_PREVIEW else f"{text[:TEXT_PREVIEW]}...' ({len(value) if isinstance(value, str) else '?'} characters)"
+
 CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
+# What beam search does not use: it keeps the most likely beams, it never samples.
+SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")
 FORMAT_TYPES = ("text", "json_object", "json_schema")  # response_format types (OpenAI's)
 
 
@@ -57,50 +100,95 @@ class GenerationOptions:
     response_format: dict | None = None
 
     def __post_init__(self) -> None:
+        given: dict[str, Any] = {}  # values as the caller wrote them, for messages
+
         def bad(name: str, why: str) -> OptionError:
-            return OptionError(f"invalid {name} {getattr(self, name)!r}: {why}")
+            return OptionError.about(f"invalid {{0}} {literal(given.get(name, getattr(self, name)))}: {why}", name)
 
         def number(name: str) -> float:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise bad(name, "must be a finite number")
-            return v
+            # As a float: MLX cannot take a Python int past 64 bits (std::bad_cast).
+            given[name] = v
+            object.__setattr__(self, name, float(v))
+            return float(v)
 
-        if not isinstance(self.max_tokens, int) or isinstance(self.max_tokens, bool) or self.max_tokens < 1:
-            raise bad("max_tokens", "must be an integer >= 1")
+        def count(name: str, low: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_COUNT:
+                raise bad(name, f"must be an integer from {low} to {MAX_COUNT}")
+
+        count("max_tokens", 1)
         if number("temperature") < 0:
             raise bad("temperature", "must be >= 0 (0 = greedy)")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            raise bad("top_k", "must be an integer >= 0 (0 = off)")
+        count("top_k", 0)  # 0 = off
         if not 0 < number("top_p") <= 1:
             raise bad("top_p", "must be in (0, 1]")
         if not 0 <= number("min_p") < 1:
             raise bad("min_p", "must be in [0, 1)")
         if number("repetition_penalty") <= 0:
             raise bad("repetition_penalty", "must be > 0 (1 = off)")
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0):
-            raise bad("seed", "must be a non-negative integer")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED):
+            raise bad("seed", f"must be an integer from 0 to {MAX_SEED}")
+        if not isinstance(self.stop, (str, list, tuple)) and self.stop is not None:
+            raise bad("stop", "use a string or a list of strings")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if any(not isinstance(s, str) or not s for s in stop):
             raise bad("stop", "stop strings must be non-empty strings")
+        for s in stop:
+            check_text(s, "stop string")
         object.__setattr__(self, "stop", stop)
-        if not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1:
-            raise bad("prefill_chunk", "must be an integer >= 1")
-        for name in ("num_beams", "num_return_sequences"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise bad(name, "must be an integer >= 1")
+        for name in ("prefill_chunk", "num_beams", "num_return_sequences"):
+            count(name, 1)
         number("length_penalty")
         if self.speculative not in SPECULATIVE:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
-        if self.speculative == "draft" and not self.draft_model:
-            raise bad("speculative", "'draft' needs draft_model")
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
         object.__setattr__(self, "response_format", validate_response_format(self.response_format))
         if self.response_format is not None and (self.num_beams > 1 or self.num_return_sequences > 1 or self.speculative):
             # The grammar mask follows one sequence; beams and drafts branch it.
             raise bad("response_format", "cannot be combined with beams, several returned sequences or speculative decoding")
+        self._check_conflicts()
+
+    def _check_conflicts(self) -> None:
+        """Refuse options that cannot all take effect (one would be silently ignored)."""
+        if self.speculative == "draft" and not self.draft_model:
+            raise OptionError.about("{0} draft needs {1} (the draft model)", "speculative", "draft_model")
+        if self.draft_model and self.speculative != "draft":
+            raise OptionError.about("{0} needs {1} draft (it would be ignored)", "draft_model", "speculative")
+        if self.speculative and self.num_beams > 1:
+            raise OptionError.about("{0} conflicts with {1}: beam search runs its own loop, "
+                                    "without speculation", "num_beams", "speculative")
+        if self.speculative and self.num_return_sequences > 1:
+            raise OptionError.about("{0} conflicts with {1}: several returns decode together, "
+                                    "without speculation", "num_return_sequences", "speculative")
+        if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
+            raise OptionError.about(f"invalid {{0}} {self.num_return_sequences}: at most {{1}} "
+                                    f"({self.num_beams}) with beam search", "num_return_sequences", "num_beams")
+
+    def check_given(self, given: "set[str] | frozenset[str]") -> None:
+        """Refuse options the caller set that these options would ignore.
+
+        Only options set explicitly count (engine or model defaults never conflict):
+        a sampling setting with beam search, a length penalty without beams or
+        several returns.
+
+        Args:
+            given: names of the options the caller set.
+
+        Raises:
+            OptionError: naming both options.
+        """
+        if self.num_beams > 1:
+            for name in SAMPLING:
+                if name in given and not (name == "temperature" and self.temperature == 0):
+                    raise OptionError.about("{0} conflicts with {1}: beam search keeps the most likely "
+                                            "beams and never samples", name, "num_beams")
+        if "length_penalty" in given and self.num_beams == 1 and self.num_return_sequences == 1:
+            raise OptionError.about("{0} needs {1} or {2} (it ranks several sequences)",
+                                    "length_penalty", "num_beams", "num_return_sequences")
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -110,14 +198,18 @@ class GenerationOptions:
         """A copy with ``overrides`` applied (None values ignored).
 
         Raises:
-            OptionError: an unknown option name or an invalid value.
+            OptionError: an unknown option name, an invalid value, or options that
+                conflict (``check_given`` over the ones given here).
         """
         unknown = set(overrides) - set(self.names())
         if unknown:
             raise OptionError(
                 f"unknown option {sorted(unknown)[0]!r} (known: {', '.join(self.names())})"
             )
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        out = replace(self, **given)
+        out.check_given(set(given))
+        return out
 
     def to_dict(self) -> dict:
         d = asdict(self)

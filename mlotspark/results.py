@@ -34,6 +34,60 @@ class GenerationStats:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def describe(self) -> list[str]:
+        """The story of the run in two lines (``generate -v``, the TUI): how it ran
+        (weights, BLAS, KV cache and why, cascade, speculation, beams), then what it
+        did (cached vs prefilled prompt tokens, TTFT, prefill and decode speed).
+        The one place a run is told; every figure is also in ``to_dict()``."""
+        x = self.extra
+        how = [f"weights {self.weights or '?'}"]
+        if x.get("blas"):
+            how.append(f"BLAS {_short_blas(x['blas'])}")
+        cache = x.get("cache") or {}
+        if cache:
+            how.append(f"KV cache {cache.get('kind')} ({cache.get('why')})")
+        how.append(_cascade_phrase(x.get("cascade")))
+        spec = x.get("speculative")
+        if spec:
+            if spec.get("fallback"):
+                how.append(f"speculative {spec.get('drafter')} off: {spec['fallback']}")
+            else:
+                how.append(f"speculative {spec.get('drafter')}: {spec.get('accepted', 0)}/{spec.get('drafted', 0)} "
+                           f"drafts accepted ({spec.get('acceptance_rate', 0.0):.0%}), "
+                           f"{spec.get('tokens_per_call', 0.0):.2f} tokens per model call")
+        seqs = x.get("sequences")
+        if seqs:
+            what = f"beams {seqs.get('num_beams')}" if seqs.get("mode") == "beam" else "independent samples"
+            how.append(f"{what}, {seqs.get('returned')} returned")
+        if (x.get("mean_batch") or 0) > 1:
+            how.append(f"mean batch {x['mean_batch']}")
+        prompt = f"prompt {self.prompt_tokens:,} tokens"
+        if self.cached_tokens:
+            prompt += f" ({self.cached_tokens:,} cached, {self.prefilled_tokens:,} prefilled)"
+        did = [
+            prompt,
+            f"TTFT {self.ttft_s * 1000:,.0f} ms",
+            f"prefill {self.prefill_tps:,.1f} tok/s",
+            f"decode {self.decode_tps:,.1f} tok/s",
+            f"{self.generation_tokens:,} generated ({self.finish_reason})",
+            f"peak {self.peak_memory_mb:,.0f} MB",
+        ]
+        return [" · ".join(how), " · ".join(did)]
+
+
+def _short_blas(blas: str) -> str:
+    # "OpenBLAS (/long/path/libopenblas.so.0)" -> "OpenBLAS"; reasons stay whole.
+    return blas.split(" (/", 1)[0]
+
+
+def _cascade_phrase(c: dict | None) -> str:
+    if not c:
+        return "cascade off (full attention)"
+    cfg, tokens, blocks = c.get("config") or {}, c.get("tokens") or {}, c.get("blocks") or {}
+    retrieval = c.get("retrieval") or {}
+    return (f"cascade on (window {cfg.get('window')}, {cfg.get('sinks')} sinks, {tokens.get('total', 0):,} tokens, "
+            f"{blocks.get('total', 0)} blocks, {retrieval.get('blocks_per_call', 0)} retrieved per step)")
+
 
 @dataclass
 class GenerationResult:

@@ -5,14 +5,27 @@ directory, fsync, rename, fsync of the directory, so a kill at any instant leave
 either the old or the new file (DESIGN §6). User data is private: directories
 0700, files 0600. ``FileLock`` serialises writers from several processes sharing
 one ``$MLOTSPARK_HOME``.
+
+Writes never follow a symbolic link planted inside the data directory (a
+conversation directory pointing at ``~/Documents`` must not be written or pruned
+there): ``check_no_symlinks`` refuses them. The data directory itself may be a link.
+
+``write_step`` marks the instants inside a write (temp file open, half written,
+synced, renamed) where the reliability suite (``tests/reliability``) kills the
+process: with ``MLOTSPARK_FAULT_KILL_AT=N`` in the environment the Nth step of
+the process SIGKILLs it, so kills land inside writes, not only between them
+(``MLOTSPARK_FAULT_KILL_STEP=half`` counts only the steps of that name).
+Unset (always, outside that suite) a step costs one integer test.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,15 +38,94 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 
+def home_path() -> Path:
+    """The data directory's path (``$MLOTSPARK_HOME`` or ``~/.mlotspark``), not created."""
+    return Path(os.environ.get("MLOTSPARK_HOME") or Path.home() / ".mlotspark").expanduser()
+
+
 def home() -> Path:
     """The data directory: ``$MLOTSPARK_HOME`` or ``~/.mlotspark`` (created 0700)."""
-    root = Path(os.environ.get("MLOTSPARK_HOME") or Path.home() / ".mlotspark").expanduser()
-    return ensure_dir(root)
+    return ensure_dir(home_path())
+
+
+def writable(directory: Path | None = None) -> bool:
+    """Whether files can be created in ``directory`` (default the data directory).
+
+    Args:
+        directory: an existing or missing directory; missing counts as writable when
+            its nearest existing parent is.
+
+    Returns:
+        False on a read-only file system or without write permission.
+    """
+    path = Path(directory) if directory is not None else home_path()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not os.access(path, os.W_OK | os.X_OK):
+        return False
+    try:  # os.access does not see a read-only mount on every system
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-probe.")
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return True
+
+
+# ---------------------------------------------------------------- fault injection
+_KILL_AT = int(os.environ.get("MLOTSPARK_FAULT_KILL_AT") or 0)
+_KILL_STEP = os.environ.get("MLOTSPARK_FAULT_KILL_STEP") or ""
+_steps = 0
+
+
+def write_step(step: str, path: Path | str) -> None:
+    """An instant inside a write of ``path`` where a kill test may stop the process.
+
+    Args:
+        step: what has happened so far (``open``, ``half``, ``synced``, ``renamed`` ...).
+        path: the file being written (for a debugger breakpoint's condition).
+    """
+    global _steps
+    if _KILL_AT and (not _KILL_STEP or step == _KILL_STEP):
+        _steps += 1
+        if _steps == _KILL_AT:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def check_no_symlinks(path: Path) -> None:
+    """Refuse to write ``path`` when a directory between the data directory and it is a
+    symbolic link, or ``path`` itself is one. Paths outside the data directory pass
+    (the user chose them, e.g. ``--output``).
+
+    Raises:
+        StoreError: naming the link.
+    """
+    path = Path(path)
+    root = home_path()
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return
+    cur = root
+    for part in rel.parts:
+        cur = cur / part
+        if cur.is_symlink():
+            raise StoreError(
+                f"refusing to write {path}: {cur} is a symbolic link inside the data directory "
+                f"{root} (remove it; mlotspark never follows links there for writes)"
+            )
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) with mode 0700 if missing; return it."""
+    """Create ``path`` (and parents) with mode 0700 if missing; return it.
+
+    Raises:
+        StoreError: it cannot be created, or a symbolic link inside the data
+            directory leads to it.
+    """
     path = Path(path)
+    check_no_symlinks(path)
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
@@ -80,21 +172,37 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     """
     path = Path(path)
     ensure_dir(path.parent)
+    check_no_symlinks(path)
     if isinstance(data, str):
-        data = data.encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: refuse before touching the file
+            raise StoreError(f"cannot write {path}: text is not valid Unicode ({e.reason} at {e.start})") from e
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write_step("open", path)
+            half = len(data) // 2
+            f.write(data[:half])
+            f.flush()
+            write_step("half", path)
+            f.write(data[half:])
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
+        write_step("synced", path)
         os.replace(tmp, path)
+        write_step("renamed", path)
         _fsync_dir(path.parent)
-    except OSError as e:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+        if isinstance(e, OSError):
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+        raise
 
 
 @contextlib.contextmanager
@@ -105,18 +213,28 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """
     path = Path(path)
     ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    check_no_symlinks(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    except OSError as e:
+        raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
     os.close(fd)
     try:
+        write_step("open", path)
         yield Path(tmp)
+        write_step("written", path)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
+        write_step("synced", path)
         os.replace(tmp, path)
+        write_step("renamed", path)
         _fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
         raise
 
 
@@ -139,6 +257,10 @@ def read_json(path: Path, default: Any = None) -> Any:
         raise StoreError(f"cannot read {path}: {e}") from e
 
 
+class ReadOnlyWarning(UserWarning):
+    """The data directory cannot be written: replies work, nothing is saved."""
+
+
 class FileLock:
     """An exclusive advisory lock on ``path`` (a ``.lock`` file), across processes.
 
@@ -152,12 +274,29 @@ class FileLock:
 
     def __enter__(self) -> "FileLock":
         if self._depth == 0:
-            ensure_dir(self.path.parent)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            if fcntl is not None:
+            if self.path.parent.is_dir() or writable(self.path.parent):
+                ensure_dir(self.path.parent)
+                self._fd = self._open()
+            else:  # a read-only data directory without this directory: nothing to lock
+                self._fd = None
+            if fcntl is not None and self._fd is not None:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
         self._depth += 1
         return self
+
+    def _open(self) -> int | None:
+        nofollow = getattr(os, "O_NOFOLLOW", 0)  # a planted link must not lead us elsewhere
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | nofollow, 0o600)
+        except OSError as e:
+            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise StoreError(f"cannot lock {self.path}: {e.strerror or e}") from e
+        # A read-only data directory: lock an existing file read-only (flock needs no
+        # write access), or go unlocked when there is none (nothing is written then).
+        try:
+            return os.open(self.path, os.O_RDONLY | nofollow)
+        except OSError:
+            return None
 
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up mlotspark from a fresh clone with only Python 3 (>= 3.10): a virtual
-# environment in .venv, the package and its dependencies, and the default model.
+# environment in .venv, the package and its dependencies, the default model and
+# the sentence-embedding model of semantic memory (all-MiniLM-L6-v2).
 # Idempotent: a second run only checks. Usage: scripts/setup.sh [--test]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +20,5 @@ echo "mlotspark setup: installing mlotspark$extra and its dependencies" >&2
 .venv/bin/python -c "import mlotspark" # fail here, clearly, if the install did not work
 echo "mlotspark setup: fetching the default model (once)" >&2
 .venv/bin/mlotspark pull
+echo "mlotspark setup: fetching the sentence-embedding model for semantic memory (once)" >&2
+.venv/bin/mlotspark pull all-minilm-l6-v2

@@ -16,9 +16,9 @@ def run(capsys, *argv):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["generate", "--temp", "-1"], "invalid temperature -1.0"),
-        (["generate", "--top-p", "0"], "invalid top_p 0.0"),
-        (["generate", "--max-tokens", "0"], "invalid max_tokens 0"),
+        (["generate", "--temp", "-1"], "invalid --temp -1.0"),
+        (["generate", "--top-p", "0"], "invalid --top-p 0.0"),
+        (["generate", "--max-tokens", "0"], "invalid --max-tokens 0"),
         (["generate", "-m", "no-such-model"], "no-such-model"),
         (["generate", "-m", "/nowhere/model.gguf"], "/nowhere/model.gguf"),
     ],

@@ -384,8 +384,9 @@ def test_cli_decoding_flags_reach_the_options(monkeypatch):
     from mlotspark.cli.generate import _decoding_options
 
     args = build_parser().parse_args(["generate", "--beams", "4", "--length-penalty", "0.5",
-                                      "--num-return-sequences", "2", "--speculative", "prompt_lookup",
-                                      "--cache-kind", "q8"])
+                                      "--num-return-sequences", "2", "--cache-kind", "q8"])
     opts = GenerationOptions().merged(**_decoding_options(args))
-    assert (opts.num_beams, opts.length_penalty, opts.num_return_sequences, opts.speculative, opts.cache_kind) == (
-        4, 0.5, 2, "prompt_lookup", "q8")
+    assert (opts.num_beams, opts.length_penalty, opts.num_return_sequences, opts.cache_kind) == (4, 0.5, 2, "q8")
+    # Speculation cannot join beams (refused: tests/test_option_conflicts.py), so alone:
+    args = build_parser().parse_args(["generate", "--speculative", "prompt_lookup"])
+    assert GenerationOptions().merged(**_decoding_options(args)).speculative == "prompt_lookup"

@@ -26,7 +26,7 @@ LAYERS = {
     "mlotspark.models": 1, "mlotspark.thermal": 1,
     "mlotspark.memory": 2,
     "mlotspark.decoding": 3,
-    "mlotspark.runtime": 4,
+    "mlotspark.runtime": 4, "mlotspark.distributed": 4,
     "mlotspark.engine": 5,
     "mlotspark.bench": 6, "mlotspark.cli": 6, "mlotspark.server": 6, "mlotspark.__main__": 6,
 }

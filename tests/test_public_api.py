@@ -14,6 +14,7 @@ PUBLIC = {
     "GenerationResult", "GenerationStats", "PersistenceConfig", "RequestHandle",
     "MlotsparkError", "ModelError", "ModelFormatError", "ModelNotFoundError", "OfflineError",
     "OptionError", "PromptTooLongError", "SnapshotError", "SnapshotWarning", "StoreError",
+    "DistributedError",
 }
 
 

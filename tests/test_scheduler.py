@@ -283,3 +283,31 @@ def test_real_model_batched_greedy_equals_solo_token_for_token(engine):
     assert batched == solo
     assert late.stats.extra["mean_batch"] > 1
     assert [h.result().text for h in first + [late]] == [r.text for r in solo_results]
+
+
+def test_prompts_file_resume_refuses_rows_made_with_other_options(tmp_path, capsys):
+    from mlotspark.cli.batch import run_prompts_file
+
+    engine = tiny_engine()
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("abc\nhello\nxyz\n")
+    out = tmp_path / "out.jsonl"
+    try:
+        assert run_prompts_file(engine, prompts, out, raw=True, options={"max_tokens": 4}, progress=False) == 3
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert all(r["settings"]["options"] == {"max_tokens": 4} for r in rows)
+        capsys.readouterr()
+        # Same settings: everything is skipped, and it says so.
+        assert run_prompts_file(engine, prompts, out, raw=True, options={"max_tokens": 4}, progress=False) == 0
+        assert "3 rows already in" in capsys.readouterr().err
+        # Other settings: refused with the count, the difference and the way out; nothing changes.
+        kept = out.read_text()
+        with pytest.raises(OptionError, match=r"3 of 3 finished rows .* max_tokens 4 -> 2.*--redo"):
+            run_prompts_file(engine, prompts, out, raw=True, options={"max_tokens": 2}, progress=False)
+        assert out.read_text() == kept
+        assert run_prompts_file(engine, prompts, out, raw=True, options={"max_tokens": 2}, progress=False,
+                                redo=True) == 3
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 3 and all(r["settings"]["options"] == {"max_tokens": 2} for r in rows)
+    finally:
+        engine.close()

@@ -269,8 +269,8 @@ def test_slash_settings_change_the_next_turn_and_bad_values_are_refused():
         assert app.overrides == good  # nothing changed
         errors = error_notes(app)
         assert len(errors) == 9
-        assert "/temp: invalid temperature -1.0: must be >= 0 (0 = greedy)" in errors
-        assert any("invalid top_p 2.0" in e for e in errors) and any("'warm' is not a number" in e for e in errors)
+        assert "/temp: invalid /temp -1.0: must be >= 0 (0 = greedy)" in errors
+        assert any("invalid /top_p 2.0" in e for e in errors) and any("'warm' is not a number" in e for e in errors)
         assert any("unknown command /nonsense" in e for e in errors)
         await type_line(pilot, "Hi")
         await until(pilot, lambda: app.chat.replies and app.chat.reply is None, "reply")
@@ -356,13 +356,93 @@ def test_new_rename_delete_conversations():
         await pilot.press("enter")
         await until(pilot, lambda: "Trip plans" in [r.label for r in clist.rows], "renamed")
         await pilot.press("f8")
-        assert isinstance(app.screen, Confirm)
+        assert isinstance(app.screen, Confirm) and "“Trip plans”" in app.screen.question
         await pilot.press("n")
         assert "chat-3" in engine.store
         await pilot.press("f8")
         await pilot.press("y")
         await until(pilot, lambda: "chat-3" not in clist.names, "deleted")
-        assert "chat-3" not in engine.store and app.current == "chat-2"
+        assert app.current == "chat-2"
+        app.purge()  # the undo time is over (or the app quits): the files go
+        assert "chat-3" not in engine.store
+
+    drive(app, script)
+
+
+def test_f8_deletes_the_highlighted_conversation_by_its_title_and_f9_undoes_it():
+    engine = fake_with_history()  # chat-2 (open, newest), chat-1 "Rust lifetimes"
+    app = make_app(engine)
+
+    async def script(pilot: Any) -> None:
+        clist = app.query_one(ConversationList)
+        assert app.current == "chat-2"
+        clist.focus()
+        await pilot.press("down")  # highlight chat-1; chat-2 stays open
+        await until(pilot, lambda: clist.index == 1, "chat-1 highlighted")
+        await pilot.press("f8")
+        assert isinstance(app.screen, Confirm)
+        assert "“Rust lifetimes”" in app.screen.question and "chat-2" not in app.screen.question
+        await pilot.press("y")
+        await until(pilot, lambda: clist.names == ["chat-2"], "chat-1 hidden")
+        assert app.current == "chat-2" and "chat-1" in engine.store  # kept for undo
+        await pilot.press("f9")
+        await until(pilot, lambda: app.current == "chat-1" and "chat-1" in clist.names, "chat-1 back")
+        assert engine.conversation("chat-1").title == "Rust lifetimes" and not app.trash
+        # F2 on the highlighted one names it too; once the undo time is over, a delete is for good
+        app.undo_s = 0.05
+        clist.focus()
+        clist.index = 0  # the first row, highlighted while the list has focus
+        first = clist.rows[0]
+        await pilot.press("f2")
+        assert isinstance(app.screen, TextPrompt) and f"“{first.label}”" in app.screen.title_text
+        await pilot.press("escape")
+        await pilot.press("f8")
+        await pilot.press("y")
+        await until(pilot, lambda: first.name not in engine.store, "deleted after the undo time")
+
+    drive(app, script)
+
+
+def test_opening_from_the_list_moves_focus_to_the_input():
+    engine = fake_with_history()
+    app = make_app(engine)
+
+    async def script(pilot: Any) -> None:
+        clist = app.query_one(ConversationList)
+        clist.focus()
+        await pilot.press("down")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.current == "chat-1", "chat-1 opened")
+        await until(pilot, lambda: app.query_one(PromptInput).has_focus, "focus on the input")
+        await pilot.press("h", "i")
+        assert app.query_one(PromptInput).text == "hi"  # typed text lands in the input
+
+    drive(app, script)
+
+
+def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
+    from mlotspark import PrefillProgress
+
+    gate = threading.Semaphore(0)
+    engine = FakeEngine(gate=gate)
+    engine.prefill = PrefillProgress(done=4096, total=12000, elapsed_s=48.0, cascade=True)
+    app = make_app(engine, poll_s=0.02)
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "Summarise this long document")
+
+        def line() -> str:
+            reply = app.chat.reply
+            return str(reply.query_one(".mark").render()) if reply is not None else ""
+
+        await until(pilot, lambda: "4,096/12,000 tokens" in line(), "the prefill line")
+        assert "ETA" in line() and "memory cascade" in line() and "Escape" in line()
+        await pilot.press("escape")
+        gate.release()  # the fake notices the cancel before its first piece
+        await until(pilot, lambda: app.chat.reply is None, "the reply ended")
+        reply = app.chat.replies[-1]
+        assert reply.finish_reason == "cancelled" and reply.text == ""
+        assert "4,096" not in str(reply.query_one(".mark").render())
 
     drive(app, script)
 
@@ -454,4 +534,4 @@ def test_cli_chat_rejects_a_bad_option_before_loading(capsys):
     from mlotspark.cli import main
 
     assert main(["chat", "--temp", "-2"]) == 2
-    assert "invalid temperature -2.0" in capsys.readouterr().err
+    assert "invalid --temp -2.0" in capsys.readouterr().err

@@ -130,6 +130,11 @@ class FakeConversation:
     def cancel(self) -> None:
         self._cancel.set()
 
+    @property
+    def progress(self) -> Any:
+        """The scripted prefill progress (``FakeEngine.prefill``) until the first piece."""
+        return self.engine.prefill
+
     def stream(self, text: str, **options: Any) -> Iterator[Any]:
         opts = self.engine.options(**options)
         self.engine.calls.append((self.name, text, options))
@@ -145,6 +150,7 @@ class FakeConversation:
                 reason = "cancelled"
                 break
             piece = w if i == 0 else " " + w
+            self.engine.prefill = None  # the prompt is in: pieces come now
             out.append(piece)
             yield piece
         else:
@@ -173,6 +179,7 @@ class FakeEngine:
     calls: list = field(default_factory=list)
     clock: float = 0.0
     closed: bool = False
+    prefill: Any = None  # a PrefillProgress the next turn reports until its first piece
 
     def options(self, **overrides: Any) -> GenerationOptions:
         return GenerationOptions().merged(**overrides)

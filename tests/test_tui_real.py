@@ -59,7 +59,7 @@ def test_reply_streams_escape_cancels_and_slash_commands(default_gguf):
                 await type_line(pilot, bad)
             assert app.overrides == {"temperature": 0.0, "max_tokens": 24}
             errors = [n.text for n in app.chat.notes if n.error]
-            assert len(errors) == 4 and "invalid temperature -1.0" in errors[0] and "invalid top_p 1.5" in errors[1]
+            assert len(errors) == 4 and "invalid /temp -1.0" in errors[0] and "invalid /top_p 1.5" in errors[1]
             assert "temp 0.0" in app.panel.text() and "max 24" in app.panel.text()
 
             # a reply appears piece by piece

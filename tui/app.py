@@ -87,6 +87,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         Binding("f1", "help", "Help", priority=True),
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
+        Binding("f9", "undo_delete", "Undo delete", show=False),
     ]
 
     def __init__(
@@ -116,6 +117,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         self.tiers_stale = True  # tier figures to read at the next poll
         self.collecting = False  # a figures worker is running
         self.loading_since: float | None = None
+        self.trash: dict[str, Any] = {}  # deleted this session, files kept for undo (conversations.py)
         self._log_ids = 0
         self.log_handler = NotifyHandler(self)
 
@@ -250,6 +252,9 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         except MlotsparkError:
             opts = dict(self.overrides)
         self.panel.settings = opts
+        sources = backend.sampling_sources(self.engine)
+        sources.update(dict.fromkeys(self.overrides, "this session"))
+        self.panel.sources = sources
         self.panel.refresh_figures()
 
     def action_help(self) -> None:
@@ -384,6 +389,10 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
                 f"Loading {self.model or 'the default model'} … {time.monotonic() - loading:.0f} s")
         panel = self.panel
         turn = self.turns.get(self.current or "")
+        if turn is not None and turn.first_piece is None:
+            if turn.cancel_requested and turn.conv is not None:
+                backend.cancel_turn(turn.conv)  # Escape came before the request existed: ask again
+            self.show_prefill(turn)
         if turn is not None and turn.first_piece is not None:
             now = time.monotonic()
             since = turn.sampled_at or turn.first_piece
@@ -397,6 +406,14 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             self.collecting = True
             self.collect_figures(self.engine, self.tiers_stale)
             self.tiers_stale = False
+
+    def show_prefill(self, turn: Turn) -> None:
+        """While a long prompt prefills, its progress in the reply (Escape stops it)."""
+        chat = self.logs.get(turn.conversation)
+        event = backend.prefill_progress(turn.conv)
+        if chat is None or chat.reply is None or event is None or event.finished:
+            return
+        chat.reply.show_progress(f"⏳ {event.describe()} · Escape stops")
 
     @work(thread=True, group="figures", exit_on_error=False)
     def collect_figures(self, engine: Any, with_tiers: bool) -> None:
@@ -425,6 +442,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         self.log_handler.uninstall()
 
     async def action_quit(self) -> None:
+        self.purge()  # deletions the user confirmed: their undo time ends with the app
         for turn in list(self.turns.values()):
             turn.cancel_requested = True
             if turn.conv is not None:

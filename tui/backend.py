@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, blas_warning
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ class MachineFigures:
     kv_bytes: int | None = None
     decode_tps: float | None = None
     reason: str = ""
+    #: Set when MLX runs on its slow reference BLAS: the warning with the fix.
+    blas_warning: str | None = field(default_factory=blas_warning)
 
 
 def load_engine(model: str | None, **defaults: Any) -> Any:
@@ -86,6 +88,12 @@ def default_options(engine: Any) -> dict[str, Any]:
     """The engine's default generation options as a dict."""
     opts = engine.options()
     return opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts))
+
+
+def sampling_sources(engine: Any) -> dict[str, str]:
+    """Where each default sampling option came from (the model's file, the catalogue,
+    the global default, the caller); {} if the engine does not say."""
+    return dict(getattr(engine, "sampling_sources", None) or {})
 
 
 # -- conversations ----------------------------------------------------------------------
@@ -123,6 +131,14 @@ def create_conversation(engine: Any, name: str) -> Any:
 
 def messages(conv: Any) -> list[dict]:
     return [m for m in conv.messages if m.get("role") in ("user", "assistant")]
+
+
+def prefill_progress(conv: Any) -> Any:
+    """The running turn's latest ``PrefillProgress`` (None when unknown or none yet)."""
+    try:
+        return getattr(conv, "progress", None) if conv is not None else None
+    except Exception:  # noqa: BLE001  a progress read must never take the UI down
+        return None
 
 
 def cancel_turn(conv: Any) -> bool:
@@ -212,6 +228,6 @@ def model_facts(engine: Any) -> dict:
 
 __all__ = [
     "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
-    "default_options", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
-    "model_facts", "model_name", "next_name", "tiers", "turn_figures",
+    "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
+    "model_facts", "model_name", "next_name", "prefill_progress", "tiers", "turn_figures",
 ]

@@ -50,6 +50,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "new": ("", "start a new conversation (Ctrl+N)"),
     "rename": ("TITLE", "rename this conversation (F2)"),
     "delete": ("", "delete this conversation (F8)"),
+    "undo": ("", "bring back the conversation deleted last (F9, for a few seconds)"),
     "help": ("", "keys and commands (F1)"),
 }
 
@@ -112,6 +113,11 @@ def parse(text: str) -> Command:
     return Command(name, argument)
 
 
+def slash_name(option: str) -> str:
+    """How the TUI names a generation option in messages: its command (``/temp``), else the option."""
+    return next((f"/{cmd}" for cmd, (name, _, _) in SETTINGS.items() if name == option), option)
+
+
 def help_rows() -> list[tuple[str, str]]:
     """(usage, what it does) for every command, for the help screen."""
     rows = [(f"/{name} VALUE", meaning) for name, (_, _, meaning) in SETTINGS.items()]
@@ -119,4 +125,4 @@ def help_rows() -> list[tuple[str, str]]:
     return rows
 
 
-__all__ = ["ACTIONS", "Command", "CommandError", "SETTINGS", "help_rows", "is_command", "parse"]
+__all__ = ["ACTIONS", "Command", "CommandError", "SETTINGS", "help_rows", "slash_name", "is_command", "parse"]

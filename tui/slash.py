@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, OptionError
 
 from tui import backend
-from tui.commands import Command, CommandError, parse
+from tui.commands import Command, CommandError, parse, slash_name
 
 
 MEMORY_LIST = 20  # entries /memory shows
@@ -44,6 +44,8 @@ class SlashCommands:
         handler = getattr(self, f"command_{cmd.name}", None) if cmd.option is None else self.command_setting
         try:
             await handler(cmd)
+        except OptionError as e:  # named as the user types them here (/temp, not temperature)
+            await self.say(f"/{cmd.name}: {e.render(slash_name)}", error=True)
         except MlotsparkError as e:
             await self.say(f"/{cmd.name}: {e}", error=True)
         except Exception as e:  # noqa: BLE001  a command must never end the app
@@ -62,7 +64,7 @@ class SlashCommands:
     async def command_system(self, cmd: Command) -> None:
         conv = self.engine.conversation(self.current)
         if not cmd.argument:
-            await self.say(f"system prompt: {conv.system or '(none)'}")
+            await self.say(f"system prompt: {conv.system or '(the model’s default)'}")
             return
         if self.busy("change the system prompt"):
             return
@@ -88,6 +90,9 @@ class SlashCommands:
 
     async def command_delete(self, cmd: Command) -> None:
         self.action_delete()
+
+    async def command_undo(self, cmd: Command) -> None:
+        await self.action_undo_delete()
 
     # -- semantic memory --------------------------------------------------------------
     def _memory(self) -> Any:

@@ -17,12 +17,27 @@ Example::
 May import anything in ``mlotspark`` below the CLI (the engine, models, thermal).
 """
 
-from mlotspark.bench.config import BenchConfig
-from mlotspark.bench.figures import SCHEMA, Figure, Report, SuiteError
-from mlotspark.bench.formats import CSV_COLUMNS, render
-from mlotspark.bench.plot import plot_report
-from mlotspark.bench.runner import run_bench
-from mlotspark.bench.suites import SUITES, parse_suites
+# Names load on first use (PEP 562): the CLI builds its parser from ``bench.config``
+# without importing the suites, which import MLX (``mlotspark --help`` stays light).
+_LAZY = {
+    "BenchConfig": "config", "parse_suites": "suites",
+    "SCHEMA": "figures", "Figure": "figures", "Report": "figures", "SuiteError": "figures",
+    "CSV_COLUMNS": "formats", "render": "formats",
+    "plot_report": "plot",
+    "run_bench": "runner",
+    "SUITES": "suites",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CSV_COLUMNS",

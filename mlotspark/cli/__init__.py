@@ -15,8 +15,9 @@ import sys
 from typing import Callable, Sequence
 
 from mlotspark.platform import blas  # noqa: F401  (OpenBLAS before MLX)
-from mlotspark.errors import MlotsparkError
+from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.cli import bench, chat, generate, memory, models, serve
+from mlotspark.cli.common import flag
 
 # Command modules in the order --help lists them.
 COMMANDS = [chat, generate, models, memory, bench, serve]
@@ -39,8 +40,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     func: Callable[[argparse.Namespace], int] = args.func
+    slow = blas.blas_warning()
+    if slow:  # the one loud line: a fresh install that runs 10x slower must not go unnoticed
+        print(f"mlotspark: warning: {slow}", file=sys.stderr)
     try:
         return func(args)
+    except OptionError as e:  # named by the flags the user typed, not the API's names
+        print(f"mlotspark: error: {e.render(flag)}", file=sys.stderr)
+        return 2
     except MlotsparkError as e:
         print(f"mlotspark: error: {e}", file=sys.stderr)
         return 2

@@ -10,19 +10,20 @@ Also the scheduler flags every engine-loading command shares.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import queue
 import sys
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 from mlotspark.errors import OptionError
 from mlotspark.thermal.governor import MODES
 from mlotspark.options import GenerationOptions
-from mlotspark.runtime.scheduler import parse_memory_limit
-from mlotspark.cli.common import positive_int
+from mlotspark.runtime.scheduler_config import parse_memory_limit
+from mlotspark.cli.common import note, positive_int
 
 # Several replies per prompt are separate requests here, so they batch.
 _PER_REQUEST = "num_return_sequences"
@@ -42,18 +43,29 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
     """``--mode``, ``--max-batch`` and ``--memory-limit``."""
     g = p.add_argument_group("scheduling")
     g.add_argument("--mode", choices=MODES, default="auto",
-                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto)")
-    g.add_argument("--max-batch", type=positive_int, default=8,
+                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto); "
+                        "efficiency decodes at most a quarter of --max-batch together (the mode wins)")
+    g.add_argument("--max-batch", type=positive_int, default=None,
                    help="most requests decoded together (default 8)")
     g.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="keep projected KV + weights under SIZE (e.g. 8GB); new requests wait")
 
 
 def scheduler_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``Engine.load`` keyword arguments from the scheduling flags (validated)."""
+    """``Engine.load`` keyword arguments from the scheduling flags (validated).
+
+    When ``--mode`` lowers a ``--max-batch`` the user gave, says so once on stderr.
+    """
+    from mlotspark.runtime.scheduler_config import SchedulerConfig
+
+    mode, given = getattr(args, "mode", "auto"), getattr(args, "max_batch", None)
+    config = SchedulerConfig(mode=mode, max_batch=given or 8)
+    if given is not None and config.mode_cap() < given:
+        note(f"--mode {mode} decodes at most {config.mode_cap()} request(s) together "
+             f"(--max-batch {given} is capped; the mode wins)")
     return {
-        "mode": getattr(args, "mode", "auto"),
-        "max_batch": getattr(args, "max_batch", 8),
+        "mode": mode,
+        "max_batch": config.max_batch,
         "memory_limit": parse_memory_limit(getattr(args, "memory_limit", None)),
     }
 
@@ -67,8 +79,11 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
                         "with 'prompt' or 'messages' and per-prompt options); with "
                         "--num-return-sequences N, N independent replies each")
     g.add_argument("--output", "-o", default=None, metavar="FILE",
-                   help="with --prompts: JSONL results, written as they finish; a rerun resumes "
-                        "(default: FILE.results.jsonl; '-' = stdout, no resume)")
+                   help="with --prompts: JSONL results, written as they finish; a rerun with the same "
+                        "settings resumes (default: FILE.results.jsonl; '-' = stdout, no resume)")
+    g.add_argument("--redo", action="store_true",
+                   help="with --prompts: make again the rows of --output made with other settings "
+                        "(without it, such rows are refused)")
 
 
 # ------------------------------------------------------------------- files
@@ -107,16 +122,53 @@ def read_prompts(path: Path) -> list[PromptSpec]:
     return specs
 
 
-def finished_sequences(output: Path, specs: list[PromptSpec]) -> set[tuple[int, int]]:
-    """(index, sequence) pairs already in ``output``; a torn last line is dropped.
+def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], *, raw: bool = False,
+                     system: str | None = None, model: str | None = None) -> dict[str, Any]:
+    """What one result row is made with: its generation options (the file's defaults
+    under the line's own), the system prompt, raw mode and the model. Stored with the
+    row, so a rerun with other settings is told rather than silently mixed.
+
+    Args:
+        spec: the prompt.
+        sequence: which of its replies (a seeded request gets ``seed + sequence``).
+        defaults: options from the command line.
+        raw, system, model: as given to the command.
+    """
+    opts = {**defaults, **{k: v for k, v in spec.options.items() if k != _PER_REQUEST}}
+    if sequence and opts.get("seed") is not None:
+        opts["seed"] = opts["seed"] + sequence
+    settings = {"options": opts, "system": system, "raw": raw, "model": model}
+    return json.loads(json.dumps(settings))  # as it reads back from the file (tuples -> lists)
+
+
+def finished_sequences(
+    output: Path,
+    specs: list[PromptSpec],
+    settings_of: Callable[[PromptSpec, int], dict] | None = None,
+    *,
+    redo: bool = False,
+) -> set[tuple[int, int]]:
+    """(index, sequence) pairs already in ``output`` with the same settings; a torn last
+    line is dropped.
+
+    Args:
+        output: the results file.
+        specs: the prompts.
+        settings_of: the settings a row should have been made with (``request_settings``);
+            None skips the check.
+        redo: drop rows made with other settings from the file (they run again)
+            instead of refusing.
 
     Raises:
-        OptionError: the file holds results of other prompts.
+        OptionError: the file holds results of other prompts, or rows made with other
+            settings (how many, the first difference, and how to redo them).
     """
     if not output.exists():
         return set()
     done: set[tuple[int, int]] = set()
     text = output.read_text(encoding="utf-8")
+    kept: list[str] = []
+    differ: list[tuple[tuple[int, int], str]] = []
     good = 0  # bytes of complete lines, so a torn last line can be cut off
     for n, line in enumerate(text.splitlines(keepends=True), start=1):
         if not line.endswith("\n"):
@@ -131,12 +183,43 @@ def finished_sequences(output: Path, specs: list[PromptSpec]) -> set[tuple[int, 
                 f"{str(output)!r} holds results for other prompts (prompt {key[0]} differs): "
                 "choose another --output"
             )
-        done.add(key)
         good += len(line.encode("utf-8"))
-    if good != len(text.encode("utf-8")):
+        if settings_of is not None:
+            want = settings_of(specs[key[0]], key[1])
+            if row.get("settings") != want:
+                differ.append((key, _difference(row.get("settings"), want)))
+                continue
+        done.add(key)
+        kept.append(line)
+    if differ and not redo:
+        (index, seq), why = differ[0]
+        raise OptionError(
+            f"{len(differ)} of {len(differ) + len(done)} finished rows in {str(output)!r} were made with other "
+            f"settings (prompt {index}, reply {seq}: {why}): rerun with --redo to make them again, "
+            "or choose another --output"
+        )
+    if differ:  # --redo: keep the matching rows only; the others run again
+        from mlotspark.storage import atomic_write
+
+        atomic_write(output, "".join(kept).encode("utf-8"))
+    elif good != len(text.encode("utf-8")):
         with output.open("r+b") as f:
             f.truncate(good)
     return done
+
+
+def _difference(had: Any, want: dict) -> str:
+    """The first setting that differs, as ``temperature 0.7 -> 0.2``."""
+    if not isinstance(had, dict):
+        return "made before settings were stored with each row"
+    for key in ("model", "system", "raw"):
+        if had.get(key) != want[key]:
+            return f"{key} {had.get(key)!r} -> {want[key]!r}"
+    old, new = had.get("options") or {}, want["options"]
+    for k in sorted(set(old) | set(new)):
+        if old.get(k) != new.get(k):
+            return f"{k} {old.get(k, 'default')!r} -> {new.get(k, 'default')!r}"
+    return "other settings"
 
 
 def run_prompts_file(
@@ -149,8 +232,14 @@ def run_prompts_file(
     num_return_sequences: int = 1,
     options: dict[str, Any] | None = None,
     progress: bool = True,
+    model: str | None = None,
+    redo: bool = False,
 ) -> int:
     """Run a prompts file through ``engine``, appending JSONL results as they finish.
+
+    Each row stores the settings it was made with (``request_settings``); a rerun
+    skips rows made with the same settings and refuses rows made with others
+    (``redo`` makes those again), saying on stderr how many it skipped.
 
     Args:
         engine: a loaded Engine.
@@ -161,13 +250,26 @@ def run_prompts_file(
         num_return_sequences: replies per prompt.
         options: default options; a line's own options override them.
         progress: a progress bar on stderr.
+        model: the model as the user named it (stored with each row).
+        redo: make rows with other settings again instead of refusing.
 
     Returns:
         Sequences finished in this run (those found in ``output`` are skipped).
+
+    Raises:
+        OptionError: ``output`` holds other prompts' results, or rows made with other
+            settings (without ``redo``).
     """
     specs = read_prompts(prompts)
-    done = finished_sequences(output, specs) if output is not None else set()
     defaults = {k: v for k, v in (options or {}).items() if k != _PER_REQUEST}
+
+    def settings(spec: PromptSpec, j: int) -> dict:
+        return request_settings(spec, j, defaults, raw=raw, system=system, model=model)
+
+    done = finished_sequences(output, specs, settings, redo=redo) if output is not None else set()
+    if done:
+        print(f"mlotspark: {len(done)} rows already in {output} with the same settings: skipped",
+              file=sys.stderr)
 
     def replies(s: PromptSpec) -> int:
         n = s.options.get(_PER_REQUEST, num_return_sequences)
@@ -179,9 +281,7 @@ def run_prompts_file(
     finished: queue.SimpleQueue = queue.SimpleQueue()
     handles = []
     for spec, j in todo:
-        opts = {**defaults, **{k: v for k, v in spec.options.items() if k != _PER_REQUEST}}
-        if j and opts.get("seed") is not None:
-            opts["seed"] = opts["seed"] + j
+        opts = settings(spec, j)["options"]
         prompt: Any = spec.prompt
         if system and isinstance(prompt, str) and not raw:
             prompt = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
@@ -201,7 +301,7 @@ def run_prompts_file(
                         if h.done:
                             h.result()  # raises its error
                     continue
-                _write(out, spec, j, gen)
+                _write(out, spec, j, gen, settings(spec, j))
                 written += 1
                 bar.update(1)
     finally:
@@ -211,9 +311,9 @@ def run_prompts_file(
     return written
 
 
-def _write(out: IO[str], spec: PromptSpec, sequence: int, gen: Any) -> None:
+def _write(out: IO[str], spec: PromptSpec, sequence: int, gen: Any, settings: dict) -> None:
     r = gen.result
-    row = {"index": spec.index, "sequence": sequence, "prompt": spec.prompt}
+    row = {"index": spec.index, "sequence": sequence, "prompt": spec.prompt, "settings": settings}
     if r is not None:
         row.update(text=r.text, **{k: v for k, v in r.stats.to_dict().items() if k != "extra"})
     out.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -242,26 +342,34 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 
 
 # ---------------------------------------------------------------- command
-def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
-    """``generate --prompts``: load the engine, run the file, report where results went."""
-    from mlotspark.engine import Engine
+def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any,
+        load_engine: Callable[[argparse.Namespace, Any], Any]) -> int:
+    """``generate --prompts``: load the engine, run the file, report where results went.
 
+    Args:
+        args: the parsed ``generate`` flags.
+        options: generation options from the flags.
+        cascade: ``Engine.load``'s ``cascade`` from the cascade flags.
+        load_engine: ``generate.load_engine`` (loads with a status line on a terminal).
+    """
     prompts = Path(args.prompts)
     specs = read_prompts(prompts)  # a bad file fails before the model loads
     if not specs:
         raise OptionError(f"prompts file {str(prompts)!r} has no prompts")
+    replies = options.pop(_PER_REQUEST, 1)
     output: Path | None
     if args.output == "-":
         output = None
     else:
         output = Path(args.output) if args.output else prompts.with_suffix(".results.jsonl")
-        finished_sequences(output, specs)  # other prompts' results fail now, not after loading
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         **scheduler_kwargs(args))
+        # Other prompts' results, or rows made with other settings, fail now, not after loading.
+        finished_sequences(output, specs, None if args.redo else functools.partial(
+            request_settings, defaults=options, raw=args.raw, system=args.system, model=args.model))
+    engine = load_engine(args, cascade)
     try:
         n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
-                             num_return_sequences=options.pop(_PER_REQUEST, 1), options=options,
-                             progress=sys.stderr.isatty())
+                             num_return_sequences=replies, options=options,
+                             progress=sys.stderr.isatty(), model=args.model, redo=args.redo)
     finally:
         engine.close()
     if output is not None:

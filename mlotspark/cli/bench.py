@@ -35,7 +35,7 @@ def _command(args: argparse.Namespace) -> str:
               "--warmup", str(args.warmup), "--suite", args.suite]
     if args.compare:
         parts += ["--compare", args.compare]
-    if any(s.strip().startswith("long") for s in args.suite.split(",")):
+    if any(s.strip().startswith(("long", "ruler")) for s in args.suite.split(",")):
         parts += ["--contexts", args.contexts]
     if any(s.strip().startswith("batch") for s in args.suite.split(",")):
         parts += ["--batch-sizes", args.batch_sizes]
@@ -96,12 +96,22 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
-def register(sub: Any) -> None:
-    from mlotspark.bench.config import DEFAULT_SUITES
-    from mlotspark.bench.suites import SUITES
+def _suites_epilog() -> str:
+    from mlotspark.bench.suites import SUITES  # imports MLX: only when bench's help is shown
 
     suites = "; ".join(f"{name}: {m.DESCRIPTION}" + (f" (cases {', '.join(m.CASES)})" if m.CASES else "")
                        for name, m in SUITES.items())
+    return f"Suites: {suites}."
+
+
+def _help_with_suites(p: argparse.ArgumentParser) -> str:
+    p.epilog = p.epilog or _suites_epilog()
+    return argparse.ArgumentParser.format_help(p)
+
+
+def register(sub: Any) -> None:
+    from mlotspark.bench.config import DEFAULT_SUITES
+
     p = sub.add_parser(
         "bench", help="latency and tokens/sec, side by side with mlx-lm",
         description=(
@@ -111,8 +121,8 @@ def register(sub: Any) -> None:
             "interleaved, and a ratio column says how we compare (> 1: mlotspark better). "
             "Absolute numbers drift on a busy machine; the ratios measured side by side are what count."
         ),
-        epilog=f"Suites: {suites}.",
     )
+    p.format_help = lambda: _help_with_suites(p)  # type: ignore[method-assign]  # suites listed lazily
     add_model_args(p)
     p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt length of pp (default 512)")
     p.add_argument("-g", "--gen-tokens", type=positive_int, default=128,
@@ -120,13 +130,13 @@ def register(sub: Any) -> None:
     p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--suite", "-s", default=DEFAULT_SUITES,
-                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = {','.join(SUITES)})")
+                   help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = every suite below)")
     p.add_argument("--compare", choices=["mlx-lm"], default=None,
                    help="also run mlx-lm on the same weights, interleaved, and print ratios")
     p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")
     p.add_argument("--output", "-o", default=None, metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the figures as a PNG bar chart")
-    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long suite (default 1024,2048,4096)")
+    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long and ruler suites (default 1024,2048,4096)")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="batch sizes of the batch suite (default 1,2,4,8)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",

@@ -3,7 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+
+# Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
+# CLI name the flag the user typed.
+FLAGS = {
+    "temperature": "--temp",
+    "num_beams": "--beams",
+}
+
+
+def flag(name: str) -> str:
+    """The CLI flag of option ``name`` (``num_beams`` -> ``--beams``)."""
+    return FLAGS.get(name) or "--" + name.replace("_", "-")
+
+
+def note(text: str) -> None:
+    """Tell the user once, on stderr, how one option limited another."""
+    print(f"mlotspark: note: {text}", file=sys.stderr)
 
 
 def positive_int(text: str) -> int:
@@ -31,9 +50,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=None, help="most tokens to generate (default 512)")
     g.add_argument("--temp", "--temperature", dest="temperature", type=float, default=None,
-                   help="sampling temperature, 0 = greedy (default 0.7)")
+                   help="sampling temperature, 0 = greedy (default: the model's recommendation, else 0.7; see `mlotspark info -m`)")
     g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens, 0 = off (default 0)")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default 0.95)")
+    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default: the model's recommendation, else 0.95)")
     g.add_argument("--min-p", type=float, default=None, help="min-p filter in [0, 1) (default 0)")
     g.add_argument("--repetition-penalty", type=float, default=None, help="> 0, 1 = off (default 1)")
     g.add_argument("--seed", type=int, default=None, help="random seed for sampling")

@@ -7,10 +7,12 @@ import json
 import sys
 from typing import Any
 
-from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
+from mlotspark.runtime.progress import PrefillProgress
+from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
+from mlotspark.cli.progress import PrefillBar, StatusLine
 from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
 
 # A context so long that no span exceeds it: checks flag values, not their fit.
@@ -19,27 +21,65 @@ VALUES_ONLY_CONTEXT = 1 << 30
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
 
-def run(args: argparse.Namespace) -> int:
-    from mlotspark.engine import Engine
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that would be silently ignored together (one line naming both).
 
+    Generation options are checked by ``GenerationOptions`` (the same check for the
+    API, the CLI and the TUI); these are the flags only the CLI has.
+
+    Raises:
+        OptionError: naming both flags.
+    """
+    if args.raw and args.system is not None:
+        raise OptionError("--system conflicts with --raw: a raw prompt has no chat template to put it in")
+    if args.prompts is None:
+        for name in ("output", "redo"):
+            if getattr(args, name, None):
+                raise OptionError(f"--{name} needs --prompts FILE (it is about a batch run)")
+        return
+    if args.prompt is not None:
+        raise OptionError("--prompt conflicts with --prompts: give one prompt or a file of them")
+    if args.json:
+        raise OptionError("--json conflicts with --prompts: results are JSON lines in --output already")
+    if args.verbose:
+        raise OptionError("--verbose conflicts with --prompts: each result line carries its figures")
+    if args.length_penalty is not None and (args.num_beams or 1) == 1:
+        raise OptionError("--length-penalty needs --beams with --prompts: there each of "
+                          "--num-return-sequences is a request of its own, never ranked")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_flags(args)
     options = sampling_options(args)
     options.update(_decoding_options(args))
+    GenerationOptions().merged(**options)  # a bad value or a conflict fails before the model loads
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
-        return batch.run(args, options)
-    prompt = args.prompt
+        return batch.run(args, options, cascade_choice(args), load_engine)
+    prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
-    GenerationOptions().merged(**options)  # a bad value fails before the model loads
     cascade = cascade_choice(args)  # validated again against the model once loaded
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(),
-                         cascade=cascade, **scheduler_kwargs(args))
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
+    if args.distributed:  # under mlx.launch: rank 0 prints, the other ranks follow it
+        def load() -> Any:
+            from mlotspark.engine import Engine
+
+            return Engine.load(args.model, weights=args.weights, progress=False,
+                               cascade=None if cascade == "auto" else cascade,
+                               distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
+
+        return distributed.run_ranked(args, load, lambda engine: _reply(engine, args, messages, options))
+    return _reply(load_engine(args, cascade), args, messages, options)
+
+
+def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[str, Any]) -> int:
+    """Generate and print the reply (text stream, sequences or ``--json``)."""
     if args.json:
-        result = engine.generate(messages, raw=args.raw, **options)
+        result = _generate(engine, messages, args.raw, options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
         if result.sequences:
             out["sequences"] = [{"text": h.text, "tokens": h.tokens, "score": h.score,
@@ -48,35 +88,66 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, ensure_ascii=False))
         return 0
     if options.get("num_return_sequences", 1) > 1:
-        result = engine.generate(messages, raw=args.raw, **options)
+        result = _generate(engine, messages, args.raw, options)
         for i, h in enumerate(result.sequences, 1):
             print(f"--- {i} (score {h.score:.4f}, {h.finish_reason})\n{h.text}")
+        sys.stdout.flush()
+        _tell(args, engine, result.stats)
         return 0
     stats = None
-    for piece in engine.stream(messages, raw=args.raw, **options):
-        if isinstance(piece, str):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        else:
-            stats = piece
+    bar = PrefillBar()  # on a terminal only, once the prefill has taken a second
+    try:
+        for piece in engine.stream(messages, raw=args.raw, progress=True, **options):
+            if isinstance(piece, str):
+                bar.close()
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            elif isinstance(piece, PrefillProgress):
+                bar(piece)
+            else:
+                stats = piece
+    finally:
+        bar.close()
     sys.stdout.write("\n")
-    if stats is not None and args.verbose:
-        print(
-            f"[{stats.prompt_tokens} prompt tokens, {stats.generation_tokens} generated; "
-            f"TTFT {stats.ttft_s * 1000:.0f} ms, prefill {stats.prefill_tps:.1f} tok/s, "
-            f"decode {stats.decode_tps:.1f} tok/s, peak {stats.peak_memory_mb:.0f} MB, "
-            f"finish: {stats.finish_reason}]",
-            file=sys.stderr,
-        )
+    sys.stdout.flush()  # the reply, then the story on stderr
+    _tell(args, engine, stats)
     return 0
 
 
+def load_engine(args: argparse.Namespace, cascade: Any) -> Any:
+    """``Engine.load`` for the flags; on a terminal, a line says it is loading (the
+    weights' conversion can take seconds) once a fetch, with its own bar, is done."""
+    from mlotspark.engine import Engine
+    from mlotspark.models import catalogue
+
+    tty = sys.stderr.isatty()
+    catalogue.resolve(args.model, pull=True, progress=tty)  # fetched first, so the bars never mix
+    with StatusLine("loading the model", enabled=tty):
+        return Engine.load(args.model, weights=args.weights, progress=tty, cascade=cascade,
+                           **scheduler_kwargs(args))
+
+
+def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:
+    """``engine.generate`` with the prefill bar on a terminal."""
+    with PrefillBar() as bar:
+        return engine.submit(messages, raw=raw, on_progress=bar, **options).result()
+
+
+def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
+    """``-v``: the story of the run on stderr (``GenerationStats.describe``) and the scheduler."""
+    if stats is None or not args.verbose:
+        return
+    lines = stats.describe()
+    status = engine.scheduler_status()
+    lines.append(f"scheduler: {status.get('mode')} mode, batch cap {status.get('cap')} "
+                 f"({status.get('state')}: {status.get('reason')})")
+    print("\n".join(f"[{line}]" for line in lines), file=sys.stderr)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate a reply to a prompt, streamed to stdout",
                        description="Generate a reply to a prompt, streamed to stdout.")
-    p.add_argument("-p", "--prompt", default=SAMPLE_PROMPT,
+    p.add_argument("-p", "--prompt", default=None,
                    help="the prompt ('-' reads stdin; default: a sample question)")
     p.add_argument("--system", default=None, help="a system prompt (chat mode)")
     p.add_argument("--raw", action="store_true", help="send the prompt as-is, without the chat template")
@@ -87,6 +158,7 @@ def register(sub: Any) -> None:
     add_scheduler_args(p)
     add_batch_args(p)
     add_cascade_args(p)
+    distributed.add_distributed_args(p)
     g = p.add_argument_group("decoding")
     g.add_argument("--beams", dest="num_beams", type=positive_int, default=None,
                    help="beam search width, 1 = off (default 1)")
@@ -165,6 +237,8 @@ def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
             raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")
         return None
     if given:
+        from mlotspark.memory.cascade.config import CascadeConfig
+
         # Check the values now, so a bad one fails before the model loads; the sizes are
         # checked against the loaded model's own context by Engine.load.
         CascadeConfig.from_flags(VALUES_ONLY_CONTEXT, **given)

@@ -1,7 +1,9 @@
-"""``mlotspark memory list|search|add|forget|export|import``: the semantic memory store.
+"""``mlotspark memory list|search|add|forget|export|import|reindex``: the semantic memory store.
 
-No model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db`` and
-its vectors come from the hashing embedder (``semantic/embedding.py``).
+No chat model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db``
+and its vectors come from all-MiniLM-L6-v2 when it is pulled, else from the hashing
+embedder (``semantic/minilm.py``). Only actions that compare meanings (search, add,
+import, reindex) load the embedder; list, forget and export never touch MLX.
 """
 
 from __future__ import annotations
@@ -25,11 +27,32 @@ def _line(e: Any, score: float | None = None) -> str:
     return f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
 
 
+_EMBEDDING_ACTIONS = ("search", "add", "import", "reindex")
+
+
+def forget(store: Any, ids: list[int]) -> None:
+    """Delete entries ``ids``, saying which; refuse them all, deleting nothing, if one is unknown.
+
+    Raises:
+        StoreError: an unknown id (named).
+    """
+    from mlotspark.errors import StoreError
+
+    entries = {i: store.get(i) for i in dict.fromkeys(ids)}
+    missing = [str(i) for i, e in entries.items() if e is None]
+    if missing:
+        raise StoreError(f"no memory entry with id {', '.join(missing)}: nothing deleted")
+    for i, e in entries.items():
+        store.forget(i)
+        print(f"forgot #{i}: {e.text}")
+
+
 def run(args: argparse.Namespace) -> int:
     from mlotspark.memory.semantic import SemanticStore
 
-    with SemanticStore() as store:
-        action = args.action
+    action = args.action
+    # Re-embedding entries written by another embedder loads MiniLM: only where needed.
+    with SemanticStore(reembed=action in _EMBEDDING_ACTIONS) as store:
         if action == "list":
             entries = store.list(limit=args.limit)
             if args.json:
@@ -40,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
                 if not entries:
                     print("(memory is empty)")
         elif action == "search":
-            hits = store.search(args.query, k=args.k)
+            # Below the floor the semantic tier uses for recall, a hit is noise: shown with --all only.
+            # The floor: the lowest score at which the active embedder's memory is ever injected.
+            cal = store.calibration
+            floor = min(cal.threshold_about_user, cal.threshold_other)
+            hits = store.search(args.query, k=args.k, threshold=0.0 if args.all else floor)
             if args.json:
                 out = [{**_entry_dict(h.entry), "score": h.score} for h in hits]
                 print(json.dumps(out, ensure_ascii=False, indent=2))
@@ -48,26 +75,32 @@ def run(args: argparse.Namespace) -> int:
                 for h in hits:
                     print(_line(h.entry, h.score))
                 if not hits:
-                    print("(nothing found)")
+                    hint = "" if args.all else f" above relevance {floor:.2f}; --all shows weaker hits"
+                    print(f"(nothing found{hint})")
         elif action == "add":
-            print(store.remember(args.text, source="user"))
+            before = len(store)
+            entry_id = store.remember(args.text, source="user")
+            if len(store) == before:  # remember() returns the existing entry's id for a duplicate
+                existing = store.get(entry_id)
+                print(f"already remembered as #{entry_id}: {existing.text if existing else args.text}")
+            else:
+                print(f"remembered #{entry_id}: {args.text.strip()}")
         elif action == "forget":
-            missing = [i for i in args.ids if not store.forget(i)]
-            if missing:
-                from mlotspark.errors import StoreError
-
-                raise StoreError(f"no memory entry with id {', '.join(map(str, missing))}")
+            forget(store, args.ids)
         elif action == "export":
             n = store.export_json(Path(args.file))
             print(f"{n} entries written to {args.file}")
         elif action == "import":
             n = store.import_json(Path(args.file))
             print(f"{n} entries added from {args.file}")
+        elif action == "reindex":
+            n = store.reembed()
+            print(f"{n} entries re-embedded with {store.embedder.name}; {len(store)} in the store")
     return 0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("memory", help="list, search, add, forget, export or import semantic memory",
+    p = sub.add_parser("memory", help="list, search, add, forget, export, import or reindex semantic memory",
                        description="The semantic memory store: what the assistant remembers across conversations.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -78,12 +111,14 @@ def register(sub: Any) -> None:
     a = actions.add_parser("search", help="entries relevant to a query, best first")
     a.add_argument("query", help="free text")
     a.add_argument("-k", type=positive_int, default=5, help="at most this many hits (default 5)")
+    a.add_argument("--all", action="store_true",
+                   help="also show weak hits (below the relevance the assistant itself recalls at)")
     a.add_argument("--json", action="store_true", help="print JSON")
 
-    a = actions.add_parser("add", help="remember a text; prints its id")
+    a = actions.add_parser("add", help="remember a text; says its id (or the id it already has)")
     a.add_argument("text", help="the fact to remember")
 
-    a = actions.add_parser("forget", help="delete entries by id")
+    a = actions.add_parser("forget", help="delete entries by id (none if one id is unknown)")
     a.add_argument("ids", type=int, nargs="+", metavar="ID")
 
     a = actions.add_parser("export", help="write every entry to a JSON file")
@@ -91,4 +126,7 @@ def register(sub: Any) -> None:
 
     a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)")
     a.add_argument("file")
+
+    actions.add_parser("reindex", help="give every entry a vector from the current embedder "
+                       "(after `mlotspark pull all-minilm-l6-v2`)")
     p.set_defaults(func=run)

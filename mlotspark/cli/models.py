@@ -6,38 +6,108 @@ import argparse
 import json
 from typing import Any
 
+from mlotspark.cli.distributed import add_distributed_args
+
 
 def run_pull(args: argparse.Namespace) -> int:
-    from mlotspark.models import catalogue
+    from mlotspark.models import bundles, catalogue
 
+    if args.list:
+        print(catalogue.format_models())
+        return 0
+    if args.model in bundles.BUNDLES:  # the sentence embedder: a zip of files, not one GGUF
+        path = bundles.pull(args.model, progress=True, force=args.force)
+        print(f"{args.model}: {path}")
+        return 0
     source = catalogue.pull(args.model, progress=True, force=args.force)
     print(f"{source.name}: {source.path}")
     return 0
 
 
 def run_info(args: argparse.Namespace) -> int:
+    if args.distributed:  # under mlx.launch: every rank loads its share, rank 0 reports all
+        from mlotspark.cli import distributed
+
+        return distributed.run_info(args)
     from mlotspark.models.catalogue import default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
 
     info = device_info()
     info["default_model"] = default_model_line()
+    info["memory_embedder"] = _embedder_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:
         info["governor"] = gov
     else:
         info["governor"] = f"{gov['state']}, batch cap {gov['cap']} ({gov['mode']}): {gov['reason']}"
+    if args.model:
+        info.update(model_info(args.model, args.weights, as_json=args.json))
     print(json.dumps(info, indent=2, default=str) if args.json else format_info(info))
     return 0
+
+
+def model_info(model: str, weights: str = "auto", *, as_json: bool = False) -> dict[str, Any]:
+    """Facts of one model for ``mlotspark info -m``: how each stored format runs, and
+    the sampling defaults with their sources. Loads the model (never downloads it);
+    a GGUF file MLX cannot read is converted (and cached) on the way.
+
+    Args:
+        model: alias, ``.gguf`` path or model directory.
+        weights: the weight format to report for (default ``auto``).
+        as_json: nested values for ``--json``; else one printable line per fact.
+    """
+    from mlotspark.models import catalogue, loader
+    from mlotspark.models.sampling_defaults import KEYS, format_sampling
+
+    loaded = loader.load(catalogue.resolve(model, pull=False), weights=weights)
+    options, sources = loaded.sampling.effective()
+    formats = loaded.extra.get("weight_formats", {})
+    counts = loaded.extra.get("gguf_types", {})
+    out: dict[str, Any] = {
+        "model": loaded.name,
+        "model_path": str(loaded.source.path),
+        "architecture": loaded.config.get("model_type"),
+        "memory_cascade": loaded.supports_cascade,
+        "context_length": loaded.context_length,
+        "weights": loaded.weights,
+    }
+    if as_json:
+        out["weight_formats"] = {t: {"tensors": counts.get(t, 0), "runs_as": p} for t, p in formats.items()}
+        out["sampling"] = {k: {"value": getattr(options, k), "source": sources[k]} for k in KEYS}
+        return out
+    for gtype, how in formats.items():
+        out[f"format {gtype}"] = f"{counts.get(gtype, 0)} tensors -> {how}"
+    out["sampling"] = format_sampling(options, sources)
+    return out
+
+
+def _embedder_line() -> str:
+    """Which embedder semantic memory uses now (loads nothing: a few stat calls)."""
+    from mlotspark.errors import MlotsparkError
+    from mlotspark.memory.semantic import default_embedder, describe_embedder
+
+    try:
+        return describe_embedder(default_embedder())
+    except MlotsparkError as e:  # a bad $MLOTSPARK_EMBEDDER must not break `info`
+        return f"unknown ({e})"
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
                        description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
-    p.add_argument("model", nargs="?", default=None, help="alias or Hugging Face repo id")
+    p.add_argument("model", nargs="?", default=None,
+                   help="alias (all-minilm-l6-v2: sentence embeddings for memory) or Hugging Face repo id")
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
+    p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--model", "-m", default=None,
+                   help="also load this model (alias, .gguf, directory) and show how each stored format runs "
+                        "and its sampling defaults; with --distributed, the model the ranks load")
+    p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
+                   help="weight format to report for with --model (default: auto)")
+    add_distributed_args(p, info=True)
     p.set_defaults(func=run_info)

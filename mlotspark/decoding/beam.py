@@ -55,14 +55,32 @@ def _score(logprob: float, length: int, length_penalty: float) -> float:
     return logprob / max(length, 1) ** length_penalty
 
 
-def _prefill(model: Any, prompt: list[int], cache: list, chunk: int) -> None:
-    """Run all prompt tokens but the last into the one-row ``cache``."""
+def _prefill(model: Any, prompt: list[int], cache: list, chunk: int,
+             progress: Callable[[int, int], None] | None = None, timings: dict | None = None) -> None:
+    """Run all prompt tokens but the last into the one-row ``cache``.
+
+    ``progress(done, total)`` hears of each chunk (the last call has done == total);
+    ``timings["prefill_s"]`` gets the seconds it took.
+    """
+    t0 = time.perf_counter()
+    report = progress or (lambda *_: None)
+    report(0, len(prompt))
     i = 0
     while len(prompt) - 1 - i > 0:
         n = min(chunk, len(prompt) - 1 - i)
         model(mx.array(prompt[i : i + n])[None], cache=cache)
         mx.eval([c.state for c in cache])
         i += n
+        report(i, len(prompt))
+    report(len(prompt), len(prompt))
+    if timings is not None:
+        timings["prefill_s"] = time.perf_counter() - t0
+
+
+def _first_token(timings: dict | None, t0: float) -> None:
+    """Note when the first decode step's tokens were read back (the reply's TTFT)."""
+    if timings is not None and "first_token_s" not in timings:
+        timings["first_token_s"] = time.perf_counter() - t0
 
 
 def _processed_logprobs(logits: mx.array, histories: list[list[int]], processors: list | None) -> mx.array:
@@ -93,6 +111,8 @@ def beam_search(
     prefill_chunk: int = 512,
     early_stopping: bool = False,
     cancel: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    timings: dict | None = None,
 ) -> list[Hypothesis]:
     """Beam search; returns the ``num_return`` best hypotheses, best first.
 
@@ -111,6 +131,8 @@ def beam_search(
         prefill_chunk: prompt tokens per forward pass.
         early_stopping: True stops as soon as ``num_beams`` hypotheses are finished.
         cancel: set it to stop; the best so far are returned as ``cancelled``.
+        progress: hears ``(prompt tokens prefilled, prompt tokens)`` per chunk.
+        timings: filled with ``prefill_s`` and ``first_token_s`` (seconds from the start).
 
     Raises:
         OptionError: ``num_return`` > ``num_beams``.
@@ -118,7 +140,8 @@ def beam_search(
     if num_return > num_beams:
         raise OptionError(f"invalid num_return_sequences {num_return}: at most num_beams ({num_beams}) with beam search")
     B = num_beams
-    _prefill(model, prompt, cache, prefill_chunk)
+    t0 = time.perf_counter()
+    _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     beams = tile_cache(cache, B)
     seqs: list[list[int]] = [[] for _ in range(B)]
     sums = mx.array([0.0] + [-float("inf")] * (B - 1))  # only beam 0 is live at first
@@ -142,6 +165,7 @@ def beam_search(
         top_scores = cand[top]
         order = mx.argsort(-top_scores)
         top, top_scores = top[order].tolist(), top_scores[order].tolist()
+        _first_token(timings, t0)
         length = step + 1
         keep: list[tuple[int, int, float]] = []  # (beam, token, summed logprob)
         for rank, (flat, s) in enumerate(zip(top, top_scores)):
@@ -195,13 +219,16 @@ def sample_sequences(
     logits_processors: list | None = None,
     prefill_chunk: int = 512,
     cancel: threading.Event | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    timings: dict | None = None,
 ) -> list[Hypothesis]:
     """``n`` independent samples decoded as one batch; returned best score first.
 
     Args as in ``beam_search``; ``sampler`` maps logprobs (n, V) to tokens (n,),
     one independent draw per row.
     """
-    _prefill(model, prompt, cache, prefill_chunk)
+    t0 = time.perf_counter()
+    _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     rows = tile_cache(cache, n)
     seqs: list[list[int]] = [[] for _ in range(n)]
     sums = [0.0] * n
@@ -215,6 +242,7 @@ def sample_sequences(
         toks = sampler(logprobs)
         picked = mx.take_along_axis(logprobs, toks[:, None], axis=-1)[:, 0]
         toks_l, picked_l = toks.tolist(), picked.tolist()
+        _first_token(timings, t0)
         for i, (t, lp) in enumerate(zip(toks_l, picked_l)):
             if done[i] is not None:
                 continue
@@ -246,6 +274,7 @@ def run_sequences(gen: Any) -> Iterator[str]:
     if opts.seed is not None:
         mx.random.seed(opts.seed)
     eos = set(gen.tokenizer.eos_token_ids or ())
+    timings: dict = {}  # prefill_s, first_token_s: beams report TTFT and prefill speed too
     common = dict(
         max_tokens=gen._max_tokens(),
         eos=eos,
@@ -253,6 +282,8 @@ def run_sequences(gen: Any) -> Iterator[str]:
         logits_processors=build_logits_processors(opts) or None,
         prefill_chunk=opts.prefill_chunk,
         cancel=gen.cancel,
+        progress=gen.prefill_meter(),
+        timings=timings,
     )
     mx.reset_peak_memory()
     t0 = time.perf_counter()
@@ -283,9 +314,10 @@ def run_sequences(gen: Any) -> Iterator[str]:
         "returned": len(hyps),
         "scores": [round(h.score, 4) for h in hyps],
     }
-    # The reply arrives whole: its first token is its last. The cache holds the
-    # prompt only: the beams ran in copies.
+    # TTFT: when the first decode step's tokens were read back (the reply itself is
+    # shown whole, at the end). The cache holds the prompt only: the beams ran in copies.
     end = t0 + elapsed
-    gen.finalize(best.finish_reason, t0, end, end, decoded=sum(len(h.tokens) for h in hyps),
-                 decode_s=elapsed, sequences=hyps)
+    first = t0 + timings.get("first_token_s", elapsed)
+    gen.finalize(best.finish_reason, t0, first, end, decoded=sum(len(h.tokens) for h in hyps),
+                 decode_s=end - first, sequences=hyps)
     yield best.text

@@ -14,6 +14,7 @@ model fingerprint; later decisions only redo step 1 and 3 from it.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -21,8 +22,10 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from mlotspark import storage
-from mlotspark.errors import OptionError
+from mlotspark.errors import OptionError, StoreError
 from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "QualityGate",
@@ -194,21 +197,36 @@ def _store_key(fingerprint: str, weights: str, device: str) -> tuple[str, str]:
 
 def load_probes(fingerprint: str, setup: str) -> dict[str, KindProbe] | None:
     """Stored probe results for a model fingerprint and ``weights@device``, or None."""
-    doc = storage.read_json(storage.subdir("decoding") / _STORE, default=None)
+    try:
+        doc = storage.read_json(storage.subdir("decoding") / _STORE, default=None)
+    except StoreError as e:  # a damaged file is a cache miss: probe again and rewrite it
+        log.warning("cache probes not used: %s", e)
+        return None
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
         return None
-    entry = doc.get("models", {}).get(fingerprint, {}).get(setup)
     try:
+        entry = doc.get("models", {}).get(fingerprint, {}).get(setup)
         return {k: KindProbe(**v) for k, v in entry["probes"].items()} if entry else None
-    except (TypeError, KeyError):
+    except (TypeError, KeyError, AttributeError):
         return None  # an entry of another layout: probe again
 
 
 def save_probes(fingerprint: str, setup: str, probes: dict[str, KindProbe], decision: CacheDecision | None) -> None:
-    """Store probe results (and the latest decision) atomically."""
+    """Store probe results (and the latest decision) atomically; a store that cannot be
+    written (read-only or full disk) only costs probing again next time."""
+    try:
+        _save_probes(fingerprint, setup, probes, decision)
+    except StoreError as e:
+        log.warning("cache probes not saved: %s", e)
+
+
+def _save_probes(fingerprint: str, setup: str, probes: dict[str, KindProbe], decision: CacheDecision | None) -> None:
     path = storage.subdir("decoding") / _STORE
     with storage.FileLock(path.with_suffix(".lock")):
-        doc = storage.read_json(path, default=None)
+        try:
+            doc = storage.read_json(path, default=None)
+        except StoreError:
+            doc = None  # damaged: rewritten whole
         if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
             doc = {"format": _FORMAT, "models": {}}
         entry = doc["models"].setdefault(fingerprint, {}).setdefault(setup, {})

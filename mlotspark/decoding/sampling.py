@@ -17,13 +17,26 @@ Sampler = Callable[[mx.array], mx.array]
 
 
 def build_sampler(options: GenerationOptions) -> Sampler:
-    """A sampler over log-probabilities (B, V) -> token ids (B,)."""
-    return make_sampler(
-        temp=options.temperature,
-        top_p=options.top_p if options.top_p < 1.0 else 0.0,
-        min_p=options.min_p,
-        top_k=options.top_k,
-    )
+    """A sampler over log-probabilities (B, V) -> token ids (B,).
+
+    A ``top_k`` of the vocabulary size or more keeps every token (mlx-lm's
+    ``apply_top_k`` would fail with ``std::bad_cast`` on it), so it is off then.
+    """
+    by_vocab: dict[int, Sampler] = {}
+
+    def sampler(logprobs: mx.array) -> mx.array:
+        vocab = logprobs.shape[-1]
+        inner = by_vocab.get(vocab)
+        if inner is None:
+            inner = by_vocab[vocab] = make_sampler(
+                temp=options.temperature,
+                top_p=options.top_p if options.top_p < 1.0 else 0.0,
+                min_p=options.min_p,
+                top_k=options.top_k if options.top_k < vocab else 0,
+            )
+        return inner(logprobs)
+
+    return sampler
 
 
 def build_logits_processors(options: GenerationOptions, tokenizer: Any = None) -> list:

@@ -198,6 +198,7 @@ def speculative_generate_step(
     prefill_step_size: int = 512,
     stats: dict | None = None,
     config: SpeculativeConfig | None = None,
+    prompt_progress_callback: Callable[[int, int], None] | None = None,
 ) -> Generator[tuple[int, mx.array], None, None]:
     """Speculative decoding with ``generate_step``'s contract.
 
@@ -214,6 +215,8 @@ def speculative_generate_step(
             ``acceptance_rate``, ``target_calls``, ``tokens_per_call``, ``draft_len``,
             ``pauses`` and ``speedup_est`` (updated as decoding goes).
         config: draft-length policy (default ``SpeculativeConfig()``).
+        prompt_progress_callback: called with (prompt tokens prefilled, prompt
+            tokens), as mlx-lm's ``generate_step`` calls it.
 
     Yields:
         (token, logprobs (V,)) one token at a time.
@@ -245,12 +248,18 @@ def speculative_generate_step(
         }
 
     # Prefill all but the last prompt token (the first verify round feeds it).
+    progress = prompt_progress_callback or (lambda *_: None)
+    total, done = prompt.size, 0
+    progress(0, total)
     while prompt.size > 1:
         n = min(prefill_step_size, prompt.size - 1)
         model(prompt[:n][None], cache=prompt_cache)
         mx.eval([c.state for c in prompt_cache])
         prompt = prompt[n:]
         mx.clear_cache()
+        done += n
+        progress(done, total)
+    progress(total, total)
 
     context = list(ids)  # every token fed or being fed, in order
     y, last_row = context[-1], None

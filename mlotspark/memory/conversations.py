@@ -15,8 +15,9 @@ engine's thread) store the messages first, then the snapshot, then what the user
 stated about themselves. A snapshot that cannot be used is refused with a
 ``SnapshotWarning`` and the turn re-prefills from the stored messages.
 
-Where retrieved memory goes: into the system prompt on a conversation's first turn;
-on later turns, in front of that user message. The rendered transcript then only
+Where retrieved memory goes: into the system prompt on a conversation's first turn
+(when it has one of its own: an empty one leaves the template's default in place);
+otherwise in front of that user message. The rendered transcript then only
 grows, so the KV of every earlier turn stays valid and is never re-prefilled.
 """
 
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlotspark.memory.kv_state import cache_nbytes, cache_offset, trim_to
+from mlotspark.memory.kv_state import cache_block_bytes, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.host import ConversationHost, FinishedGeneration
 from mlotspark.results import GenerationResult, GenerationStats
@@ -127,8 +128,8 @@ def render(record: ConversationRecord, user: dict | None = None) -> list[dict]:
     out: list[dict] = []
     for i, m in enumerate(messages):
         content, memory = m["content"], m.get("memory") or ""
-        if memory and i == 0:
-            system = f"{system}\n\n{memory}" if system else memory
+        if memory and i == 0 and system:
+            system = f"{system}\n\n{memory}"
         elif memory:
             content = f"{memory}\n\n{content}"
         out.append({"role": m["role"], "content": content})
@@ -224,7 +225,7 @@ class Conversation:
             self._reload()
             change(self.record)
             self.record.updated = time.time()
-            self.files.save(self.record)
+            self._save()
 
     # -- writing --------------------------------------------------------------------
     def add(self, role: str, content: str) -> None:
@@ -241,8 +242,9 @@ class Conversation:
             self.record.tokens = 0
             self.record.title = ""
             self.record.updated = time.time()
-            self.files.save(self.record)
-            self.files.snapshots.delete()
+            self._save()
+            if not self._p.read_only:
+                self.files.snapshots.delete()
             self._drop_cache()
 
     def delete(self) -> None:
@@ -252,18 +254,34 @@ class Conversation:
             shutil.rmtree(self.files.directory, ignore_errors=True)
             self._p._forget_conversation(self.name)
 
+    @property
+    def progress(self) -> Any:
+        """The latest ``PrefillProgress`` of the turn in progress (None when there is none
+        yet): how much of the prompt is prefilled, for a caller that shows it."""
+        turn = self._turn
+        return getattr(turn.handle, "progress", None) if turn is not None else None
+
     def cancel(self) -> None:
         """Stop the turn in progress at the next token (its text so far is kept)."""
         turn = self._turn
         if turn is not None and turn.handle is not None:
             turn.handle.cancel()
 
+    def _save(self) -> None:
+        # A read-only data directory keeps the record in memory (Persistence warned once).
+        if not self._p.read_only:
+            self.files.save(self.record)
+
     def _drop_cache(self) -> None:
         self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
 
     @property
     def warm_bytes(self) -> int:
-        return cache_nbytes(self._cache)
+        """What the warm cache holds: memory, plus a cascade's episodic blocks in memory
+        and in spill files (they duplicate the snapshot on disk, so ``warm_mb`` bounds
+        them too: the spill directory does not grow with idle conversations)."""
+        resident, spilled = cache_block_bytes(self._cache)
+        return cache_nbytes(self._cache) + resident + spilled
 
     def release_warm(self) -> bool:
         """Drop the warm cache if no turn is running (its snapshot is on disk)."""
@@ -430,7 +448,7 @@ class Conversation:
             if not self.record.title:
                 self.record.title = " ".join(turn.user["content"].split())[:TITLE_CHARS]
             self.record.tokens, self.record.updated = len(tokens), now
-            self.files.save(self.record)
+            self._save()
         except StoreError as e:
             turn.error = e  # raised in the caller's thread once the turn ends
             return

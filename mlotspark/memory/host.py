@@ -47,6 +47,7 @@ class ConversationHost(Protocol):
     counters: Counter
     prefix_cache: Any  # prefix_cache.PrefixCache
     n_layers: int
+    read_only: bool  # the data directory cannot be written: keep turns in memory only
 
     def run_exclusive(self, fn: Callable[[], T]) -> T: ...
     def model_identity(self) -> tuple[str, str]: ...

@@ -85,6 +85,20 @@ def cache_nbytes(cache: Sequence[Any] | None) -> int:
     return sum(int(getattr(c, "nbytes", 0) or 0) for c in cache or ())
 
 
+def cache_block_bytes(cache: Sequence[Any] | None) -> tuple[int, int]:
+    """(resident, spilled) payload bytes of a cascade cache's episodic blocks; (0, 0)
+    for a plain KV cache. The layers share one block store."""
+    stores = {id(s): s for c in cache or () if (s := getattr(c, "store", None)) is not None}
+    resident = spilled = 0
+    for store in stores.values():
+        for b in getattr(store, "blocks", {}).values():
+            if b.payload is None:
+                spilled += b.nbytes
+            else:
+                resident += b.nbytes
+    return resident, spilled
+
+
 def _kv_arrays(c: Any, start: int, end: int, detach: bool = False) -> dict[str, mx.array]:
     if c.keys is None:
         raise SnapshotError("kv cache layer is empty")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import warnings
 from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -30,13 +31,16 @@ from mlotspark.memory.conversations import Conversation, ConversationFiles, Conv
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import common_prefix
-from mlotspark.memory.semantic import DEFAULT_THRESHOLD, Hit, SemanticStore, extract_facts, format_memory_section
-from mlotspark.storage import safe_name, subdir
+from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
+from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+# No system prompt of our own: the model's chat template puts its default (SmolLM2's
+# names itself), exactly as ``generate`` and ``Engine.generate`` do, so the same
+# messages give the same tokens in a conversation, the TUI, the API and the CLI.
+DEFAULT_SYSTEM_PROMPT = ""
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,9 @@ class PersistenceConfig:
     """Budgets and switches of the persistent tiers.
 
     Args:
-        system_prompt: system prompt of new conversations (shared, so its KV is a
-            prefix-cache hit for every new conversation).
+        system_prompt: system prompt of new conversations (default "": the model's
+            template default, as ``generate`` and the API use; shared, so its KV is
+            a prefix-cache hit for every new conversation).
         snapshots: save a KV snapshot after each turn (default True).
         warm_mb: conversation caches kept in memory (default 512).
         snapshot_disk_mb: snapshots on disk, all conversations (default 4096).
@@ -54,7 +59,8 @@ class PersistenceConfig:
         memory: put relevant semantic memory into prompts (default True).
         learn: remember what the user states about themselves (default True).
         memory_top_k: entries per prompt at most (default 3).
-        memory_threshold: minimum score of an entry (default the store's).
+        memory_threshold: minimum score of an entry (default None: the calibration of
+            the store's embedder, see ``semantic/calibration.py``).
         memory_token_budget: tokens the memory section may take (default 200).
     """
 
@@ -67,7 +73,7 @@ class PersistenceConfig:
     memory: bool = True
     learn: bool = True
     memory_top_k: int = 3
-    memory_threshold: float = DEFAULT_THRESHOLD
+    memory_threshold: float | None = None
     memory_token_budget: int = 200
 
     def __post_init__(self) -> None:
@@ -102,6 +108,7 @@ class Persistence:
         self._memory: SemanticStore | None = None
         self._system_ids: dict[str, list[int]] = {}
         self._kind: str | None = None
+        self._read_only: bool | None = None
 
     # -- plumbing ---------------------------------------------------------------------
     def run_exclusive(self, fn: Callable[[], T]) -> T:
@@ -134,8 +141,21 @@ class Persistence:
         return len(self.engine.loaded.model.layers)
 
     @property
+    def read_only(self) -> bool:
+        """True when ``$MLOTSPARK_HOME`` cannot be written (checked once, warned once):
+        turns then run and keep their messages in memory, and nothing is saved."""
+        if self._read_only is None:
+            self._read_only = not writable()
+            if self._read_only:
+                msg = (f"{home_path()} is read-only: conversations, snapshots and memory will not be "
+                       "saved this session (replies still work)")
+                warnings.warn(msg, ReadOnlyWarning, stacklevel=3)
+                log.warning("%s", msg)
+        return self._read_only
+
+    @property
     def root(self) -> Path:
-        return subdir("conversations")
+        return home_path() / "conversations" if self.read_only else subdir("conversations")
 
     # -- conversations ------------------------------------------------------------------
     def conversation(self, name: str, *, system: str | None = None) -> Conversation:
@@ -162,6 +182,8 @@ class Persistence:
     def conversations(self) -> list[ConversationInfo]:
         """Stored conversations, most recently updated first."""
         out = []
+        if not self.root.is_dir():
+            return out
         for d in sorted(self.root.iterdir()):
             if not (d / "conversation.json").is_file():
                 continue
@@ -198,7 +220,7 @@ class Persistence:
     # -- snapshots ----------------------------------------------------------------------
     def save_snapshot(self, conv: Conversation, cache: list, tokens: list[int]) -> dict:
         """[engine thread] Save ``conv``'s snapshot; a failure is a warning, never lost messages."""
-        if not self.config.snapshots:
+        if not self.config.snapshots or self.read_only:
             return {"saved": False}
         fp, weights = self.model_identity()
         try:
@@ -213,6 +235,8 @@ class Persistence:
 
     def _snapshot_sizes(self) -> list[tuple[float, str, int]]:
         sizes = []
+        if not self.root.is_dir():
+            return sizes
         for d in self.root.iterdir():
             store = ConversationFiles(d).snapshots
             if store.exists():
@@ -243,7 +267,7 @@ class Persistence:
             fp, weights = self.model_identity()
             pc = PrefixCache(
                 budget_mb=self.config.prefix_cache_mb, fingerprint=fp, weights=weights,
-                directory=subdir("prefix_cache") / safe_name(f"{fp}-{weights}", "model id"),
+                directory=None if self.read_only else subdir("prefix_cache") / safe_name(f"{fp}-{weights}", "model id"),
                 keep_on_disk=self.config.prefix_keep_on_disk,
             )
             # Not under self._lock: the engine thread may need it meanwhile (no deadlock).
@@ -254,11 +278,16 @@ class Persistence:
         return self._prefix
 
     def system_ids(self, system: str) -> list[int]:
-        """Token ids of the system message block alone (the shared prefix)."""
+        """Token ids every conversation with this system prompt starts with (the shared
+        prefix): its system block, or for "" what the template puts first by default."""
         if system not in self._system_ids:
-            ids = self.engine.encode([{"role": "system", "content": system}]) if system else []
-            # encode adds the assistant opener; keep what every conversation shares.
-            gen = self.engine.encode([{"role": "system", "content": system}, {"role": "user", "content": "x"}]) if system else []
+            if system:
+                ids = self.engine.encode([{"role": "system", "content": system}])
+                # encode adds the assistant opener; keep what every conversation shares.
+                gen = self.engine.encode([{"role": "system", "content": system}, {"role": "user", "content": "x"}])
+            else:  # the template's default system block (if any) and the user opener
+                ids = self.engine.encode([{"role": "user", "content": "x"}])
+                gen = self.engine.encode([{"role": "user", "content": "y"}])
             self._system_ids[system] = ids[: common_prefix(ids, gen)]
         return self._system_ids[system]
 
@@ -283,7 +312,8 @@ class Persistence:
         """The semantic store (``$MLOTSPARK_HOME/memory/semantic.db``), opened on first use."""
         with self._lock:
             if self._memory is None:
-                self._memory = SemanticStore()
+                # MiniLM runs on MLX: through the engine thread, like all MLX work here.
+                self._memory = SemanticStore(embedder=default_embedder(runner=self.run_exclusive))
             return self._memory
 
     def _count_tokens(self, text: str) -> int:
@@ -292,7 +322,7 @@ class Persistence:
     def retrieve(self, text: str) -> list[Hit]:
         """Entries relevant to ``text`` for the prompt ([] when memory is off or broken)."""
         c = self.config
-        if not c.memory or c.memory_top_k == 0:
+        if not c.memory or c.memory_top_k == 0 or self.read_only:  # SQLite's WAL needs a writable directory
             return []
         try:
             return self.memory.retrieve_for_prompt(
@@ -309,7 +339,7 @@ class Persistence:
 
     def learn(self, user_text: str, conversation: str) -> list[int]:
         """Remember the facts the user stated in a turn; returns their entry ids."""
-        if not self.config.learn:
+        if not self.config.learn or self.read_only:
             return []
         try:
             return [self.memory.remember(f, source="turn", conversation=conversation) for f in extract_facts(user_text)]

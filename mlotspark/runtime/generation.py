@@ -17,9 +17,11 @@ from mlotspark.decoding import own_loop, run_sequences, select_step
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.stops import StopMatcher
 from mlotspark.errors import PromptTooLongError
+from mlotspark.memory.cascade import is_cascade
 from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.runtime.progress import PrefillMeter, ProgressListener
 
 class Generation:
     """Iterate to get text pieces as they decode; ``result`` is set when done.
@@ -36,6 +38,8 @@ class Generation:
         stats_base: model / device / weights fields to copy into the stats.
         extra_stats: called with the cache at the end; its dict goes to
             ``stats.extra["cascade"]`` (the memory cascade's tier figures).
+        on_progress: called with each ``PrefillProgress`` of the prompt (on the
+            engine thread; keep it quick). May also be set after construction.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class Generation:
         cancel: threading.Event | None = None,
         stats_base: dict | None = None,
         extra_stats: Callable[[list], dict] | None = None,
+        on_progress: ProgressListener | None = None,
     ):
         if not prompt:
             raise PromptTooLongError("empty prompt: nothing to generate from") from None
@@ -75,6 +80,27 @@ class Generation:
         self.fed_tokens: list[int] = list(prompt)
         self.text = ""
         self.result: GenerationResult | None = None
+        self.on_progress = on_progress
+        self._meter: PrefillMeter | None = None
+
+    @property
+    def cascaded(self) -> bool:
+        """True when the memory cascade holds this sequence's context."""
+        return is_cascade(self.cache)
+
+    def prefill_meter(self) -> PrefillMeter | None:
+        """The meter every prefill loop of this request reports to (None: nobody listens).
+
+        Counts the prompt tokens not yet in the cache; made once, so events stay in order.
+        """
+        if self.on_progress is None:
+            return None
+        if self._meter is None:
+            self._meter = PrefillMeter(len(self.prompt), self.on_progress, cascade=self.cascaded,
+                                       cached=self.cached_tokens)
+        return self._meter
+        # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
+        self.sampler_wrapper: Callable[[Any], Any] | None = None
 
     def _max_tokens(self) -> int:
         n = self.options.max_tokens
@@ -105,14 +131,18 @@ class Generation:
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None
+        sampler = build_sampler(opts)
+        if self.sampler_wrapper is not None:
+            sampler = self.sampler_wrapper(sampler)
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,
-            sampler=build_sampler(opts),
+            sampler=sampler,
             logits_processors=build_logits_processors(opts, self.tokenizer) or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
+            prompt_progress_callback=self.prefill_meter(),
         )
         try:
             for token, _ in steps:

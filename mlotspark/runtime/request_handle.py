@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator
 
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 
 _END = object()  # marks the end of a stream in the piece queue
 
@@ -18,15 +19,24 @@ class RequestHandle:
     Iterating yields the reply's text pieces as they decode (once per handle);
     ``result(timeout)`` waits for the end; ``cancel()`` stops the request at once
     (finish reason ``cancelled``, the text so far kept, its KV released).
+    ``progress`` is the latest ``PrefillProgress`` of the prompt, for callers that poll.
 
     Args:
         generation: the request's Generation (prompt, cache, options; the engine
             thread fills in ``tokens``, ``text``, ``fed_tokens`` and ``result``).
         wake: called after ``cancel()`` so the engine thread notices at once.
+        on_progress: called with each ``PrefillProgress`` (on the engine thread).
+        progress_events: also yield the ``PrefillProgress`` events when iterating,
+            in order, before the first text piece.
     """
 
-    def __init__(self, generation: Generation, wake: Callable[[], None] | None = None):
+    def __init__(self, generation: Generation, wake: Callable[[], None] | None = None, *,
+                 on_progress: ProgressListener | None = None, progress_events: bool = False):
         self.generation = generation
+        self.progress: PrefillProgress | None = None
+        self._on_progress = on_progress
+        self._progress_events = progress_events
+        generation.on_progress = self._progressed
         self.cancel_event = generation.cancel
         self._wake = wake
         self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -39,13 +49,22 @@ class RequestHandle:
     def _emit(self, piece: str) -> None:
         self._pieces.put(piece)
 
+    def _progressed(self, event: PrefillProgress) -> None:
+        self.progress = event
+        if self._progress_events:
+            self._pieces.put(event)
+        if self._on_progress is not None:
+            self._on_progress(event)
+
     def _finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
         self._result, self._error = result, error
         self._pieces.put(_END)
         self._done.set()
 
     # -------------------------------------------------------------- caller
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Any]:
+        """Text pieces (``str``), and ``PrefillProgress`` events if the handle was
+        made with ``progress_events``."""
         if self._started:
             raise RuntimeError("a request handle can be iterated only once")
         self._started = True

@@ -322,6 +322,8 @@ class Scheduler:
             r = self._prefilling[0]
             prefill_chunk(self.model, r.state)
             if r.state.prefill_left == 0:
+                if r.state.meter is not None:
+                    r.state.meter.finish()  # a one-token prompt had no chunk to report
                 self._prefilling.pop(0)
                 self._running.append(r)
             if not self._running:

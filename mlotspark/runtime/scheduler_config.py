@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlotspark.errors import OptionError
-from mlotspark.thermal.governor import MODES, ThermalGovernor, apply_memory_limit
+from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor, apply_memory_limit
 
 __all__ = ["SchedulerConfig", "ThroughputMeter", "governor_snapshot", "kv_bytes_per_token",
            "parse_memory_limit"]
@@ -74,6 +74,10 @@ class SchedulerConfig:
             given to ``mx.set_memory_limit`` (default None: no limit). Accepts
             ``"8GB"`` style strings.
         governor: a ready ThermalGovernor (tests, benchmarks); overrides the above.
+
+    The mode wins over ``max_batch``: efficiency decodes at most ``max_batch // 4``
+    sequences together (at least 1), as the user's power policy asks; ``mode_cap``
+    says how many, and the CLI says so once when it lowers a ``--max-batch`` given.
     """
 
     mode: str = "auto"
@@ -88,6 +92,11 @@ class SchedulerConfig:
         if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
             raise OptionError(f"invalid max_batch {mb!r}: must be an integer >= 1")
         object.__setattr__(self, "memory_limit", parse_memory_limit(self.memory_limit))
+
+    def mode_cap(self) -> int:
+        """The most sequences the mode lets decode together (``auto``: as on AC power)."""
+        mode = "balanced" if self.mode == "auto" else self.mode
+        return max(1, self.max_batch // POLICIES[mode].cap_divisor)
 
     def make_governor(self) -> ThermalGovernor:
         """The governor this config describes (the given one, if any).

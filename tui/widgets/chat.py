@@ -80,6 +80,7 @@ class Reply(Vertical):
         self.finish_reason: str | None = None
         self._stream: MarkdownStream | None = None
         self._streaming = streaming
+        self.progress = ""  # the prefill line shown before the first piece
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.text or None, classes="body")
@@ -89,8 +90,16 @@ class Reply(Vertical):
         if self._streaming:
             self._stream = Markdown.get_stream(self.query_one(Markdown))
 
+    def show_progress(self, text: str) -> None:
+        """Show how the prompt's prefill is going, until the first piece arrives."""
+        self.progress = text
+        self.query_one(".mark", Static).update(Text(text))
+
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
+        if self.progress:
+            self.progress = ""
+            self.query_one(".mark", Static).update("")
         self.text += piece
         self.pieces += 1
         if self._stream is not None:
@@ -113,6 +122,8 @@ class Reply(Vertical):
         mark = f"✖ failed: {error}" if error is not None else MARKS.get(reason or "", "")
         if mark:
             self.add_class(self.finish_reason or "")
+        if mark or self.progress:  # a prefill line left by a reply stopped before its first piece
+            self.progress = ""
             self.query_one(".mark", Static).update(Text(mark))
 
     @property

@@ -122,18 +122,29 @@ def machine_text(m: MachineFigures | None, rss: int | None, peak_mb: float | Non
     memory = mb(rss) if rss is not None else (num(peak_mb, "{:.0f} MB peak"))
     if m.kv_bytes:
         memory += f" (KV {mb(m.kv_bytes)})"
-    return _rows("Machine", [
+    rows = [
         ("thermal", state),
         ("batch", f"{num(m.batch_size)} · cap {num(m.cap)} · queue {num(m.queued)}"),
         ("memory", memory),
-    ])
+    ]
+    if m.blas_warning:
+        rows.append(("BLAS", Text(f"⚠ {m.blas_warning}", style="bold red")))
+    return _rows("Machine", rows)
 
 
-def settings_text(settings: dict) -> Text:
-    """The sampling settings of this session (changed by slash commands)."""
+def settings_text(settings: dict, sources: dict | None = None) -> Text:
+    """The sampling settings of this session (changed by slash commands), and where the
+    ones not at the global default came from (``Engine.sampling_sources``)."""
     out = Text("Settings\n", style="bold")
     parts = [f"{label} {settings.get(name, DASH)}" for name, label in SETTING_LABELS]
     out.append(" " + "  ".join(parts[:3]) + "\n " + "  ".join(parts[3:]) + "\n")
+    by_source: dict[str, list[str]] = {}
+    for name, label in SETTING_LABELS:
+        src = (sources or {}).get(name)
+        if src and src != "mlotspark default":
+            by_source.setdefault(src, []).append(label)
+    for src, labels in by_source.items():
+        out.append(f" {', '.join(labels)}: {src}\n", style="dim")
     return out
 
 
@@ -146,6 +157,7 @@ class StatsPanel(VerticalScroll):
         self.machine: MachineFigures | None = None
         self.tiers: dict | None = None
         self.settings: dict = {}
+        self.sources: dict = {}  # option -> where its default came from
         self.rss: int | None = None
         self.streaming = False
         self.live_tps: float | None = None
@@ -174,14 +186,14 @@ class StatsPanel(VerticalScroll):
         self.query_one("#tiers", Static).update(tiers_text(self.turn, self.tiers))
         self.query_one("#memories", Static).update(memories_text(self.turn))
         self.query_one("#machine", Static).update(machine_text(self.machine, self.rss, self.turn.peak_memory_mb))
-        self.query_one("#settings", Static).update(settings_text(self.settings))
+        self.query_one("#settings", Static).update(settings_text(self.settings, self.sources))
 
     def text(self) -> str:
         """Everything the panel shows, as plain text (for tests)."""
         parts = (
             speed_text(self.turn, self.live_tps, self.live_ttft, self.streaming, self.samples),
             tiers_text(self.turn, self.tiers), memories_text(self.turn),
-            machine_text(self.machine, self.rss, self.turn.peak_memory_mb), settings_text(self.settings),
+            machine_text(self.machine, self.rss, self.turn.peak_memory_mb), settings_text(self.settings, self.sources),
         )
         return "".join(p.plain for p in parts)
 

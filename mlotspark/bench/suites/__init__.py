@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Sequence
 
-from mlotspark.bench.suites import batch, long, pp, spec, tg, ttft
+from mlotspark.bench.suites import batch, long, pp, ruler, spec, tg, ttft
 from mlotspark.errors import OptionError
 
 SUITES: dict[str, ModuleType] = {
@@ -28,6 +28,7 @@ SUITES: dict[str, ModuleType] = {
     "long": long,
     "batch": batch,
     "spec": spec,
+    "ruler": ruler,
 }
 
 

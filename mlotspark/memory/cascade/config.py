@@ -12,7 +12,7 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 
-ROUTINGS = ("sequence", "rolling", "token", "hybrid")
+ROUTINGS = ("sequence", "rolling", "token", "hybrid", "question")
 BLOCK_KINDS = ("float16", "q8", "q4")
 REPRESENTATIONS = ("minmax", "mean", "keys")
 
@@ -34,7 +34,7 @@ class CascadeConfig:
             more precisely, DESIGN §4).
         top_k: blocks retrieved into attention per KV head; 0 = sinks + window only
             (the StreamingLLM baseline).
-        routing: ``sequence | rolling | token | hybrid`` (default ``hybrid``:
+        routing: ``sequence | rolling | token | hybrid | question`` (default ``hybrid``:
             sequence-level for prefill, rolling for decode; see ``routing.py``).
         rolling_window: decode queries remembered by ``rolling``.
         block_kind: storage of episodic blocks: ``float16 | q8 | q4``.

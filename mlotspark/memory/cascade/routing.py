@@ -22,6 +22,10 @@ blocks. A *router* says which queries drive the choice:
 - ``rolling``: the last ``rolling_window`` queries (prefill tail included),
   aggregated like ``sequence``, so the choice changes slowly.
 - ``hybrid`` (default): sequence-level for prefill, rolling for decode.
+- ``question``: sequence-level for prefill; at decode, the last ``rolling_window``
+  queries of the prompt (its question) keep driving the choice, so the selection
+  stays put for the whole answer (DESIGN §4 saw answers lose a digit when it
+  drifted between the decode steps of one answer).
 """
 
 from __future__ import annotations
@@ -254,8 +258,31 @@ class HybridRouter(RollingRouter):
         return recent if decode else q
 
 
+class QuestionRouter(RollingRouter):
+    """Sequence-level for prefill; at decode the prompt's last queries, frozen.
+
+    The tail of the prompt is where a question sits; an answer's own tokens ("The
+    special magic number for ... is") say little about which block holds the
+    answer, and re-routing on them moved the selection mid-answer. Decode steps
+    re-score only when a block was sealed meanwhile (and with the same queries).
+    """
+
+    name = "question"
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.interval = 1 << 30  # never re-score on decode steps alone
+
+    def queries(self, q: mx.array, decode: bool) -> mx.array:
+        if decode:
+            return q if self.recent is None else self.recent
+        return self.remember(q)
+
+
 def make_router(config: CascadeConfig) -> Router:
     """A fresh router for one layer, as ``config.routing`` names."""
+    if config.routing == "question":
+        return QuestionRouter(config.rolling_window)
     if config.routing == "sequence":
         return SequenceRouter()
     if config.routing == "token":

@@ -7,8 +7,12 @@ found by a hybrid search and put into the system prompt at the start of a turn.
 - ``database``: the SQLite file (schema, upgrades, WAL, durability, permissions).
 - ``records``: ``Entry``, ``Hit``, value checks, the export JSON form.
 - ``prompt``: ``format_memory_section``, the section put into the system prompt.
-- ``embedding``: the ``Embedder`` protocol and the default ``HashingEmbedder``
-  (why hashing and not the model's hidden states: see that module).
+- ``embedding``: the ``Embedder`` protocol and ``HashingEmbedder``, the fallback
+  (why not the chat model's hidden states: see that module).
+- ``minilm`` and ``bert``: ``MiniLMEmbedder``, all-MiniLM-L6-v2 sentence vectors in
+  MLX (loaded on first use), and ``default_embedder`` (MiniLM when pulled).
+- ``calibration``: how cosine and lexical scores combine, and the injection
+  thresholds, per embedder.
 - ``facts``: ``extract_facts``, the sentences of a user turn worth remembering.
 - ``text`` and ``index``: word helpers and the in-memory vector matrix.
 
@@ -21,7 +25,9 @@ May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (
 ``memory`` commands stay light).
 """
 
+from mlotspark.memory.semantic.calibration import Calibration, about_user, calibration_for
 from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
+from mlotspark.memory.semantic.minilm import MiniLMEmbedder, default_embedder, describe_embedder
 from mlotspark.memory.semantic.facts import extract_facts
 from mlotspark.memory.semantic.database import SCHEMA_VERSION
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
@@ -30,14 +36,20 @@ from mlotspark.memory.semantic.store import DEFAULT_THRESHOLD, SemanticStore
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "Calibration",
     "MEMORY_HEADER",
     "SCHEMA_VERSION",
     "Embedder",
     "Entry",
     "HashingEmbedder",
+    "MiniLMEmbedder",
     "Hit",
     "SemanticStore",
+    "about_user",
     "approx_tokens",
+    "calibration_for",
+    "default_embedder",
+    "describe_embedder",
     "extract_facts",
     "format_memory_section",
 ]

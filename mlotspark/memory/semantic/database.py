@@ -153,7 +153,7 @@ def open_database(path: Path) -> sqlite3.Connection:
     except BaseException as e:
         if conn is not None:
             conn.close()
-        if isinstance(e, sqlite3.Error):
+        if isinstance(e, (sqlite3.Error, UnicodeError)):  # a damaged file: text that is not UTF-8
             raise StoreError(f"cannot open memory store {path}: {e}") from e
         raise
     for suffix in ("-wal", "-shm"):

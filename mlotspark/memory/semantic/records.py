@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlotspark.errors import OptionError, StoreError
+from mlotspark.options import check_text
 
 MAX_TEXT_CHARS = 2000  # an entry is a fact, not a document; keeps the prompt section short
 MAX_META_BYTES = 16384
@@ -87,8 +88,8 @@ def entry_from_row(row: tuple[Any, ...]) -> Entry:
 
 def check_int(value: Any, what: str, low: int = 0) -> int:
     """``value`` if it is an int >= ``low`` (not a bool), else OptionError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise OptionError(f"invalid {what} {value!r}: use an integer >= {low}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**63:  # SQLite INTEGER
+        raise OptionError(f"invalid {what} {value!r}: use an integer from {low} to {2**63 - 1}")
     return value
 
 
@@ -121,6 +122,8 @@ def check_entry(
     Raises:
         OptionError: naming the bad value.
     """
+    if isinstance(text, str):
+        check_text(text, "memory text")  # a lone surrogate: OptionError, not a failed write
     if not isinstance(text, str) or not text.strip():
         raise OptionError(f"invalid memory text {text!r}: use a non-empty string")
     text = text.strip()

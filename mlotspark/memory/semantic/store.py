@@ -1,6 +1,8 @@
 """``SemanticStore``: the semantic tier on disk, and how it is searched.
 
-Search score (each part in [0, 1])::
+Search score (each part in [0, 1]), combined as the embedder's calibration says
+(``calibration.py``: a sum for the hashing embedder, ``max(cosine, sum)`` for
+MiniLM)::
 
     score    = 0.5 * cosine + 0.5 * lexical
     lexical  = coverage * bm25 / best_bm25          (0 for entries FTS5 does not match)
@@ -15,11 +17,19 @@ supplies the scale, so a threshold means the same in a 5-entry and a 5000-entry
 store; query words found in no entry count in the denominator, so an entry
 matching half of the question scores well below one matching all of it.
 
-Calibration (20 personal facts, hashing embedder): unrelated pairs score < 0.2;
+Hashing calibration (20 personal facts): unrelated pairs score < 0.2;
 a question about a stored fact ("What's my dog called?" / "My dog is called
 Rex.") 0.75–0.9; one shared word out of two ("What car do I drive?" / "I drive
 a blue Volvo.", but also "What is my sister's name?" / "My name is Anna." when
 no sister is stored) 0.3–0.4. ``DEFAULT_THRESHOLD`` = 0.35 leans to recall.
+MiniLM's thresholds depend on whether the message is about the user (see
+``calibration.py``); ``retrieve_for_prompt`` uses the calibration of the store's
+embedder unless given a threshold.
+
+Vectors of one embedder are never compared with another's: each is stored with
+its embedder's name, and entries without a vector from the current embedder (a
+store written with the hashing fallback, opened once MiniLM is pulled) are
+re-embedded on open, or by ``reembed()`` (``mlotspark memory reindex``).
 
 Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
 durability settings); ``FileLock`` serialises imports and exports between
@@ -41,8 +51,10 @@ import numpy as np
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.storage import FileLock, read_json, subdir, write_json
 from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, secure, sidecar
-from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder, checked_embed
+from mlotspark.memory.semantic.calibration import Calibration, calibration_for
+from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.minilm import default_embedder
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import (
     ENTRY_COLUMNS,
@@ -58,8 +70,7 @@ from mlotspark.memory.semantic.records import (
 )
 from mlotspark.memory.semantic.text import dedupe_key, fts_query, words
 
-W_VECTOR, W_LEXICAL = 0.5, 0.5
-DEFAULT_THRESHOLD = 0.35
+DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
 
 
 def default_path() -> Path:
@@ -90,8 +101,11 @@ def _guarded(method: F) -> F:
                 raise StoreError(f"memory store {self.path} is closed")
             try:
                 return method(self, *args, **kwargs)
-            except sqlite3.Error as e:
-                raise StoreError(f"memory store {self.path}: {e}") from e
+            except (OptionError, StoreError):
+                raise
+            except (sqlite3.Error, UnicodeError, ValueError) as e:
+                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
+                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
 
     return wrapper  # type: ignore[return-value]
 
@@ -105,7 +119,8 @@ class SemanticStore:
     Args:
         path: the database file; default ``$MLOTSPARK_HOME/memory/semantic.db``.
             Created 0600 (its -wal/-shm files too), a new directory 0700.
-        embedder: vectors for similarity; default ``HashingEmbedder()``.
+        embedder: vectors for similarity; default ``default_embedder()``: MiniLM
+            when ``all-minilm-l6-v2`` is pulled, else ``HashingEmbedder()``.
         reembed: on open, embed entries that have no vector from ``embedder``
             (written under another embedder); if False they are found by words
             only until ``reembed()`` is called.
@@ -127,9 +142,10 @@ class SemanticStore:
         near_duplicate: float | None = 0.95,
     ):
         self.path = Path(path).expanduser() if path is not None else default_path()
-        self.embedder: Embedder = embedder if embedder is not None else HashingEmbedder()
+        self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         if not isinstance(self.embedder, Embedder):
             raise OptionError(f"invalid embedder {embedder!r}: needs name, dim and embed(texts)")
+        self.calibration: Calibration = calibration_for(self.embedder.name)
         self.near_duplicate = None if near_duplicate is None else check_unit(near_duplicate, "near_duplicate")
         self._lock = threading.RLock()
         self._file_lock = FileLock(sidecar(self.path, ".lock"))
@@ -376,7 +392,7 @@ class SemanticStore:
         if qvec.any():
             ids, sims = self._vectors().similarities(qvec)
             # Top k by cosine plus every lexical match is exact: an entry outside both
-            # scores at most W_VECTOR * its cosine, below k others.
+            # has no lexical part, so it scores at most its cosine, below k others.
             top = np.argpartition(-sims, k - 1)[:k] if len(ids) > k else np.arange(len(ids))
             wanted = np.isin(ids, np.fromiter(lexical, dtype=np.int64, count=len(lexical)))
             wanted[top] = True
@@ -384,7 +400,7 @@ class SemanticStore:
         scored = []
         for entry_id in lexical.keys() | vector.keys():
             v, lx = vector.get(entry_id, 0.0), lexical.get(entry_id, 0.0)
-            score = min(1.0, W_VECTOR * v + W_LEXICAL * lx)
+            score = self.calibration.score(v, lx)
             if score > 0.0 and score >= threshold:
                 scored.append((score, entry_id, v, lx))
         scored.sort(key=lambda s: (-s[0], -s[1]))  # ties: newer first
@@ -428,7 +444,7 @@ class SemanticStore:
         query: str,
         *,
         top_k: int = 3,
-        threshold: float = DEFAULT_THRESHOLD,
+        threshold: float | None = None,
         token_budget: int = 200,
         count_tokens: Callable[[str], int] | None = None,
         header: str = MEMORY_HEADER,
@@ -442,8 +458,10 @@ class SemanticStore:
 
         Args:
             query: the user's new message.
-            top_k: at most this many entries (default 3).
-            threshold: minimum score (default ``DEFAULT_THRESHOLD``, 0.35).
+            top_k: at most this many entries (default 3); only those within the
+                calibration's margin of the best one (MiniLM: 0.05).
+            threshold: minimum score; default: the embedder's calibration for this
+                query (hashing: 0.35; MiniLM: 0.25 about the user, else 0.55).
             token_budget: most tokens the section may take (default 200).
             count_tokens: the model tokenizer's counter; default ``approx_tokens``.
             header: the section's first line, counted in the budget.
@@ -452,12 +470,16 @@ class SemanticStore:
             The chosen hits, best first; pass them to ``format_memory_section``.
         """
         top_k = check_int(top_k, "top_k")
-        threshold = check_unit(threshold, "threshold")
+        if not isinstance(query, str):
+            raise OptionError(f"invalid memory query {query!r}: use a string")
+        threshold = self.calibration.threshold(query) if threshold is None else check_unit(threshold, "threshold")
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
         chosen: list[Hit] = []
         if top_k:
             for hit in self._search(query, 3 * top_k, threshold):
+                if chosen and hit.score < chosen[0].score - self.calibration.margin:
+                    break  # far below the best: another fact of the same kind, not the one asked
                 if count(format_memory_section([*chosen, hit], header)) <= token_budget:
                     chosen.append(hit)
                     if len(chosen) == top_k:

@@ -1,0 +1,164 @@
+"""Semantic-memory eval: retrieval of paraphrased questions, wrong injections, end to end, fact extraction.
+
+Data: ``benchmarks/data/memory_eval.json`` (written for this project): 205
+(personal fact, paraphrased question, key word) pairs, 110 distractor notes, 98
+prompts about nothing stored, and 50 + 50 user turns with and without a personal
+fact.
+
+    python benchmarks/memory_eval.py --embedder hashing minilm --e2e 40
+
+Per embedder, one store holds every fact and distractor (315 entries):
+
+- recall@1 / recall@3: the question's own fact among the first 1 / 3 search hits;
+- injected: the fact is among what ``retrieve_for_prompt`` puts into the prompt
+  (default calibration, top 3);
+- wrong injections: prompts about nothing stored that get anything injected
+  (``unrelated``); questions that get entries injected but not their fact
+  (``wrong-only``); and the share of injected entries that are not the fact;
+- end to end (``--e2e N``, MiniLM or hashing, the default chat model, greedy): N
+  questions (seeded sample), each asked in a *new* conversation of an engine whose
+  memory holds all 315 entries; the reply must contain the key word.
+
+Fact extraction: ``extract_facts`` on 50 turns stating a personal fact (a kept
+sentence must contain the turn's key word) and 50 turns that state none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mlotspark.memory.semantic import HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
+from mlotspark.models import bundles, catalogue
+
+DATA = Path(__file__).with_name("data") / "memory_eval.json"
+
+
+def make_embedder(name: str, minilm_dir: Path):
+    return HashingEmbedder() if name == "hashing" else MiniLMEmbedder(minilm_dir)
+
+
+def retrieval(doc: dict, embedder, directory: Path) -> dict:
+    t0 = time.perf_counter()
+    store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
+    pairs = doc["pairs"]
+    ids = [store.remember(p["fact"]) for p in pairs]
+    for d in doc["distractors"]:
+        store.remember(d)
+    filled = time.perf_counter() - t0
+    r1 = r3 = injected = wrong_only = n_injected = n_foreign = 0
+    misses = []
+    for p, gold in zip(pairs, ids):
+        top = [h.id for h in store.search(p["question"], k=3)]
+        r1 += top[:1] == [gold]
+        r3 += gold in top
+        chosen = [h.id for h in store.retrieve_for_prompt(p["question"])]
+        injected += gold in chosen
+        wrong_only += bool(chosen) and gold not in chosen
+        n_injected += len(chosen)
+        n_foreign += sum(c != gold for c in chosen)
+        if gold not in top:
+            misses.append(p["question"])
+    unrelated = sum(bool(store.retrieve_for_prompt(u)) for u in doc["unrelated"])
+    n = len(pairs)
+    out = {
+        "embedder": embedder.name, "entries": len(store), "fill_s": round(filled, 1),
+        "recall@1": r1 / n, "recall@3": r3 / n, "injected": injected / n,
+        "wrong_unrelated": unrelated / len(doc["unrelated"]), "wrong_only": wrong_only / n,
+        "foreign_share": n_foreign / max(1, n_injected), "misses@3": misses,
+    }
+    store.close()
+    return out
+
+
+def extraction(doc: dict) -> dict:
+    kept_fact = correct = 0
+    for t in doc["turns"]["fact"]:
+        facts = extract_facts(t["text"])
+        kept_fact += len(facts)
+        correct += sum(t["key"].lower() in f.lower() for f in facts)
+    found = sum(any(t["key"].lower() in f.lower() for f in extract_facts(t["text"])) for t in doc["turns"]["fact"])
+    kept_chat = [f for t in doc["turns"]["chat"] for f in extract_facts(t)]
+    total = kept_fact + len(kept_chat)
+    return {
+        "precision": correct / total if total else 1.0,
+        "recall": found / len(doc["turns"]["fact"]),
+        "kept_from_chat": kept_chat,
+        "kept_wrong_from_fact_turns": kept_fact - correct,
+    }
+
+
+def end_to_end(doc: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, minilm_dir: Path) -> dict:
+    os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
+    os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
+    if embedder_name == "minilm":  # the embedder in this home: a link to the pulled copy
+        link = home / "models" / bundles.EMBEDDER_MODEL
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(minilm_dir, target_is_directory=True)
+    from mlotspark import Engine
+
+    engine = Engine.load(str(gguf))
+    try:
+        for p in doc["pairs"]:
+            engine.remember(p["fact"])
+        for d in doc["distractors"]:
+            engine.remember(d)
+        sample = random.Random(seed).sample(doc["pairs"], n)
+        hits = injected = 0
+        rows = []
+        for i, p in enumerate(sample):
+            r = engine.conversation(f"q{i}").send(p["question"], temperature=0.0, max_tokens=32)
+            used = [engine.memory.get(j).text for j in r.stats.extra["memory"]["used"]]
+            ok = p["key"].lower() in r.text.lower()
+            hits += ok
+            injected += p["fact"] in used
+            rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text})
+        return {"embedder": engine.memory.embedder.name, "n": n, "answer_has_key": hits / n, "fact_injected": injected / n, "rows": rows}
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--embedder", nargs="+", default=["hashing", "minilm"], choices=["hashing", "minilm"])
+    ap.add_argument("--e2e", type=int, default=0, help="questions asked end to end per embedder (0: none)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None, help="write every figure as JSON here")
+    args = ap.parse_args()
+    doc = json.loads(DATA.read_text(encoding="utf-8"))
+    print("command: python " + " ".join(sys.argv))
+    results: dict = {"extraction": extraction(doc)}
+    # Both models come from the user's home (pulled there if missing), before any switch.
+    minilm_dir = bundles.pull(bundles.EMBEDDER_MODEL, progress=False) if "minilm" in args.embedder else Path()
+    gguf = catalogue.resolve(progress=False).path if args.e2e else Path()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.embedder:
+            r = retrieval(doc, make_embedder(name, minilm_dir), Path(tmp))
+            results[name] = r
+            if args.e2e:
+                results[name]["e2e"] = end_to_end(doc, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
+    print("\n| embedder | recall@1 | recall@3 | fact injected | unrelated prompts injected | wrong-only | injected not the fact | end to end (key in reply) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.embedder:
+        r = results[name]
+        e2e = r.get("e2e")
+        e2e_s = f"{e2e['answer_has_key']:.0%} of {e2e['n']} (fact injected {e2e['fact_injected']:.0%})" if e2e else "-"
+        print(f"| {r['embedder']} | {r['recall@1']:.1%} | {r['recall@3']:.1%} | {r['injected']:.1%} | "
+              f"{r['wrong_unrelated']:.1%} | {r['wrong_only']:.1%} | {r['foreign_share']:.1%} | {e2e_s} |")
+    x = results["extraction"]
+    print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
+          f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")
+    for name in args.embedder:
+        print(f"{name}: questions whose fact is not in the top 3: {results[name]['misses@3']}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""RULER-style long-context tasks on natural, varied text, generated offline and seeded.
+
+In the spirit of RULER (Hsieh et al., 2024), the haystack is not repeated
+filler: it is prose from Python's own reference documentation as shipped with
+the interpreter (``pydoc_data.topics``, ~465k characters), paragraphs taken in a
+seeded order, code samples and heading rules dropped. Needles go between
+sentences at a chosen depth. Tasks:
+
+- ``niah_single``: one key, one 7-digit value; ask for it.
+- ``niah_multikey``: four keys with a value each; ask for one.
+- ``niah_multivalue``: one key with four values; ask for all of them.
+- ``niah_multiquery``: four keys; ask for two of them.
+- ``vt``: variable tracking, ``VAR QXKZT = 40713`` then ``VAR BRMWE = QXKZT`` ...
+  (a chain of five); ask which variables hold the value.
+- ``sentence``: a plain sentence ("The spare key to the boathouse is hidden under the
+  blue flowerpot.") at the depth; ask a question whose answer is a word of it.
+
+A case's score is the share of its expected answers found in the reply (RULER's
+``string_match_all``). Nothing here loads a model: ``make_case`` takes a token
+counter, and the suite (``suites/ruler.py``) or ``benchmarks/ruler.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mlotspark.errors import OptionError
+
+TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "sentence")
+
+_NIAH_INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize them. "
+               "I will quiz you about the numbers afterwards.\n\n")
+_VT_INTRO = ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n")
+_SENTENCE_INTRO = "Read the following text carefully. I will ask you about one detail of it afterwards.\n\n"
+
+_ADJECTIVES = ("amber quiet brave silver hollow gentle rapid crimson frozen golden humble ancient bitter "
+               "clever distant eager fragile hidden jolly lucky misty noble orange proud rustic shiny tidy "
+               "velvet wild").split()
+_NOUNS = ("harbor lantern meadow falcon engine violin canyon pillow glacier compass orchard beacon ladder "
+          "island marble pepper quartz ribbon saddle tunnel walnut anchor basket candle dolphin feather "
+          "garden helmet jacket kettle").split()
+
+# (statement, question, answer word): details no reader could guess from the question alone.
+_SENTENCES = (
+    ("The spare key to the boathouse is hidden under the blue flowerpot.", "Where is the spare key to the boathouse hidden?", "flowerpot"),
+    ("The chess club meets every Thursday in the basement of the old library.", "Where does the chess club meet?", "basement"),
+    ("Marta's favourite pastry from the corner bakery is the cardamom bun.", "Which pastry does Marta like best?", "cardamom"),
+    ("The lighthouse keeper named his grey cat Admiral.", "What did the lighthouse keeper name his cat?", "Admiral"),
+    ("The expedition's only radio was packed inside a yellow biscuit tin.", "Where was the expedition's radio packed?", "biscuit tin"),
+    ("The night train to Vienna leaves from platform nineteen.", "From which platform does the night train to Vienna leave?", "nineteen"),
+    ("The treasurer keeps the club's ledger in a locked walnut drawer.", "Where does the treasurer keep the club's ledger?", "walnut"),
+    ("The village festival is always opened by a goat called Bartholomew.", "Who opens the village festival?", "Bartholomew"),
+    ("The museum's oldest clock was repaired by a watchmaker from Geneva.", "Where was the watchmaker who repaired the museum's oldest clock from?", "Geneva"),
+    ("The password for the garden shed is written on a seashell.", "What is the password for the garden shed written on?", "seashell"),
+    ("Professor Lindqvist drinks only jasmine tea during exams.", "What does Professor Lindqvist drink during exams?", "jasmine"),
+    ("The ferry captain whistles an old sea shanty called Rolling Home.", "Which sea shanty does the ferry captain whistle?", "Rolling Home"),
+)
+
+
+@dataclass(frozen=True)
+class RulerCase:
+    """One generated prompt.
+
+    Attributes:
+        task: one of ``TASKS``.
+        text: the user message (haystack with needles, then the question).
+        answers: strings the reply must contain (score = share found).
+        depth: where the (first) needle sits, 0 (start) .. 1 (end of the haystack).
+        seed: what generated it.
+    """
+
+    task: str
+    text: str
+    answers: tuple[str, ...]
+    depth: float
+    seed: int
+    needles: tuple[str, ...] = field(default=())
+
+    def score(self, reply: str) -> float:
+        """Share of ``answers`` found in ``reply`` (case-insensitive).
+
+        Args:
+            reply: the model's answer.
+
+        Returns:
+            A number in [0, 1].
+        """
+        low = reply.lower()
+        return sum(a.lower() in low for a in self.answers) / len(self.answers)
+
+
+@functools.lru_cache(maxsize=1)
+def haystack_sentences() -> tuple[tuple[str, ...], ...]:
+    """Prose sentences of ``pydoc_data.topics``, grouped by paragraph, in a fixed order.
+
+    Returns:
+        Paragraphs, each a tuple of sentences (code samples, grammar rules and
+        heading underlines removed).
+    """
+    from pydoc_data.topics import topics
+
+    paragraphs = []
+    for name in sorted(topics):
+        for block in re.split(r"\n\s*\n", topics[name]):
+            lines = block.splitlines()
+            # Indented blocks are code or grammar; lines of *, = or - are heading rules.
+            if not lines or lines[0].startswith((" ", "\t")) or all(re.fullmatch(r"[*=\-~^]+\s*", ln) for ln in lines[1:2]):
+                continue
+            prose = " ".join(ln.strip() for ln in lines if ln.strip() and not re.fullmatch(r"[*=\-~^]+", ln.strip()))
+            sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z\"(])", prose) if len(s.split()) >= 4]
+            if len(sentences) >= 2:
+                paragraphs.append(tuple(sentences))
+    return tuple(paragraphs)
+
+
+def _haystack(rng: random.Random, n_chars: int) -> list[str]:
+    """Sentences of consecutive paragraphs from a random start, about ``n_chars`` long."""
+    paragraphs = haystack_sentences()
+    start = rng.randrange(len(paragraphs))
+    out: list[str] = []
+    size = 0
+    i = start
+    while size < n_chars:
+        for s in paragraphs[i % len(paragraphs)]:
+            out.append(s)
+            size += len(s) + 1
+        i += 1
+        if i - start > len(paragraphs):  # the whole corpus used: wrap around (only past ~110k tokens)
+            start = i
+    return out
+
+
+def _insert(sentences: list[str], needles: list[str], depths: list[float]) -> str:
+    out = list(sentences)
+    # Insert from the deepest so earlier positions stay valid.
+    for needle, depth in sorted(zip(needles, depths), key=lambda p: -p[1]):
+        out.insert(int(round(depth * len(sentences))), needle)
+    return " ".join(out)
+
+
+def _keys(rng: random.Random, n: int) -> list[str]:
+    pairs = rng.sample([f"{a}-{b}" for a in _ADJECTIVES for b in _NOUNS], n)
+    return pairs
+
+
+def _number(rng: random.Random, used: set[str]) -> str:
+    while True:
+        v = str(rng.randint(1_000_000, 9_999_999))
+        if v not in used:
+            used.add(v)
+            return v
+
+
+def _parts(task: str, rng: random.Random, depth: float) -> tuple[str, list[str], list[float], str, tuple[str, ...]]:
+    """(intro, needles, depths, question, answers) of one case."""
+    used: set[str] = set()
+    spread = [min(0.999, max(0.0, depth + d)) for d in (0.0, 0.07, 0.14, 0.21)]  # the other needles just after
+    if task in ("niah_single", "niah_multikey", "niah_multiquery"):
+        n = 1 if task == "niah_single" else 4
+        keys = _keys(rng, n)
+        values = [_number(rng, used) for _ in keys]
+        needles = [f"One of the special magic numbers for {k} is: {v}." for k, v in zip(keys, values)]
+        order = list(range(n))
+        rng.shuffle(order)
+        depths = [spread[order[i]] for i in range(n)] if n > 1 else [depth]
+        if task == "niah_multiquery":
+            asked = sorted(rng.sample(range(n), 2))
+            question = (f"What are all the special magic numbers for {keys[asked[0]]} and {keys[asked[1]]} "
+                        "mentioned in the provided text?")
+            return _NIAH_INTRO, needles, depths, question, tuple(values[i] for i in asked)
+        asked_one = rng.randrange(n)
+        question = f"What is the special magic number for {keys[asked_one]} mentioned in the provided text?"
+        return _NIAH_INTRO, needles, depths, question, (values[asked_one],)
+    if task == "niah_multivalue":
+        key = _keys(rng, 1)[0]
+        values = [_number(rng, used) for _ in range(4)]
+        needles = [f"One of the special magic numbers for {key} is: {v}." for v in values]
+        question = f"What are all the special magic numbers for {key} mentioned in the provided text?"
+        return _NIAH_INTRO, needles, spread, question, tuple(values)
+    if task == "vt":
+        names: list[str] = []
+        while len(names) < 5:
+            name = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+            if name not in names:
+                names.append(name)
+        value = str(rng.randint(10000, 99999))
+        needles = [f"VAR {names[0]} = {value}."] + [f"VAR {b} = {a}." for a, b in zip(names, names[1:])]
+        depths = [min(0.999, depth + 0.05 * i) for i in range(5)]
+        question = f"Find all variables that are assigned the value {value} in the text above."
+        return _VT_INTRO, needles, depths, question, tuple(names)
+    if task == "sentence":
+        statement, question, answer = rng.choice(_SENTENCES)
+        return _SENTENCE_INTRO, [statement], [depth], question, (answer,)
+    raise OptionError(f"unknown RULER task {task!r}: choose from {', '.join(TASKS)}")
+
+
+def make_case(task: str, n_tokens: int, depth: float, seed: int, count_tokens: Callable[[str], int]) -> RulerCase:
+    """One prompt of ``task`` about ``n_tokens`` long (as ``count_tokens`` counts).
+
+    Args:
+        task: one of ``TASKS``.
+        n_tokens: target length of the whole user message in tokens.
+        depth: where the needle(s) go, 0 .. 1.
+        seed: the same seed gives the same case.
+        count_tokens: the model tokenizer's counter (chat template included if the
+            caller wants the whole prompt counted).
+
+    Returns:
+        The case.
+
+    Raises:
+        OptionError: an unknown task, a depth outside [0, 1] or a length under 16.
+    """
+    if task not in TASKS:
+        raise OptionError(f"unknown RULER task {task!r}: choose from {', '.join(TASKS)}")
+    if not 0.0 <= depth <= 1.0:
+        raise OptionError(f"invalid needle depth {depth!r}: use a number in [0, 1]")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 16:
+        raise OptionError(f"invalid RULER length {n_tokens!r}: use at least 16 tokens")
+    rng = random.Random(f"{task}:{seed}")
+    intro, needles, depths, question, answers = _parts(task, rng, depth)
+    chars = n_tokens * 4  # first guess; corrected below with the real tokenizer
+
+    def build(n_chars: int) -> str:
+        sentences = _haystack(random.Random(seed), n_chars)
+        return f"{intro}{_insert(sentences, needles, depths)}\n\n{question} Answer briefly."
+
+    text = build(chars)
+    for _ in range(5):  # a few corrections land within a sentence or two of the target
+        have = count_tokens(text)
+        if abs(have - n_tokens) <= max(16, n_tokens // 100):
+            break
+        chars = max(200, int(chars * n_tokens / max(1, have)))
+        text = build(chars)
+    return RulerCase(task, text, answers, depth, seed, tuple(needles))
+
+
+def depths(n: int) -> list[float]:
+    """``n`` depths spread evenly over (0, 1): the middle of n equal slices.
+
+    Args:
+        n: how many.
+
+    Returns:
+        e.g. [0.125, 0.375, 0.625, 0.875] for 4.
+    """
+    return [(i + 0.5) / n for i in range(n)]
+
+
+__all__ = ["TASKS", "RulerCase", "depths", "haystack_sentences", "make_case"]

@@ -1,0 +1,110 @@
+"""Progress on stderr for slow steps: the prompt's prefill and the model load.
+
+Shown on a terminal only (a pipe or a file gets nothing: the output stays clean),
+and only once a step has taken ``SHOW_AFTER_S``, so quick runs print nothing. The
+line is redrawn in place every ``TICK_S`` (the elapsed time keeps moving between
+prefill chunks) and erased when the step ends, before the reply is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import IO, Any
+
+SHOW_AFTER_S = 1.0  # a step quicker than this shows nothing
+TICK_S = 0.5  # redraw period while a step runs
+_CLEAR = "\r\x1b[K"  # to the line's start, erase it
+
+
+class StatusLine:
+    """One self-erasing status line on ``stream`` (stderr), drawn only on a terminal.
+
+    Call ``update(text)`` as the step advances and ``close()`` when it ends (or use
+    it as a context manager). Safe to update from another thread.
+
+    Args:
+        label: what is going on, shown while no ``update`` has come (``loading the model``).
+        stream: where to draw (default ``sys.stderr``).
+        enabled: draw at all; default: when ``stream`` is a terminal.
+    """
+
+    def __init__(self, label: str, stream: IO[str] | None = None, enabled: bool | None = None):
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled
+        self.label = label
+        self.text = ""
+        self.t0 = time.perf_counter()
+        self.drawn = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if enabled:
+            self._ticker = threading.Thread(target=self._tick, name="mlotspark-status", daemon=True)
+            self._ticker.start()
+
+    def __enter__(self) -> "StatusLine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, text: str) -> None:
+        """Show ``text`` (drawn now if the step has run ``SHOW_AFTER_S`` already)."""
+        with self._lock:
+            self.text = text
+            self._draw()
+
+    def close(self) -> None:
+        """Erase the line (if drawn) and stop redrawing it."""
+        self._stop.set()
+        with self._lock:
+            if self.drawn:
+                self.stream.write(_CLEAR)
+                self.stream.flush()
+                self.drawn = False
+            self.enabled = False
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                self._draw()
+
+    def _draw(self) -> None:
+        elapsed = time.perf_counter() - self.t0
+        if not self.enabled or elapsed < SHOW_AFTER_S:
+            return
+        line = self.text or f"{self.label} … {elapsed:.0f} s"
+        self.stream.write(f"{_CLEAR}mlotspark: {line}")
+        self.stream.flush()
+        self.drawn = True
+
+
+class PrefillBar(StatusLine):
+    """The prompt's prefill as a bar: tokens done / total, tok/s, ETA, and whether the
+    memory cascade holds the context. Feed it ``PrefillProgress`` events.
+
+    Args:
+        stream: where to draw (default ``sys.stderr``).
+        enabled: default: when ``stream`` is a terminal.
+        width: characters of the bar itself.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None, width: int = 24):
+        # Before the first event: the request is queued, or ``--cache-kind auto`` probes.
+        super().__init__("waiting for the engine (queue, KV cache choice)", stream, enabled)
+        self.width = width
+
+    def __call__(self, event: Any) -> None:
+        """Take a ``PrefillProgress`` event (``Engine.submit(on_progress=bar)`` works too)."""
+        filled = int(round(event.fraction * self.width))
+        bar = "█" * filled + "░" * (self.width - filled)
+        self.update(f"{bar} {event.describe()}")
+        if event.finished:
+            self.close()
+
+
+__all__ = ["PrefillBar", "SHOW_AFTER_S", "StatusLine"]

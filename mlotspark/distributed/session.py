@@ -1,0 +1,78 @@
+"""What an Engine holds when it runs across ranks: the setup, the runner, the follow loop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlotspark.errors import DistributedError, OptionError
+from mlotspark.options import GenerationOptions
+from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.request_handle import RequestHandle
+from mlotspark.distributed.loading import DistributedSetup
+from mlotspark.distributed.runner import DEFAULT_TIMEOUT_S, LeaderRunner, MakeGeneration, RankStatus, follow
+
+
+class DistributedSession:
+    """The engine's side of a multi-rank run.
+
+    Args:
+        setup: how the model is spread (``LoadedModel.extra["distributed"]``).
+        weights_bytes: this rank's resident weight bytes.
+        timeout: seconds without progress before rank 0 gives up on the others.
+    """
+
+    def __init__(self, setup: DistributedSetup, weights_bytes: int, timeout: float = DEFAULT_TIMEOUT_S):
+        self.setup = setup
+        self.status = RankStatus(setup.group, setup.layers[setup.rank], weights_bytes)
+        self.timeout = timeout
+        self._runner: LeaderRunner | None = None
+        if setup.rank == 0:
+            self._runner = LeaderRunner(setup.group, self.status, timeout)
+
+    @property
+    def rank(self) -> int:
+        return self.setup.rank
+
+    @property
+    def size(self) -> int:
+        return self.setup.size
+
+    @staticmethod
+    def check_request(options: GenerationOptions, cache: Any) -> None:
+        """Refuse what a multi-rank run does not do yet, naming it.
+
+        Raises:
+            OptionError: beams, several returns, speculative decoding, a KV cache kind,
+                or a cache passed in (conversations, prefix cache).
+        """
+        if cache is not None:
+            raise OptionError("a cache passed in (conversations, prefix cache) does not run across ranks yet")
+        for name, value, off in (("num_beams", options.num_beams, 1),
+                                 ("num_return_sequences", options.num_return_sequences, 1),
+                                 ("speculative", options.speculative, None),
+                                 ("cache_kind", options.cache_kind, None)):
+            if value != off:
+                raise OptionError(f"{name}={value!r} does not run across ranks yet (distributed runs decode plainly)")
+
+    def submit(self, gen: Generation) -> RequestHandle:
+        """Rank 0: queue a request for every rank."""
+        if self._runner is None:
+            raise DistributedError(f"rank {self.rank} takes requests from rank 0: call Engine.follow() there")
+        return self._runner.submit(gen)
+
+    def follow(self, make_generation: MakeGeneration) -> int:
+        """Ranks but 0: run rank 0's requests until it closes; returns how many ran."""
+        if self._runner is not None:
+            raise DistributedError("rank 0 leads: submit requests there, follow() is for the other ranks")
+        return follow(self.setup.group, make_generation, self.status)
+
+    def ranks_status(self) -> list[dict]:
+        """Rank 0: every rank's memory, thermal state and last step time, in rank order."""
+        if self._runner is None:
+            return [self.status.read()]
+        return self._runner.call("status")
+
+    def close(self) -> None:
+        """Rank 0: let the other ranks return from ``follow``."""
+        if self._runner is not None:
+            self._runner.close()

@@ -1,0 +1,136 @@
+"""A rank of the distributed tests: every rank runs this script (``mlx.launch`` or
+``spawn_ranks`` below); rank 0 writes what it saw as JSON to the file named by argv.
+
+Scenarios (argv[1]):
+- ``suite OUT TINY_GGUF``: pipeline greedy replies of the default model to PROMPTS,
+  each rank's weight bytes; the tensor-parallel refusal on the default model; the
+  tensor-parallel greedy reply of the tiny model.
+- ``wait OUT TINY_GGUF``: load the tiny model in a pipeline, print ``ready``, and on
+  rank 0 wait for a line on stdin before generating (the test kills or stops rank 1
+  meanwhile); rank 0's outcome goes to OUT.
+- ``cancel OUT TINY_GGUF``: rank 0 cancels a reply mid-way, then generates again.
+- ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Explain how a bicycle works.",
+    "Give me three tips for learning to cook.",
+]
+MAX_TOKENS = 32
+
+
+def _layer_bytes(engine) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.nbytes for layer in engine.loaded.model.layers for _, v in tree_flatten(layer.parameters()))
+
+
+def suite(out: Path, tiny: str) -> None:
+    from mlotspark import Engine
+    from mlotspark.errors import DistributedError
+
+    report: dict = {}
+    engine = Engine.load(distributed="pipeline", split="even", progress=False, rank_timeout=120)
+    mine = {"weights": engine.loaded.nbytes(), "layer_bytes": _layer_bytes(engine),
+            "layers": list(engine.ranks.setup.layers[engine.rank])}
+    every = engine.ranks.setup.group.gather_json(mine)
+    if engine.rank == 0:
+        report["replies"] = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
+        report["ranks"] = every
+        engine.close()
+    else:
+        report["followed"] = engine.follow()
+    try:
+        Engine.load(distributed="tensor", progress=False)
+    except DistributedError as e:
+        report["tensor_refusal"] = str(e)
+    engine = Engine.load(tiny, distributed="tensor", progress=False, rank_timeout=60)
+    if engine.rank == 0:
+        report["tiny_tensor"] = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0).tokens
+        engine.close()
+        out.write_text(json.dumps(report))
+    else:
+        engine.follow()
+
+
+def wait(out: Path, tiny: str) -> None:
+    from mlotspark import Engine
+    from mlotspark.errors import DistributedError
+
+    engine = Engine.load(tiny, distributed="pipeline", split="even", progress=False,
+                         rank_timeout=float(os.environ.get("RANK_TIMEOUT", "5")))
+    print("ready", flush=True)
+    if engine.rank != 0:
+        engine.follow()
+        return
+    sys.stdin.readline()
+    try:
+        engine.generate("hello world", raw=True, max_tokens=400, temperature=0)
+        result = {"error": None}
+    except DistributedError as e:
+        result = {"error": str(e)}
+    out.write_text(json.dumps(result))
+    os._exit(0)  # the worker thread may be blocked on the dead rank
+
+
+def cancel(out: Path, tiny: str) -> None:
+    """Rank 0 cancels a long reply after its first piece, then asks again: the ranks must
+    still be in step (same reply as a fresh run)."""
+    from mlotspark import Engine
+
+    engine = Engine.load(tiny, distributed="pipeline", split="even", progress=False, rank_timeout=60)
+    if engine.rank != 0:
+        engine.follow()
+        return
+    handle = engine.submit("hello world", raw=True, max_tokens=400, temperature=0)
+    next(iter(handle))
+    handle.cancel()
+    first = handle.result()
+    again = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0)
+    engine.close()
+    out.write_text(json.dumps({"finish": first.stats.finish_reason, "cancelled_after": len(first.tokens),
+                               "again": again.tokens}))
+
+
+def mismatch(out: Path, tinies: str) -> None:
+    """Each rank loads its own file of ``tinies`` (comma-separated): rank 0 records the refusal."""
+    from mlotspark import Engine
+    from mlotspark.errors import DistributedError
+
+    mine = tinies.split(",")[int(os.environ["MLX_RANK"])]
+    try:
+        Engine.load(mine, distributed="pipeline", progress=False)
+        error = None
+    except DistributedError as e:
+        error = str(e)
+    if os.environ["MLX_RANK"] == "0":
+        out.write_text(json.dumps({"error": error}))
+
+
+def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None = None,
+                **popen) -> list[subprocess.Popen]:
+    """Start ``n`` local ranks of this script as ``mlx.launch --backend ring`` does
+    (``MLX_RANK`` and a ``MLX_HOSTFILE`` of loopback addresses), without the launcher,
+    so a test can kill or stop one rank and watch the others."""
+    hostfile = tmp / "hosts.json"
+    hostfile.write_text(json.dumps([[f"127.0.0.1:{port + r}"] for r in range(n)]))
+    procs = []
+    for r in range(n):
+        rank_env = dict(env or os.environ, MLX_RANK=str(r), MLX_HOSTFILE=str(hostfile))
+        procs.append(subprocess.Popen([sys.executable, __file__, *args], env=rank_env, **popen))
+    return procs
+
+
+if __name__ == "__main__":
+    import mlotspark  # noqa: F401  (OpenBLAS before MLX)
+
+    {"suite": suite, "wait": wait, "mismatch": mismatch, "cancel": cancel}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,126 @@
+"""The fast BLAS on a fresh machine: every dependency resolves inside the venv.
+
+A fresh machine has no ``libgfortran.so.5``; an install that is fast only because
+this machine has one must fail ``test_fast_blas_needs_nothing_outside_the_venv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlotspark.platform import blas
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the BLAS preload is Linux only")
+
+# What a fresh Linux machine always has: glibc, libgcc and the loader.
+SYSTEM_ALLOWED = ("linux-vdso.so", "ld-linux", "libc.so", "libm.so", "libpthread.so", "libdl.so",
+                  "librt.so", "libgcc_s.so")
+
+PROBE = r"""
+import ctypes, json, sys
+import mlotspark
+from mlotspark.platform import blas
+import mlx.core as mx
+a = mx.ones((64, 64)); mx.eval(a @ a)
+# Which library answers MLX's cblas_sgemm: the first definition in the global scope.
+class DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+libc = ctypes.CDLL(None)
+addr = ctypes.cast(libc.cblas_sgemm, ctypes.c_void_p)
+info = DlInfo()
+libc.dladdr(addr, ctypes.byref(info))
+maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]})
+print(json.dumps({"in_use": blas.BLAS_IN_USE, "path": str(blas.BLAS_PATH), "note": blas.BLAS_NOTE,
+                  "sgemm_from": info.fname.decode(), "maps": maps}))
+"""
+
+
+def _inside(path: str, root: Path) -> bool:
+    return Path(os.path.realpath(path)).is_relative_to(root)
+
+
+@linux
+def test_fast_blas_needs_nothing_outside_the_venv():
+    """MLX's cblas_sgemm is OpenBLAS's, and that library's dependencies all live in the venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLOTSPARK_BLAS", "LD_LIBRARY_PATH", "LD_PRELOAD")}
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    venv = Path(os.path.realpath(sys.prefix))
+    assert not got["in_use"].startswith("reference"), got["in_use"]
+    assert "system libraries" not in got["in_use"], f"fast only thanks to the system: {got['note']}"
+    assert _inside(got["path"], venv), got["path"]
+    assert "openblas" in got["sgemm_from"] and _inside(got["sgemm_from"], venv), got["sgemm_from"]
+    # ldd: each dependency resolves, to the venv or to glibc/libgcc.
+    ldd = subprocess.run(["ldd", got["path"]], capture_output=True, text=True, timeout=60, env=env)
+    assert ldd.returncode == 0, ldd.stderr
+    for line in ldd.stdout.splitlines():
+        assert "not found" not in line, line
+        name, _, rest = line.strip().partition(" => ")
+        target = rest.split(" (")[0].strip() if rest else name.split(" (")[0].strip()
+        if not target.startswith("/"):
+            continue  # linux-vdso has no file
+        assert _inside(target, venv) or Path(target).name.startswith(SYSTEM_ALLOWED), line
+    # And what the process really mapped: no libgfortran/libquadmath/OpenBLAS from the system.
+    for mapped in got["maps"]:
+        if any(k in Path(mapped).name for k in ("gfortran", "quadmath", "openblas")):
+            assert _inside(mapped, venv), mapped
+
+
+@linux
+def test_private_copy_is_reused_then_rebuilt_when_its_source_changes(tmp_path):
+    target = tmp_path / "blas"
+    lib = blas.build_private_openblas(target)
+    assert (target / "libgfortran.so.5").is_file()
+    first = lib.stat().st_mtime_ns
+    assert blas.build_private_openblas(target).stat().st_mtime_ns == first  # reused
+    stamp = target / "source.json"
+    stamp.write_text(json.dumps({"an older wheel": [1, 2]}))
+    blas.build_private_openblas(target)
+    assert json.loads(stamp.read_text()) != {"an older wheel": [1, 2]}  # rebuilt
+    assert not list(tmp_path.glob("blas.tmp-*")) and not list(tmp_path.glob("blas.old-*"))
+
+
+@linux
+def test_missing_patchelf_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(blas, "patchelf_binary", lambda: None)
+    with pytest.raises(blas.BlasSetupError, match="patchelf is not installed"):
+        blas.build_private_openblas(tmp_path / "blas")
+
+
+def test_warning_only_for_the_reference_blas(monkeypatch):
+    monkeypatch.setattr(blas, "BLAS_IS_REFERENCE", False)
+    assert blas.blas_warning() is None
+    monkeypatch.delenv("MLOTSPARK_BLAS", raising=False)
+    monkeypatch.setattr(blas, "BLAS_IS_REFERENCE", True)
+    monkeypatch.setattr(blas, "BLAS_IN_USE", "reference (no usable OpenBLAS: patchelf is not installed)")
+    line = blas.blas_warning()
+    assert "reference BLAS" in line and "patchelf is not installed" in line and "fix: pip install" in line
+    monkeypatch.setattr(blas, "BLAS_IN_USE", "reference (MLOTSPARK_BLAS=none)")
+    assert blas.blas_warning() is None  # the user asked for it
+
+
+@linux
+def test_cli_says_it_once_when_only_the_reference_blas_loads(tmp_path):
+    env = dict(os.environ, MLOTSPARK_BLAS=str(tmp_path / "missing.so"), MLOTSPARK_HOME=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "mlotspark", "memory", "list"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    warnings = [l for l in out.stderr.splitlines() if "reference BLAS" in l]
+    assert len(warnings) == 1 and warnings[0].startswith("mlotspark: warning:"), out.stderr
+    assert "MLOTSPARK_BLAS" in warnings[0]
+
+
+def test_stats_panel_shows_the_warning():
+    from tui.backend import MachineFigures
+    from tui.widgets.stats import machine_text
+
+    assert "BLAS" not in machine_text(MachineFigures(blas_warning=None), None, None).plain
+    text = machine_text(MachineFigures(blas_warning="slow reference BLAS in use; fix: x"), None, None).plain
+    assert "slow reference BLAS" in text and "fix: x" in text

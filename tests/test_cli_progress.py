@@ -1,0 +1,87 @@
+"""The CLI never leaves a long wait silent: a prefill bar on stderr on a terminal (and
+not when piped); ``-v`` tells the story of the run (cascade, speculation, beams)."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+import pytest
+
+from mlotspark.cli import main, progress
+from tiny import tiny_model, write_tiny_gguf
+
+LONG = "abcdefgh " * 40  # 360 byte tokens (no merges in the tiny vocabulary)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf", tiny_model())
+
+
+def _generate(monkeypatch, stderr, *argv: str) -> int:
+    monkeypatch.setattr(sys, "stderr", stderr)
+    return main(["generate", "--raw", "--temp", "0", "--max-tokens", "3", *argv])
+
+
+def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # the tiny model prefills in no time
+    master, slave = os.openpty()
+    try:
+        with os.fdopen(slave, "w", encoding="utf-8", closefd=False) as tty:
+            assert tty.isatty()
+            assert _generate(monkeypatch, tty, "-m", str(tiny_gguf), "-p", LONG) == 0
+        os.set_blocking(master, False)
+        shown = os.read(master, 1 << 16).decode("utf-8", "replace")
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert "prefill" in shown and f"/{len(LONG)} tokens" in shown and "tok/s" in shown
+    assert shown.endswith("\r\x1b[K")  # erased before the reply
+    assert "prefill" not in capsys.readouterr().out  # the reply stays clean
+
+
+def test_no_bar_when_piped(tiny_gguf, monkeypatch, capsys):
+    monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
+    piped = io.StringIO()
+    assert _generate(monkeypatch, piped, "-m", str(tiny_gguf), "-p", LONG) == 0
+    assert piped.getvalue() == ""
+
+
+def test_verbose_tells_the_cascade_and_the_acceptance(tiny_gguf, monkeypatch):
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "-v",
+                     "--window", "64", "--sinks", "4", "--block-size", "16", "--top-k-blocks", "2") == 0
+    story = err.getvalue()
+    assert "cascade on (window 64, 4 sinks" in story and "retrieved per step" in story
+    assert f"prompt {len(LONG)} tokens" in story and "TTFT" in story and "prefill" in story
+    assert "BLAS" in story and "weights" in story and "scheduler:" in story
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "-v", "--no-cascade",
+                     "--speculative", "prompt_lookup") == 0
+    story = err.getvalue()
+    assert "cascade off" in story and "drafts accepted" in story
+
+
+def test_verbose_beams_report_prefill_and_ttft(tiny_gguf, monkeypatch):
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "-v", "--beams", "2") == 0
+    story = err.getvalue()
+    assert "beams 2, 1 returned" in story
+    assert "prefill 0.0 tok/s" not in story and "TTFT 0 ms" not in story
+
+
+def test_cli_batch_resume_is_honest(tiny_gguf, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("abc\nhello\n")
+    out = tmp_path / "o.jsonl"
+    base = ["generate", "-m", str(tiny_gguf), "--raw", "--temp", "0", "--prompts", str(prompts), "-o", str(out)]
+    assert main([*base, "--max-tokens", "2"]) == 0
+    assert main([*base, "--max-tokens", "2"]) == 0
+    assert "2 rows already in" in capsys.readouterr().err
+    assert main([*base, "--max-tokens", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 of 2 finished rows" in err[0] and "--redo" in err[0]
+    assert main([*base, "--max-tokens", "3", "--redo"]) == 0
+    assert "2 sequences written" in capsys.readouterr().err

@@ -1,0 +1,221 @@
+"""Distributed runs on MLX's ring backend: two local ranks over loopback.
+
+The launched tests start real ranks: ``mlx.launch -n 2 --backend ring`` once for the
+module's replies (pipeline on the default model, the tensor-parallel refusal, tensor
+parallel on a tiny model), and ranks started as ``mlx.launch`` starts them for the
+failure tests, which kill or stop one rank and watch rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mlotspark.errors import DistributedError, OptionError
+from mlotspark.distributed import plan_layers
+from mlotspark.distributed.runner import options_from_message, options_message
+from mlotspark.distributed.tensor import check_tensor_split
+from mlotspark.models.llama import ModelArgs
+from mlotspark.options import GenerationOptions
+
+from tiny import TINY, tiny_model, write_tiny_gguf
+
+HERE = Path(__file__).resolve().parent
+RANKS = HERE / "distributed_ranks.py"
+LAUNCH = Path(sys.executable).with_name("mlx.launch")
+sys.path.insert(0, str(HERE))
+from distributed_ranks import MAX_TOKENS, PROMPTS, spawn_ranks  # noqa: E402
+
+
+def _port() -> int:
+    # Two ranks take two consecutive ports; a random base keeps parallel runs apart.
+    return random.randrange(20000, 60000, 2)
+
+
+# ------------------------------------------------------------------ no ranks
+def test_even_split_gives_the_extra_layers_to_the_first_ranks():
+    assert plan_layers(30, [1, 1], "even") == [(0, 15), (15, 30)]
+    assert plan_layers(7, [1, 1, 1], "even") == [(0, 3), (3, 5), (5, 7)]
+
+
+def test_memory_split_follows_free_memory():
+    # A rank with three times the free memory gets about three times the layers.
+    assert plan_layers(30, [8 << 30, 24 << 30], "memory") == [(0, 8), (8, 30)]
+    # Every rank keeps a layer, however little memory it has.
+    assert plan_layers(4, [0, 100 << 30], "memory") == [(0, 1), (1, 4)]
+
+
+def test_bad_splits_are_refused():
+    with pytest.raises(OptionError, match="'halves'"):
+        plan_layers(30, [1, 1], "halves")
+    with pytest.raises(DistributedError, match="3 layers over 4 ranks"):
+        plan_layers(3, [1, 1, 1, 1], "even")
+
+
+def test_tensor_split_refusal_names_the_head_counts():
+    smollm = ModelArgs(num_attention_heads=9, num_key_value_heads=3)  # the default model's shape
+    with pytest.raises(DistributedError) as e:
+        check_tensor_split(smollm, 2, "smollm2-135m-instruct")
+    assert "9 attention heads, 3 KV heads" in str(e.value) and "pipeline" in str(e.value)
+    check_tensor_split(ModelArgs.from_dict(TINY), 2, "tiny")  # 4 and 2 heads split in two
+
+
+def test_options_cross_ranks_as_json():
+    opts = GenerationOptions(max_tokens=7, temperature=0, stop=("\n\n",), seed=3)
+    message = json.loads(json.dumps(options_message(opts)))
+    assert options_from_message(message) == opts
+
+
+def test_engine_refuses_distributed_with_a_forced_cascade():
+    from mlotspark import Engine
+
+    with pytest.raises(OptionError, match="cascade"):
+        Engine.load(distributed="pipeline", cascade={"window": 256}, pull=False)
+
+
+# --------------------------------------------------------------- two ranks
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", tiny_model(seed=3))
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory, tiny_gguf, default_gguf) -> dict:
+    """One ``mlx.launch -n 2 --backend ring`` run of the ``suite`` scenario."""
+    out = tmp_path_factory.mktemp("ranks") / "suite.json"
+    env = dict(os.environ, MLOTSPARK_HOME=str(default_gguf.parent.parent.parent))
+    cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", "--starting-port", str(_port()),
+           sys.executable, str(RANKS), "suite", str(out), str(tiny_gguf)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_pipeline_greedy_tokens_equal_the_single_process_run(launched, default_gguf):
+    from mlotspark import Engine
+
+    engine = Engine.load(str(default_gguf), cascade=None, progress=False)
+    try:
+        alone = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
+        full_bytes = engine.loaded.nbytes()
+    finally:
+        engine.close()
+    assert launched["replies"] == alone
+    assert sum(len(t) for t in alone) >= 2 * MAX_TOKENS  # long replies, not three stops at once
+    ranks = launched["ranks"]
+    assert [r["layers"] for r in ranks] == [[0, 15], [15, 30]]
+    # Each rank holds half of the layers' weights; rank 0 also the embedding (= tied LM head).
+    layers_total = ranks[0]["layer_bytes"] + ranks[1]["layer_bytes"]
+    for r in ranks:
+        assert abs(r["layer_bytes"] / layers_total - 0.5) < 0.01
+    assert ranks[1]["weights"] == ranks[1]["layer_bytes"]
+    assert ranks[0]["weights"] + ranks[1]["weights"] == full_bytes  # nothing held twice
+    assert ranks[1]["weights"] < 0.45 * full_bytes and ranks[0]["weights"] < 0.65 * full_bytes
+
+
+@pytest.mark.slow
+def test_tensor_parallel_is_refused_on_the_default_model(launched):
+    assert launched["tensor_refusal"] == (
+        "tensor parallelism cannot split smollm2-135m-instruct over 2 ranks: its 9 attention heads, "
+        "3 KV heads and MLP width 1536 must all divide by 2; use --distributed pipeline"
+    )
+
+
+@pytest.mark.slow
+def test_tensor_parallel_greedy_tokens_equal_the_single_process_run(launched, tiny_gguf):
+    from mlotspark import Engine
+
+    engine = Engine.load(str(tiny_gguf), cascade=None, progress=False)
+    try:
+        alone = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0).tokens
+    finally:
+        engine.close()
+    assert launched["tiny_tensor"] == alone and len(alone) == MAX_TOKENS
+
+
+def _rank0_after(tmp_path: Path, tiny: Path, harm: int, timeout: float) -> tuple[dict, float]:
+    """Start two ranks, harm rank 1 with signal ``harm`` once both are loaded, then ask
+    rank 0 for a reply; return rank 0's outcome and how long it took to fail."""
+    out = tmp_path / "rank0.json"
+    env = dict(os.environ, RANK_TIMEOUT=str(timeout))
+    procs = spawn_ranks(["wait", str(out), str(tiny)], 2, _port(), tmp_path, env=env,
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rank0, rank1 = procs
+    try:
+        for p in procs:
+            line = p.stdout.readline()
+            assert line.strip() == "ready", p.stderr.read()[-2000:] if p.poll() is not None else line
+        os.kill(rank1.pid, harm)
+        t0 = time.monotonic()
+        rank0.stdin.write("go\n")
+        rank0.stdin.flush()
+        rank0.wait(timeout=timeout + 30)
+        took = time.monotonic() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return json.loads(out.read_text()), took
+
+
+def test_a_killed_rank_makes_rank0_fail_at_once(tmp_path, tiny_gguf):
+    outcome, took = _rank0_after(tmp_path, tiny_gguf, signal.SIGKILL, timeout=30)
+    assert outcome["error"] and "died or stalled" in outcome["error"]
+    assert took < 30  # the lost connection, not the watchdog
+
+
+def test_a_stalled_rank_makes_rank0_fail_within_the_timeout(tmp_path, tiny_gguf):
+    outcome, took = _rank0_after(tmp_path, tiny_gguf, signal.SIGSTOP, timeout=3)
+    assert outcome["error"] and "no progress from the other ranks" in outcome["error"]
+    assert 3 <= took < 3 + 20
+
+
+def test_other_model_files_on_a_rank_are_refused_naming_it():
+    from mlotspark.distributed.loading import _check_same_model
+
+    ranks = [{"rank": 0, "host": "mac1", "model": "m", "fingerprint": "aaaa"},
+             {"rank": 1, "host": "mac2", "model": "m", "fingerprint": "aaaa"},
+             {"rank": 2, "host": "mac3", "model": "m", "fingerprint": "bbbb"}]
+    with pytest.raises(DistributedError, match=r"^rank 2 \(mac3\) has other model files than rank 0"):
+        _check_same_model(ranks)
+    _check_same_model(ranks[:2])
+
+
+def test_ranks_with_other_model_files_refuse_to_load(tmp_path, tiny_gguf):
+    other = write_tiny_gguf(tmp_path / "other.gguf", tiny_model(seed=4))
+    out = tmp_path / "rank0.json"
+    procs = spawn_ranks(["mismatch", str(out), f"{tiny_gguf},{other}"], 2, _port(), tmp_path,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for p in procs:
+        p.wait(timeout=120)
+    error = json.loads(out.read_text())["error"]
+    assert error.startswith("rank 1 (") and "has other model files than rank 0" in error
+
+
+def test_a_cancel_on_rank0_stops_every_rank_at_the_same_token(tmp_path, tiny_gguf):
+    from mlotspark import Engine
+
+    out = tmp_path / "rank0.json"
+    procs = spawn_ranks(["cancel", str(out), str(tiny_gguf)], 2, _port(), tmp_path,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for p in procs:
+        p.wait(timeout=120)
+    assert all(p.returncode == 0 for p in procs), [p.stderr.read()[-2000:] for p in procs]
+    seen = json.loads(out.read_text())
+    assert seen["finish"] == "cancelled" and seen["cancelled_after"] < 400
+    engine = Engine.load(str(tiny_gguf), cascade=None, progress=False)
+    try:
+        alone = engine.generate("hello world", raw=True, max_tokens=MAX_TOKENS, temperature=0).tokens
+    finally:
+        engine.close()
+    assert seen["again"] == alone  # the follower left the cancelled request where rank 0 did

@@ -1,0 +1,52 @@
+"""``mlotspark memory`` says what it did: forget confirms or refuses before deleting
+anything, add names a duplicate's id, search hides weak hits unless ``--all``."""
+
+from __future__ import annotations
+
+import json
+
+from mlotspark.cli import main
+
+
+def out_of(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["memory", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def ids(capsys) -> dict[str, int]:
+    _, out, _ = out_of(capsys, "list", "--json")
+    return {e["text"]: e["id"] for e in json.loads(out)}
+
+
+def test_add_says_the_id_and_a_duplicate_says_it_exists(capsys):
+    code, out, _ = out_of(capsys, "add", "My sister's name is Ilse.")
+    first = ids(capsys)["My sister's name is Ilse."]
+    assert code == 0 and out.strip() == f"remembered #{first}: My sister's name is Ilse."
+    code, out, _ = out_of(capsys, "add", "my sister's name is ilse")  # same fact, other case/punctuation
+    assert code == 0 and out.strip() == f"already remembered as #{first}: My sister's name is Ilse."
+    assert len(ids(capsys)) == 1
+
+
+def test_forget_confirms_each_and_refuses_all_if_one_id_is_unknown(capsys):
+    for text in ("I live in Ghent.", "I play the cello."):
+        out_of(capsys, "add", text)
+    known = ids(capsys)
+    a, b = known["I live in Ghent."], known["I play the cello."]
+    code, _, err = out_of(capsys, "forget", str(a), "999")
+    assert code == 2 and "999" in err and "nothing deleted" in err
+    assert ids(capsys) == known  # nothing was deleted
+    code, out, _ = out_of(capsys, "forget", str(a), str(b))
+    assert code == 0 and out.splitlines() == [f"forgot #{a}: I live in Ghent.", f"forgot #{b}: I play the cello."]
+    assert ids(capsys) == {}
+
+
+def test_search_hides_weak_hits_unless_all(capsys):
+    out_of(capsys, "add", "My sister's name is Ilse.")
+    out_of(capsys, "add", "The bakery on the corner opens at seven.")
+    _, out, _ = out_of(capsys, "search", "my sister name", "--json")
+    assert [h["text"] for h in json.loads(out)] == ["My sister's name is Ilse."]  # the bakery is noise
+    _, out, _ = out_of(capsys, "search", "my sister name", "--json", "--all")
+    assert [h["text"] for h in json.loads(out)] == ["My sister's name is Ilse.", "The bakery on the corner opens at seven."]
+    _, out, _ = out_of(capsys, "search", "quantum chromodynamics")
+    assert "nothing found above relevance" in out and "--all" in out
