@@ -141,7 +141,9 @@ class GenerationOptions:
         object.__setattr__(self, "stop", stop)
         for name in ("prefill_chunk", "num_beams", "num_return_sequences"):
             count(name, 1)
-        number("length_penalty")
+        if not -10.0 <= number("length_penalty") <= 10.0:
+            # length ** penalty must stay a float: 1e30 overflowed in beam scoring.
+            raise bad("length_penalty", "must be between -10 and 10 (1 = average logprob per token)")
         if self.speculative not in SPECULATIVE:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
         if self.cache_kind not in CACHE_KINDS:

@@ -31,3 +31,12 @@ def test_light_commands_do_not_import_mlx(argv, tmp_path):
                          cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [], f"{argv} imported MLX"
+
+
+def test_cli_distributed_choices_match_the_package():
+    from mlotspark import distributed
+    from mlotspark.cli import distributed as cli_distributed
+
+    assert cli_distributed.MODES == distributed.MODES
+    assert cli_distributed.SPLITS == distributed.SPLITS
+    assert cli_distributed.DEFAULT_TIMEOUT_S == distributed.DEFAULT_TIMEOUT_S

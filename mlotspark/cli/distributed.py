@@ -20,11 +20,15 @@ from mlotspark.errors import DistributedError
 #: exit status of a rank that lost the others (2 is a user mistake, 130 Ctrl+C).
 EXIT_RANKS_FAILED = 3
 
+# The choices of mlotspark.distributed, written out: importing that package loads MLX, and
+# building the parser must not (``--help`` stays light). tests/test_startup.py keeps them equal.
+MODES = ("pipeline", "tensor")
+SPLITS = ("memory", "even")
+DEFAULT_TIMEOUT_S = 120.0
+
 
 def add_distributed_args(p: argparse.ArgumentParser, *, info: bool = False) -> None:
     """``--distributed``, ``--split`` and ``--rank-timeout``."""
-    from mlotspark.distributed import DEFAULT_TIMEOUT_S, MODES, SPLITS
-
     g = p.add_argument_group(
         "distributed (run every rank with mlx.launch)",
         "One model across the ranks mlx.launch starts (ring over TCP/Thunderbolt, or MPI). "

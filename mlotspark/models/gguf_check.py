@@ -170,9 +170,19 @@ def _check(r: _Reader) -> None:
         nbytes = elements // block * block_bytes
         if offset % alignment or offset + nbytes > data_size:
             raise r.fail(
-                f"tensor {name!r} at offset {offset} with {nbytes} bytes does not fit the "
+                f"tensor {name!r} ({_type_name(ggml_type)}) at offset {offset} with {nbytes} bytes does not fit the "
                 f"{data_size} bytes of data (alignment {alignment})"
             )
+
+
+def _type_name(ggml_type: int) -> str:
+    """``Q6_K`` for 14: the names llama.cpp's ``gguf`` package gives the ggml types."""
+    from gguf import GGMLQuantizationType  # the field's table of names (light: NumPy only)
+
+    try:
+        return GGMLQuantizationType(ggml_type).name
+    except ValueError:
+        return f"ggml type {ggml_type}"
 
 
 __all__ = ["GGML_SIZES", "check_gguf"]

@@ -82,6 +82,8 @@ class Generation:
         self.result: GenerationResult | None = None
         self.on_progress = on_progress
         self._meter: PrefillMeter | None = None
+        # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
+        self.sampler_wrapper: Callable[[Any], Any] | None = None
 
     @property
     def cascaded(self) -> bool:
@@ -99,8 +101,6 @@ class Generation:
             self._meter = PrefillMeter(len(self.prompt), self.on_progress, cascade=self.cascaded,
                                        cached=self.cached_tokens)
         return self._meter
-        # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
-        self.sampler_wrapper: Callable[[Any], Any] | None = None
 
     def _max_tokens(self) -> int:
         n = self.options.max_tokens

@@ -50,15 +50,18 @@ def test_every_api_option_with_every_bad_value(engine):
         for value in BAD:
             if name in ("max_tokens", "prefill_chunk", "num_return_sequences", "num_beams", "draft_model"):
                 continue  # below, with generation (a huge max_tokens runs to EOS: not a quick test)
+            # A length penalty ranks several sequences: alone it is refused as a conflict
+            # (tests/test_option_conflicts.py), so its values are tried with beams.
+            extra = {"num_beams": 2} if name == "length_penalty" else {}
             try:
-                opts = engine.options(**{name: value})
+                opts = engine.options(**{name: value}, **extra)
             except OptionError as e:
                 assert one_line_naming(e, value) and name in str(e), (name, value, str(e))
                 refused += 1
                 continue
             # Accepted values must work end to end.
             try:
-                engine.generate("hi", **{name: value}, max_tokens=2)
+                engine.generate("hi", **{name: value}, **extra, max_tokens=2)
             except MlotsparkError as e:
                 assert "\n" not in str(e), (name, value, str(e))
             accepted += 1
@@ -109,6 +112,8 @@ def test_cli_flags_with_bad_values_print_one_line(flag, capsys, tiny_gguf):
         argv = ["generate", "-p", "hi", "--model", str(tiny_gguf), "--no-cascade" if "block" not in flag and flag not in ("--window", "--sinks") else "--routing=hybrid", f"{flag}={value}"]
         if flag != "--max-tokens":
             argv.append("--max-tokens=1")
+        if flag == "--length-penalty":  # it needs beams (alone it is refused as a conflict)
+            argv.append("--beams=2")
         try:
             code = main(argv)
         except SystemExit as e:  # argparse: usage line + one error line naming the value
