@@ -8,7 +8,7 @@ suite table and turns the text into ``BenchConfig.suites``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from mlotspark.errors import OptionError
 

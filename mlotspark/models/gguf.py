@@ -23,7 +23,6 @@ import mlx.core as mx
 from mlotspark.errors import ModelFormatError
 from mlotspark.models.gguf_check import check_gguf
 
-GGUF_MAGIC = b"GGUF"
 GGUF_GROUP_SIZE = 32  # block size of the Q4_0 / Q4_1 / Q8_0 formats MLX unpacks
 
 
@@ -91,21 +90,6 @@ _BLK = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|scales|biases|bias)$")
 _TOP = re.compile(r"^([a-z_]+)\.(weight|scales|biases|bias)$")
 # Tensors that carry RoPE frequencies, read into the config rather than loaded.
 ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
-
-
-def check_magic(path: Path) -> None:
-    """Raise ModelFormatError unless ``path`` starts with the GGUF magic."""
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head != GGUF_MAGIC:
-        raise ModelFormatError(f"{path} is not a GGUF file (starts with {head!r}, expected b'GGUF')")
-
-
-def tensor_count(path: Path) -> int:
-    """The tensor count in a GGUF header (bytes 8-16: after magic and version)."""
-    with open(path, "rb") as f:
-        head = f.read(16)
-    return int.from_bytes(head[8:16], "little") if len(head) == 16 else -1
 
 
 def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:

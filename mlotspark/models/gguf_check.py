@@ -101,11 +101,14 @@ def _skip_value(r: _Reader, vtype: int, key: str, depth: int = 0) -> object:
     return None
 
 
-def check_gguf(path: Path) -> None:
+def check_gguf(path: Path) -> int:
     """Check that ``path`` is a GGUF file whose header fits inside it.
 
     Args:
         path: the file.
+
+    Returns:
+        The header's tensor count (the loader compares it with what MLX read).
 
     Raises:
         ModelFormatError: not GGUF, an unsupported version, or a count, length,
@@ -118,12 +121,12 @@ def check_gguf(path: Path) -> None:
             if size < 24:
                 raise ModelFormatError(f"corrupt GGUF {path}: {size} bytes, shorter than a GGUF header")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                _check(_Reader(data, path))
+                return _check(_Reader(data, path))
     except OSError as e:
         raise ModelFormatError(f"cannot read GGUF {path}: {e.strerror or e}") from e
 
 
-def _check(r: _Reader) -> None:
+def _check(r: _Reader) -> int:
     magic = bytes(r.data[r.take(4, "magic") : 4])
     if magic != b"GGUF":
         raise ModelFormatError(f"{r.path} is not a GGUF file (starts with {magic!r}, expected b'GGUF')")
@@ -173,6 +176,7 @@ def _check(r: _Reader) -> None:
                 f"tensor {name!r} ({_type_name(ggml_type)}) at offset {offset} with {nbytes} bytes does not fit the "
                 f"{data_size} bytes of data (alignment {alignment})"
             )
+    return n_tensors
 
 
 def _type_name(ggml_type: int) -> str:

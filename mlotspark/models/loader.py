@@ -124,12 +124,12 @@ def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, st
         read the file itself (quantized tensors as MLX triples); else every tensor
         was dequantized by ``gguf`` (or came from the conversion cache).
     """
-    gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
+    n_tensors = gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
     try:
         raw, meta = mx.load(str(path), return_metadata=True)
         # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
         got = sum(1 for k in raw if not k.endswith((".scales", ".biases")))
-        native = got == gguf.tensor_count(path) and weight_formats.mlx_reads_exactly(raw, meta)
+        native = got == n_tensors and weight_formats.mlx_reads_exactly(raw, meta)
     except Exception:  # K-quants, a truncated file: gguf-py reads it or names the fault
         native = False
     if native:
