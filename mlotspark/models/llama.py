@@ -180,7 +180,7 @@ class LlamaModel(nn.Module):
         self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
         #: One-token products as ``W @ x`` in OpenBLAS small-kernel blocks (``matvec.py``):
-        #: True, False, or None = on the CPU backend only, where it measured 1.5-1.9x
+        #: True, False, or None = on the CPU backend only, where it measured 1.2-1.7x
         #: faster per step (benchmarks/RESULTS.md "Issue 12, round 3"); Metal and CUDA
         #: have GEMV kernels for either orientation.
         self.decode_matvec: Optional[bool] = None

@@ -4,9 +4,10 @@ MLX's CPU backend sends every float32 matmul to ``cblas_sgemm``; it has no GEMV 
 For one decoded token ``x @ W.T`` is an sgemm with one row, and OpenBLAS runs it
 one of two ways (measured here, benchmarks/RESULTS.md "Issue 12, round 3"):
 
-- up to about 1e6 multiply-adds (``M*N*K``) it takes its small-matrix kernel,
-  which streams the weights at GEMV speed, but only in the ``W @ x`` orientation
-  for the MLP's 1536x576 (``x @ W.T`` leaves that kernel above ~600k);
+- up to 1e6 multiply-adds (``M*N*K``) it takes its small-matrix kernel, which
+  streams the weights at ~3x the speed; but ``x @ W.T`` is its "TN" case, which it
+  refuses past 1200 outputs (OpenBLAS ``sgemm_small_kernel_permit_skylakex.c``), so
+  the MLP's 1536-row weights miss it in that orientation and take it as ``W @ x``;
 - past that it packs the weights before multiplying: ~1/3 of the bandwidth. The tied
   49152x576 output layer (113 MB, a fifth of the model) always went that way.
 
@@ -27,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 #: Most multiply-adds one sgemm may take and still run OpenBLAS's small-matrix kernel
-#: (its x86-64 permit functions refuse ``M*N*K`` past 100^3).
+#: (its x86-64 permit function refuses ``M*N*K`` past 100^3).
 SMALL_GEMM = 1_000_000
 
 
