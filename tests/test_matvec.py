@@ -61,6 +61,8 @@ def test_decode_with_matvec_gives_the_reference_tokens(variant, compiled):
     model.model.decode_matvec = True
     toks, got = _greedy(model, model.make_cache(), prompt, 16)
     assert model.model.matvec_on and model.model.layers[0].mlp.up_proj.matvec
+    if "tie_word_embeddings" in variant:
+        assert model.lm_head.matvec  # the untied head too
     np.testing.assert_allclose(got, ref, atol=1e-4)
     assert toks == ref_toks
 

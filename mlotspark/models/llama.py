@@ -279,6 +279,8 @@ class Model(nn.Module):
                 # One token: the 113 MB tied output layer in small-kernel blocks (matvec.py).
                 return matvec(self.model.embed_tokens.weight, hidden)
             return self.model.embed_tokens.as_linear(hidden)
+        if isinstance(self.lm_head, Linear):  # outside LlamaModel's walk in _set_matvec
+            self.lm_head.matvec = self.model.matvec_on
         return self.lm_head(hidden)
 
     def sanitize(self, weights: dict) -> dict:
