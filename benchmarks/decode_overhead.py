@@ -1,15 +1,16 @@
 """Issue 12: per-token cost of a float32 decode step, host (graph building) vs the whole step.
 
-Three models share the same float32 weights in one process: mlx-lm's llama class (the
-yardstick), ours op by op (``compiled_decode = False``) and ours with the compiled
-decode pieces (the default on a GPU). For each repetition, interleaved:
+Models sharing the same float32 weights in one process: mlx-lm's llama class (the
+yardstick) and ours with one-token products as ``x @ W.T`` (round 2) or through
+``models/matvec.py`` (the CPU default now), each op by op and with the compiled decode
+pieces (the default on a GPU). For each repetition, interleaved:
 
 - host ms/token: building one decode step's graph (model call + argmax), not evaluated;
   that is what ``mx.compile`` can remove, and what decides speed on Metal for small models;
 - decode tok/s: mlx-lm's ``generate_step`` (its async_eval pipeline, greedy) for
   ``--tokens`` tokens after a chat prompt.
 
-Medians over ``--reps`` repetitions; greedy tokens are checked equal across the three.
+Medians over ``--reps`` repetitions; greedy tokens are checked equal across all.
 
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/decode_overhead.py [--reps 5] [--tokens 64]
 """
@@ -70,14 +71,18 @@ def main() -> None:
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
-    def set_compiled(on: bool):
-        ours.model.compiled_decode = on
-        return ours
+    def ours_with(matvec: bool, compiled: bool):
+        def make():
+            ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
+            return ours
+        return make
 
     runs = {
         "mlx-lm": lambda: twin,
-        "ours, op by op": lambda: set_compiled(False),
-        "ours, compiled": lambda: set_compiled(True),
+        "ours, x@W.T": ours_with(False, False),  # round 2's CPU default
+        "ours, x@W.T compiled": ours_with(False, True),
+        "ours, matvec": ours_with(True, False),  # the CPU default now (models/matvec.py)
+        "ours, matvec compiled": ours_with(True, True),
     }
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
@@ -93,12 +98,12 @@ def main() -> None:
     print(f"BLAS: {blas.BLAS_IN_USE}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; "
           f"{args.reps} reps, {args.tokens} tokens; weights {loaded.nbytes() / 1e6:.0f} MB float32")
     base = statistics.median(tps["mlx-lm"])
-    print(f"{'':<16} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
+    print(f"{'':<22} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
     for name in runs:
         t = statistics.median(tps[name])
-        print(f"{name:<16} {statistics.median(host[name]):>14.2f} {t:>13.1f} {t / base:>9.2f}x")
+        print(f"{name:<22} {statistics.median(host[name]):>14.2f} {t:>13.1f} {t / base:>9.2f}x")
     same = len({tuple(t) for t in tokens.values()}) == 1
-    print("greedy tokens identical across the three:", same)
+    print("greedy tokens identical across all:", same)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 - ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
   attention calls ``cache.attend``, so the memory cascade plugs in.
+- ``matvec``: one-token products in the form OpenBLAS runs fastest (CPU decode).
 - ``kv_cache``: the plain KV cache behind that interface.
 - ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures

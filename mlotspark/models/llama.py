@@ -19,6 +19,7 @@ from mlx_lm.models.base import BaseModelArgs, create_attention_mask
 from mlx_lm.models.rope_utils import initialize_rope
 
 from mlotspark.models.kv_cache import KVCache
+from mlotspark.models.matvec import Linear, matvec
 
 #: model_type values this module runs (anything else goes to mlx-lm's classes).
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -85,10 +86,10 @@ class Attention(nn.Module):
         self.head_dim = head_dim = args.head_dim
         self.scale = head_dim**-0.5
         bias = args.attention_bias
-        self.q_proj = nn.Linear(dim, self.n_heads * head_dim, bias=bias)
-        self.k_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
-        self.v_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.n_heads * head_dim, dim, bias=False)
+        self.q_proj = Linear(dim, self.n_heads * head_dim, bias=bias)
+        self.k_proj = Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.v_proj = Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.o_proj = Linear(self.n_heads * head_dim, dim, bias=False)
         if args.qk_norm:
             self.q_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
             self.k_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
@@ -134,9 +135,9 @@ class MLP(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         dim, hidden = args.hidden_size, args.intermediate_size
-        self.gate_proj = nn.Linear(dim, hidden, bias=args.mlp_bias)
-        self.down_proj = nn.Linear(hidden, dim, bias=args.mlp_bias)
-        self.up_proj = nn.Linear(dim, hidden, bias=args.mlp_bias)
+        self.gate_proj = Linear(dim, hidden, bias=args.mlp_bias)
+        self.down_proj = Linear(hidden, dim, bias=args.mlp_bias)
+        self.up_proj = Linear(dim, hidden, bias=args.mlp_bias)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -178,9 +179,29 @@ class LlamaModel(nn.Module):
         #: where the BLAS calls dominate; on Metal, host time is what limits small models.
         self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
+        #: One-token products as ``W @ x`` in OpenBLAS small-kernel blocks (``matvec.py``):
+        #: True, False, or None = on the CPU backend only, where it measured 1.2-1.7x
+        #: faster per step (benchmarks/RESULTS.md "Issue 12, round 3"); Metal and CUDA
+        #: have GEMV kernels for either orientation.
+        self.decode_matvec: Optional[bool] = None
+        self.matvec_on = False  # what the Linear layers are set to now
+
+    def _set_matvec(self) -> bool:
+        """Resolve ``decode_matvec`` and hand it to the Linear layers when it changes."""
+        on = self.decode_matvec
+        if on is None:
+            on = mx.default_device().type == mx.DeviceType.cpu
+        if on != self.matvec_on:
+            for _, m in self.named_modules():
+                if isinstance(m, Linear):
+                    m.matvec = on
+            self.matvec_on = on
+            object.__setattr__(self, "_compiled", None)  # traced with the old form
+        return on
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
         h = self.embed_tokens(inputs)
+        self._set_matvec()
         if cache is None:
             cache = [None] * len(self.layers)
         # Caches that assemble their own context (the cascade) build their own mask.
@@ -246,7 +267,7 @@ class Model(nn.Module):
         self.model_type = args.model_type
         self.model = LlamaModel(args)
         if not args.tie_word_embeddings:
-            self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+            self.lm_head = Linear(args.hidden_size, args.vocab_size, bias=False)
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
         return self.logits(self.model(inputs, cache))
@@ -254,7 +275,12 @@ class Model(nn.Module):
     def logits(self, hidden: mx.array) -> mx.array:
         """Project final hidden states (B, L, H) to vocabulary logits (B, L, V)."""
         if self.args.tie_word_embeddings:
+            if self.model.matvec_on and hidden.size == hidden.shape[-1] and type(self.model.embed_tokens) is nn.Embedding:
+                # One token: the 113 MB tied output layer in small-kernel blocks (matvec.py).
+                return matvec(self.model.embed_tokens.weight, hidden)
             return self.model.embed_tokens.as_linear(hidden)
+        if isinstance(self.lm_head, Linear):  # outside LlamaModel's walk in _set_matvec
+            self.lm_head.matvec = self.model.matvec_on
         return self.lm_head(hidden)
 
     def sanitize(self, weights: dict) -> dict:
