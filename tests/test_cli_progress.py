@@ -25,6 +25,21 @@ def _generate(monkeypatch, stderr, *argv: str) -> int:
     return main(["generate", "--raw", "--temp", "0", "--max-tokens", "3", *argv])
 
 
+def _drain(fd: int) -> str:
+    """All that is buffered on a pty master (one read may return only part of it)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
     monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # the tiny model prefills in no time
     master, slave = os.openpty()
@@ -32,8 +47,7 @@ def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
         with os.fdopen(slave, "w", encoding="utf-8", closefd=False) as tty:
             assert tty.isatty()
             assert _generate(monkeypatch, tty, "-m", str(tiny_gguf), "-p", LONG) == 0
-        os.set_blocking(master, False)
-        shown = os.read(master, 1 << 16).decode("utf-8", "replace")
+        shown = _drain(master)
     finally:
         os.close(master)
         os.close(slave)

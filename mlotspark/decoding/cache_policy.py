@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-from mlotspark import storage
+from mlotspark import steps, storage
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache, runnable_kinds
 
@@ -101,6 +101,7 @@ def probe_cache_kinds(
     *,
     decode_steps: int = 6,
     clock: Callable[[], float] = time.perf_counter,
+    on_kind: Callable[[str], None] | None = None,
 ) -> dict[str, KindProbe]:
     """Quality (vs float16) and decode-step time of each cache kind on ``probe_ids``.
 
@@ -111,6 +112,7 @@ def probe_cache_kinds(
             cache when float16 is not among them).
         decode_steps: timed one-token steps after the probe (median taken).
         clock: seconds (tests may pass a fake one).
+        on_kind: called with each kind of ``kinds`` once it is probed (progress).
     """
     if len(probe_ids) < 8:
         raise OptionError(f"invalid probe of {len(probe_ids)} tokens: need at least 8")
@@ -142,6 +144,8 @@ def probe_cache_kinds(
         d_nll, kl_v = (nll - ref_nll).item(), max(kl.item(), 0.0)
         if kind is not None:
             results[kind] = KindProbe(kind, round(d_nll, 6), round(kl_v, 6), times[len(times) // 2])
+            if on_kind is not None:
+                on_kind(kind)
     return {k: results[k] for k in kinds if k in results}
 
 
@@ -280,7 +284,10 @@ def decide_cache_kind(
     fresh = probes is None or not set(kinds) <= set(probes)
     if fresh:
         ids = probe_ids or list(tokenizer.encode(PROBE_TEXT))
-        probes = probe_cache_kinds(model, ids, kinds)
+        # Seconds on a big model, once per model and device: never silent.
+        with steps.step(f"choosing the KV cache kind: probing {', '.join(kinds)} (once for this model)",
+                        len(kinds), "kinds") as s:
+            probes = probe_cache_kinds(model, ids, kinds, on_kind=lambda _k: s.advance())
     probes = {k: p for k, p in probes.items() if k in kinds}
     try:
         decision = choose_cache_kind(probes, needed, budget_bytes, tokens, gate=gate)
