@@ -447,6 +447,31 @@ def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
     drive(app, script)
 
 
+def test_a_first_time_step_before_the_prefill_shows_in_the_reply_and_the_loading_panel():
+    """The ``--cache-kind auto`` probe (or the embedding model's load) runs before the
+    prefill: the reply says so; a GGUF conversion shows under the loading line."""
+    from mlotspark import steps
+
+    gate = threading.Semaphore(0)
+    engine = FakeEngine(gate=gate)
+    app = make_app(engine, poll_s=0.02)
+
+    async def script(pilot: Any) -> None:
+        def line() -> str:
+            reply = app.chat.reply
+            return str(reply.query_one(".mark").render()) if reply is not None else ""
+
+        with steps.step("choosing the KV cache kind", total=3, unit="kinds") as s:
+            s.advance()
+            await type_line(pilot, "Hello")
+            await until(pilot, lambda: "choosing the KV cache kind · 1/3 kinds" in line(), "the step line")
+        for _ in range(64):  # the fake takes the gate once per word
+            gate.release()
+        await until(pilot, lambda: app.chat.reply is None, "the reply ended")
+
+    drive(app, script)
+
+
 def test_opens_the_requested_conversation_and_refuses_a_bad_name():
     engine = fake_with_history()
     app = make_app(engine, conversation="chat-1")
@@ -513,6 +538,35 @@ def test_a_model_that_cannot_load_is_shown_not_raised():
         assert any("still loading" in m for m, _ in notifications(app))
 
     drive(app, script)
+
+
+def test_a_first_time_conversion_shows_under_the_loading_line():
+    from mlotspark import steps
+
+    release = threading.Event()
+
+    def loader(model: Any) -> Any:
+        with steps.step("converting big.gguf (once)", total=80_000_000, unit="B") as s:
+            s.advance(20_000_000)
+            release.wait(30)
+        return FakeEngine()
+
+    app = record_notifications(ChatApp(model="./big.gguf", loader=loader, memory_probe=lambda: 1, poll_s=0.02))
+
+    async def script(pilot: Any) -> None:
+        text = lambda: str(app.query_one("#loading-text").render())  # noqa: E731
+        await until(pilot, lambda: "converting big.gguf (once) · 20/80 MB (25%)" in text(), "the conversion")
+        release.set()
+        await until(pilot, lambda: app.chat is not None, "the model loaded")
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            try:
+                await script(pilot)
+            finally:
+                release.set()
+
+    asyncio.run(main())
 
 
 def test_missing_api_pieces_show_a_dash():
