@@ -420,6 +420,58 @@ def test_opening_from_the_list_moves_focus_to_the_input():
     drive(app, script)
 
 
+def _look(widget: Any) -> tuple:
+    """What shows of ``widget`` and its containers: borders, outline, colours, text style
+    (not Textual's 5% focus tint, too faint to count as a visible focus)."""
+    out = []
+    for w in [widget, *widget.ancestors_with_self[1:]]:
+        if not hasattr(w, "styles"):
+            continue
+        st = w.styles
+        out.append((str(st.border), str(st.outline), str(st.background), str(st.color), str(st.text_style)))
+        out.extend(str(c.styles.color) for c in w.query(".panel-title"))
+    return tuple(out)
+
+
+def test_focus_is_always_visible():
+    """Tab through every focusable widget of the main screen and of the dialogs: each
+    looks different focused than not (a border, an edge line or reversed text)."""
+    engine = fake_with_history()
+    app = make_app(engine)
+
+    async def walk(pilot: Any) -> list[str]:
+        chain = list(app.screen.focus_chain)
+        assert chain
+        seen = []
+        for _ in chain:
+            await pilot.press("tab")
+            await pilot.pause()
+            w = app.focused
+            assert w is not None
+            focused = _look(w)
+            app.screen.set_focus(None)
+            await pilot.pause()
+            assert _look(w) != focused, f"{type(w).__name__}#{w.id} shows no focus"
+            w.focus()
+            await pilot.pause()
+            seen.append(type(w).__name__)
+        return seen
+
+    async def script(pilot: Any) -> None:
+        main = await walk(pilot)
+        assert {"ConversationList", "ChatLog", "PromptInput", "StatsPanel"} <= set(main)
+        app.push_screen(Confirm("Delete 'x'?"))
+        await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen.focus_chain, "the dialog")
+        assert set(await walk(pilot)) == {"Button"}
+        app.pop_screen()
+        app.push_screen(TextPrompt("Rename", "old"))
+        await until(pilot, lambda: isinstance(app.screen, TextPrompt) and app.screen.focus_chain, "the prompt")
+        assert "Input" in await walk(pilot)
+        app.pop_screen()
+
+    drive(app, script)
+
+
 def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
     from mlotspark import PrefillProgress
 
