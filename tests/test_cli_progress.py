@@ -99,3 +99,18 @@ def test_cli_batch_resume_is_honest(tiny_gguf, tmp_path, capsys):
     assert len(err) == 1 and "2 of 2 finished rows" in err[0] and "--redo" in err[0]
     assert main([*base, "--max-tokens", "3", "--redo"]) == 0
     assert "2 sequences written" in capsys.readouterr().err
+
+
+def test_what_could_not_apply_is_said_once(tiny_gguf, monkeypatch):
+    """A seed with greedy decoding, or --speculative / --cache-kind on a prompt the memory
+    cascade took over (auto: prompt + max_tokens pass the 512-token context): a note each."""
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", "abc", "--seed", "3") == 0
+    assert err.getvalue().count("mlotspark: note: --seed has no effect with --temp 0") == 1
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "--max-tokens", "200",
+                     "--speculative", "prompt_lookup", "--cache-kind", "q8") == 0
+    notes = [line for line in err.getvalue().splitlines() if line.startswith("mlotspark: note:")]
+    assert len(notes) == 2
+    assert "--speculative prompt_lookup did not run: memory cascade" in notes[0]
+    assert "--cache-kind q8 did not apply: the memory cascade holds this context" in notes[1]
