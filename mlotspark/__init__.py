@@ -17,6 +17,10 @@ from mlotspark.errors import (
     StoreError,
 )
 
+# Slow first-time steps (conversion, KV cache probe, embedder load): stdlib only.
+from mlotspark.steps import StepProgress
+from mlotspark.steps import active as active_steps
+from mlotspark.steps import listen as listen_steps
 # Heavy names load on first use (PEP 562), so ``import mlotspark.memory.semantic`` or the
 # ``memory`` CLI never pulls in MLX; ``from mlotspark import Engine`` works as usual.
 _LAZY = {
@@ -70,7 +74,10 @@ __all__ = [
     "PromptTooLongError",
     "SnapshotError",
     "SnapshotWarning",
+    "StepProgress",
     "StoreError",
     "__version__",
+    "active_steps",
     "blas_warning",
+    "listen_steps",
 ]

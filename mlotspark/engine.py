@@ -222,14 +222,32 @@ class Engine:
         the model's context; else the KV cache of ``options.cache_kind``.
         """
         options = options or self.defaults
+        cfg = self._cascade_for(total_tokens, options)
+        if cfg is not None:
+            return make_cascade_cache(self.loaded.model, cfg)
+        return request_cache(self, options, total_tokens)
+
+    def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
+        """``cascade`` when ``make_cache(total_tokens, options)`` would make the memory
+        cascade, else ``kv``: what a conversation's kept cache must be to continue it.
+
+        Args:
+            total_tokens: prompt tokens of the request (cached ones included).
+            options: the request's options (its ``max_tokens`` counts); default the engine's.
+
+        Returns:
+            ``"cascade"`` or ``"kv"``.
+        """
+        return "kv" if self._cascade_for(total_tokens, options or self.defaults) is None else "cascade"
+
+    def _cascade_for(self, total_tokens: int, options: GenerationOptions) -> CascadeConfig | None:
+        """The cascade config a request of ``total_tokens`` runs under, or None (a KV cache)."""
         cfg = self.cascade
         if cfg == "auto":
             cfg = None
             if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
                 cfg = CascadeConfig.for_model(self.loaded.context_length)
-        if cfg is not None:
-            return make_cascade_cache(self.loaded.model, cfg)
-        return request_cache(self, options, total_tokens)
+        return cfg
 
     def submit(
         self,

@@ -149,9 +149,13 @@ class GenerationOptions:
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
         object.__setattr__(self, "response_format", validate_response_format(self.response_format))
-        if self.response_format is not None and (self.num_beams > 1 or self.num_return_sequences > 1 or self.speculative):
+        if self.response_format is not None:
             # The grammar mask follows one sequence; beams and drafts branch it.
-            raise bad("response_format", "cannot be combined with beams, several returned sequences or speculative decoding")
+            for other, on in (("num_beams", self.num_beams > 1), ("num_return_sequences", self.num_return_sequences > 1),
+                              ("speculative", bool(self.speculative))):
+                if on:
+                    raise OptionError.about("{0} conflicts with {1}: the JSON grammar follows one sequence, "
+                                            "which beams, several returns and drafts branch", "response_format", other)
         self._check_conflicts()
 
     def _check_conflicts(self) -> None:
@@ -191,6 +195,23 @@ class GenerationOptions:
         if "length_penalty" in given and self.num_beams == 1 and self.num_return_sequences == 1:
             raise OptionError.about("{0} needs {1} or {2} (it ranks several sequences)",
                                     "length_penalty", "num_beams", "num_return_sequences")
+
+    def ignored(self, given: "set[str] | frozenset[str]") -> list[tuple[str, str]]:
+        """Options the caller set that take no effect here but harm nothing: greedy
+        decoding (temperature 0) never samples, so a seed or a sampling filter is moot.
+
+        Entry points say so once (the CLI as a note); they are not refused, since
+        clients such as OpenAI's send ``top_p=1`` with ``temperature=0`` as a matter of course.
+
+        Args:
+            given: names of the options the caller set.
+
+        Returns:
+            ``(option, why)`` pairs, in ``SAMPLING`` order.
+        """
+        if self.temperature != 0 or self.num_beams > 1:
+            return []  # sampling is on, or beams refused these already
+        return [(name, "temperature") for name in SAMPLING if name != "temperature" and name in given]
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

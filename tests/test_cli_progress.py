@@ -25,6 +25,21 @@ def _generate(monkeypatch, stderr, *argv: str) -> int:
     return main(["generate", "--raw", "--temp", "0", "--max-tokens", "3", *argv])
 
 
+def _drain(fd: int) -> str:
+    """All that is buffered on a pty master (one read may return only part of it)."""
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
     monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)  # the tiny model prefills in no time
     master, slave = os.openpty()
@@ -32,8 +47,7 @@ def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
         with os.fdopen(slave, "w", encoding="utf-8", closefd=False) as tty:
             assert tty.isatty()
             assert _generate(monkeypatch, tty, "-m", str(tiny_gguf), "-p", LONG) == 0
-        os.set_blocking(master, False)
-        shown = os.read(master, 1 << 16).decode("utf-8", "replace")
+        shown = _drain(master)
     finally:
         os.close(master)
         os.close(slave)
@@ -85,3 +99,18 @@ def test_cli_batch_resume_is_honest(tiny_gguf, tmp_path, capsys):
     assert len(err) == 1 and "2 of 2 finished rows" in err[0] and "--redo" in err[0]
     assert main([*base, "--max-tokens", "3", "--redo"]) == 0
     assert "2 sequences written" in capsys.readouterr().err
+
+
+def test_what_could_not_apply_is_said_once(tiny_gguf, monkeypatch):
+    """A seed with greedy decoding, or --speculative / --cache-kind on a prompt the memory
+    cascade took over (auto: prompt + max_tokens pass the 512-token context): a note each."""
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", "abc", "--seed", "3") == 0
+    assert err.getvalue().count("mlotspark: note: --seed has no effect with --temp 0") == 1
+    err = io.StringIO()
+    assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "--max-tokens", "200",
+                     "--speculative", "prompt_lookup", "--cache-kind", "q8") == 0
+    notes = [line for line in err.getvalue().splitlines() if line.startswith("mlotspark: note:")]
+    assert len(notes) == 2
+    assert "--speculative prompt_lookup did not run: memory cascade" in notes[0]
+    assert "--cache-kind q8 did not apply: the memory cascade holds this context" in notes[1]

@@ -351,3 +351,42 @@ def test_a_cache_that_cannot_be_trimmed_falls_back_to_a_full_prefill(engines, ti
     assert r.stats.extra["cache_source"] == "none"
     assert r.stats.prefilled_tokens == cold.stats.prompt_tokens
     assert r.tokens == cold.tokens
+
+
+# ---------------------------------------------------------- past the context
+def test_a_conversation_passing_the_context_switches_to_the_cascade(engines, tiny_loaded):
+    """A conversation that began on a plain KV cache moves to the memory cascade once a
+    turn (prompt + max_tokens) passes the model's context, instead of failing there;
+    the turns after it continue from the cascade, also after a restart."""
+    import dataclasses
+
+    small = dataclasses.replace(tiny_loaded, context_length=256)
+    e = engines(small)
+    e.set_budgets(prefix_cache_mb=0)
+    c = e.conversation("long")
+    first = c.send("Hello.", **OPTS)
+    text = "Tell me more about the harbour and its ships. " * 12  # ~120 tokens a turn
+    second = c.send(text, **OPTS)
+    assert "cascade" not in (first.stats.extra["cache"]["kind"], second.stats.extra["cache"]["kind"])
+    third = c.send(text, **OPTS)  # prompt + max_tokens pass the 256-token context now
+    assert third.stats.extra["cache"]["kind"] == "cascade"
+    assert "256-token context" in third.stats.extra["cache_switch"]
+    assert third.stats.extra["cache_source"] == "none"  # the plain KV cannot be carried over
+    assert c.messages[-1]["content"] == third.text
+    fourth = c.send("And then?", **OPTS)
+    assert fourth.stats.extra["cache"]["kind"] == "cascade" and fourth.stats.extra["cache_source"] == "warm"
+    again = engines(small).conversation("long").send("And now?", **OPTS)  # a restart
+    assert again.stats.extra["cache_source"] == "snapshot" and "snapshot_refused" not in again.stats.extra
+
+
+def test_a_conversation_past_the_context_without_the_cascade_is_refused_in_one_line(engines, tiny_loaded):
+    import dataclasses
+
+    from mlotspark.errors import PromptTooLongError
+
+    e = engines(dataclasses.replace(tiny_loaded, context_length=256))
+    e.cascade = None  # --no-cascade
+    c = e.conversation("short")
+    c.send("Hello.", **OPTS)
+    with pytest.raises(PromptTooLongError, match="256"):
+        c.send("Tell me more about the harbour and its ships. " * 30, **OPTS)

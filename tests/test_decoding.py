@@ -332,6 +332,29 @@ def test_auto_probes_once_per_model_and_persists(monkeypatch, _isolated_home):
     assert "tinyfp" in path.read_text()
 
 
+def test_auto_on_a_head_size_quantized_kinds_cannot_run_falls_back_with_a_note(_isolated_home):
+    """Head dimension 48 (not a multiple of 32): q8/q4 cannot run, so ``auto`` chooses
+    among the rest and says why; a model where no kind runs gets its own cache."""
+    from mlx_lm.models import llama as mlx_llama
+
+    from mlotspark.decoding.cache_policy import PLAIN
+
+    ids = list(range(3, 60))
+    model = tiny_model(hidden_size=96, num_attention_heads=2, num_key_value_heads=1, vocab_size=64)
+    d = decide_cache_kind(model, None, fingerprint="h48", setup="float32@cpu", budget_bytes=10**9,
+                          tokens=512, probe_ids=ids)
+    assert d.kind == "float16" and set(d.probes) == {"float16"}
+    assert "q8 cannot run: head dimension 48 is not a multiple of 32" in d.reason
+    assert "head dimension 48" in d.rejected["q4"]
+    # mlx-lm's own llama in float32: float16 KV does not run either, so the plain cache.
+    args = mlx_llama.ModelArgs(model_type="llama", hidden_size=96, num_hidden_layers=1, intermediate_size=64,
+                               num_attention_heads=2, num_key_value_heads=1, rms_norm_eps=1e-5, vocab_size=64)
+    other = mlx_llama.Model(args)
+    d = decide_cache_kind(other, None, fingerprint="h48-mlx", setup="float32@cpu", budget_bytes=10**9,
+                          tokens=512, probe_ids=ids)
+    assert d.kind == PLAIN and "no other kind runs here" in d.reason and "head dimension 48" in d.reason
+
+
 # ------------------------------------------------------------ through the Engine
 @pytest.fixture(scope="module")
 def tiny_engine(tmp_path_factory):

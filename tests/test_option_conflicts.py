@@ -35,15 +35,31 @@ CLI_CONFLICTS = [
     (["--no-cascade", "--window", "64"], ("--no-cascade", "--window")),
     (["--prompts", "p.txt", "--num-return-sequences", "2", "--length-penalty", "0.5"],
      ("--length-penalty", "--prompts")),
+    (["--beams", "2", "--json-schema", "s.json"], ("--json-schema", "--beams")),
+    (["--speculative", "prompt_lookup", "--json-schema", "s.json"], ("--json-schema", "--speculative")),
+    (["--num-return-sequences", "2", "--json-schema", "s.json"], ("--json-schema", "--num-return-sequences")),
+    (["--speculative", "prompt_lookup", "--window", "64"], ("--speculative", "--window")),
+    (["--cache-kind", "q8", "--top-k-blocks", "2"], ("--cache-kind", "--top-k-blocks")),
 ]
 
 
 @pytest.mark.parametrize("argv, flags", CLI_CONFLICTS, ids=[" ".join(a) for a, _ in CLI_CONFLICTS])
-def test_cli_refuses_each_conflict_naming_both_flags(capsys, argv, flags):
+def test_cli_refuses_each_conflict_naming_both_flags(capsys, argv, flags, tmp_path, monkeypatch):
+    (tmp_path / "s.json").write_text('{"type": "object"}')
+    monkeypatch.chdir(tmp_path)
     line = cli_error(capsys, *argv)
     for f in flags:
         assert f in line
     assert "num_beams" not in line and "draft_model" not in line  # flags, not API names
+    assert "response_format" not in line and "response-format" not in line
+
+
+def test_sampling_knobs_with_greedy_are_said_not_refused():
+    """A seed or a sampling filter with temperature 0 changes nothing: said once, not
+    refused (OpenAI clients send top_p=1 with temperature=0 as a matter of course)."""
+    opts = GenerationOptions().merged(temperature=0, seed=3, top_p=0.5)
+    assert opts.ignored({"temperature", "seed", "top_p"}) == [("top_p", "temperature"), ("seed", "temperature")]
+    assert GenerationOptions().merged(temperature=0.7, seed=3).ignored({"seed"}) == []
 
 
 def test_beams_with_greedy_temperature_is_consistent():

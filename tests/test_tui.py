@@ -420,6 +420,58 @@ def test_opening_from_the_list_moves_focus_to_the_input():
     drive(app, script)
 
 
+def _look(widget: Any) -> tuple:
+    """What shows of ``widget`` and its containers: borders, outline, colours, text style
+    (not Textual's 5% focus tint, too faint to count as a visible focus)."""
+    out = []
+    for w in [widget, *widget.ancestors_with_self[1:]]:
+        if not hasattr(w, "styles"):
+            continue
+        st = w.styles
+        out.append((str(st.border), str(st.outline), str(st.background), str(st.color), str(st.text_style)))
+        out.extend(str(c.styles.color) for c in w.query(".panel-title"))
+    return tuple(out)
+
+
+def test_focus_is_always_visible():
+    """Tab through every focusable widget of the main screen and of the dialogs: each
+    looks different focused than not (a border, an edge line or reversed text)."""
+    engine = fake_with_history()
+    app = make_app(engine)
+
+    async def walk(pilot: Any) -> list[str]:
+        chain = list(app.screen.focus_chain)
+        assert chain
+        seen = []
+        for _ in chain:
+            await pilot.press("tab")
+            await pilot.pause()
+            w = app.focused
+            assert w is not None
+            focused = _look(w)
+            app.screen.set_focus(None)
+            await pilot.pause()
+            assert _look(w) != focused, f"{type(w).__name__}#{w.id} shows no focus"
+            w.focus()
+            await pilot.pause()
+            seen.append(type(w).__name__)
+        return seen
+
+    async def script(pilot: Any) -> None:
+        main = await walk(pilot)
+        assert {"ConversationList", "ChatLog", "PromptInput", "StatsPanel"} <= set(main)
+        app.push_screen(Confirm("Delete 'x'?"))
+        await until(pilot, lambda: isinstance(app.screen, Confirm) and app.screen.focus_chain, "the dialog")
+        assert set(await walk(pilot)) == {"Button"}
+        app.pop_screen()
+        app.push_screen(TextPrompt("Rename", "old"))
+        await until(pilot, lambda: isinstance(app.screen, TextPrompt) and app.screen.focus_chain, "the prompt")
+        assert "Input" in await walk(pilot)
+        app.pop_screen()
+
+    drive(app, script)
+
+
 def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
     from mlotspark import PrefillProgress
 
@@ -443,6 +495,31 @@ def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
         reply = app.chat.replies[-1]
         assert reply.finish_reason == "cancelled" and reply.text == ""
         assert "4,096" not in str(reply.query_one(".mark").render())
+
+    drive(app, script)
+
+
+def test_a_first_time_step_before_the_prefill_shows_in_the_reply_and_the_loading_panel():
+    """The ``--cache-kind auto`` probe (or the embedding model's load) runs before the
+    prefill: the reply says so; a GGUF conversion shows under the loading line."""
+    from mlotspark import steps
+
+    gate = threading.Semaphore(0)
+    engine = FakeEngine(gate=gate)
+    app = make_app(engine, poll_s=0.02)
+
+    async def script(pilot: Any) -> None:
+        def line() -> str:
+            reply = app.chat.reply
+            return str(reply.query_one(".mark").render()) if reply is not None else ""
+
+        with steps.step("choosing the KV cache kind", total=3, unit="kinds") as s:
+            s.advance()
+            await type_line(pilot, "Hello")
+            await until(pilot, lambda: "choosing the KV cache kind · 1/3 kinds" in line(), "the step line")
+        for _ in range(64):  # the fake takes the gate once per word
+            gate.release()
+        await until(pilot, lambda: app.chat.reply is None, "the reply ended")
 
     drive(app, script)
 
@@ -513,6 +590,35 @@ def test_a_model_that_cannot_load_is_shown_not_raised():
         assert any("still loading" in m for m, _ in notifications(app))
 
     drive(app, script)
+
+
+def test_a_first_time_conversion_shows_under_the_loading_line():
+    from mlotspark import steps
+
+    release = threading.Event()
+
+    def loader(model: Any) -> Any:
+        with steps.step("converting big.gguf (once)", total=80_000_000, unit="B") as s:
+            s.advance(20_000_000)
+            release.wait(30)
+        return FakeEngine()
+
+    app = record_notifications(ChatApp(model="./big.gguf", loader=loader, memory_probe=lambda: 1, poll_s=0.02))
+
+    async def script(pilot: Any) -> None:
+        text = lambda: str(app.query_one("#loading-text").render())  # noqa: E731
+        await until(pilot, lambda: "converting big.gguf (once) · 20/80 MB (25%)" in text(), "the conversion")
+        release.set()
+        await until(pilot, lambda: app.chat is not None, "the model loaded")
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            try:
+                await script(pilot)
+            finally:
+                release.set()
+
+    asyncio.run(main())
 
 
 def test_missing_api_pieces_show_a_dash():

@@ -59,7 +59,7 @@ def chat_column(pane: str) -> list[str]:
 
 
 def reply_lines(pane: str) -> str:
-    """The reply so far: the lines with the reply's border mark (" █") below the
+    """The reply so far: the lines with the reply's border mark ("█") below the
     question. (A notification toast may cover other lines of the chat column.)"""
     cells = chat_column(pane)
     start = next((i for i, cell in enumerate(cells) if QUESTION in cell), None)
@@ -67,7 +67,7 @@ def reply_lines(pane: str) -> str:
         return ""
     out: list[str] = []
     for cell in cells[start + 1:]:
-        if cell.startswith(" █"):
+        if cell.lstrip(" ").startswith("█"):  # after the log's padding and its (blank) focus bar
             out.append(cell.strip(" █"))
         elif out:
             break

@@ -385,8 +385,10 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             return
         loading = self.loading_since
         if loading is not None:
+            step = backend.running_step()  # a first-time GGUF conversion says how far it got
             self.query_one("#loading-text", Static).update(
-                f"Loading {self.model or 'the default model'} … {time.monotonic() - loading:.0f} s")
+                f"Loading {self.model or 'the default model'} … {time.monotonic() - loading:.0f} s"
+                + (f"\n{step}" if step else ""))
         panel = self.panel
         turn = self.turns.get(self.current or "")
         if turn is not None and turn.first_piece is None:
@@ -408,10 +410,17 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             self.tiers_stale = False
 
     def show_prefill(self, turn: Turn) -> None:
-        """While a long prompt prefills, its progress in the reply (Escape stops it)."""
+        """While a long prompt prefills, its progress in the reply (Escape stops it); before
+        that, a slow first-time step the turn waits on."""
         chat = self.logs.get(turn.conversation)
+        if chat is None or chat.reply is None:
+            return
         event = backend.prefill_progress(turn.conv)
-        if chat is None or chat.reply is None or event is None or event.finished:
+        if event is None or event.finished:
+            # Before the prefill: a first-time step (the KV cache probe, the embedding model).
+            step = backend.running_step()
+            if step is not None and event is None:
+                chat.reply.show_progress(f"⏳ {step} · Escape stops the reply")
             return
         chat.reply.show_progress(f"⏳ {event.describe()} · Escape stops")
 

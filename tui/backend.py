@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from mlotspark import MlotsparkError, blas_warning
+from mlotspark import MlotsparkError, active_steps, blas_warning
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,16 @@ def prefill_progress(conv: Any) -> Any:
         return None
 
 
+def running_step() -> str | None:
+    """The newest slow first-time step running now (a GGUF conversion, the KV cache
+    probe, the embedding model's load), as one line; None when none runs."""
+    try:
+        running = active_steps()
+    except Exception:  # noqa: BLE001  a progress read must never take the UI down
+        return None
+    return running[-1].describe(time.perf_counter()) if running else None
+
+
 def cancel_turn(conv: Any) -> bool:
     """Ask the conversation to stop its reply; False when the API has no way to."""
     cancel = getattr(conv, "cancel", None)
@@ -229,5 +240,5 @@ def model_facts(engine: Any) -> dict:
 __all__ = [
     "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
     "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
-    "model_facts", "model_name", "next_name", "prefill_progress", "tiers", "turn_figures",
+    "model_facts", "model_name", "next_name", "prefill_progress", "running_step", "tiers", "turn_figures",
 ]

@@ -12,6 +12,7 @@ from typing import Any
 FLAGS = {
     "temperature": "--temp",
     "num_beams": "--beams",
+    "response_format": "--json-schema",
 }
 
 

@@ -13,7 +13,7 @@ from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.progress import PrefillBar, StatusLine
-from mlotspark.cli.common import add_model_args, add_sampling_args, positive_int, sampling_options
+from mlotspark.cli.common import add_model_args, add_sampling_args, flag, note, positive_int, sampling_options
 
 # A context so long that no span exceeds it: checks flag values, not their fit.
 VALUES_ONLY_CONTEXT = 1 << 30
@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)
     options = sampling_options(args)
     options.update(_decoding_options(args))
-    GenerationOptions().merged(**options)  # a bad value or a conflict fails before the model loads
+    merged = GenerationOptions().merged(**options)  # a bad value or a conflict fails before the model loads
+    for name, other in merged.ignored(set(options)):
+        note(f"{flag(name)} has no effect with {flag(other)} 0: greedy decoding never samples")
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
@@ -134,8 +136,19 @@ def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:
 
 
 def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
-    """``-v``: the story of the run on stderr (``GenerationStats.describe``) and the scheduler."""
-    if stats is None or not args.verbose:
+    """What the run could not do as asked (a note, always), then ``-v``: the story of the
+    run on stderr (``GenerationStats.describe``) and the scheduler."""
+    if stats is None:
+        return
+    # The cascade took over a long prompt (auto): it decodes plainly and keeps its own KV.
+    spec = stats.extra.get("speculative") or {}
+    if spec.get("fallback"):
+        note(f"--speculative {spec.get('drafter')} did not run: {spec['fallback']} (decoded plainly)")
+    cache = stats.extra.get("cache") or {}
+    if getattr(args, "cache_kind", None) and cache.get("kind") == "cascade":
+        note(f"--cache-kind {getattr(args, 'cache_kind')} did not apply: the memory cascade holds this context "
+             f"({cache.get('why')}) with its own KV (--block-kind)")
+    if not args.verbose:
         return
     lines = stats.describe()
     status = engine.scheduler_status()
@@ -232,6 +245,14 @@ def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
         "top_k": args.top_k_blocks, "routing": args.routing, "block_kind": args.block_kind,
     }
     given = {k: v for k, v in flags.items() if v is not None}
+    if given and not args.no_cascade:  # the cascade forced on: what it cannot honour is refused
+        forced = "--" + ("top-k-blocks" if next(iter(given)) == "top_k" else next(iter(given)).replace("_", "-"))
+        if getattr(args, "speculative", None):
+            raise OptionError(f"--speculative conflicts with {forced}: the memory cascade decodes "
+                              "plainly (it cannot verify drafts token by token)")
+        if getattr(args, "cache_kind", None):
+            raise OptionError(f"--cache-kind conflicts with {forced}: the memory cascade keeps its "
+                              "own KV (choose it with --block-kind)")
     if args.no_cascade:
         if given:
             raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")

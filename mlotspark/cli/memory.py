@@ -9,6 +9,7 @@ import, reindex) load the embedder; list, forget and export never touch MLX.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -48,11 +49,14 @@ def forget(store: Any, ids: list[int]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mlotspark.cli.progress import StatusLine
     from mlotspark.memory.semantic import SemanticStore
 
     action = args.action
     # Re-embedding entries written by another embedder loads MiniLM: only where needed.
-    with SemanticStore(reembed=action in _EMBEDDING_ACTIONS) as store:
+    # Its first load is a step of seconds: a status line says so (on a terminal).
+    status = StatusLine("") if action in _EMBEDDING_ACTIONS else contextlib.nullcontext()
+    with status, SemanticStore(reembed=action in _EMBEDDING_ACTIONS) as store:
         if action == "list":
             entries = store.list(limit=args.limit)
             if args.json:

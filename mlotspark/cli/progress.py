@@ -1,4 +1,6 @@
-"""Progress on stderr for slow steps: the prompt's prefill and the model load.
+"""Progress on stderr for slow steps: the prompt's prefill, the model load, and the
+first-time steps any of them runs (``mlotspark.steps``: a GGUF conversion, the
+``--cache-kind auto`` probe, the sentence-embedding model's load).
 
 Shown on a terminal only (a pipe or a file gets nothing: the output stays clean),
 and only once a step has taken ``SHOW_AFTER_S``, so quick runs print nothing. The
@@ -8,10 +10,13 @@ prefill chunks) and erased when the step ends, before the reply is printed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 from typing import IO, Any
+
+from mlotspark import steps
 
 SHOW_AFTER_S = 1.0  # a step quicker than this shows nothing
 TICK_S = 0.5  # redraw period while a step runs
@@ -22,10 +27,12 @@ class StatusLine:
     """One self-erasing status line on ``stream`` (stderr), drawn only on a terminal.
 
     Call ``update(text)`` as the step advances and ``close()`` when it ends (or use
-    it as a context manager). Safe to update from another thread.
+    it as a context manager). Safe to update from another thread. While no ``update``
+    text is set, a running ``mlotspark.steps`` step is shown (the newest), else the label.
 
     Args:
-        label: what is going on, shown while no ``update`` has come (``loading the model``).
+        label: what is going on, shown while no ``update`` has come and no step runs
+            (``loading the model``); "" shows only the steps.
         stream: where to draw (default ``sys.stderr``).
         enabled: draw at all; default: when ``stream`` is a terminal.
     """
@@ -42,7 +49,10 @@ class StatusLine:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._watch = contextlib.ExitStack()
         if enabled:
+            self._watch.enter_context(steps.watching())  # conversions leave their tqdm bar to us
+            self._watch.callback(steps.listen(self._stepped))
             self._ticker = threading.Thread(target=self._tick, name="mlotspark-status", daemon=True)
             self._ticker.start()
 
@@ -67,6 +77,12 @@ class StatusLine:
                 self.stream.flush()
                 self.drawn = False
             self.enabled = False
+        self._watch.close()
+
+    def _stepped(self, event: steps.StepProgress) -> None:
+        if event.finished:  # redrawn (or erased) now, before the caller prints anything
+            with self._lock:
+                self._draw()
 
     def _tick(self) -> None:
         while not self._stop.wait(TICK_S):
@@ -74,10 +90,19 @@ class StatusLine:
                 self._draw()
 
     def _draw(self) -> None:
-        elapsed = time.perf_counter() - self.t0
+        now = time.perf_counter()
+        elapsed = now - self.t0
         if not self.enabled or elapsed < SHOW_AFTER_S:
             return
-        line = self.text or f"{self.label} … {elapsed:.0f} s"
+        running = steps.active()
+        line = self.text or (running[-1].describe(now) if running else
+                             f"{self.label} … {elapsed:.0f} s" if self.label else "")
+        if not line:  # a step that ended, with no label to fall back to: erase
+            if self.drawn:
+                self.stream.write(_CLEAR)
+                self.stream.flush()
+                self.drawn = False
+            return
         self.stream.write(f"{_CLEAR}mlotspark: {line}")
         self.stream.flush()
         self.drawn = True
@@ -94,8 +119,9 @@ class PrefillBar(StatusLine):
     """
 
     def __init__(self, stream: IO[str] | None = None, enabled: bool | None = None, width: int = 24):
-        # Before the first event: the request is queued, or ``--cache-kind auto`` probes.
-        super().__init__("waiting for the engine (queue, KV cache choice)", stream, enabled)
+        # Before the first event: the request is queued (a first-time step, such as the
+        # ``--cache-kind auto`` probe, shows its own line).
+        super().__init__("waiting for the engine", stream, enabled)
         self.width = width
 
     def __call__(self, event: Any) -> None:

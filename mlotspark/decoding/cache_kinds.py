@@ -32,6 +32,7 @@ __all__ = [
     "QuantizedKVCache",
     "make_cache",
     "cache_kind_of",
+    "runnable_kinds",
     "kv_bytes",
     "kv_bytes_per_token",
     "tile_cache",
@@ -152,6 +153,29 @@ def make_cache(model: Any, kind: str | None) -> list:
                           "cache needs a float16 model or a llama-family one")
     head_dim = model.args.head_dim or model.args.hidden_size // model.args.num_attention_heads
     return [QuantizedKVCache(group_size=group_size_for(head_dim), bits=_BITS[kind]) for _ in range(n)]
+
+
+def runnable_kinds(model: Any) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The cache kinds ``model`` can run, and why each other kind cannot.
+
+    Args:
+        model: a loaded model.
+
+    Returns:
+        (runnable kinds in ``KINDS`` order, {kind: reason} for the others).
+    """
+    from mlotspark.models import llama
+
+    unavailable: dict[str, str] = {}
+    if not isinstance(model, llama.Model) and _geometry(model)[3] != mx.float16:
+        unavailable["float16"] = "a float16 KV cache needs a float16 model or a llama-family one"
+    head_dim = model.args.head_dim or model.args.hidden_size // model.args.num_attention_heads
+    try:
+        group_size_for(head_dim)
+    except OptionError:
+        for k in _BITS:
+            unavailable[k] = f"head dimension {head_dim} is not a multiple of 32 (quantization groups)"
+    return tuple(k for k in KINDS if k not in unavailable), unavailable
 
 
 def cache_kind_of(cache: list) -> str | None:

@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-from mlotspark import storage
+from mlotspark import steps, storage
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache
+from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache, runnable_kinds
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ __all__ = [
     "KindProbe",
     "CacheDecision",
     "PROBE_TEXT",
+    "PLAIN",
     "probe_cache_kinds",
     "choose_cache_kind",
     "decide_cache_kind",
@@ -48,6 +49,8 @@ PROBE_TEXT = (
     "14:05, two hours late. Cause of the fault: a cracked fuel line, replaced the same "
     "day. The Aurora sailed again on 15 March at 06:40, on time, with 198 passengers."
 )
+#: ``CacheDecision.kind`` when no kind of ``KINDS`` can run: the model's own cache.
+PLAIN = "plain"
 _STORE = "cache_kinds.json"
 _FORMAT = 1
 
@@ -98,15 +101,18 @@ def probe_cache_kinds(
     *,
     decode_steps: int = 6,
     clock: Callable[[], float] = time.perf_counter,
+    on_kind: Callable[[str], None] | None = None,
 ) -> dict[str, KindProbe]:
     """Quality (vs float16) and decode-step time of each cache kind on ``probe_ids``.
 
     Args:
         model: the model (llama family for float16).
         probe_ids: probe tokens (a few hundred).
-        kinds: kinds to probe; float16 is always run as the reference.
+        kinds: kinds to probe; float16 is run as the reference (the model's own
+            cache when float16 is not among them).
         decode_steps: timed one-token steps after the probe (median taken).
         clock: seconds (tests may pass a fake one).
+        on_kind: called with each kind of ``kinds`` once it is probed (progress).
     """
     if len(probe_ids) < 8:
         raise OptionError(f"invalid probe of {len(probe_ids)} tokens: need at least 8")
@@ -115,7 +121,9 @@ def probe_cache_kinds(
     skip = min(4, len(probe_ids) // 4)  # the first positions say little about the cache
     results: dict[str, KindProbe] = {}
     ref_logprobs = None
-    for kind in ("float16",) + tuple(k for k in kinds if k != "float16"):
+    # The reference: float16 KV, or the model's own cache where float16 cannot run.
+    ref = "float16" if "float16" in kinds else None
+    for kind in (ref,) + tuple(k for k in kinds if k != "float16"):
         cache = make_cache(model, kind)
         logits = model(tokens, cache=cache)[0, :-1].astype(mx.float32)  # (T - 1, V)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -134,7 +142,10 @@ def probe_cache_kinds(
             times.append(clock() - t0)
         times.sort()
         d_nll, kl_v = (nll - ref_nll).item(), max(kl.item(), 0.0)
-        results[kind] = KindProbe(kind, round(d_nll, 6), round(kl_v, 6), times[len(times) // 2])
+        if kind is not None:
+            results[kind] = KindProbe(kind, round(d_nll, 6), round(kl_v, 6), times[len(times) // 2])
+            if on_kind is not None:
+                on_kind(kind)
     return {k: results[k] for k in kinds if k in results}
 
 
@@ -263,12 +274,21 @@ def decide_cache_kind(
     Raises:
         OptionError: nothing fits or keeps quality (see ``choose_cache_kind``).
     """
-    needed = {k: kv_bytes(model, k, tokens) for k in KINDS}
+    kinds, unavailable = runnable_kinds(model)
+    if not kinds:  # nothing to choose from: the model's own cache, said in the reason
+        why = "; ".join(f"{k}: {r}" for k, r in unavailable.items())
+        return CacheDecision(PLAIN, budget_bytes, tokens, {}, {}, f"{PLAIN}: no other kind runs here ({why})",
+                             dict(unavailable))
+    needed = {k: kv_bytes(model, k, tokens) for k in kinds}
     probes = load_probes(fingerprint, setup)
-    fresh = probes is None
+    fresh = probes is None or not set(kinds) <= set(probes)
     if fresh:
         ids = probe_ids or list(tokenizer.encode(PROBE_TEXT))
-        probes = probe_cache_kinds(model, ids)
+        # Seconds on a big model, once per model and device: never silent.
+        with steps.step(f"choosing the KV cache kind: probing {', '.join(kinds)} (once for this model)",
+                        len(kinds), "kinds") as s:
+            probes = probe_cache_kinds(model, ids, kinds, on_kind=lambda _k: s.advance())
+    probes = {k: p for k, p in probes.items() if k in kinds}
     try:
         decision = choose_cache_kind(probes, needed, budget_bytes, tokens, gate=gate)
     except OptionError:
@@ -276,6 +296,9 @@ def decide_cache_kind(
             save_probes(fingerprint, setup, probes, None)
         raise
     save_probes(fingerprint, setup, probes, decision)
+    if unavailable:
+        decision.rejected.update(unavailable)
+        decision.reason += "; " + "; ".join(f"{k} cannot run: {r}" for k, r in unavailable.items())
     return decision
 
 
@@ -315,4 +338,4 @@ def request_cache(engine: Any, options: Any, prompt_tokens: int) -> list:
         setup=setup, budget_bytes=kv_budget(engine), tokens=tokens,
     )
     engine.cache_decision = decision
-    return make_cache(loaded.model, decision.kind)
+    return make_cache(loaded.model, None if decision.kind == PLAIN else decision.kind)

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlotspark.memory.kv_state import cache_block_bytes, cache_nbytes, cache_offset, trim_to
+from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.host import ConversationHost, FinishedGeneration
 from mlotspark.results import GenerationResult, GenerationStats
@@ -134,6 +134,14 @@ def render(record: ConversationRecord, user: dict | None = None) -> list[dict]:
             content = f"{memory}\n\n{content}"
         out.append({"role": m["role"], "content": content})
     return ([{"role": "system", "content": system}] if system else []) + out
+
+
+def _kind_of(cache: list) -> str:
+    """``kv`` or ``cascade`` (a cache that cannot be saved counts as ``kv``)."""
+    try:
+        return cache_kind(cache)
+    except SnapshotError:
+        return "kv"
 
 
 @dataclass
@@ -347,7 +355,7 @@ class Conversation:
 
     def _begin(self, text: str, options: dict) -> _Turn:
         started = time.perf_counter()
-        self.engine.options(**options)  # a bad option fails before the warm cache is taken
+        merged = self.engine.options(**options)  # a bad option fails before the warm cache is taken
         self._reload()
         p = self._p
         user: dict = {"role": "user", "content": text, "time": time.time()}
@@ -361,8 +369,18 @@ class Conversation:
             user["memory_ids"] = [h.id for h in new]
         extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": []}
         prompt_ids = self.engine.encode(render(self.record, user))
+        # A conversation that passes the context moves from a KV cache to the cascade:
+        # only caches of the kind this turn runs under can continue it.
+        kind = self.engine.cache_kind_for(len(prompt_ids), merged)
         t0 = time.perf_counter()
-        cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids))
+        cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids, kind))
+        if "cache_switch" in notes:
+            context = self.engine.loaded.context_length
+            notes["cache_switch"] = (
+                f"prompt + max_tokens ({len(prompt_ids) + merged.max_tokens}) pass the model's {context}-token "
+                f"context: the conversation moves from its KV cache to the memory cascade ({notes['cache_switch']} "
+                f"tokens re-prefilled once)")
+            log.info("conversation %r: %s", self.name, notes["cache_switch"])
         extra.update(cache_source=source, prepare_s=round(time.perf_counter() - t0, 6), **notes)
         turn = _Turn(user, prompt_ids, cached, started, extra)
         turn.handle = self.engine.submit(
@@ -372,24 +390,31 @@ class Conversation:
         self._turn = turn
         return turn
 
-    def _prepare_cache(self, ids: list[int]) -> tuple[list | None, int, str, dict]:
-        """[engine thread] The cache sharing the longest prefix with ``ids``, cut to it."""
+    def _prepare_cache(self, ids: list[int], kind: str = "kv") -> tuple[list | None, int, str, dict]:
+        """[engine thread] The cache of ``kind`` (``kv`` / ``cascade``) sharing the longest
+        prefix with ``ids``, cut to it. A kept cache of the other kind is left unused
+        (``notes["cache_switch"]``: the tokens it held)."""
         p, notes = self._p, {}
         limit = len(ids) - 1  # at least one token must run to get the next one's logits
         warm, self._cache, warm_tokens = self._cache, None, self._cache_tokens
         self._cache_tokens = []  # the cache is the running turn's now
         candidates: list[tuple[int, str]] = []
         if warm is not None:
-            candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
+            if _kind_of(warm) == kind:
+                candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
+            else:
+                notes["cache_switch"] = len(warm_tokens)
         meta = None
         if p.config.snapshots:
             try:
                 meta = self.files.snapshots.read_meta()
             except SnapshotError as e:
                 notes["snapshot_refused"] = self._refuse(e)
-            if meta is not None and (warm is None or meta.revision != self._snapshot_revision):
+            if meta is not None and meta.kind != kind:
+                notes.setdefault("cache_switch", len(meta.tokens))
+            elif meta is not None and (warm is None or meta.revision != self._snapshot_revision):
                 candidates.append((min(common_prefix(meta.tokens, ids), limit), "snapshot"))
-        hit = p.prefix_cache.lookup(ids[:limit], kind=p.cache_kind()) if limit > 0 else None
+        hit = p.prefix_cache.lookup(ids[:limit], kind=kind) if limit > 0 else None
         if hit is not None:
             candidates.append((hit.tokens, "prefix"))
         for n, source in sorted(candidates, key=lambda c: -c[0]):
@@ -402,7 +427,7 @@ class Conversation:
                 try:
                     fp, weights = p.model_identity()
                     meta, cache = self.files.snapshots.load(
-                        fingerprint=fp, weights=weights, n_layers=p.n_layers, kind=p.cache_kind()
+                        fingerprint=fp, weights=weights, n_layers=p.n_layers, kind=kind
                     )
                     p.counters["restored"] += 1
                     self._snapshot_revision = meta.revision

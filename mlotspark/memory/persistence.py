@@ -107,7 +107,6 @@ class Persistence:
         self._prefix: PrefixCache | None = None
         self._memory: SemanticStore | None = None
         self._system_ids: dict[str, list[int]] = {}
-        self._kind: str | None = None
         self._read_only: bool | None = None
 
     # -- plumbing ---------------------------------------------------------------------
@@ -125,16 +124,6 @@ class Persistence:
         """(fingerprint, weight format): what a snapshot must match."""
         loaded = self.engine.loaded
         return loaded.fingerprint, loaded.weights
-
-    def cache_kind(self) -> str:
-        """The kind of cache the engine makes (``kv``, or ``cascade`` when it runs one)."""
-        if self._kind is None:
-            make = getattr(self.engine, "make_cache", None)
-            try:
-                self._kind = cache_kind(make()) if callable(make) else "kv"
-            except SnapshotError:
-                self._kind = "kv"
-        return self._kind
 
     @property
     def n_layers(self) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from mlotspark import storage
+from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, StoreError
 from mlotspark.models.catalogue import progress_bar, show_progress
 
@@ -195,7 +195,8 @@ def load_converted(path: Path, *, progress: bool = False) -> ConvertedGGUF:
     Args:
         path: a GGUF file.
         progress: show a progress bar on stderr while converting (TTY only unless
-            ``MLOTSPARK_PROGRESS=1``).
+            ``MLOTSPARK_PROGRESS=1``; none while a display shows ``mlotspark.steps``,
+            which report the conversion always).
 
     Returns:
         ``ConvertedGGUF``.
@@ -227,7 +228,11 @@ def load_converted(path: Path, *, progress: bool = False) -> ConvertedGGUF:
 def _dequantize_all(reader: GGUFReader, path: Path, progress: bool) -> dict[str, mx.array]:
     total = sum(int(t.n_bytes) for t in reader.tensors)
     out: dict[str, mx.array] = {}
-    with progress_bar(total, f"converting {path.name}", show_progress(progress)) as bar:
+    # Reported as a step (the CLI's status line, the TUI's loading panel); the tqdm bar
+    # only where no display shows steps, so two bars never fight over one line.
+    show_bar = show_progress(progress) and not steps.watched()
+    with steps.step(f"converting {path.name} (once)", total, "B") as s, \
+            progress_bar(total, f"converting {path.name}", show_bar) as bar:
         for t in reader.tensors:
             name, qtype = t.name, t.tensor_type
             shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF dims are innermost first
@@ -249,6 +254,7 @@ def _dequantize_all(reader: GGUFReader, path: Path, progress: bool) -> dict[str,
             out[name] = arr
             mx.eval(arr)
             bar.update(int(t.n_bytes))
+            s.advance(int(t.n_bytes))
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mlotspark import steps
 from mlotspark.errors import ModelFormatError, OptionError
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
@@ -62,6 +63,11 @@ class MiniLMEmbedder:
         """Read config, weights and tokenizer (once); MLX is imported here, not before."""
         if self._model is not None:
             return
+        with steps.step("loading the sentence-embedding model (all-MiniLM-L6-v2)"):
+            self._load_files()
+
+    def _load_files(self) -> None:
+        """Read and check the model's files (``_load`` reports it as a step)."""
         import mlx.core as mx
 
         from mlotspark.memory.semantic.bert import BertConfig, BertModel
