@@ -5,7 +5,9 @@ concurrency in turn, so drift in machine load hits both:
 
 - throughput: C clients each send ``--requests`` chat requests one after another
   (distinct prompts, greedy, ``--tokens`` max); requests/s = requests / wall time,
-  aggregate tok/s = completion tokens (from ``usage``) / wall time.
+  aggregate tok/s = completion tokens (from ``usage``) / wall time. Each level runs
+  ``--reps`` times per server, the servers alternating, and the median counts (the
+  ratio is taken per repetition, then its median, so load that drifts hits both).
 - TTFT of a resent ~2k-token history: *cold* = a history the server has never seen;
   *warm* = the same history plus the reply and one new user message (what a chat
   client sends next). Time to the first streamed content chunk, median of
@@ -145,6 +147,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
     ap.add_argument("--tokens", type=int, default=48, help="max tokens per reply (default 48)")
     ap.add_argument("--histories", type=int, default=3, help="histories for the TTFT figures (default 3; 0 = skip)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per concurrency level (median; default 3)")
     ap.add_argument("--max-batch", type=int, default=16)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -168,12 +171,21 @@ def main() -> None:
             chat(url, model, [{"role": "user", "content": "Hello"}], 4)
         out: dict = {"throughput": {}, "ttft": {}}
         for k, c in enumerate(args.clients):
-            order = list(servers) if k % 2 == 0 else list(reversed(servers))
-            for name in order:
-                url, model = servers[name]
-                r = throughput(url, model, c, args.requests, args.tokens, salt=k * 100 + c)
-                out["throughput"].setdefault(name, {})[c] = r
-                print(f"{name:14s} clients={c:2d}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  ({r['tokens']} tokens, {r['wall_s']:.1f} s)", flush=True)
+            runs: dict = {name: [] for name in servers}
+            for rep in range(args.reps):
+                order = list(servers) if (k + rep) % 2 == 0 else list(reversed(servers))
+                for name in order:
+                    url, model = servers[name]
+                    r = throughput(url, model, c, args.requests, args.tokens, salt=k * 100 + c + 1000 * rep)
+                    runs[name].append(r)
+                    print(f"{name:14s} clients={c:2d} rep {rep}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  "
+                          f"({r['tokens']} tokens, {r['wall_s']:.1f} s)", flush=True)
+            ratios = [a["tps"] / b["tps"] for a, b in zip(runs["mlotspark"], runs["mlx_lm.server"])]
+            for name, rs in runs.items():
+                out["throughput"].setdefault(name, {})[c] = {
+                    "rps": statistics.median(r["rps"] for r in rs), "tps": statistics.median(r["tps"] for r in rs),
+                    "tokens": sum(r["tokens"] for r in rs), "wall_s": sum(r["wall_s"] for r in rs), "runs": rs}
+            out.setdefault("ratio", {})[c] = {"median": statistics.median(ratios), "runs": ratios}
         for name, (url, model) in servers.items() if args.histories else ():
             pairs = [warm_cold(url, model, seed=1000 * (i + 1) + len(name)) for i in range(args.histories)]
             cold = statistics.median(p[0] for p in pairs)
@@ -190,11 +202,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     if args.clients:
+        print(f"\nmedians of {args.reps} repetitions; ratio = median of the per-repetition ratios (min-max)")
         print("\n| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |")
         print("|---:|---:|---:|---:|---:|---:|")
     for c in args.clients:
         a, b = out["throughput"]["mlotspark"][c], out["throughput"]["mlx_lm.server"][c]
-        print(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | {a['tps'] / b['tps']:.2f}x |")
+        q = out["ratio"][c]
+        print(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | "
+              f"{q['median']:.2f}x ({min(q['runs']):.2f}-{max(q['runs']):.2f}) |")
     if out["ttft"]:
         print("\n| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |")
         print("|---|---:|---:|---:|")

@@ -170,9 +170,11 @@ class Engine:
         cache: list | None = None,
         cached_tokens: int = 0,
         cancel: threading.Event | None = None,
+        constraint: JsonConstraint | None = None,
     ) -> Generation:
         """A Generation over ``prompt_ids`` (not yet run). For conversation and
-        scheduler code that manage caches themselves."""
+        scheduler code that manage caches themselves. ``constraint``: the
+        ``response_format``'s compiled grammar, when the caller built it already."""
         total = cached_tokens + len(prompt_ids)
         if not self.loaded.supports_cascade and total >= self.loaded.context_length:
             raise PromptTooLongError(
@@ -197,6 +199,7 @@ class Engine:
             stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
                         "extra": {**facts, "weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
+            constraint=constraint,
         )
 
     def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
@@ -280,8 +283,10 @@ class Engine:
             **options: generation options.
         """
         opts = self.options(**options)
-        if opts.response_format is not None:  # a bad schema fails here, not on the engine thread
-            JsonConstraint(self.tokenizer, opts.response_format)
+        constraint = None
+        if opts.response_format is not None:  # a bad schema fails here, not on the engine thread;
+            # the compiled grammar goes on to the generation (compiled once per request)
+            constraint = JsonConstraint(self.tokenizer, opts.response_format)
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
@@ -290,8 +295,9 @@ class Engine:
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         if self.ranks is not None:  # one request at a time, every rank in step
             self.ranks.check_request(opts, cache)
-            return self.ranks.submit(self.new_generation(list(prompt_ids), opts))
-        gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens)
+            return self.ranks.submit(self.new_generation(list(prompt_ids), opts, constraint=constraint))
+        gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
+                                  constraint=constraint)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,

@@ -219,8 +219,18 @@ def test_a_named_conversation_continues_from_its_warm_cache(server, model_id):
     assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
 
 
-def test_generate_json_schema_flag(tmp_path, default_gguf, capsys):
+def test_generate_json_schema_flag(tmp_path, default_gguf, capsys, monkeypatch):
     from mlotspark.cli import main
+    from mlotspark.decoding.constrained import JsonConstraint
+
+    compiled = []
+    init = JsonConstraint.__init__
+
+    def counting(self, *a, **k):
+        compiled.append(1)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(JsonConstraint, "__init__", counting)
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"], "additionalProperties": False}
@@ -229,6 +239,7 @@ def test_generate_json_schema_flag(tmp_path, default_gguf, capsys):
     assert main(["generate", "-m", str(default_gguf), "-p", "Describe a person.", "--temp", "0",
                  "--max-tokens", "40", "--json-schema", str(path), "--json"]) == 0
     jsonschema.validate(json.loads(json.loads(capsys.readouterr().out)["text"]), schema)
+    assert len(compiled) == 1  # checked at submit, then the same grammar constrains the decode
 
 
 def _malformed(model_id: str) -> list[tuple[str, object]]:

@@ -39,13 +39,18 @@ def build_sampler(options: GenerationOptions) -> Sampler:
     return sampler
 
 
-def build_logits_processors(options: GenerationOptions, tokenizer: Any = None) -> list:
+def build_logits_processors(options: GenerationOptions, tokenizer: Any = None,
+                            constraint: JsonConstraint | None = None) -> list:
     """Processors (tokens, logits) -> logits; empty when none is enabled.
 
     Args:
         options: the request's options.
         tokenizer: the engine's tokenizer; needed for ``response_format`` (the
             grammar mask runs last, so no other processor can revive a masked token).
+        constraint: the request's ``JsonConstraint`` when one was built already
+            (``Engine.submit`` compiles the grammar once, to check it early); it is
+            used as is, not compiled again. It keeps the request's parse state, so
+            it serves one generation only.
     """
     out = []
     if options.repetition_penalty != 1.0:
@@ -53,7 +58,9 @@ def build_logits_processors(options: GenerationOptions, tokenizer: Any = None) -
             repetition_penalty=options.repetition_penalty,
             repetition_context_size=REPETITION_CONTEXT,
         )
-    if options.response_format is not None:
+    if options.response_format is not None and constraint is not None:
+        out.append(constraint)
+    elif options.response_format is not None:
         if tokenizer is None:
             raise ValueError("response_format needs the tokenizer: build_logits_processors(options, tokenizer)")
         out.append(JsonConstraint(tokenizer, options.response_format))

@@ -4,6 +4,8 @@
   ``generate_step``, stop strings, cancellation, the context limit, and the one stats
   finaliser (``Generation.finalize``) that solo, batched and beam requests all use.
 - ``batching``: ``SequenceState`` and ``DecodeBatch``: many sequences, one step.
+- ``prefill``: one prompt chunk of a request, or the chunks of several plain-KV
+  requests in one padded forward pass (``prefill_batch``).
 - ``scheduler``: the engine thread, the priority queue, admission under the memory
   limit and the governor's batch cap.
 - ``scheduler_config``: ``SchedulerConfig`` (mode, max batch, memory limit), the

@@ -33,8 +33,7 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 
-__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "prefill_chunk",
-           "supports_batching"]
+__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "supports_batching"]
 
 
 class BatchCache:
@@ -127,7 +126,7 @@ class SequenceState:
         self.stops = StopMatcher(gen.options.stop)
         self.sampler = build_sampler(gen.options)
         self.greedy = gen.options.temperature == 0
-        self.processors = build_logits_processors(gen.options, gen.tokenizer)
+        self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
         self.max_tokens = gen._max_tokens()
         self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
         self.decoded = False  # True once the whole prompt is in the cache
@@ -211,30 +210,6 @@ class SequenceState:
         g.stats.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
         g.finalize(self.finish, self.t_start, self.t_first)
         return piece
-
-
-def prefill_chunk(model: Any, seq: SequenceState) -> int:
-    """Run one prefill chunk of ``seq`` alone through the model.
-
-    All prompt tokens but the last are prefilled here (as mlx-lm's ``generate_step``
-    does); the last one is the sequence's first decode input.
-
-    Returns:
-        Tokens processed (0 when nothing was left).
-    """
-    n = min(seq.gen.options.prefill_chunk, seq.prefill_left)
-    if n <= 0:
-        return 0
-    start = seq.prefilled
-    chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
-    model(chunk, cache=seq.gen.cache)
-    mx.eval([c.state for c in seq.gen.cache])
-    seq.prefilled += n
-    if seq.meter is not None:
-        # The last prompt token runs in the first decode step: the prompt counts as
-        # prefilled once nothing else is left, as in mlx-lm's generate_step.
-        seq.meter(len(seq.gen.prompt) if seq.prefill_left == 0 else seq.prefilled)
-    return n
 
 
 def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:

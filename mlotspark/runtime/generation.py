@@ -40,6 +40,8 @@ class Generation:
             ``stats.extra["cascade"]`` (the memory cascade's tier figures).
         on_progress: called with each ``PrefillProgress`` of the prompt (on the
             engine thread; keep it quick). May also be set after construction.
+        constraint: the ``response_format``'s compiled ``JsonConstraint``, if the
+            caller built it (else it is built when decoding starts).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class Generation:
         stats_base: dict | None = None,
         extra_stats: Callable[[list], dict] | None = None,
         on_progress: ProgressListener | None = None,
+        constraint: Any = None,
     ):
         if not prompt:
             raise PromptTooLongError("empty prompt: nothing to generate from") from None
@@ -81,6 +84,7 @@ class Generation:
         self.text = ""
         self.result: GenerationResult | None = None
         self.on_progress = on_progress
+        self.constraint = constraint
         self._meter: PrefillMeter | None = None
         # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
         self.sampler_wrapper: Callable[[Any], Any] | None = None
@@ -139,7 +143,7 @@ class Generation:
             self.model,
             max_tokens=max_tokens,
             sampler=sampler,
-            logits_processors=build_logits_processors(opts, self.tokenizer) or None,
+            logits_processors=build_logits_processors(opts, self.tokenizer, self.constraint) or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
             prompt_progress_callback=self.prefill_meter(),

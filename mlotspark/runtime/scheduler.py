@@ -11,8 +11,10 @@ turn of the loop:
 4. admits queued requests while the batch has room and ``governor.admit`` agrees
    (projected KV + weights under the memory limit); a refused request stays queued
    and no running request is touched;
-5. runs one prefill chunk of the oldest admitted request (per request, never
-   batched), so a long prompt does not stall the running streams for long;
+5. runs one prefill chunk of the oldest admitted request, in one forward pass with
+   the chunks of the next admitted ones when their caches are plain KV
+   (``runtime/prefill.py``, as mlx-lm's ``BatchGenerator`` prefills), so a burst of
+   requests joins the batch together and a long prompt stalls the streams briefly;
 6. runs one batched decode step (``batching.DecodeBatch``) over the running
    sequences; a request joins after its prefill and leaves when it finishes.
 
@@ -40,7 +42,8 @@ from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from mlotspark.runtime.batching import DecodeBatch, SequenceState, prefill_chunk, supports_batching
+from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
+from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
 from mlotspark.platform.device import is_metal
 from mlotspark.errors import OptionError
 from mlotspark.results import GenerationResult
@@ -322,13 +325,7 @@ class Scheduler:
         if self._solo:
             self._step_solo()
         if self._prefilling:
-            r = self._prefilling[0]
-            prefill_chunk(self.model, r.state)
-            if r.state.prefill_left == 0:
-                if r.state.meter is not None:
-                    r.state.meter.finish()  # a one-token prompt had no chunk to report
-                self._prefilling.pop(0)
-                self._running.append(r)
+            self._prefill()
             if not self._running:
                 return
         if self._running:
@@ -336,6 +333,24 @@ class Scheduler:
         if not self._running:
             self._drain()  # its rows all finished: discard the extra step
             self._batch_size = 1 if self._solo else 0
+
+    def _prefill(self) -> None:
+        """Run one prefill chunk: of the oldest admitted request, together with the
+        next ones (up to ``MAX_PREFILL_BATCH``) when their caches are all plain KV;
+        requests with nothing left to prefill join the decode batch."""
+        first = self._prefilling[0]
+        if first.state.plain:
+            group = [r for r in self._prefilling if r.state.plain][:MAX_PREFILL_BATCH]
+            prefill_batch(self.model, [r.state for r in group])
+        else:  # a cascade or quantized cache: alone, through its own attend
+            group = [first]
+            prefill_chunk(self.model, first.state)
+        for r in group:
+            if r.state.prefill_left == 0:
+                if r.state.meter is not None:
+                    r.state.meter.finish()  # a one-token prompt had no chunk to report
+                self._prefilling.remove(r)
+                self._running.append(r)
 
     def _admit(self, cap: int) -> None:
         while True:

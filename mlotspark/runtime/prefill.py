@@ -1,0 +1,155 @@
+"""Prefill on the engine thread: one request's chunk alone, or several requests' chunks at once.
+
+Many short requests arriving together (an HTTP server under load) would otherwise
+each pay a forward pass of their own before they can join the decode batch. As
+mlx-lm's ``BatchGenerator`` does, the chunks of several plain-KV requests run as one
+(B, L) forward pass: their caches are merged into one left-padded buffer per layer
+(mlx-lm's ``BatchKVCache``, each row keeping its own length, so prompt-cache hits of
+different lengths mix), the shorter chunks are right-padded, and after the pass the
+padding is rolled to the left (``BatchKVCache.finalize``) and every row's KV is
+written back into its own cache. A right-padded position comes after its row's real
+tokens, so causality alone keeps it out of their attention; its keys end up in the
+left padding, which the mask hides.
+
+All prompt tokens but the last are prefilled here (as mlx-lm's ``generate_step``
+does); the last one is the sequence's first decode input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.base import create_causal_mask
+from mlx_lm.models.cache import BatchKVCache
+
+from mlotspark.runtime.batching import SequenceState
+
+__all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]
+
+#: Requests prefilled in one pass at most (mlx-lm's ``prefill_batch_size`` default).
+MAX_PREFILL_BATCH = 8
+
+
+def _advance(seq: SequenceState, n: int) -> None:
+    """Count ``n`` more prompt tokens of ``seq`` as prefilled and report progress."""
+    seq.prefilled += n
+    if seq.meter is not None:
+        # The last prompt token runs in the first decode step: the prompt counts as
+        # prefilled once nothing else is left, as in mlx-lm's generate_step.
+        seq.meter(len(seq.gen.prompt) if seq.prefill_left == 0 else seq.prefilled)
+
+
+def _chunk_len(seq: SequenceState) -> int:
+    return min(seq.gen.options.prefill_chunk, seq.prefill_left)
+
+
+def prefill_chunk(model: Any, seq: SequenceState) -> int:
+    """Run one prefill chunk of ``seq`` alone through the model (any cache kind).
+
+    Returns:
+        Tokens processed (0 when nothing was left).
+    """
+    n = _chunk_len(seq)
+    if n <= 0:
+        return 0
+    start = seq.prefilled
+    chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
+    model(chunk, cache=seq.gen.cache)  # the logits are never evaluated: only the cache is
+    mx.eval([c.state for c in seq.gen.cache])
+    _advance(seq, n)
+    return n
+
+
+class PrefillCache:
+    """One layer's view of a batched prefill chunk: the rows' merged KV.
+
+    Args:
+        kv: this layer's merged, left-padded buffer (right padding prepared).
+        mask: (B, 1, L, T) boolean mask of the chunk, shared by all layers.
+    """
+
+    def __init__(self, kv: BatchKVCache, mask: mx.array):
+        self.kv = kv
+        self.mask = mask
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
+        """No model-level mask: ``attend`` uses the chunk's own (left padding hidden)."""
+        return None
+
+    def attend(
+        self,
+        q: mx.array,
+        k: mx.array,
+        v: mx.array,
+        *,
+        rope: Callable[..., mx.array],
+        scale: float,
+        mask: Any = None,
+    ) -> mx.array:
+        """Rotate at each row's own position, append to the buffer, attend.
+
+        Args:
+            q: un-rotated queries (B, Hq, L, D); k, v: (B, Hkv, L, D).
+
+        Returns:
+            (B, Hq, L, D) attention output.
+        """
+        pos = self.kv.offset  # (B,) each row's position of its chunk's first token
+        q, k = rope(q, offset=pos), rope(k, offset=pos)
+        keys, values = self.kv.update_and_fetch(k, v)
+        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=self.mask)
+
+
+def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
+    """Run one prefill chunk of each of ``seqs`` (plain-KV caches) in one forward pass.
+
+    Each row takes its own chunk length (``options.prefill_chunk``, at most what it
+    has left); the caches are merged for the pass and written back after it, so
+    every request holds an ordinary ``KVCache`` again.
+
+    Args:
+        model: a ``models.llama.Model`` (attention through ``cache.attend``).
+        seqs: sequences whose caches are all plain KV (``SequenceState.plain``).
+
+    Returns:
+        Tokens processed over all rows (0 when none had anything left).
+
+    Raises:
+        ValueError: a sequence whose cache is not plain KV.
+    """
+    seqs = [s for s in seqs if s.prefill_left > 0]
+    if not seqs:
+        return 0
+    bad = [s for s in seqs if not s.plain]
+    if bad:
+        raise ValueError(f"batched prefill needs plain KV caches, got {type(bad[0].gen.cache[0]).__name__}")
+    if len(seqs) == 1:
+        return prefill_chunk(model, seqs[0])
+    lengths = [_chunk_len(s) for s in seqs]
+    L = max(lengths)
+    right = [L - n for n in lengths]
+    rows = [s.gen.prompt[s.prefilled : s.prefilled + n] + [0] * (L - n) for s, n in zip(seqs, lengths)]
+    tokens = mx.array(rows)  # (B, L), right-padded with token 0 (never attended by real tokens)
+    n_layers = len(seqs[0].gen.cache)
+    kvs = []
+    for i in range(n_layers):
+        kv = BatchKVCache.merge([s.gen.cache[i] for s in seqs])
+        kv.prepare(right_padding=right)
+        kvs.append(kv)
+    # Every layer shares the padding, so one mask serves them all.
+    mask = create_causal_mask(L, offset=kvs[0].size(), left_padding=kvs[0].left_padding)
+    model(tokens, cache=[PrefillCache(kv, mask) for kv in kvs])
+    for kv in kvs:
+        kv.finalize()  # right padding rolled to the left, where the mask hides it
+    pads, end = kvs[0].left_padding.tolist(), kvs[0].size()  # the same in every layer
+    for row, (s, pad) in enumerate(zip(seqs, pads)):
+        for own, kv in zip(s.gen.cache, kvs):
+            own.keys = mx.contiguous(kv.keys[row : row + 1, :, pad:end])
+            own.values = mx.contiguous(kv.values[row : row + 1, :, pad:end])
+            own.offset = end - pad
+    mx.eval([c.state for s in seqs for c in s.gen.cache])
+    for s, n in zip(seqs, lengths):
+        _advance(s, n)
+    return sum(lengths)
