@@ -47,6 +47,9 @@ class CascadeConfig:
             key), ``keys`` (every key: exact, but routing cost grows with length).
         chunk: longest run of new tokens attended in one piece; longer prefill
             chunks are split so positions stay bounded (0 = ``window``).
+        follow: blocks after each retrieved block retrieved with it, within
+            ``top_k`` (default 1: a needle's value often crosses into the next
+            block, and matches the question less than its key does).
     """
 
     window: int = 1024
@@ -60,6 +63,7 @@ class CascadeConfig:
     spill_dir: str | None = None
     representation: str = "minmax"
     chunk: int = 0
+    follow: int = 1
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
@@ -69,7 +73,7 @@ class CascadeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("sinks", "top_k", "chunk"):
+        for name in ("sinks", "top_k", "chunk", "follow"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise bad(name, "must be an integer >= 0")

@@ -157,17 +157,38 @@ def block_distribution(scores: mx.array, scale: float) -> mx.array:
     return mx.softmax(scores * scale, axis=-1).mean(axis=1)
 
 
-def top_blocks(relevance: mx.array, k: int) -> tuple[tuple[int, ...], ...]:
-    """Indices of the ``k`` most relevant blocks per KV head, in original order.
+def top_blocks(relevance: mx.array, k: int, follow: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The ``k`` blocks to attend per KV head, in original order.
+
+    With ``follow`` > 0 each block taken, best first, brings the ``follow`` blocks
+    after it (while they exist and ``k`` is not reached): the tokens after a key
+    that matches the question (a needle's value, the rest of its sentence) often
+    cross into the next block, and they match the question less than the key does.
 
     Args:
         relevance: (Hkv, N) with N > k.
+        k: blocks per KV head.
+        follow: successors taken with each block.
 
     Returns:
-        One sorted tuple per KV head (a host sync: the block store needs the ids).
+        One sorted tuple of ``k`` block ids per KV head (a host sync: the block
+        store needs the ids).
     """
-    idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
-    return tuple(tuple(sorted(row)) for row in idx.tolist())
+    if follow <= 0:
+        idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
+        return tuple(tuple(sorted(row)) for row in idx.tolist())
+    n = relevance.shape[-1]
+    out = []
+    for ranked in mx.argsort(-relevance, axis=-1).tolist():
+        chosen: set[int] = set()
+        for b in ranked:
+            for c in range(b, min(n, b + follow + 1)):
+                if len(chosen) < k:
+                    chosen.add(c)
+            if len(chosen) == k:
+                break
+        out.append(tuple(sorted(chosen)))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------- routers
