@@ -62,3 +62,14 @@ def test_the_value_after_the_matching_key_is_attended():
     kd = 0.3 * rng.standard_normal((1, Hkv, 1, D)).astype(np.float32)
     cache.attend(mx.array(qd), mx.array(kd), mx.array(kd), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
     assert all(head == (5, 6) for head in cache.selection)
+
+
+def test_cli_routing_choices_are_the_configs():
+    """``--routing`` spells its choices out (the CLI stays MLX-free); they must be ``ROUTINGS``."""
+    from mlotspark.cli import build_parser
+    from mlotspark.memory.cascade.config import ROUTINGS
+
+    args = build_parser().parse_args(["generate", "-p", "hi", "--routing", "question"])
+    assert args.routing == "question"
+    sub = next(a for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions if a.dest == "routing")
+    assert tuple(sub.choices) == ROUTINGS

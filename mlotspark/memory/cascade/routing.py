@@ -21,11 +21,16 @@ blocks. A *router* says which queries drive the choice:
 - ``token``: the current token alone at decode; sequence-level for prefill.
 - ``rolling``: the last ``rolling_window`` queries (prefill tail included),
   aggregated like ``sequence``, so the choice changes slowly.
-- ``hybrid`` (default): sequence-level for prefill, rolling for decode.
-- ``question``: sequence-level for prefill; at decode, the last ``rolling_window``
-  queries of the prompt (its question) keep driving the choice, so the selection
-  stays put for the whole answer (DESIGN §4 saw answers lose a digit when it
-  drifted between the decode steps of one answer).
+- ``hybrid``: sequence-level for prefill, rolling for decode.
+- ``question`` (default): sequence-level for prefill; at decode, the last
+  ``rolling_window`` queries of the prompt (its question) keep driving the choice,
+  so the selection stays put for the whole answer (DESIGN §4 saw answers lose a
+  digit when it drifted between the decode steps of one answer).
+
+``top_blocks`` then takes the best blocks per KV head; with ``follow`` each brings
+the block after it, because what answers a question (a needle's value) follows
+the key that matches it and often crosses a block edge (measured: "… is 8429." for
+8429145 with the key in one block and "145" in the next).
 """
 
 from __future__ import annotations
@@ -270,7 +275,7 @@ class RollingRouter(Router):
 
 
 class HybridRouter(RollingRouter):
-    """Sequence-level for prefill chunks, rolling at decode (the default)."""
+    """Sequence-level for prefill chunks, rolling at decode."""
 
     name = "hybrid"
 
@@ -280,7 +285,7 @@ class HybridRouter(RollingRouter):
 
 
 class QuestionRouter(RollingRouter):
-    """Sequence-level for prefill; at decode the prompt's last queries, frozen.
+    """Sequence-level for prefill; at decode the prompt's last queries, frozen (the default).
 
     The tail of the prompt is where a question sits; an answer's own tokens ("The
     special magic number for ... is") say little about which block holds the
