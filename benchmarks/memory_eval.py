@@ -19,6 +19,11 @@ Per embedder, one store holds every fact and distractor (315 entries):
   questions (seeded sample), each asked in a *new* conversation of an engine whose
   memory holds all 315 entries; the reply must contain the key word.
 
+Held out: the pairs and the unrelated prompts are split in two halves (seeded);
+the MiniLM thresholds are fitted on the first (``--fit``: the injection rate
+is maximised with unrelated injections <= 5%) and every figure is also given on
+the second half alone, with the shipped calibration and with the fitted one.
+
 Fact extraction: ``extract_facts`` on 50 turns stating a personal fact (a kept
 sentence must contain the turn's key word) and 50 turns that state none.
 """
@@ -34,7 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlotspark.memory.semantic import HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
+from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
+from mlotspark.memory.semantic.calibration import about_user, calibration_for
 from mlotspark.models import bundles, catalogue
 
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
@@ -44,7 +50,69 @@ def make_embedder(name: str, minilm_dir: Path):
     return HashingEmbedder() if name == "hashing" else MiniLMEmbedder(minilm_dir)
 
 
-def retrieval(doc: dict, embedder, directory: Path) -> dict:
+def split(n: int, seed: int) -> tuple[list[int], list[int]]:
+    """Indices of a seeded half (for fitting) and the other half (held out)."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return sorted(order[: n // 2]), sorted(order[n // 2 :])
+
+
+def candidates(store: SemanticStore, query: str) -> list[tuple[int, float, float]]:
+    """(entry id, cosine, lexical) of the best entries for ``query`` (any calibration re-ranks them)."""
+    return [(h.id, h.vector, h.lexical) for h in store.search(query, k=15)]
+
+
+def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> dict:
+    """Recall and injection figures of ``cal`` on candidate lists (chosen as ``retrieve_for_prompt`` does, top 3, its token budget aside)."""
+    def ranked(cands):
+        return sorted(((cal.score(v, lx), i) for i, v, lx in cands), key=lambda t: (-t[0], -t[1]))
+
+    def chosen(text, cands):
+        th, out = cal.threshold(text), []
+        for score, i in ranked(cands):
+            if score < th or (out and score < out[0][0] - cal.margin) or len(out) == 3:
+                break
+            out.append((score, i))
+        return [i for _, i in out]
+
+    r1 = r3 = inj = wrong_only = n_inj = n_foreign = 0
+    misses = []
+    for (text, cands), gold in zip(qs, golds):
+        top = [i for _, i in ranked(cands)[:3]]
+        r1 += top[:1] == [gold]
+        r3 += gold in top
+        c = chosen(text, cands)
+        inj += gold in c
+        wrong_only += bool(c) and gold not in c
+        n_inj += len(c)
+        n_foreign += sum(i != gold for i in c)
+        if gold not in top:
+            misses.append(text)
+    n = max(1, len(qs))
+    return {"n": len(qs), "recall@1": r1 / n, "recall@3": r3 / n, "injected": inj / n,
+            "wrong_unrelated": sum(bool(chosen(t, c)) for t, c in unrelated) / max(1, len(unrelated)),
+            "wrong_only": wrong_only / n, "foreign_share": n_foreign / max(1, n_inj), "misses@3": misses}
+
+
+def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05) -> Calibration:
+    """Thresholds that inject the asked fact most often with unrelated injections <= ``max_wrong``.
+
+    Only the two thresholds are fitted (scoring formula and margin as ``base``); ties
+    go to the higher thresholds (fewer injections of anything)."""
+    best = None
+    grid = [round(0.05 + 0.01 * i, 2) for i in range(76)]
+    for t_other in grid:
+        # The "other" threshold only matters for messages not about the user: fit it first.
+        for t_user in grid:
+            cal = Calibration(base.vector_weight, base.lexical_raises_only, t_user, t_other, base.margin)
+            f = figures(cal, qs, golds, unrelated)
+            key = (f["injected"], t_user + t_other)
+            if f["wrong_unrelated"] <= max_wrong and (best is None or key > best[0]):
+                best = (key, cal)
+    return best[1] if best else base
+
+
+def retrieval(doc: dict, embedder, directory: Path, seed: int) -> dict:
     t0 = time.perf_counter()
     store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
     pairs = doc["pairs"]
@@ -52,28 +120,23 @@ def retrieval(doc: dict, embedder, directory: Path) -> dict:
     for d in doc["distractors"]:
         store.remember(d)
     filled = time.perf_counter() - t0
-    r1 = r3 = injected = wrong_only = n_injected = n_foreign = 0
-    misses = []
-    for p, gold in zip(pairs, ids):
-        top = [h.id for h in store.search(p["question"], k=3)]
-        r1 += top[:1] == [gold]
-        r3 += gold in top
-        chosen = [h.id for h in store.retrieve_for_prompt(p["question"])]
-        injected += gold in chosen
-        wrong_only += bool(chosen) and gold not in chosen
-        n_injected += len(chosen)
-        n_foreign += sum(c != gold for c in chosen)
-        if gold not in top:
-            misses.append(p["question"])
-    unrelated = sum(bool(store.retrieve_for_prompt(u)) for u in doc["unrelated"])
-    n = len(pairs)
-    out = {
-        "embedder": embedder.name, "entries": len(store), "fill_s": round(filled, 1),
-        "recall@1": r1 / n, "recall@3": r3 / n, "injected": injected / n,
-        "wrong_unrelated": unrelated / len(doc["unrelated"]), "wrong_only": wrong_only / n,
-        "foreign_share": n_foreign / max(1, n_injected), "misses@3": misses,
-    }
+    qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
+    unrelated = [(u, candidates(store, u)) for u in doc["unrelated"]]
+    entries = len(store)
     store.close()
+    shipped = calibration_for(embedder.name)
+    fit_q, held_q = split(len(pairs), seed)
+    fit_u, held_u = split(len(unrelated), seed + 1)
+    pick = lambda xs, idx: [xs[i] for i in idx]  # noqa: E731
+    fitted = fit(shipped, pick(qs, fit_q), pick(ids, fit_q), pick(unrelated, fit_u))
+    out = {"embedder": embedder.name, "entries": entries, "fill_s": round(filled, 1),
+           **figures(shipped, qs, ids, unrelated),
+           "about_user": {"questions": sum(about_user(t) for t, _ in qs) / len(qs),
+                          "unrelated": sum(about_user(t) for t, _ in unrelated) / len(unrelated)},
+           "fitted": {"threshold_about_user": fitted.threshold_about_user, "threshold_other": fitted.threshold_other},
+           "fit_half": figures(fitted, pick(qs, fit_q), pick(ids, fit_q), pick(unrelated, fit_u)),
+           "held_out_shipped": figures(shipped, pick(qs, held_q), pick(ids, held_q), pick(unrelated, held_u)),
+           "held_out_fitted": figures(fitted, pick(qs, held_q), pick(ids, held_q), pick(unrelated, held_u))}
     return out
 
 
@@ -139,7 +202,7 @@ def main() -> None:
     gguf = catalogue.resolve(progress=False).path if args.e2e else Path()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.embedder:
-            r = retrieval(doc, make_embedder(name, minilm_dir), Path(tmp))
+            r = retrieval(doc, make_embedder(name, minilm_dir), Path(tmp), args.seed)
             results[name] = r
             if args.e2e:
                 results[name]["e2e"] = end_to_end(doc, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
@@ -151,6 +214,16 @@ def main() -> None:
         e2e_s = f"{e2e['answer_has_key']:.0%} of {e2e['n']} (fact injected {e2e['fact_injected']:.0%})" if e2e else "-"
         print(f"| {r['embedder']} | {r['recall@1']:.1%} | {r['recall@3']:.1%} | {r['injected']:.1%} | "
               f"{r['wrong_unrelated']:.1%} | {r['wrong_only']:.1%} | {r['foreign_share']:.1%} | {e2e_s} |")
+    print("\nHeld out (the other half of the pairs and of the unrelated prompts; thresholds fitted on the first half):")
+    print("| embedder | calibration | thresholds (about user / other) | recall@1 | recall@3 | fact injected | unrelated injected |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.embedder:
+        r = results[name]
+        cal = calibration_for(r["embedder"])
+        for label, f, th in (("shipped", r["held_out_shipped"], (cal.threshold_about_user, cal.threshold_other)),
+                             ("fitted on half 1", r["held_out_fitted"], tuple(r["fitted"].values()))):
+            print(f"| {r['embedder']} | {label} | {th[0]:.2f} / {th[1]:.2f} | {f['recall@1']:.1%} | {f['recall@3']:.1%} | "
+                  f"{f['injected']:.1%} | {f['wrong_unrelated']:.1%} |")
     x = results["extraction"]
     print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
           f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")

@@ -38,6 +38,8 @@ def main() -> None:
     p.add_argument("--top-k-blocks", type=int, default=d.top_k)
     p.add_argument("--routing", default=d.routing)
     p.add_argument("--representation", default=d.representation)
+    p.add_argument("--rolling-window", type=int, default=d.rolling_window)
+    p.add_argument("--follow", type=int, default=d.follow, help="blocks after each retrieved block taken with it")
     p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
@@ -51,7 +53,8 @@ def main() -> None:
     engine = load_engine(args.model)
     trained = engine.loaded.context_length
     config = CascadeConfig(window=args.window, sinks=args.sinks, block_size=args.block_size, top_k=args.top_k_blocks,
-                           routing=args.routing, representation=args.representation)
+                           routing=args.routing, representation=args.representation,
+                           rolling_window=args.rolling_window, follow=args.follow)
     emit({"command": command_line(), "config": config.to_dict(), "model": engine.model_name,
           "weights": engine.loaded.weights}, args.out)
     lengths = [m * args.window for m in args.multiples] + list(args.lengths)

@@ -93,7 +93,7 @@ def test_block_larger_than_window_refused():
 def test_defaults_fit_the_trained_context(ctx):
     c = CascadeConfig.for_model(ctx)
     assert c.window < ctx and c.span <= ctx
-    assert c.routing == "hybrid"
+    assert c.routing == "question"
 
 
 def test_for_model_refuses_a_span_past_the_context():

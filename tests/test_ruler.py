@@ -48,8 +48,11 @@ def test_bad_values_are_named():
 
 @pytest.mark.slow
 def test_real_model_multikey_at_twice_the_window(default_gguf):
-    """niah_multikey at 2x the default window (2048 tokens), needle at depth 0.125:
-    found through the cascade, lost with sinks + window only."""
+    """niah_multikey at 2x the default window (2048 tokens), needle at depth 0.25:
+    found through the cascade, lost with sinks + window only.
+
+    A case full attention answers (measured: "7262589"); at depth 0.125 with the same
+    seed full attention itself answers "SyntaxError", so no cache could be asked to."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
@@ -58,7 +61,7 @@ def test_real_model_multikey_at_twice_the_window(default_gguf):
 
     engine = Engine.load(str(default_gguf), progress=False)
     config = CascadeConfig()
-    case = make_case("niah_multikey", 2 * config.window, 0.125, seed=2048, count_tokens=lambda t: len(engine.encode(t)))
+    case = make_case("niah_multikey", 2 * config.window, 0.25, seed=2048, count_tokens=lambda t: len(engine.encode(t)))
     ids = engine.encode(case.text)
     assert len(ids) > config.sinks + config.window + 512  # the needle is evicted from the window
 

@@ -230,8 +230,9 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=positive_int, default=None, help="tokens per episodic block")
     g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
                    help="episodic blocks retrieved per step; 0 = sinks + window only")
-    g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid"], default=None,
-                   help="how blocks are chosen (default hybrid)")
+    # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
+    g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid", "question"], default=None,
+                   help="how blocks are chosen (default question)")
     g.add_argument("--block-kind", choices=["float16", "q8", "q4"], default=None,
                    help="storage of episodic blocks (default float16)")
     g.add_argument("--no-cascade", action="store_true", help="plain full attention only")

@@ -240,7 +240,8 @@ class CascadeCache:
         self._since_route = 1 if decode else self.router.interval  # a decode after prefill re-scores
         self._new_blocks = False
         self.counters.routed += 1
-        return top_blocks(block_distribution(self.index.score(rq, self.router.pool(decode)), scale), k)
+        relevance = block_distribution(self.index.score(rq, self.router.pool(decode)), scale)
+        return top_blocks(relevance, k, self.config.follow)
 
     # ------------------------------------------------------------ the context
     def _gather(self, selection: Selection, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:

@@ -21,11 +21,16 @@ blocks. A *router* says which queries drive the choice:
 - ``token``: the current token alone at decode; sequence-level for prefill.
 - ``rolling``: the last ``rolling_window`` queries (prefill tail included),
   aggregated like ``sequence``, so the choice changes slowly.
-- ``hybrid`` (default): sequence-level for prefill, rolling for decode.
-- ``question``: sequence-level for prefill; at decode, the last ``rolling_window``
-  queries of the prompt (its question) keep driving the choice, so the selection
-  stays put for the whole answer (DESIGN §4 saw answers lose a digit when it
-  drifted between the decode steps of one answer).
+- ``hybrid``: sequence-level for prefill, rolling for decode.
+- ``question`` (default): sequence-level for prefill; at decode, the last
+  ``rolling_window`` queries of the prompt (its question) keep driving the choice,
+  so the selection stays put for the whole answer (DESIGN §4 saw answers lose a
+  digit when it drifted between the decode steps of one answer).
+
+``top_blocks`` then takes the best blocks per KV head; with ``follow`` each brings
+the block after it, because what answers a question (a needle's value) follows
+the key that matches it and often crosses a block edge (measured: "… is 8429." for
+8429145 with the key in one block and "145" in the next).
 """
 
 from __future__ import annotations
@@ -157,17 +162,38 @@ def block_distribution(scores: mx.array, scale: float) -> mx.array:
     return mx.softmax(scores * scale, axis=-1).mean(axis=1)
 
 
-def top_blocks(relevance: mx.array, k: int) -> tuple[tuple[int, ...], ...]:
-    """Indices of the ``k`` most relevant blocks per KV head, in original order.
+def top_blocks(relevance: mx.array, k: int, follow: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The ``k`` blocks to attend per KV head, in original order.
+
+    With ``follow`` > 0 each block taken, best first, brings the ``follow`` blocks
+    after it (while they exist and ``k`` is not reached): the tokens after a key
+    that matches the question (a needle's value, the rest of its sentence) often
+    cross into the next block, and they match the question less than the key does.
 
     Args:
         relevance: (Hkv, N) with N > k.
+        k: blocks per KV head.
+        follow: successors taken with each block.
 
     Returns:
-        One sorted tuple per KV head (a host sync: the block store needs the ids).
+        One sorted tuple of ``k`` block ids per KV head (a host sync: the block
+        store needs the ids).
     """
-    idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
-    return tuple(tuple(sorted(row)) for row in idx.tolist())
+    if follow <= 0:
+        idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
+        return tuple(tuple(sorted(row)) for row in idx.tolist())
+    n = relevance.shape[-1]
+    out = []
+    for ranked in mx.argsort(-relevance, axis=-1).tolist():
+        chosen: set[int] = set()
+        for b in ranked:
+            for c in range(b, min(n, b + follow + 1)):
+                if len(chosen) < k:
+                    chosen.add(c)
+            if len(chosen) == k:
+                break
+        out.append(tuple(sorted(chosen)))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------- routers
@@ -249,7 +275,7 @@ class RollingRouter(Router):
 
 
 class HybridRouter(RollingRouter):
-    """Sequence-level for prefill chunks, rolling at decode (the default)."""
+    """Sequence-level for prefill chunks, rolling at decode."""
 
     name = "hybrid"
 
@@ -259,7 +285,7 @@ class HybridRouter(RollingRouter):
 
 
 class QuestionRouter(RollingRouter):
-    """Sequence-level for prefill; at decode the prompt's last queries, frozen.
+    """Sequence-level for prefill; at decode the prompt's last queries, frozen (the default).
 
     The tail of the prompt is where a question sits; an answer's own tokens ("The
     special magic number for ... is") say little about which block holds the

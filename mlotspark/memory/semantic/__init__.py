@@ -3,7 +3,8 @@
 Text entries in SQLite (WAL, FTS5 for words, float32 vector blobs for meaning),
 found by a hybrid search and put into the system prompt at the start of a turn.
 
-- ``store``: ``SemanticStore`` and its search score.
+- ``store``: ``SemanticStore`` and its search score; ``lexical`` its BM25 half,
+  ``reembed`` the vectors table (loading, re-embedding for a new embedder).
 - ``database``: the SQLite file (schema, upgrades, WAL, durability, permissions).
 - ``records``: ``Entry``, ``Hit``, value checks, the export JSON form.
 - ``prompt``: ``format_memory_section``, the section put into the system prompt.

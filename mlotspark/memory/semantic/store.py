@@ -5,17 +5,10 @@ Search score (each part in [0, 1]), combined as the embedder's calibration says
 MiniLM)::
 
     score    = 0.5 * cosine + 0.5 * lexical
-    lexical  = coverage * bm25 / best_bm25          (0 for entries FTS5 does not match)
-    coverage = sum(idf(t) for query terms t in the entry) / sum(idf(t) for all t)
-    idf(t)   = ln(1 + (N - n_t + 0.5) / (n_t + 0.5))
 
 ``cosine`` is between the query's and the entry's vectors (current embedder
-only). FTS5's BM25 ranks entries against each other but has no fixed scale, and
-it clamps the IDF of a term found in half the rows or more to ~0, so on its own
-it vanishes in a small store. IDF-weighted coverage of the query's content words
-supplies the scale, so a threshold means the same in a 5-entry and a 5000-entry
-store; query words found in no entry count in the denominator, so an entry
-matching half of the question scores well below one matching all of it.
+only); ``lexical`` is FTS5 BM25 scaled by IDF-weighted coverage of the query's
+words (``lexical.py``).
 
 Hashing calibration (20 personal facts): unrelated pairs score < 0.2;
 a question about a stored fact ("What's my dog called?" / "My dog is called
@@ -26,24 +19,23 @@ MiniLM's thresholds depend on whether the message is about the user (see
 ``calibration.py``); ``retrieve_for_prompt`` uses the calibration of the store's
 embedder unless given a threshold.
 
-Vectors of one embedder are never compared with another's: each is stored with
-its embedder's name, and entries without a vector from the current embedder (a
-store written with the hashing fallback, opened once MiniLM is pulled) are
-re-embedded on open, or by ``reembed()`` (``mlotspark memory reindex``).
+Vectors of one embedder are never compared with another's; entries without a
+vector from the current embedder are re-embedded on open or by ``reembed()``
+(``mlotspark memory reindex``): ``reembed.py``.
 
 Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
 durability settings); ``FileLock`` serialises imports and exports between
 processes.
 
-One module past ~500 lines on purpose: search, scoring and re-embedding share the
-store's connection and lock; the SQLite schema is ``database.py``, thresholds ``calibration.py``.
+A little past ~500 lines: what is left are the methods that share the store's
+connection, lock and vector cache; the schema is ``database.py``, thresholds
+``calibration.py``, the lexical score ``lexical.py``, re-embedding ``reembed.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import sqlite3
 import threading
 from pathlib import Path
@@ -57,7 +49,9 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, se
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.lexical import lexical_scores
 from mlotspark.memory.semantic.minilm import default_embedder
+from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import (
     ENTRY_COLUMNS,
@@ -71,7 +65,7 @@ from mlotspark.memory.semantic.records import (
     export_document,
     parse_import,
 )
-from mlotspark.memory.semantic.text import dedupe_key, fts_query, words
+from mlotspark.memory.semantic.text import dedupe_key, words
 
 DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
 
@@ -188,12 +182,7 @@ class SemanticStore:
         # data_version moves on other connections' commits only; ours update the index.
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if self._index is None or version != self._index_version:
-            dim = self.embedder.dim
-            rows = conn.execute(
-                "SELECT entry_id, vec FROM vectors WHERE embedder = ? AND dim = ? AND length(vec) = ?",
-                (self.embedder.name, dim, 4 * dim),
-            ).fetchall()
-            self._index = VectorIndex.from_rows(dim, [r[0] for r in rows], [r[1] for r in rows])
+            self._index = load_vectors(conn, self.embedder)
             self._index_version = version
         return self._index
 
@@ -224,10 +213,7 @@ class SemanticStore:
             (new.text, dedupe_key(new.text), new.source, new.conversation, new.meta_json, new.created),
         )
         entry_id = int(cur.lastrowid)
-        conn.execute(
-            "INSERT INTO vectors (entry_id, embedder, dim, vec) VALUES (?, ?, ?, ?)",
-            (entry_id, self.embedder.name, self.embedder.dim, vec.astype("<f4").tobytes()),
-        )
+        insert_vector(conn, entry_id, self.embedder, vec)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
         return entry_id, True
 
@@ -297,26 +283,10 @@ class SemanticStore:
         batch = check_int(batch, "batch", 1)
         conn = self._conn
         assert conn is not None
-        name, dim = self.embedder.name, self.embedder.dim
-        done = 0
-        while True:
-            rows = conn.execute(
-                """SELECT e.id, e.text FROM entries e WHERE NOT EXISTS (
-                       SELECT 1 FROM vectors v WHERE v.entry_id = e.id AND v.embedder = ?
-                       AND v.dim = ? AND length(v.vec) = ?) ORDER BY e.id LIMIT ?""",
-                (name, dim, 4 * dim, batch),
-            ).fetchall()
-            if not rows:
-                return done
-            vecs = checked_embed(self.embedder, [r[1] for r in rows])
-            with self._write() as c:
-                c.executemany(
-                    "INSERT OR REPLACE INTO vectors (entry_id, embedder, dim, vec) "
-                    "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ?)",
-                    [(r[0], name, dim, v.astype("<f4").tobytes(), r[0]) for r, v in zip(rows, vecs)],
-                )
-            self._index = None
-            done += len(rows)
+        done = reembed_missing(conn, self._write, self.embedder, batch)
+        if done:
+            self._index = None  # reloaded with the new vectors at the next search
+        return done
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -356,40 +326,12 @@ class SemanticStore:
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM entries").fetchone()[0])  # type: ignore[union-attr]
 
-    def _lexical(self, query: str) -> dict[int, float]:
-        """Lexical score per matching entry id (module docstring: coverage × BM25)."""
-        terms = fts_query(query)
-        if not terms:
-            return {}
-        conn = self._conn
-        assert conn is not None
-        bm25 = {
-            int(r[0]): -float(r[1])  # FTS5's bm25() is negative, lower is better
-            for r in conn.execute(
-                "SELECT rowid, bm25(entries_fts) FROM entries_fts WHERE entries_fts MATCH ?",
-                (" OR ".join(terms),),
-            )
-        }
-        if not bm25:
-            return {}
-        total = int(conn.execute("SELECT count(*) FROM entries").fetchone()[0])
-        covered = dict.fromkeys(bm25, 0.0)
-        idf_sum = 0.0
-        for term in terms:
-            rows = {int(r[0]) for r in conn.execute("SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?", (term,))}
-            idf = math.log(1.0 + (total - len(rows) + 0.5) / (len(rows) + 0.5))  # always > 0
-            idf_sum += idf
-            for entry_id in rows & covered.keys():
-                covered[entry_id] += idf
-        best = max(bm25.values())
-        return {i: (covered[i] / idf_sum) * (bm25[i] / best if best > 0 else 1.0) for i in bm25}
-
     def _search(self, query: str, k: int, threshold: float) -> list[Hit]:
         if not isinstance(query, str):
             raise OptionError(f"invalid memory query {query!r}: use a string")
         if k == 0 or not query.strip():
             return []
-        lexical = self._lexical(query)
+        lexical = lexical_scores(self._conn, query)  # type: ignore[arg-type]
         vector: dict[int, float] = {}
         qvec = checked_embed(self.embedder, [query])[0]
         if qvec.any():
