@@ -114,9 +114,9 @@ class Engine:
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
         if distributed is not None:
             check_distributed(distributed, split)
-            if isinstance(cascade, (CascadeConfig, dict)):
-                raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
-                                  f"with distributed={distributed!r}; leave cascade unset")
+            if distributed == "tensor" and isinstance(cascade, (CascadeConfig, dict)):
+                raise OptionError(f"the memory cascade runs across ranks with distributed='pipeline' only, "
+                                  f"not {distributed!r}: cascade={cascade!r}")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
         if distributed is None:
@@ -126,7 +126,7 @@ class Engine:
         # The model's recommended sampling (GGUF, generation_config.json, catalogue
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
-        engine = cls(loaded, options, scheduling, cascade if distributed is None else None)
+        engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
         engine.sampling_sources = sources
         if distributed is not None:
             engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout)
@@ -394,7 +394,17 @@ class Engine:
         """
         if self.ranks is None:
             raise DistributedError("follow() is for the ranks of Engine.load(distributed=...)")
-        return self.ranks.follow(lambda ids, opts: self.new_generation(ids, opts))
+        local = self.cascade if isinstance(self.cascade, CascadeConfig) else None
+        return self.ranks.follow(self._follower_generation, local)
+
+    def _follower_generation(self, ids: list[int], opts: GenerationOptions,
+                             cascade: CascadeConfig | None) -> Generation:
+        """A follower rank's Generation: the kind of memory rank 0 chose, for this rank's layers."""
+        if cascade is None:
+            cache = request_cache(self, opts, len(ids))
+        else:
+            cache = make_cascade_cache(self.loaded.model, cascade)
+        return self.new_generation(ids, opts, cache=cache)
 
     # ------------------------------------------------- persistent memory (persistence.py)
     @property

@@ -20,11 +20,13 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from dataclasses import asdict
 from typing import Any, Callable
 
 import psutil
 
 from mlotspark.errors import DistributedError, MlotsparkError
+from mlotspark.memory.cascade import CascadeConfig, is_cascade
 from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.runtime.generation import Generation
@@ -37,7 +39,8 @@ from mlotspark.distributed.pipeline import broadcast_sampler
 #: seconds without a new token before rank 0 gives up on the other ranks.
 DEFAULT_TIMEOUT_S = 120.0
 
-MakeGeneration = Callable[[list[int], GenerationOptions], Generation]
+#: ``(prompt ids, options, cascade config or None) -> Generation``: a follower's request.
+MakeGeneration = Callable[[list[int], GenerationOptions, "CascadeConfig | None"], Generation]
 
 
 def options_message(options: GenerationOptions) -> dict:
@@ -48,6 +51,25 @@ def options_message(options: GenerationOptions) -> dict:
 def options_from_message(data: dict) -> GenerationOptions:
     """Options back from ``options_message`` (validated again)."""
     return GenerationOptions(**data)
+
+
+def cascade_message(cache: list) -> dict | None:
+    """Rank 0's cascade settings for a request (None: plain KV caches), as JSON-safe data.
+
+    Every rank must hold the same kind of memory for its layers, so the followers take
+    rank 0's choice rather than deciding again. The spill directory is a local path: left out.
+    """
+    if not is_cascade(cache):
+        return None
+    return {k: v for k, v in asdict(cache[0].config).items() if k != "spill_dir"}
+
+
+def cascade_from_message(data: dict | None, local: "CascadeConfig | None" = None) -> "CascadeConfig | None":
+    """The CascadeConfig of ``cascade_message`` (validated again), with this rank's own
+    spill directory (``local.spill_dir``, else the default)."""
+    if data is None:
+        return None
+    return CascadeConfig(**data, spill_dir=local.spill_dir if local is not None else None)
 
 
 class RankStatus:
@@ -206,7 +228,8 @@ class LeaderRunner:
 
         gen.sampler_wrapper = lambda s: broadcast_sampler(s, self.group.group, forced)
         self.group.broadcast_json({"op": "generate", "prompt": list(gen.prompt),
-                                   "options": options_message(gen.options)})
+                                   "options": options_message(gen.options),
+                                   "cascade": cascade_message(gen.cache)})
         for piece in _timed(gen, self.status, self._beat):
             if self.failed is not None:  # the watchdog gave up meanwhile
                 return
@@ -230,13 +253,16 @@ class LeaderRunner:
                 return
 
 
-def follow(group: RankGroup, make_generation: MakeGeneration, status: RankStatus) -> int:
+def follow(group: RankGroup, make_generation: MakeGeneration, status: RankStatus,
+           local_cascade: "CascadeConfig | None" = None) -> int:
     """The loop of every rank but 0: run what rank 0 broadcasts until it says stop.
 
     Args:
         group: the rank group (this process is not rank 0).
-        make_generation: builds a Generation from prompt ids and options.
+        make_generation: builds a Generation from prompt ids, options and rank 0's
+            cascade config (None: plain KV caches).
         status: this rank's RankStatus.
+        local_cascade: this rank's own cascade config, for its spill directory.
 
     Returns:
         How many requests this rank ran.
@@ -255,7 +281,8 @@ def follow(group: RankGroup, make_generation: MakeGeneration, status: RankStatus
             continue
         if op != "generate":
             raise DistributedError(f"rank {group.rank} got an unknown message {op!r} from rank 0")
-        gen = make_generation(list(msg["prompt"]), options_from_message(msg["options"]))
+        gen = make_generation(list(msg["prompt"]), options_from_message(msg["options"]),
+                              cascade_from_message(msg.get("cascade"), local_cascade))
         gen.sampler_wrapper = lambda s: broadcast_sampler(s, group.group)
         try:
             for _ in _timed(gen, status, lambda: None):

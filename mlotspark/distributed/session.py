@@ -60,11 +60,16 @@ class DistributedSession:
             raise DistributedError(f"rank {self.rank} takes requests from rank 0: call Engine.follow() there")
         return self._runner.submit(gen)
 
-    def follow(self, make_generation: MakeGeneration) -> int:
-        """Ranks but 0: run rank 0's requests until it closes; returns how many ran."""
+    def follow(self, make_generation: MakeGeneration, local_cascade: Any = None) -> int:
+        """Ranks but 0: run rank 0's requests until it closes; returns how many ran.
+
+        Args:
+            make_generation: ``(ids, options, cascade config or None) -> Generation``.
+            local_cascade: this rank's CascadeConfig, if any (its spill directory is kept).
+        """
         if self._runner is not None:
             raise DistributedError("rank 0 leads: submit requests there, follow() is for the other ranks")
-        return follow(self.setup.group, make_generation, self.status)
+        return follow(self.setup.group, make_generation, self.status, local_cascade)
 
     def ranks_status(self) -> list[dict]:
         """Rank 0: every rank's memory, thermal state and last step time, in rank order."""
