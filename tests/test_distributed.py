@@ -74,11 +74,11 @@ def test_options_cross_ranks_as_json():
     assert options_from_message(message) == opts
 
 
-def test_engine_refuses_distributed_with_a_forced_cascade():
+def test_engine_refuses_the_cascade_with_tensor_parallelism():
     from mlotspark import Engine
 
-    with pytest.raises(OptionError, match="cascade"):
-        Engine.load(distributed="pipeline", cascade={"window": 256}, pull=False)
+    with pytest.raises(OptionError, match="distributed='pipeline' only, not 'tensor'"):
+        Engine.load(distributed="tensor", cascade={"window": 256}, pull=False)
 
 
 # --------------------------------------------------------------- two ranks
