@@ -10,8 +10,8 @@ Scenarios (argv[1]):
   meanwhile); rank 0's outcome goes to OUT.
 - ``cancel OUT TINY_GGUF``: rank 0 cancels a reply mid-way, then generates again.
 - ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
-- ``conversation OUT MODEL,BASE,PHASE``: conversations whose caches every rank keeps and
-  saves for its own layers, continued after a restart (see ``conversation``).
+- ``conversation OUT MODEL,BASE``: conversations whose caches every rank keeps and saves
+  for its own layers, continued by a new engine on every rank (see ``conversation``).
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ TURNS = ["My sister is called Ilse and she lives in Ghent. Say hello to her.",
          "Where does my sister live, and what is her name?"]
 #: a cascade small enough that the default model's turns evict and retrieve blocks.
 SMALL_CASCADE = {"window": 64, "sinks": 16, "block_size": 16, "top_k": 2}
+TURN_TOKENS = 16
 
 
 def converse(engine, name: str, turns: list[str]) -> list[dict]:
@@ -116,31 +117,32 @@ def converse(engine, name: str, turns: list[str]) -> list[dict]:
     conv = engine.conversation(name)
     out = []
     for text in turns:
-        r = conv.send(text, max_tokens=MAX_TOKENS, temperature=0)
+        r = conv.send(text, max_tokens=TURN_TOKENS, temperature=0)
         out.append({"tokens": r.tokens, "source": r.stats.extra.get("cache_source"),
                     "ranks": r.stats.extra.get("rank_snapshots")})
     return out
 
 
 def conversation(out: Path, spec: str) -> None:
-    """``spec`` = ``MODEL,BASE,PHASE``: every rank keeps its data in ``BASE/rank<r>`` (as
-    on its own machine). Phase ``first`` takes the first turn of a plain-KV conversation and
-    a cascade one, then the ranks stop; phase ``second`` (new processes) takes the second turns,
-    which must continue from the per-rank snapshots."""
-    model, base, phase = spec.split(",")
+    """``spec`` = ``MODEL,BASE``: every rank keeps its data in ``BASE/rank<r>`` (as on its own
+    machine). A plain-KV and a cascade conversation each take their first turn; the engine
+    closes on every rank (what each rank holds in memory goes with it) and a new one takes
+    the second turn, which must continue from every rank's own snapshot."""
+    model, base = spec.split(",")
     rank = int(os.environ.get("MLX_RANK", "0"))
     os.environ["MLOTSPARK_HOME"] = str(Path(base) / f"rank{rank}")
     from mlotspark import Engine
 
     report: dict = {}
     for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
-        engine = Engine.load(model, distributed="pipeline", split="even", cascade=cascade, progress=False,
-                             rank_timeout=120)
-        if engine.rank != 0:
-            engine.follow()
-            continue
-        report[name] = converse(engine, name, TURNS[:1] if phase == "first" else TURNS[1:])
-        engine.close()
+        for turns in (TURNS[:1], TURNS[1:]):
+            engine = Engine.load(model, distributed="pipeline", split="even", cascade=cascade, progress=False,
+                                 rank_timeout=120)
+            if engine.rank != 0:
+                engine.follow()
+                continue
+            report.setdefault(name, []).extend(converse(engine, name, turns))
+            engine.close()
     if rank == 0:
         out.write_text(json.dumps(report))
 

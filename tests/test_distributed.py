@@ -142,6 +142,39 @@ def test_tensor_parallel_greedy_tokens_equal_the_single_process_run(launched, ti
     assert launched["tiny_tensor"] == alone and len(alone) == MAX_TOKENS
 
 
+@pytest.mark.slow
+def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, monkeypatch):
+    """A plain-KV and a cascade conversation on two ranks: first turns, then new engines on
+    both ranks take the second turns from each rank's own snapshot; every turn's greedy
+    tokens equal the single-process conversation's."""
+    from distributed_ranks import SMALL_CASCADE, TURNS, converse
+
+    from mlotspark import Engine
+
+    out = tmp_path / "conversations.json"
+    cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", "--starting-port", str(_port()), sys.executable,
+           str(RANKS), "conversation", str(out), f"{default_gguf},{tmp_path / 'homes'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
+    replies = json.loads(out.read_text())
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "alone"))
+    for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
+        engine = Engine.load(str(default_gguf), cascade=cascade, progress=False)
+        try:
+            alone = converse(engine, name, TURNS)
+        finally:
+            engine.close()
+        first, second = replies[name]
+        assert [first["tokens"], second["tokens"]] == [t["tokens"] for t in alone], name
+        assert first["source"] == "none" and second["source"] == "snapshot"  # restored, not re-prefilled
+        assert first["ranks"][0]["saved"] and second["ranks"][0]["saved"]
+        # One snapshot per rank, each in its own rank's home, holding its own layers.
+        homes = tmp_path / "homes"
+        assert (homes / "rank0" / "conversations" / name / "snapshot" / "snapshot.json").is_file()
+        assert (homes / "rank1" / "conversations" / name / "snapshot.layers-15-30" / "snapshot.json").is_file()
+        assert not (homes / "rank0" / "conversations" / name / "snapshot.layers-15-30").exists()
+
+
 def _rank0_after(tmp_path: Path, tiny: Path, harm: int, timeout: float) -> tuple[dict, float]:
     """Start two ranks, harm rank 1 with signal ``harm`` once both are loaded, then ask
     rank 0 for a reply; return rank 0's outcome and how long it took to fail."""
