@@ -365,8 +365,21 @@ class Engine:
         Returns:
             ``Scheduler.status()``: ``state``, ``cap``, ``mode``, ``batch_size``,
             ``running``, ``queued``, ``reason``, ``admission``, ``kv_bytes`` ...
+            Across ranks (rank 0): the hottest rank's state, and ``ranks``, every
+            rank's figures (see ``ranks_status``).
         """
+        if self.ranks is not None:
+            return self.ranks.scheduler_status()
         return self.scheduler.status()
+
+    def ranks_status(self) -> list[dict]:
+        """Every rank's figures, rank 0 first: ``rank``, ``host``, ``layers``, ``weights_mb``,
+        ``rss_mb``, ``available_mb``, ``thermal``, ``thermal_reason``, ``last_step_ms``.
+
+        Returns:
+            One dict per rank; ``[]`` for an engine that runs in this process alone.
+        """
+        return [] if self.ranks is None else self.ranks.ranks_status()
 
     def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` on the engine thread (the one that owns MLX).

@@ -252,3 +252,34 @@ def test_a_cancel_on_rank0_stops_every_rank_at_the_same_token(tmp_path, tiny_ggu
     finally:
         engine.close()
     assert seen["again"] == alone  # the follower left the cancelled request where rank 0 did
+
+
+def test_engine_panel_shows_a_row_per_rank():
+    from tui.backend import MachineFigures
+    from tui.widgets.stats import machine_text
+
+    ranks = [{"rank": 0, "host": "mac1", "layers": [0, 15], "rss_mb": 648.2, "available_mb": 20500.0,
+              "thermal": "nominal", "last_step_ms": 151.3},
+             {"rank": 1, "host": "mac2", "layers": [15, 30], "rss_mb": 447.0, "available_mb": 7200.0,
+              "thermal": "serious", "last_step_ms": None}]
+    text = machine_text(MachineFigures(state="serious", ranks=ranks, blas_warning=None), None, None).plain
+    assert "rank 0   mac1 L0-14 · 648 MB · 20.5 GB free · nominal · step 151 ms" in text
+    assert "rank 1   mac2 L15-29 · 447 MB · 7.2 GB free · serious · step —" in text
+
+
+def test_the_hottest_rank_sets_the_distributed_state():
+    from mlotspark.distributed.session import DistributedSession
+
+    class Ranks(DistributedSession):  # the figures only: no group, no runner
+        def __init__(self, ranks):
+            self._runner, self._ranks = None, ranks
+            self.setup = type("S", (), {"mode": "pipeline"})()
+
+        def ranks_status(self):
+            return self._ranks
+
+    ranks = [{"rank": 0, "host": "mac1", "thermal": "fair", "thermal_reason": "CPU 80 C"},
+             {"rank": 1, "host": "mac2", "thermal": "critical", "thermal_reason": "CPU 99 C"}]
+    status = Ranks(ranks).scheduler_status()
+    assert status["state"] == "critical" and status["ranks"] == ranks
+    assert status["reason"] == "hottest: rank 1 (mac2) critical: CPU 99 C"

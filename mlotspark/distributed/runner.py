@@ -38,6 +38,9 @@ from mlotspark.distributed.group import RankGroup, host_name, is_rank_failure
 from mlotspark.distributed.pipeline import broadcast_sampler
 from mlotspark.distributed.rank_memory import RankMemory
 
+#: ``Thresholds.assess`` levels by name, coolest first.
+THERMAL_STATES = ("nominal", "fair", "serious", "critical")
+
 #: seconds without a new token before rank 0 gives up on the other ranks.
 DEFAULT_TIMEOUT_S = 120.0
 
@@ -110,7 +113,7 @@ class RankStatus:
             "rss_mb": round(psutil.Process().memory_info().rss / 1e6, 1),
             "peak_mlx_mb": round(peak_memory_mb(), 1),
             "available_mb": round(vm.available / 1e6, 1),
-            "thermal": ("nominal", "fair", "serious", "critical")[level], "thermal_reason": why,
+            "thermal": THERMAL_STATES[level], "thermal_reason": why,
             "last_step_ms": self.last_step_ms,
         }
 
@@ -142,6 +145,8 @@ class LeaderRunner:
         self.failed: DistributedError | None = None
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._current: RequestHandle | None = None
+        #: every rank's ``RankStatus.read()`` as of the end of the last request (or status call).
+        self.last_ranks: list[dict] = []
         self._last_beat = time.monotonic()
         self._closed = False
         self._worker = threading.Thread(target=self._work, name="mlotspark-rank0", daemon=True)
@@ -196,6 +201,11 @@ class LeaderRunner:
             raise value
         return value
 
+    @property
+    def busy(self) -> bool:
+        """True while a request or control operation is queued or running."""
+        return self._current is not None or not self._jobs.empty()
+
     def close(self) -> None:
         """Tell the other ranks to stop (they return from ``follow``) and end the worker."""
         if self._closed:
@@ -240,7 +250,8 @@ class LeaderRunner:
                     return
                 if op == "status":
                     self.group.broadcast_json({"op": "status"})
-                    handle.put((True, self.group.gather_json(self.status.read())))
+                    self.last_ranks = self.group.gather_json(self.status.read())
+                    handle.put((True, self.last_ranks))
                     continue
                 if op == "run":
                     try:
@@ -291,9 +302,12 @@ class LeaderRunner:
         assert gen.result is not None
         if user_cancel.is_set():
             gen.result.stats.finish_reason = "cancelled"
-        saved = self.group.gather_json(None)[1:]  # the followers' snapshot outcomes
+        # Every rank's figures and snapshot outcome, in the gather that ends each request:
+        # rank 0 knows the others' memory, heat and step time without a round trip of its own.
+        after = self.group.gather_json({"status": self.status.read()})
+        self.last_ranks = [a["status"] for a in after]
         if memory is not None:
-            gen.result.stats.extra["rank_snapshots"] = saved
+            gen.result.stats.extra["rank_snapshots"] = [a.get("saved") for a in after[1:]]
         if request.on_finish is not None:
             request.on_finish(gen)  # on this thread, as the scheduler calls it (MLX work allowed)
         handle._finish(gen.result)
@@ -362,7 +376,7 @@ def follow(group: RankGroup, make_generation: MakeGeneration, status: RankStatus
             saved = None
             if mem is not None and memory is not None:
                 saved = memory.keep(mem["key"], context + list(gen.fed_tokens), gen.cache, bool(mem["save"]))
-            group.gather_json(saved)
+            group.gather_json({"saved": saved, "status": status.read()})
         except RuntimeError as e:
             if is_rank_failure(e):
                 raise DistributedError(f"rank {group.rank} lost the connection to another rank ({e})") from e

@@ -10,8 +10,8 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.distributed.loading import DistributedSetup
 from mlotspark.distributed.rank_memory import RankMemory
-from mlotspark.distributed.runner import (DEFAULT_TIMEOUT_S, LeaderRunner, MakeGeneration, RankRequest, RankStatus,
-                                          follow)
+from mlotspark.distributed.runner import (DEFAULT_TIMEOUT_S, THERMAL_STATES, LeaderRunner, MakeGeneration,
+                                          RankRequest, RankStatus, follow)
 
 
 class DistributedSession:
@@ -87,10 +87,37 @@ class DistributedSession:
         return follow(self.setup.group, make_generation, self.status, local_cascade, self.memory)
 
     def ranks_status(self) -> list[dict]:
-        """Rank 0: every rank's memory, thermal state and last step time, in rank order."""
+        """Rank 0: every rank's memory, thermal state and last step time, in rank order.
+
+        Asked of every rank when they are idle; while a request runs (the ranks are busy
+        in its collectives) the figures every rank sent at the end of the last request,
+        with rank 0's own read now.
+        """
         if self._runner is None:
             return [self.status.read()]
+        if self._runner.busy and self._runner.last_ranks:
+            return [self.status.read(), *self._runner.last_ranks[1:]]
+        if self._runner.busy:
+            return [self.status.read()]  # nothing heard from the others yet
         return self._runner.call("status")
+
+    def scheduler_status(self) -> dict:
+        """Rank 0's stand-in for ``Scheduler.status()`` across ranks.
+
+        The state is the hottest rank's (every rank reads its own probes), since the
+        slowest machine paces every token; requests run one at a time (cap 1).
+
+        Returns:
+            ``state``, ``mode``, ``cap``, ``batch_size``, ``queued``, ``reason``, ``ranks``.
+        """
+        ranks = self.ranks_status()
+        hottest = max(ranks, key=lambda r: THERMAL_STATES.index(r.get("thermal", "nominal")))
+        busy = self._runner is not None and self._runner.busy
+        reason = f"hottest: rank {hottest['rank']} ({hottest['host']}) {hottest['thermal']}"
+        if hottest.get("thermal_reason"):
+            reason += f": {hottest['thermal_reason']}"
+        return {"state": hottest["thermal"], "mode": f"distributed {self.setup.mode}", "cap": 1,
+                "batch_size": 1 if busy else 0, "queued": 0, "reason": reason, "ranks": ranks}
 
     def close(self) -> None:
         """Rank 0: let the other ranks return from ``follow``."""
