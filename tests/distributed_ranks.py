@@ -48,6 +48,7 @@ def suite(out: Path, tiny: str) -> None:
     if engine.rank == 0:
         report["replies"] = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
         report["ranks"] = every
+        report["status"] = engine.scheduler_status()
         engine.close()
     else:
         report["followed"] = engine.follow()

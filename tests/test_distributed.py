@@ -120,6 +120,12 @@ def test_pipeline_greedy_tokens_equal_the_single_process_run(launched, default_g
     assert ranks[1]["weights"] == ranks[1]["layer_bytes"]
     assert ranks[0]["weights"] + ranks[1]["weights"] == full_bytes  # nothing held twice
     assert ranks[1]["weights"] < 0.45 * full_bytes and ranks[0]["weights"] < 0.65 * full_bytes
+    # Rank 0 knows every rank's figures (sent at the end of each request); the hottest sets the state.
+    status = launched["status"]
+    assert [r["rank"] for r in status["ranks"]] == [0, 1]
+    assert [r["layers"] for r in status["ranks"]] == [[0, 15], [15, 30]]
+    assert all(r["last_step_ms"] is not None and r["rss_mb"] > 0 for r in status["ranks"])
+    assert status["state"] in ("nominal", "fair", "serious", "critical") and status["reason"].startswith("hottest: rank")
 
 
 @pytest.mark.slow
