@@ -1,9 +1,13 @@
 """Requests across ranks: rank 0 leads, the other ranks follow.
 
 Rank 0 takes requests from a queue and runs them one at a time on a worker thread
-that owns MLX. Before each request it broadcasts the prompt ids and options (JSON);
-every other rank sits in ``follow``, receives them and runs the same token loop on
-its share of the model, so every rank makes the same sequence of collective calls.
+that owns MLX. Before each request it broadcasts the prompt ids, options, its cascade
+choice and the conversation whose caches the ranks continue (JSON); every other rank
+sits in ``follow``, receives them and runs the same token loop on its share of the
+model, so every rank makes the same sequence of collective calls. Each request has
+two gathers around its token loop: "ready" (a rank that cannot set up its share, e.g.
+has no cache of that conversation, says why and rank 0 fails the request before any
+token) and "done" (each rank's snapshot outcome and figures: memory, heat, step time).
 Rank 0's sampler decides each token for all (``pipeline.broadcast_sampler``): a
 cancel on rank 0 turns into an end-of-sequence token for every rank at the same step.
 
