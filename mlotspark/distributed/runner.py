@@ -200,6 +200,8 @@ class LeaderRunner:
         try:
             ok, value = done.get(timeout=timeout or self.timeout)
         except queue.Empty:
+            if self._current is not None:  # queued behind a request: the watchdog judges that one
+                raise DistributedError(f"{op!r} waited {timeout or self.timeout:g} s behind a running request") from None
             raise self._fail(f"the other ranks did not answer {op!r} within {timeout or self.timeout:g} s") from None
         if not ok:
             raise value
