@@ -4,7 +4,9 @@ weights and peak memory.
 Each repetition launches ``mlx.launch -n N --backend ring`` (N = 1 runs the same
 code as a group of one), alternating N so both see the same machine load. Every
 rank loads its share of the default model; rank 0 prefills a ~512-token raw prompt
-and decodes 64 greedy tokens, after a warm-up request, and writes the figures.
+and decodes 64 greedy tokens, after a warm-up request, and writes the figures, with
+rank 0's CPU time per decoded token (comparable across code paths on a busy machine).
+Set ``OPENBLAS_NUM_THREADS`` to fix every rank's BLAS pool.
 
     python benchmarks/distributed_ranks.py --reps 3 [--json out.json]
 """
@@ -42,14 +44,27 @@ def rank_main(out: Path) -> None:
         Path(f"{out}.rank{engine.rank}").write_text(json.dumps(me))
         os._exit(0)
     engine.generate("warm up", raw=True, max_tokens=4, temperature=0)
+    # Rank 0's CPU seconds per decoded token: the 64-token request less the 1-token one
+    # (same prompt). Unlike tok/s it barely moves with the load other processes put on
+    # the cores, so it compares the code paths on a shared machine.
+    c0 = _cpu_s()
+    engine.generate(PROMPT, raw=True, max_tokens=1, temperature=0)
+    c1 = _cpu_s()
     r = engine.generate(PROMPT, raw=True, max_tokens=64, temperature=0)
+    c2 = _cpu_s()
     s = r.stats
     engine.close()
     me.update(prompt_tokens=s.prompt_tokens, prefill_tps=s.prefill_tps, decode_tps=s.decode_tps,
               generated=s.generation_tokens,
+              decode_cpu_ms=((c2 - c1) - (c1 - c0)) / max(1, s.generation_tokens - 1) * 1000,
               peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3)
     out.write_text(json.dumps(me))
     os._exit(0)
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def run(n: int, tmp: Path) -> dict:
@@ -88,12 +103,15 @@ def main() -> None:
         per_rank = [(statistics.median(r["ranks"][i]["weights_mb"] for r in rs),
                      statistics.median(r["ranks"][i]["peak_rss_mb"] for r in rs)) for i in range(max(n, 1))]
         rows.append({"ranks": n or "plain engine", "prefill_tps": med("prefill_tps"), "decode_tps": med("decode_tps"),
+                     "decode_cpu_ms": med("decode_cpu_ms"),
                      "prompt_tokens": rs[0]["ranks"][0]["prompt_tokens"],
                      "per_rank_weights_mb": [w for w, _ in per_rank], "per_rank_peak_rss_mb": [m for _, m in per_rank]})
-    print("| ranks | prompt tokens | prefill tok/s | decode tok/s | weights per rank (MB) | peak RSS per rank (MB) |")
-    print("|---|---|---|---|---|---|")
+    print("| ranks | prompt tokens | prefill tok/s | decode tok/s | rank 0 CPU ms / decoded token "
+          "| weights per rank (MB) | peak RSS per rank (MB) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['ranks']} | {r['prompt_tokens']} | {r['prefill_tps']:.1f} | {r['decode_tps']:.2f} | "
+              f"{r['decode_cpu_ms']:.0f} | "
               f"{' / '.join(f'{w:.0f}' for w in r['per_rank_weights_mb'])} | "
               f"{' / '.join(f'{m:.0f}' for m in r['per_rank_peak_rss_mb'])} |")
     if args.json:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlotspark.models import catalogue, loader, sampling_defaults
 from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
+from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, RankRequest, check_distributed
 from mlotspark.distributed import load as distributed_load
 from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
@@ -26,7 +26,7 @@ from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade
 from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
 from mlotspark.memory.conversations import Conversation
-from mlotspark.memory.persistence import Persistence
+from mlotspark.memory.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw
 from mlotspark.decoding.constrained import JsonConstraint
@@ -114,9 +114,9 @@ class Engine:
             raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
         if distributed is not None:
             check_distributed(distributed, split)
-            if isinstance(cascade, (CascadeConfig, dict)):
-                raise OptionError(f"the memory cascade does not run across ranks yet: cascade={cascade!r} "
-                                  f"with distributed={distributed!r}; leave cascade unset")
+            if distributed == "tensor" and isinstance(cascade, (CascadeConfig, dict)):
+                raise OptionError(f"the memory cascade runs across ranks with distributed='pipeline' only, "
+                                  f"not {distributed!r}: cascade={cascade!r}")
         source = catalogue.resolve(model, pull=pull, progress=progress)
         configure_metal_limits()
         if distributed is None:
@@ -126,10 +126,11 @@ class Engine:
         # The model's recommended sampling (GGUF, generation_config.json, catalogue
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
-        engine = cls(loaded, options, scheduling, cascade if distributed is None else None)
+        engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
         engine.sampling_sources = sources
         if distributed is not None:
-            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout)
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout,
+                                              identity=(loaded.fingerprint, loaded.weights, loaded.name))
         return engine
 
     # ------------------------------------------------------------------ public
@@ -264,6 +265,7 @@ class Engine:
         on_finish: Callable[[Generation], None] | None = None,
         on_progress: ProgressListener | None = None,
         progress: bool = False,
+        cache_key: str | None = None,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -280,6 +282,9 @@ class Engine:
                 the last one at ``done == total`` (on the engine's thread: keep it quick).
                 ``handle.progress`` holds the latest event for callers that poll.
             progress: also yield the ``PrefillProgress`` events when iterating the handle.
+            cache_key: the conversation ``cache`` belongs to. Across ranks every other rank
+                keeps its share of the cache under this name (and saves it as its own
+                snapshot); a single process ignores it.
             **options: generation options.
         """
         opts = self.options(**options)
@@ -294,8 +299,13 @@ class Engine:
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         if self.ranks is not None:  # one request at a time, every rank in step
-            self.ranks.check_request(opts, cache)
-            return self.ranks.submit(self.new_generation(list(prompt_ids), opts, constraint=constraint))
+            self.ranks.check_request(opts, cache, cache_key)
+            gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
+                                      constraint=constraint)
+            p = self.__dict__.get("_persistence")
+            save = cache_key is not None and p is not None and p.config.snapshots and not p.read_only
+            return self.ranks.submit(gen, RankRequest(key=cache_key, cached=cached_tokens, save=save,
+                                                      on_finish=on_finish))
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
                                   constraint=constraint)
         scheduler = self.scheduler
@@ -380,8 +390,21 @@ class Engine:
         Returns:
             ``Scheduler.status()``: ``state``, ``cap``, ``mode``, ``batch_size``,
             ``running``, ``queued``, ``reason``, ``admission``, ``kv_bytes`` ...
+            Across ranks (rank 0): the hottest rank's state, and ``ranks``, every
+            rank's figures (see ``ranks_status``).
         """
+        if self.ranks is not None:
+            return self.ranks.scheduler_status()
         return self.scheduler.status()
+
+    def ranks_status(self) -> list[dict]:
+        """Every rank's figures, rank 0 first: ``rank``, ``host``, ``layers``, ``weights_mb``,
+        ``rss_mb``, ``available_mb``, ``thermal``, ``thermal_reason``, ``last_step_ms``.
+
+        Returns:
+            One dict per rank; ``[]`` for an engine that runs in this process alone.
+        """
+        return [] if self.ranks is None else self.ranks.ranks_status()
 
     def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` on the engine thread (the one that owns MLX).
@@ -389,6 +412,8 @@ class Engine:
         For MLX work outside a request, e.g. saving or restoring a cache. From
         ``on_finish`` (already on that thread) it runs at once.
         """
+        if self.ranks is not None:  # rank 0's worker thread runs MLX; there is no scheduler
+            return self.ranks.run(lambda: fn(*args, **kwargs))
         return self.scheduler.call(fn, *args, **kwargs)
 
     def close(self) -> None:
@@ -418,7 +443,19 @@ class Engine:
         """
         if self.ranks is None:
             raise DistributedError("follow() is for the ranks of Engine.load(distributed=...)")
-        return self.ranks.follow(lambda ids, opts: self.new_generation(ids, opts))
+        local = self.cascade if isinstance(self.cascade, CascadeConfig) else None
+        return self.ranks.follow(self._follower_generation, local)
+
+    def _follower_generation(self, ids: list[int], opts: GenerationOptions, cascade: CascadeConfig | None,
+                             cache: list | None, cached_tokens: int) -> Generation:
+        """A follower rank's Generation: its share of a conversation's cache, else a fresh one
+        of the kind rank 0 chose, for this rank's layers."""
+        if cache is None:
+            if cascade is None:
+                cache = request_cache(self, opts, len(ids))
+            else:
+                cache = make_cascade_cache(self.loaded.model, cascade)
+        return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
 
     # ------------------------------------------------- persistent memory (persistence.py)
     @property
@@ -426,7 +463,9 @@ class Engine:
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
         with self._lock:
             if self.__dict__.get("_persistence") is None:
-                self._persistence = Persistence(self)
+                # Across ranks no prefix cache: a prefix hit is a cache of another conversation,
+                # which the other ranks would not find under this one's name.
+                self._persistence = Persistence(self, PersistenceConfig(prefix_cache_mb=0) if self.ranks else None)
             return self._persistence
 
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":

@@ -10,6 +10,8 @@ Scenarios (argv[1]):
   meanwhile); rank 0's outcome goes to OUT.
 - ``cancel OUT TINY_GGUF``: rank 0 cancels a reply mid-way, then generates again.
 - ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
+- ``conversation OUT MODEL,BASE``: conversations whose caches every rank keeps and saves
+  for its own layers, continued by a new engine on every rank (see ``conversation``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def suite(out: Path, tiny: str) -> None:
     if engine.rank == 0:
         report["replies"] = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
         report["ranks"] = every
+        report["status"] = engine.scheduler_status()
         engine.close()
     else:
         report["followed"] = engine.follow()
@@ -101,6 +104,50 @@ def cancel(out: Path, tiny: str) -> None:
                                "again": again.tokens}))
 
 
+TURNS = ["My sister is called Ilse and she lives in Ghent. Say hello to her.",
+         "Where does my sister live, and what is her name?"]
+#: a cascade small enough that the default model's turns evict and retrieve blocks.
+SMALL_CASCADE = {"window": 64, "sinks": 16, "block_size": 16, "top_k": 2}
+TURN_TOKENS = 16
+
+
+def converse(engine, name: str, turns: list[str]) -> list[dict]:
+    """Send ``turns`` to conversation ``name`` (semantic memory off: the prompt is the
+    conversation alone); per turn its greedy tokens and where its cache came from."""
+    engine.set_budgets(memory=False, learn=False)
+    conv = engine.conversation(name)
+    out = []
+    for text in turns:
+        r = conv.send(text, max_tokens=TURN_TOKENS, temperature=0)
+        out.append({"tokens": r.tokens, "source": r.stats.extra.get("cache_source"),
+                    "ranks": r.stats.extra.get("rank_snapshots")})
+    return out
+
+
+def conversation(out: Path, spec: str) -> None:
+    """``spec`` = ``MODEL,BASE``: every rank keeps its data in ``BASE/rank<r>`` (as on its own
+    machine). A plain-KV and a cascade conversation each take their first turn; the engine
+    closes on every rank (what each rank holds in memory goes with it) and a new one takes
+    the second turn, which must continue from every rank's own snapshot."""
+    model, base = spec.split(",")
+    rank = int(os.environ.get("MLX_RANK", "0"))
+    os.environ["MLOTSPARK_HOME"] = str(Path(base) / f"rank{rank}")
+    from mlotspark import Engine
+
+    report: dict = {}
+    for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
+        for turns in (TURNS[:1], TURNS[1:]):
+            engine = Engine.load(model, distributed="pipeline", split="even", cascade=cascade, progress=False,
+                                 rank_timeout=120)
+            if engine.rank != 0:
+                engine.follow()
+                continue
+            report.setdefault(name, []).extend(converse(engine, name, turns))
+            engine.close()
+    if rank == 0:
+        out.write_text(json.dumps(report))
+
+
 def mismatch(out: Path, tinies: str) -> None:
     """Each rank loads its own file of ``tinies`` (comma-separated): rank 0 records the refusal."""
     from mlotspark import Engine
@@ -133,7 +180,8 @@ def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None 
 if __name__ == "__main__":
     import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 
-    {"suite": suite, "wait": wait, "mismatch": mismatch, "cancel": cancel}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
+    {"suite": suite, "wait": wait, "mismatch": mismatch, "cancel": cancel,
+     "conversation": conversation}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
     # As the CLI ranks do: once another thread has run MLX over the ring, the interpreter's
     # teardown can abort ("terminate called without an active exception"; a known limit,
     # README's distributed section). The results are written: leave without the teardown.

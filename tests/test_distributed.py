@@ -74,11 +74,11 @@ def test_options_cross_ranks_as_json():
     assert options_from_message(message) == opts
 
 
-def test_engine_refuses_distributed_with_a_forced_cascade():
+def test_engine_refuses_the_cascade_with_tensor_parallelism():
     from mlotspark import Engine
 
-    with pytest.raises(OptionError, match="cascade"):
-        Engine.load(distributed="pipeline", cascade={"window": 256}, pull=False)
+    with pytest.raises(OptionError, match="distributed='pipeline' only, not 'tensor'"):
+        Engine.load(distributed="tensor", cascade={"window": 256}, pull=False)
 
 
 # --------------------------------------------------------------- two ranks
@@ -120,6 +120,12 @@ def test_pipeline_greedy_tokens_equal_the_single_process_run(launched, default_g
     assert ranks[1]["weights"] == ranks[1]["layer_bytes"]
     assert ranks[0]["weights"] + ranks[1]["weights"] == full_bytes  # nothing held twice
     assert ranks[1]["weights"] < 0.45 * full_bytes and ranks[0]["weights"] < 0.65 * full_bytes
+    # Rank 0 knows every rank's figures (sent at the end of each request); the hottest sets the state.
+    status = launched["status"]
+    assert [r["rank"] for r in status["ranks"]] == [0, 1]
+    assert [r["layers"] for r in status["ranks"]] == [[0, 15], [15, 30]]
+    assert all(r["last_step_ms"] is not None and r["rss_mb"] > 0 for r in status["ranks"])
+    assert status["state"] in ("nominal", "fair", "serious", "critical") and status["reason"].startswith("hottest: rank")
 
 
 @pytest.mark.slow
@@ -140,6 +146,39 @@ def test_tensor_parallel_greedy_tokens_equal_the_single_process_run(launched, ti
     finally:
         engine.close()
     assert launched["tiny_tensor"] == alone and len(alone) == MAX_TOKENS
+
+
+@pytest.mark.slow
+def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, monkeypatch):
+    """A plain-KV and a cascade conversation on two ranks: first turns, then new engines on
+    both ranks take the second turns from each rank's own snapshot; every turn's greedy
+    tokens equal the single-process conversation's."""
+    from distributed_ranks import SMALL_CASCADE, TURNS, converse
+
+    from mlotspark import Engine
+
+    out = tmp_path / "conversations.json"
+    cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", "--starting-port", str(_port()), sys.executable,
+           str(RANKS), "conversation", str(out), f"{default_gguf},{tmp_path / 'homes'}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
+    replies = json.loads(out.read_text())
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "alone"))
+    for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
+        engine = Engine.load(str(default_gguf), cascade=cascade, progress=False)
+        try:
+            alone = converse(engine, name, TURNS)
+        finally:
+            engine.close()
+        first, second = replies[name]
+        assert [first["tokens"], second["tokens"]] == [t["tokens"] for t in alone], name
+        assert first["source"] == "none" and second["source"] == "snapshot"  # restored, not re-prefilled
+        assert first["ranks"][0]["saved"] and second["ranks"][0]["saved"]
+        # One snapshot per rank, each in its own rank's home, holding its own layers.
+        homes = tmp_path / "homes"
+        assert (homes / "rank0" / "conversations" / name / "snapshot" / "snapshot.json").is_file()
+        assert (homes / "rank1" / "conversations" / name / "snapshot.layers-15-30" / "snapshot.json").is_file()
+        assert not (homes / "rank0" / "conversations" / name / "snapshot.layers-15-30").exists()
 
 
 def _rank0_after(tmp_path: Path, tiny: Path, harm: int, timeout: float) -> tuple[dict, float]:
@@ -219,3 +258,34 @@ def test_a_cancel_on_rank0_stops_every_rank_at_the_same_token(tmp_path, tiny_ggu
     finally:
         engine.close()
     assert seen["again"] == alone  # the follower left the cancelled request where rank 0 did
+
+
+def test_engine_panel_shows_a_row_per_rank():
+    from tui.backend import MachineFigures
+    from tui.widgets.stats import machine_text
+
+    ranks = [{"rank": 0, "host": "mac1", "layers": [0, 15], "rss_mb": 648.2, "available_mb": 20500.0,
+              "thermal": "nominal", "last_step_ms": 151.3},
+             {"rank": 1, "host": "mac2", "layers": [15, 30], "rss_mb": 447.0, "available_mb": 7200.0,
+              "thermal": "serious", "last_step_ms": None}]
+    text = machine_text(MachineFigures(state="serious", ranks=ranks, blas_warning=None), None, None).plain
+    assert "rank 0   mac1 L0-14 · 648 MB · 20.5 GB free · nominal · step 151 ms" in text
+    assert "rank 1   mac2 L15-29 · 447 MB · 7.2 GB free · serious · step —" in text
+
+
+def test_the_hottest_rank_sets_the_distributed_state():
+    from mlotspark.distributed.session import DistributedSession
+
+    class Ranks(DistributedSession):  # the figures only: no group, no runner
+        def __init__(self, ranks):
+            self._runner, self._ranks = None, ranks
+            self.setup = type("S", (), {"mode": "pipeline"})()
+
+        def ranks_status(self):
+            return self._ranks
+
+    ranks = [{"rank": 0, "host": "mac1", "thermal": "fair", "thermal_reason": "CPU 80 C"},
+             {"rank": 1, "host": "mac2", "thermal": "critical", "thermal_reason": "CPU 99 C"}]
+    status = Ranks(ranks).scheduler_status()
+    assert status["state"] == "critical" and status["ranks"] == ranks
+    assert status["reason"] == "hottest: rank 1 (mac2) critical: CPU 99 C"

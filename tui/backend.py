@@ -66,6 +66,8 @@ class MachineFigures:
     kv_bytes: int | None = None
     decode_tps: float | None = None
     reason: str = ""
+    #: Across ranks (``Engine.load(distributed=...)``): every rank's figures, rank 0 first.
+    ranks: list[dict] = field(default_factory=list)
     #: Set when MLX runs on its slow reference BLAS: the warning with the fix.
     blas_warning: str | None = field(default_factory=blas_warning)
 
@@ -175,7 +177,7 @@ def machine(engine: Any) -> MachineFigures | None:
     return MachineFigures(
         state=s.get("state"), mode=s.get("mode"), cap=s.get("cap"), batch_size=s.get("batch_size"),
         queued=s.get("queued"), kv_bytes=s.get("kv_bytes"), decode_tps=s.get("decode_tps"),
-        reason=str(s.get("reason") or ""),
+        reason=str(s.get("reason") or ""), ranks=list(s.get("ranks") or []),
     )
 
 

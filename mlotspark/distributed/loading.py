@@ -123,7 +123,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
         weights=fmt,
         fingerprint=fingerprint,
         context_length=int(config.get("max_position_embeddings") or 4096),
-        supports_cascade=False,
+        supports_cascade=mode == "pipeline",  # each rank's cascade holds its own layers' memory
         extra={"distributed": setup},
     )
 

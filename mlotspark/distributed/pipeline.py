@@ -85,6 +85,8 @@ class PipelineModel(nn.Module):
         mask = create_attention_mask(h, cache[0])
         for layer, c in zip(self.layers, cache):
             h = layer(h, mask, c)
+        if self.size == 1:  # a group of one: no transfer, so the step stays lazy as on the plain path
+            return self.logits(self.model.norm(h))
         mx.eval(h)
         if self.rank < self.size - 1:
             h = _now(mx.distributed.send(h, self.rank + 1, group=self.group))
@@ -115,6 +117,16 @@ def broadcast_sampler(sampler: Callable[[mx.array], mx.array], group: Any,
         A sampler with the same signature.
     """
     rank = group.rank()
+    if group.size() == 1:
+        # Nobody to tell: keep the sample lazy, so mlx-lm's loop overlaps building the next
+        # step with this one's compute. Forcing it (three host syncs a step) left the single
+        # rank at the mercy of OpenBLAS's spinning pool on a busy machine.
+        def alone(logprobs: mx.array) -> mx.array:
+            tok = sampler(logprobs)
+            force = forced()
+            return tok if force is None else mx.full(tok.shape, force, dtype=tok.dtype)
+
+        return alone
 
     def sample(logprobs: mx.array) -> mx.array:
         if rank == 0:

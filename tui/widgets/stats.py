@@ -127,9 +127,23 @@ def machine_text(m: MachineFigures | None, rss: int | None, peak_mb: float | Non
         ("batch", f"{num(m.batch_size)} · cap {num(m.cap)} · queue {num(m.queued)}"),
         ("memory", memory),
     ]
+    for r in m.ranks:  # one row per rank of a distributed engine: the hottest paces every token
+        rows.append((f"rank {r.get('rank', '?')}", rank_text(r)))
     if m.blas_warning:
         rows.append(("BLAS", Text(f"⚠ {m.blas_warning}", style="bold red")))
     return _rows("Machine", rows)
+
+
+def rank_text(r: dict) -> Text:
+    """One rank: host, layers, memory in use and free, thermal state, last step time."""
+    layers = r.get("layers") or []
+    where = f"{r.get('host', DASH)} L{layers[0]}-{layers[1] - 1}" if len(layers) == 2 else str(r.get("host", DASH))
+    free_mb = r.get("available_mb")
+    free = num(None if free_mb is None else free_mb / 1e3, "{:.1f} GB free")
+    out = Text(f"{where} · {num(r.get('rss_mb'), '{:.0f} MB')} · {free} · ")
+    out.append(str(r.get("thermal") or DASH), style=THERMAL_STYLES.get(r.get("thermal") or "", ""))
+    out.append(f" · step {num(r.get('last_step_ms'), '{:.0f} ms')}")
+    return out
 
 
 def settings_text(settings: dict, sources: dict | None = None) -> Text:
@@ -198,4 +212,4 @@ class StatsPanel(VerticalScroll):
         return "".join(p.plain for p in parts)
 
 
-__all__ = ["StatsPanel", "machine_text", "sparkline", "memories_text", "settings_text", "speed_text", "tiers_text"]
+__all__ = ["StatsPanel", "machine_text", "rank_text", "sparkline", "memories_text", "settings_text", "speed_text", "tiers_text"]

@@ -30,7 +30,7 @@ import mlx.core as mx
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
-from mlotspark.models.llama import Model
+from mlotspark.models.llama import Model, TransformerBlock
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize, top_blocks
 
 Selection = tuple[tuple[int, ...], ...]  # per KV head, sorted block indices
@@ -460,7 +460,11 @@ def check_cascade(model: Any, config: CascadeConfig, name: str = "") -> None:
             a span past the trained context, or a block kind the block size cannot hold.
     """
     who = f"{name} ({type(model).__name__})" if name else type(model).__name__
-    if not isinstance(model, Model):
+    # A share of our model (a pipeline rank's layers) runs the cascade as the whole does:
+    # what matters is that every layer's attention calls ``cache.attend``.
+    layers = list(getattr(model, "layers", None) or [])
+    ours = isinstance(model, Model) or (layers and all(isinstance(l, TransformerBlock) for l in layers))
+    if not ours or not hasattr(model, "args"):
         raise OptionError(
             f"the memory cascade needs mlotspark's llama-family model; {who} runs on mlx-lm's "
             "classes: use cascade=None (--no-cascade)"
