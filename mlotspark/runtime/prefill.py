@@ -143,6 +143,8 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
     model(tokens, cache=[PrefillCache(kv, mask) for kv in kvs])
     for kv in kvs:
         kv.finalize()  # right padding rolled to the left, where the mask hides it
+    # What BatchKVCache.extract does, but into each request's own cache objects (our
+    # KVCache, with attend) and with one host read of the paddings, not one per row and layer.
     pads, end = kvs[0].left_padding.tolist(), kvs[0].size()  # the same in every layer
     for row, (s, pad) in enumerate(zip(seqs, pads)):
         for own, kv in zip(s.gen.cache, kvs):
