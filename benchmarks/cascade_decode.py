@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--decode", type=int, default=32)
     p.add_argument("--window", type=int, default=None, help="default: CascadeConfig.for_model")
     p.add_argument("--top-k-blocks", type=int, default=None)
-    p.add_argument("--routing", default="hybrid")
+    p.add_argument("--routing", default=None, help="default: the config's")
     p.add_argument("--budget-mb", type=float, default=None, help="episodic_budget_mb (default: the config's)")
     p.add_argument("--modes", nargs="*", default=["cascade", "full"])
     p.add_argument("--chunk", type=int, default=512)
@@ -40,7 +40,7 @@ def main() -> None:
     args = p.parse_args()
 
     engine = load_engine(args.model)
-    overrides = {"routing": args.routing}
+    overrides = {"routing": args.routing} if args.routing else {}
     if args.window:
         overrides["window"] = args.window
     if args.top_k_blocks is not None:

@@ -65,8 +65,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--model", default=None, help="alias, .gguf or model directory (default: the default model)")
+    ap.add_argument("--weights", default="float32", help="weight format (default float32; 'auto' on a GPU = as stored)")
     args = ap.parse_args()
-    loaded = loader.load(catalogue.resolve(None, pull=False, progress=False), weights="float32")
+    loaded = loader.load(catalogue.resolve(args.model, pull=False, progress=False), weights=args.weights)
+    on_gpu = mx.default_device().type == mx.DeviceType.gpu
     ours, twin = loaded.model, mlx_lm_twin(loaded)
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
@@ -80,10 +83,11 @@ def main() -> None:
     runs = {
         "mlx-lm": lambda: twin,
         "ours, x@W.T": ours_with(False, False),  # round 2's CPU default
-        "ours, x@W.T compiled": ours_with(False, True),
-        "ours, matvec": ours_with(True, False),  # the CPU default now (models/matvec.py)
-        "ours, matvec compiled": ours_with(True, True),
+        "ours, x@W.T compiled": ours_with(False, True),  # the GPU default
     }
+    if not on_gpu:  # models/matvec.py is a CPU (OpenBLAS) path
+        runs["ours, matvec"] = ours_with(True, False)  # the CPU default now
+        runs["ours, matvec compiled"] = ours_with(True, True)
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}
@@ -95,8 +99,9 @@ def main() -> None:
             rate, toks = decode(make(), prompt, args.tokens)
             tps[name].append(rate)
             tokens[name] = toks
-    print(f"BLAS: {blas.BLAS_IN_USE}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; "
-          f"{args.reps} reps, {args.tokens} tokens; weights {loaded.nbytes() / 1e6:.0f} MB float32")
+    where = f"device {mx.default_device()}" if on_gpu else (
+        f"BLAS: {blas.BLAS_IN_USE}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
+    print(f"{where}; {args.reps} reps, {args.tokens} tokens; weights {loaded.nbytes() / 1e6:.0f} MB {args.weights}")
     base = statistics.median(tps["mlx-lm"])
     print(f"{'':<22} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
     for name in runs:

@@ -79,7 +79,7 @@ def section(speed: Report, ttft: Report, command: str) -> str:
         "",
         f"Measured {h['date']} with `{command}`: prefill and decode with -r repetitions, TTFT with "
         "--ttft-reps (it is short and noisy), each after 1 warm-up, the two engines interleaved in one "
-        "process (alternating which goes first), on the same float32 weights. Ratios > 1 mean mlotspark "
+        f"process (alternating which goes first), on the same {h.get('weights', 'float32')} weights. Ratios > 1 mean mlotspark "
         "is better; each is the median of the per-repetition ratios. Absolute figures depend on the load "
         "of this shared 2-core machine (see the load average in the headers): compare llama.cpp through "
         "the projected column, which applies our same-run ratio to mlx-lm's quiet-machine figure from "
