@@ -74,20 +74,23 @@ def main() -> None:
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
-    def ours_with(matvec: bool, compiled: bool):
+    def ours_with(matvec: bool, compiled: bool, whole: bool = True):
         def make():
             ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
+            ours.model.whole_step = whole
             return ours
         return make
 
     runs = {
         "mlx-lm": lambda: twin,
         "ours, x@W.T": ours_with(False, False),  # round 2's CPU default
-        "ours, x@W.T compiled": ours_with(False, True),  # the GPU default
+        "ours, x@W.T pieces": ours_with(False, True, whole=False),  # round 3's GPU default
+        "ours, x@W.T whole step": ours_with(False, True),  # the GPU default (compiled_step.py)
     }
     if not on_gpu:  # models/matvec.py is a CPU (OpenBLAS) path
         runs["ours, matvec"] = ours_with(True, False)  # the CPU default now
-        runs["ours, matvec compiled"] = ours_with(True, True)
+        runs["ours, matvec pieces"] = ours_with(True, True, whole=False)
+        runs["ours, matvec whole step"] = ours_with(True, True)
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}
@@ -103,10 +106,10 @@ def main() -> None:
         f"BLAS: {blas.BLAS_IN_USE}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     print(f"{where}; {args.reps} reps, {args.tokens} tokens; weights {loaded.nbytes() / 1e6:.0f} MB {args.weights}")
     base = statistics.median(tps["mlx-lm"])
-    print(f"{'':<22} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
+    print(f"{'':<26} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
     for name in runs:
         t = statistics.median(tps[name])
-        print(f"{name:<22} {statistics.median(host[name]):>14.2f} {t:>13.1f} {t / base:>9.2f}x")
+        print(f"{name:<26} {statistics.median(host[name]):>14.2f} {t:>13.1f} {t / base:>9.2f}x")
     same = len({tuple(t) for t in tokens.values()}) == 1
     print("greedy tokens identical across all:", same)
 

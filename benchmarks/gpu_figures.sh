@@ -7,7 +7,8 @@
 # several calls into /tmp/stage there (see RESULTS "Issue 12, round 4" for the recipe):
 #
 #   benchmarks/gpu_figures.sh stage DIR       # copy DIR/part.* into /tmp/stage (one call per part)
-#   benchmarks/gpu_figures.sh run [ARGS...]   # unpack, install into /tmp/site, run the benchmarks
+#   benchmarks/gpu_figures.sh run WEIGHTS...  # unpack, install into /tmp/site, run the benchmarks
+#   benchmarks/gpu_figures.sh exec CMD...     # the same set-up, then any command (e.g. a cascade run)
 #
 # CUDA's own libraries come from the machine's PyTorch environment (nvidia-* cu13 packages), which
 # libmlx.so finds through its RPATH ($ORIGIN/../../nvidia/...) via a symlink.
@@ -20,7 +21,8 @@ stage)
     cp "$2"/part.* "$STAGE"/
     ls -la "$STAGE"
     ;;
-run)
+run | exec)
+    mode=$1
     shift
     if [ ! -d /tmp/site/mlx ]; then
         cat "$STAGE"/part.* | tar -x -C "$STAGE"
@@ -37,6 +39,10 @@ run)
     python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), "cuda:", mx.cuda.is_available())'
     out=${OUT:-/tmp/out}
     mkdir -p "$out"
+    if [ "$mode" = exec ]; then
+        GGUF=$gguf "$@"
+        exit
+    fi
     for weights in "$@"; do
         echo "== weights $weights: engine vs mlx-lm (pp512, tg128, TTFT)"
         python3 benchmarks/engine_vs_mlx_lm.py --model "$gguf" --weights "$weights" -r 7 --ttft-reps 11 \
@@ -47,7 +53,7 @@ run)
     done
     ;;
 *)
-    echo "usage: $0 stage DIR | run WEIGHTS..." >&2
+    echo "usage: $0 stage DIR | run WEIGHTS... | exec CMD..." >&2
     exit 2
     ;;
 esac

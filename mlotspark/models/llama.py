@@ -18,6 +18,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask
 from mlx_lm.models.rope_utils import initialize_rope
 
+from mlotspark.models import compiled_step
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.models.matvec import Linear, matvec
 
@@ -179,6 +180,10 @@ class LlamaModel(nn.Module):
         #: where the BLAS calls dominate; on Metal, host time is what limits small models.
         self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
+        #: Compiled decode over a plain KV cache as one whole-step call (``compiled_step.py``);
+        #: False keeps the per-layer pieces there too (they serve the other caches).
+        self.whole_step = True
+        self._step: Optional[compiled_step.CompiledStep] = None
         #: One-token products as ``W @ x`` in OpenBLAS small-kernel blocks (``matvec.py``):
         #: True, False, or None = on the CPU backend only, where it measured 1.2-1.7x
         #: faster per step (benchmarks/RESULTS.md "Issue 12, round 3"); Metal and CUDA
@@ -197,6 +202,7 @@ class LlamaModel(nn.Module):
                     m.matvec = on
             self.matvec_on = on
             object.__setattr__(self, "_compiled", None)  # traced with the old form
+            object.__setattr__(self, "_step", None)
         return on
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
@@ -210,6 +216,10 @@ class LlamaModel(nn.Module):
         if compiled is None:
             compiled = mx.default_device().type == mx.DeviceType.gpu
         if h.shape[1] == 1 and cache[0] is not None and compiled:
+            if self.whole_step and compiled_step.fits(cache):
+                if self._step is None:
+                    object.__setattr__(self, "_step", compiled_step.CompiledStep(self))
+                return self._step(h, cache)
             return self._decode(h, mask, cache)
         for layer, c in zip(self.layers, cache):
             h = layer(h, mask, c)
