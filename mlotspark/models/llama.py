@@ -180,9 +180,12 @@ class LlamaModel(nn.Module):
         #: where the BLAS calls dominate; on Metal, host time is what limits small models.
         self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
-        #: Compiled decode over a plain KV cache as one whole-step call (``compiled_step.py``);
-        #: False keeps the per-layer pieces there too (they serve the other caches).
-        self.whole_step = True
+        #: Compiled decode over a plain KV cache as one whole-step call (``compiled_step.py``)
+        #: instead of the per-layer pieces. Off by default: on an H100 (CUDA) it cut host
+        #: time to 0.9 ms/token but decoded 0.81-0.85x as fast as the pieces, its masked
+        #: attention over the padded buffer costing more than the Python it saves
+        #: (benchmarks/RESULTS.md "Issue 12, round 4").
+        self.whole_step = False
         self._step: Optional[compiled_step.CompiledStep] = None
         #: One-token products as ``W @ x`` in OpenBLAS small-kernel blocks (``matvec.py``):
         #: True, False, or None = on the CPU backend only, where it measured 1.2-1.7x
