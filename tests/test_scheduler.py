@@ -108,7 +108,7 @@ def test_batched_greedy_equals_solo_with_mixed_caches_and_a_late_joiner():
     # The caller's cache holds exactly the fed tokens afterwards.
     for g in (late.generation, first[0].generation):  # row by row, and packed then written back
         assert g.cache[0].offset == len(g.fed_tokens) >= len(g.prompt) + len(g.tokens) - 1
-        assert g.fed_tokens[: len(g.prompt) + len(g.tokens)] == g.prompt + g.tokens[: len(g.fed_tokens)]
+        assert g.fed_tokens == (g.prompt + g.tokens)[: len(g.fed_tokens)]
 
 
 def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():
@@ -311,3 +311,17 @@ def test_prompts_file_resume_refuses_rows_made_with_other_options(tmp_path, caps
         assert len(rows) == 3 and all(r["settings"]["options"] == {"max_tokens": 2} for r in rows)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["collect-then-launch", "pipelined"])
+def test_step_order_keeps_the_tokens_and_only_pipelining_pays_a_step_past_the_end(pipelined):
+    engine = tiny_engine()
+    solo = engine.submit(prompt_ids=PROMPTS[1], max_tokens=6).result().tokens
+    engine.scheduler.pipelined = pipelined  # None (the default) = pipelined on a GPU only
+    batch = engine.scheduler._batch
+    launches = []
+    launch = batch.launch
+    batch.launch = lambda seqs: launches.append(len(seqs)) or launch(seqs)
+    assert engine.submit(prompt_ids=PROMPTS[1], max_tokens=6).result().tokens == solo
+    # Six tokens take six steps; the pipelined order launches one more that nobody reads.
+    assert len(launches) == (7 if pipelined else 6)

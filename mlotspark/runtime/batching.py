@@ -287,6 +287,7 @@ class DecodeBatch:
         Args:
             seqs: the sequences decoding together (B ≥ 1).
         """
+        t_launch = time.perf_counter()  # graph building is part of the step's time
         prev = self._inflight
         from_prev = {id(r): i for i, r in enumerate(prev.rows)} if prev is not None else {}
         self._sync(seqs)
@@ -316,7 +317,7 @@ class DecodeBatch:
         logits = self.model(tokens, cache=caches)[:, -1, :]  # (B, V)
         sampled = _sample_rows(rows, logits)
         mx.async_eval(sampled)
-        self._inflight = Inflight(rows, sampled, time.perf_counter(), {id(r) for r in rows})
+        self._inflight = Inflight(rows, sampled, t_launch, {id(r) for r in rows})
         return prev
 
     def collect(self, step: Inflight | None) -> list[tuple[SequenceState, int]]:

@@ -147,6 +147,13 @@ class Scheduler:
         self.weights_bytes = weights_bytes
         self.eos = set(eos or ())
         self.batching = supports_batching(model)
+        #: Launch step N+1 before taking in step N's tokens (mlx-lm's pipelining): True,
+        #: False, or None = on a GPU only. On MLX's CPU backend ``mx.async_eval`` of a
+        #: decode step's ~600 ops returns only when ~all of them have run (it bounds the
+        #: tasks in flight), so there is nothing to overlap and the order would hand every
+        #: token over one step late: the first one too (TTFT), and a finished request
+        #: would pay one wasted step (benchmarks/RESULTS.md "Issue 12, round 4").
+        self.pipelined: bool | None = None
         self.kv_per_token = kv_bytes_per_token(model)
         self._batch = DecodeBatch(model)
         self._clock = clock
@@ -392,8 +399,14 @@ class Scheduler:
         self._batch_size = len(batch)
         c0 = self.cpu_clock()
         prev = self._batch.launch([r.state for r in batch])
-        self._batch.inflight.tag = (state, cap)  # type: ignore[union-attr]  # what it ran under
+        step = self._batch.inflight
+        step.tag = (state, cap)  # type: ignore[union-attr]  # what it ran under
         self._take(self._batch.collect(prev), prev, c0)
+        pipelined = self.pipelined
+        if pipelined is None:
+            pipelined = mx.default_device().type == mx.DeviceType.gpu
+        if not pipelined:  # take this step's tokens now (prev was None: drained last turn)
+            self._take(self._batch.drain(), step, c0)
 
     def _drain(self) -> None:
         """Take in the step in flight, if any (before a pause, or with no one left)."""
