@@ -432,7 +432,8 @@ class Engine:
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
         if self._scheduler is not None:
-            self._scheduler.close()
+            # Across ranks, cancelled requests leave every rank first: give that the rank timeout.
+            self._scheduler.close(**({} if self.ranks is None else {"timeout": self.ranks.timeout}))
         if self.ranks is not None:
             # The stop goes out once the engine thread is done with its steps (cancelled
             # requests leave every rank first); a thread still stuck inside MLX is left alone.
