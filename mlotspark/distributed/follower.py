@@ -125,12 +125,11 @@ class Follower:
         mem = msg.get("memory")
         cascade = cascade_from_message(msg.get("cascade"), self.local_cascade)
         answer: dict = {"ok": True}
-        gen, context = None, []
+        gen, context, cache = None, [], None
         try:
             # Only what shapes this rank's work: sampling options are rank 0's.
             opts = GenerationOptions(temperature=0.0, prefill_chunk=int(msg["chunk"]),
                                      max_tokens=int(msg["max_tokens"]))
-            cache = None
             if mem is not None and int(mem["cached"]) > 0:  # a continued conversation (else a fresh cache)
                 if self.memory is None:
                     raise DistributedError(f"rank {self.group.rank} keeps no conversations (follow without memory)")
@@ -142,8 +141,10 @@ class Follower:
         except MlotsparkError as e:
             answer = {"ok": False, "lacks": False, "error": str(e)}
         plan, lacking, _ = join_plan(self.group.gather_json(answer), bool(msg.get("replayable")))
-        if plan == "refuse":
-            return  # rank 0 fails the request; nothing was set up anywhere
+        if plan == "refuse":  # rank 0 fails the request; a share taken from memory stays for the next turn
+            if cache is not None and self.memory is not None:
+                self.memory.keep(mem["key"], context, cache, save=False)
+            return
         assert gen is not None  # every rank that could not make one refused
         if plan == "replay":
             tokens = self.group.broadcast_json(None)
