@@ -45,7 +45,8 @@ class StepMirror:
         """``request`` finished or was cancelled; its KV was written back. Before ``on_finish``.
 
         Raises:
-            MlotsparkError: the others could not be told (the request's result carries it).
+            MlotsparkError: the others could not be told; the reply is delivered whole, with
+                the error in ``stats.extra["mirror_error"]`` (later requests fail on their own).
         """
 
     def dropped(self, request: Any) -> None:

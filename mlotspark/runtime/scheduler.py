@@ -509,15 +509,14 @@ class Scheduler:
         piece = r.state.close(reason)
         if piece:
             r.handle._emit(piece)
-        error = None
         try:
             self.mirror.left(r)
-        except MlotsparkError as e:  # the others are gone: this result cannot be trusted whole
-            error = e
+        except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not
+            g.stats.extra["mirror_error"] = str(e)
         if g.stats.finish_reason == "cancelled":
             self._release(r)
         self._completed += 1
-        self._deliver(r, error)
+        self._deliver(r)
 
     def _release(self, r: Request) -> None:
         """Drop the engine's references to a cancelled request's KV and return the memory."""
@@ -525,8 +524,9 @@ class Scheduler:
             r.generation.cache = []
         mx.clear_cache()
 
-    def _deliver(self, r: Request, error: BaseException | None = None) -> None:
-        if r.on_finish is not None and error is None:
+    def _deliver(self, r: Request) -> None:
+        error = None
+        if r.on_finish is not None:
             try:
                 r.on_finish(r.generation)
             except Exception as e:  # noqa: BLE001  the caller sees it from result()
