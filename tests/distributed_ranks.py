@@ -117,6 +117,7 @@ def suite(out: Path, tiny: str) -> None:
     every = engine.ranks.setup.group.gather_json(mine)
     if engine.rank == 0:
         report.update(_batched(engine))
+        report["temperature"] = engine.defaults.temperature  # the model's recommendation (greedy), as alone
         report["ranks"] = every
         report["status"] = report["serialised"]["status"]
         engine.close()

@@ -149,6 +149,7 @@ def test_batched_pipeline_greedy_tokens_equal_each_request_alone(launched, alone
     assert launched["json_finish"] in ("stop", "length")
     # Only rank 0 samples: the JSON grammar is compiled there (once), never on the follower.
     assert launched["compiles"] == [1, 0]
+    assert launched["temperature"] == 0.0  # the catalogue's greedy default holds across ranks too
     ranks = launched["ranks"]
     assert [r["layers"] for r in ranks] == [[0, 15], [15, 30]]
     # Each rank holds half of the layers' weights; rank 0 also the embedding (= tied LM head).
