@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -348,3 +349,30 @@ def test_the_hottest_rank_sets_the_distributed_state():
     assert status["state"] == "critical" and status["ranks"] == ranks and status["cap"] == 2
     assert status["reason"] == "hottest: rank 1 (mac2) critical: CPU 99 C; calm → fair: cap 4→2"
     assert status["mode"] == "distributed pipeline · balanced"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_follower_without_a_usable_share_says_it_lacks_it(tmp_path, monkeypatch, damage):
+    """What a follower answers at a join when its snapshot is gone or damaged: a
+    SnapshotError (``lacks``), which rank 0 answers with a replay, not a failed turn."""
+    import mlx.core as mx
+
+    from mlotspark.distributed.rank_memory import RankMemory
+    from mlotspark.errors import SnapshotError
+    from mlotspark.models.kv_cache import KVCache
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    cache = [KVCache() for _ in range(2)]
+    for c in cache:  # 5 tokens of a (1, 2 heads, T, 8) cache
+        c.update_and_fetch(mx.ones((1, 2, 5, 8)), mx.ones((1, 2, 5, 8)))
+    memory = RankMemory((15, 17), "fp", "float32", "tiny")
+    assert memory.keep("chat", [1, 2, 3, 4, 5], cache, save=True)["saved"]
+    store = memory.store("chat").directory
+    if damage == "missing":
+        shutil.rmtree(store)
+    else:
+        for f in store.glob("*.safetensors"):
+            f.write_bytes(f.read_bytes()[:40])
+    fresh = RankMemory((15, 17), "fp", "float32", "tiny")  # a new engine: nothing held in memory
+    with pytest.raises(SnapshotError, match="no cache of 5 tokens for conversation 'chat' on layers 15-17"):
+        fresh.take("chat", 5, "kv")
