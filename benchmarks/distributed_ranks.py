@@ -6,6 +6,9 @@ code as a group of one), alternating N so both see the same machine load. Every
 rank loads its share of the default model; rank 0 prefills a ~512-token raw prompt
 and decodes 64 greedy tokens, after a warm-up request, and writes the figures, with
 rank 0's CPU time per decoded token (comparable across code paths on a busy machine).
+Then batched throughput: CONCURRENT short requests of BATCH_TOKENS tokens each, first
+one after another, then all submitted at once (rank 0's scheduler batches them for
+every rank): aggregate generated tokens per second of wall time, and their ratio.
 Set ``OPENBLAS_NUM_THREADS`` to fix every rank's BLAS pool.
 
     python benchmarks/distributed_ranks.py --reps 3 [--json out.json]
@@ -25,6 +28,27 @@ import tempfile
 from pathlib import Path
 
 PROMPT = " ".join(f"Item {i} is a small grey stone found near the river." for i in range(45))
+#: the concurrent requests: chat prompts of different lengths.
+BATCH_PROMPTS = ["Write a short poem about the sea.", "Explain how a bicycle works, step by step.",
+                 "Give me three tips for learning to cook at home on a budget.", "Why is the sky blue?"]
+CONCURRENT = len(BATCH_PROMPTS)
+BATCH_TOKENS = 24
+
+
+def _batched(engine) -> dict:
+    """Aggregate tok/s of BATCH_PROMPTS one after another, then all at once."""
+    import time
+
+    t0 = time.perf_counter()
+    seq = [engine.generate(p, max_tokens=BATCH_TOKENS, temperature=0) for p in BATCH_PROMPTS]
+    t1 = time.perf_counter()
+    handles = [engine.submit(p, max_tokens=BATCH_TOKENS, temperature=0) for p in BATCH_PROMPTS]
+    together = [h.result() for h in handles]
+    t2 = time.perf_counter()
+    n_seq, n_together = sum(len(r.tokens) for r in seq), sum(len(r.tokens) for r in together)
+    return {"seq_tps": n_seq / (t1 - t0), "batch_tps": n_together / (t2 - t1),
+            "same_tokens": [r.tokens for r in seq] == [r.tokens for r in together],
+            "mean_batch": max(r.stats.extra.get("mean_batch", 1.0) for r in together)}
 
 
 def rank_main(out: Path) -> None:
@@ -53,6 +77,7 @@ def rank_main(out: Path) -> None:
     r = engine.generate(PROMPT, raw=True, max_tokens=64, temperature=0)
     c2 = _cpu_s()
     s = r.stats
+    me.update(_batched(engine))
     engine.close()
     me.update(prompt_tokens=s.prompt_tokens, prefill_tps=s.prefill_tps, decode_tps=s.decode_tps,
               generated=s.generation_tokens,
@@ -104,6 +129,10 @@ def main() -> None:
                      statistics.median(r["ranks"][i]["peak_rss_mb"] for r in rs)) for i in range(max(n, 1))]
         rows.append({"ranks": n or "plain engine", "prefill_tps": med("prefill_tps"), "decode_tps": med("decode_tps"),
                      "decode_cpu_ms": med("decode_cpu_ms"),
+                     "seq_tps": med("seq_tps"), "batch_tps": med("batch_tps"),
+                     "batch_ratio": statistics.median(r["ranks"][0]["batch_tps"] / r["ranks"][0]["seq_tps"] for r in rs),
+                     "mean_batch": med("mean_batch"),
+                     "same_tokens": all(r["ranks"][0]["same_tokens"] for r in rs),
                      "prompt_tokens": rs[0]["ranks"][0]["prompt_tokens"],
                      "per_rank_weights_mb": [w for w, _ in per_rank], "per_rank_peak_rss_mb": [m for _, m in per_rank]})
     print("| ranks | prompt tokens | prefill tok/s | decode tok/s | rank 0 CPU ms / decoded token "
@@ -114,6 +143,12 @@ def main() -> None:
               f"{r['decode_cpu_ms']:.0f} | "
               f"{' / '.join(f'{w:.0f}' for w in r['per_rank_weights_mb'])} | "
               f"{' / '.join(f'{m:.0f}' for m in r['per_rank_peak_rss_mb'])} |")
+    print(f"\n| ranks | {CONCURRENT} requests one after another, tok/s | {CONCURRENT} at once, tok/s | ratio "
+          "| mean batch | same greedy tokens |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['ranks']} | {r['seq_tps']:.2f} | {r['batch_tps']:.2f} | {r['batch_ratio']:.2f}x | "
+              f"{r['mean_batch']:.2f} | {'yes' if r['same_tokens'] else 'NO'} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "runs": runs}, indent=1))
 

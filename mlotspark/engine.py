@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlotspark.models import catalogue, loader, sampling_defaults
 from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
-from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, RankRequest, check_distributed
+from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
 from mlotspark.distributed import load as distributed_load
 from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
@@ -129,8 +129,9 @@ class Engine:
         engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
         engine.sampling_sources = sources
         if distributed is not None:
-            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.nbytes(), rank_timeout,
-                                              identity=(loaded.fingerprint, loaded.weights, loaded.name))
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
+                                              identity=(loaded.fingerprint, loaded.weights, loaded.name),
+                                              probes=governor.probes if governor is not None else None)
         return engine
 
     # ------------------------------------------------------------------ public
@@ -266,6 +267,7 @@ class Engine:
         on_progress: ProgressListener | None = None,
         progress: bool = False,
         cache_key: str | None = None,
+        cached_ids: list[int] | None = None,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -285,6 +287,9 @@ class Engine:
             cache_key: the conversation ``cache`` belongs to. Across ranks every other rank
                 keeps its share of the cache under this name (and saves it as its own
                 snapshot); a single process ignores it.
+            cached_ids: the token ids ``cache`` holds (its first ``cached_tokens``). Across
+                ranks a rank that lost its share of the conversation (no snapshot, a
+                damaged one) rebuilds it from them instead of failing the request.
             **options: generation options.
         """
         opts = self.options(**options)
@@ -298,20 +303,18 @@ class Engine:
             prompt_ids = self.encode(prompt_or_messages, raw=raw)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
-        if self.ranks is not None:  # one request at a time, every rank in step
+        meta: dict = {}
+        if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
             self.ranks.check_request(opts, cache, cache_key)
-            gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
-                                      constraint=constraint)
             p = self.__dict__.get("_persistence")
             save = cache_key is not None and p is not None and p.config.snapshots and not p.read_only
-            return self.ranks.submit(gen, RankRequest(key=cache_key, cached=cached_tokens, save=save,
-                                                      on_finish=on_finish))
+            meta = {"key": cache_key, "save": save, "context": None if cached_ids is None else list(cached_ids)}
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
                                   constraint=constraint)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
-                                 owns_cache=cache is None))
+                                 owns_cache=cache is None, meta=meta))
         return handle
 
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
@@ -375,13 +378,18 @@ class Engine:
         """The engine's scheduler (started on first use)."""
         with self._scheduler_lock:
             if self._scheduler is None:
+                if self.ranks is not None and self.ranks.leader is None:
+                    raise DistributedError(f"rank {self.rank} runs rank 0's steps: call follow(), not submit()")
                 self._scheduler = Scheduler(
                     self.loaded.model,
                     self.scheduling.make_governor(),
                     lock=self._lock,
                     weights_bytes=self.loaded.nbytes(),
                     eos=set(self.tokenizer.eos_token_ids or ()),
+                    mirror=None if self.ranks is None else self.ranks.leader,
                 )
+                if self.ranks is not None:
+                    self.ranks.attach(self._scheduler)
             return self._scheduler
 
     def scheduler_status(self) -> dict:
@@ -394,7 +402,7 @@ class Engine:
             rank's figures (see ``ranks_status``).
         """
         if self.ranks is not None:
-            return self.ranks.scheduler_status()
+            return self.ranks.scheduler_status(self.scheduler.status())
         return self.scheduler.status()
 
     def ranks_status(self) -> list[dict]:
@@ -404,7 +412,11 @@ class Engine:
         Returns:
             One dict per rank; ``[]`` for an engine that runs in this process alone.
         """
-        return [] if self.ranks is None else self.ranks.ranks_status()
+        if self.ranks is None:
+            return []
+        if self.ranks.leader is not None:
+            self.scheduler  # noqa: B018 - started, so the figures are asked for on the engine thread
+        return self.ranks.ranks_status()
 
     def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` on the engine thread (the one that owns MLX).
@@ -412,8 +424,6 @@ class Engine:
         For MLX work outside a request, e.g. saving or restoring a cache. From
         ``on_finish`` (already on that thread) it runs at once.
         """
-        if self.ranks is not None:  # rank 0's worker thread runs MLX; there is no scheduler
-            return self.ranks.run(lambda: fn(*args, **kwargs))
         return self.scheduler.call(fn, *args, **kwargs)
 
     def close(self) -> None:
@@ -422,9 +432,14 @@ class Engine:
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
         if self._scheduler is not None:
-            self._scheduler.close()
+            # Across ranks, cancelled requests leave every rank first: give that the rank timeout.
+            self._scheduler.close(**({} if self.ranks is None else {"timeout": self.ranks.timeout}))
         if self.ranks is not None:
-            self.ranks.close()
+            # The stop goes out once the engine thread is done with its steps (cancelled
+            # requests leave every rank first); a thread still stuck inside MLX is left alone.
+            t = self._scheduler._thread if self._scheduler is not None else None
+            if t is None or not t.is_alive():
+                self.ranks.close()
 
     @property
     def rank(self) -> int:
@@ -518,9 +533,10 @@ class Engine:
                           "source": self.sampling_sources.get(k, sampling_defaults.SOURCE_GLOBAL)}
                       for k in sampling_defaults.KEYS},
         )
-        if self.ranks is not None:  # no scheduler across ranks: requests run one at a time
-            info["distributed"] = {"mode": self.ranks.setup.mode, "ranks": self.ranks.ranks_status()}
-            return info
+        if self.ranks is not None:  # rank 0's scheduler batches for every rank
+            info["distributed"] = {"mode": self.ranks.setup.mode, "ranks": self.ranks_status()}
+            if self.ranks.leader is None:
+                return info
         status = self.scheduler_status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info

@@ -2,9 +2,12 @@
 ``spawn_ranks`` below); rank 0 writes what it saw as JSON to the file named by argv.
 
 Scenarios (argv[1]):
-- ``suite OUT TINY_GGUF``: pipeline greedy replies of the default model to PROMPTS,
-  each rank's weight bytes; the tensor-parallel refusal on the default model; the
-  tensor-parallel greedy reply of the tiny model.
+- ``suite OUT TINY_GGUF``: pipeline greedy replies of the default model to PROMPTS, all
+  submitted at once with a short request that leaves the batch early and a JSON-format
+  one (``batched``); then rank 1 turns hot (its probe reads the file ``$RANK_HEAT``) and two
+  requests at once run one at a time under the governor's cap (``serialised``); each
+  rank's weight bytes and grammar compiles; the tensor-parallel refusal on the default
+  model; the tensor-parallel greedy reply of the tiny model.
 - ``wait OUT TINY_GGUF``: load the tiny model in a pipeline, print ``ready``, and on
   rank 0 wait for a line on stdin before generating (the test kills or stops rank 1
   meanwhile); rank 0's outcome goes to OUT.
@@ -18,9 +21,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+#: (prompt index, max_tokens) of the requests that join the batch beside PROMPTS: a short
+#: one that leaves early, and the two that run while rank 1 is hot (greedy: prefixes of PROMPTS' replies).
+SHORT = (1, 6)
+HOT = [(0, 12), (2, 12)]
+JSON_PROMPT = "List three colours as a JSON array."
 
 PROMPTS = [
     "Write a short poem about the sea.",
@@ -36,22 +47,83 @@ def _layer_bytes(engine) -> int:
     return sum(v.nbytes for layer in engine.loaded.model.layers for _, v in tree_flatten(layer.parameters()))
 
 
+class FileProbe:
+    """A probe whose reading is the JSON in a file (rank 0 writes it: rank 1 heats up)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def read(self):
+        from mlotspark.thermal.probes import Reading
+
+        return Reading(**json.loads(Path(self.path).read_text()))
+
+
+def _count_compiles() -> list[int]:
+    """Count JsonConstraint compiles in this process (a one-item list, bumped per compile)."""
+    from mlotspark.decoding.constrained import JsonConstraint
+
+    count, init = [0], JsonConstraint.__init__
+
+    def counted(self, *a, **k):
+        count[0] += 1
+        init(self, *a, **k)
+
+    JsonConstraint.__init__ = counted
+    return count
+
+
+def _batched(engine) -> dict:
+    """Rank 0: PROMPTS, a short request and a JSON one at once; then two at once with rank 1 hot."""
+    out: dict = {}
+    handles = [engine.submit(p, max_tokens=MAX_TOKENS, temperature=0) for p in PROMPTS]
+    short = engine.submit(PROMPTS[SHORT[0]], max_tokens=SHORT[1], temperature=0)
+    as_json = engine.submit(JSON_PROMPT, max_tokens=12, temperature=0, response_format={"type": "json_object"})
+    results = [h.result() for h in handles]
+    out["replies"] = [r.tokens for r in results]
+    out["mean_batch"] = [r.stats.extra["mean_batch"] for r in results]
+    s = short.result()
+    out["short"] = {"tokens": s.tokens, "finish": s.stats.finish_reason, "mean_batch": s.stats.extra["mean_batch"]}
+    out["json_finish"] = as_json.result().stats.finish_reason
+    out["cool_status"] = engine.scheduler_status()
+    # Rank 1 heats up: its next figures (asked for after a second) carry the reading.
+    Path(os.environ["RANK_HEAT"]).write_text(json.dumps({"temperature_c": 95.0}))
+    time.sleep(1.2)
+    engine.ranks_status()
+    t0 = len(engine.scheduler.timeline)
+    hot = [engine.submit(PROMPTS[i], max_tokens=n, temperature=0) for i, n in HOT]
+    hot = [h.result() for h in hot]
+    out["serialised"] = {"replies": [r.tokens for r in hot], "mean_batch": [r.stats.extra["mean_batch"] for r in hot],
+                         "batches": [rec.batch for rec in list(engine.scheduler.timeline)[t0:]],
+                         "status": engine.scheduler_status()}
+    return out
+
+
 def suite(out: Path, tiny: str) -> None:
     from mlotspark import Engine
     from mlotspark.errors import DistributedError
+    from mlotspark.thermal.governor import ThermalGovernor
 
     report: dict = {}
-    engine = Engine.load(distributed="pipeline", split="even", progress=False, rank_timeout=120)
+    compiles = _count_compiles()
+    rank = int(os.environ.get("MLX_RANK", "0"))
+    heat = os.environ["RANK_HEAT"]
+    # Rank 0 reads no probe of its own here (this machine's load is no test input); rank 1 reads the file.
+    probes = [] if rank == 0 else [FileProbe(heat)]
+    governor = ThermalGovernor(probes=probes, mode="performance", max_batch=8, min_interval_s=0)
+    engine = Engine.load(distributed="pipeline", split="even", progress=False, rank_timeout=120, governor=governor)
     mine = {"weights": engine.loaded.nbytes(), "layer_bytes": _layer_bytes(engine),
             "layers": list(engine.ranks.setup.layers[engine.rank])}
     every = engine.ranks.setup.group.gather_json(mine)
     if engine.rank == 0:
-        report["replies"] = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
+        report.update(_batched(engine))
+        report["temperature"] = engine.defaults.temperature  # the model's recommendation (greedy), as alone
         report["ranks"] = every
-        report["status"] = engine.scheduler_status()
+        report["status"] = report["serialised"]["status"]
         engine.close()
     else:
         report["followed"] = engine.follow()
+    report["compiles"] = engine.ranks.setup.group.gather_json(compiles[0])
     try:
         Engine.load(distributed="tensor", progress=False)
     except DistributedError as e:
@@ -120,7 +192,7 @@ def converse(engine, name: str, turns: list[str]) -> list[dict]:
     for text in turns:
         r = conv.send(text, max_tokens=TURN_TOKENS, temperature=0)
         out.append({"tokens": r.tokens, "source": r.stats.extra.get("cache_source"),
-                    "ranks": r.stats.extra.get("rank_snapshots")})
+                    "ranks": r.stats.extra.get("rank_snapshots"), "replayed": r.stats.extra.get("rank_replayed")})
     return out
 
 
@@ -128,7 +200,8 @@ def conversation(out: Path, spec: str) -> None:
     """``spec`` = ``MODEL,BASE``: every rank keeps its data in ``BASE/rank<r>`` (as on its own
     machine). A plain-KV and a cascade conversation each take their first turn; the engine
     closes on every rank (what each rank holds in memory goes with it) and a new one takes
-    the second turn, which must continue from every rank's own snapshot."""
+    the second turn, which must continue from every rank's own snapshot; rank 1 loses its
+    snapshot of ``plain`` before that turn and rebuilds its share from rank 0's tokens."""
     model, base = spec.split(",")
     rank = int(os.environ.get("MLX_RANK", "0"))
     os.environ["MLOTSPARK_HOME"] = str(Path(base) / f"rank{rank}")
@@ -137,6 +210,8 @@ def conversation(out: Path, spec: str) -> None:
     report: dict = {}
     for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
         for turns in (TURNS[:1], TURNS[1:]):
+            if rank == 1 and name == "plain" and turns == TURNS[1:]:
+                shutil.rmtree(Path(os.environ["MLOTSPARK_HOME"]) / "conversations" / name / "snapshot.layers-15-30")
             engine = Engine.load(model, distributed="pipeline", split="even", cascade=cascade, progress=False,
                                  rank_timeout=120)
             if engine.rank != 0:

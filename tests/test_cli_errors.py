@@ -21,6 +21,8 @@ def run(capsys, *argv):
         (["generate", "--max-tokens", "0"], "invalid --max-tokens 0"),
         (["generate", "-m", "no-such-model"], "no-such-model"),
         (["generate", "-m", "/nowhere/model.gguf"], "/nowhere/model.gguf"),
+        # mlx.launch gives no rank a terminal: pointed to the commands that run across ranks.
+        (["chat", "--distributed", "pipeline"], "mlotspark generate --distributed pipeline"),
     ],
 )
 def test_errors_are_one_line(capsys, argv, needle):

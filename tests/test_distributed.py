@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,10 +22,12 @@ import pytest
 
 from mlotspark.errors import DistributedError, OptionError
 from mlotspark.distributed import plan_layers
-from mlotspark.distributed.runner import options_from_message, options_message
+from mlotspark.distributed.protocol import join_plan
+from mlotspark.distributed.rank_status import RemoteProbe
 from mlotspark.distributed.tensor import check_tensor_split
 from mlotspark.models.llama import ModelArgs
-from mlotspark.options import GenerationOptions
+from mlotspark.thermal.governor import ThermalGovernor
+from mlotspark.thermal.probes import ScriptedProbe
 
 from tiny import TINY, tiny_model, write_tiny_gguf
 
@@ -32,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 RANKS = HERE / "distributed_ranks.py"
 LAUNCH = Path(sys.executable).with_name("mlx.launch")
 sys.path.insert(0, str(HERE))
-from distributed_ranks import MAX_TOKENS, PROMPTS, spawn_ranks  # noqa: E402
+from distributed_ranks import HOT, MAX_TOKENS, PROMPTS, SHORT, spawn_ranks  # noqa: E402
 
 
 def _port() -> int:
@@ -68,10 +71,29 @@ def test_tensor_split_refusal_names_the_head_counts():
     check_tensor_split(ModelArgs.from_dict(TINY), 2, "tiny")  # 4 and 2 heads split in two
 
 
-def test_options_cross_ranks_as_json():
-    opts = GenerationOptions(max_tokens=7, temperature=0, stop=("\n\n",), seed=3)
-    message = json.loads(json.dumps(options_message(opts)))
-    assert options_from_message(message) == opts
+def test_every_rank_decides_alike_after_a_join():
+    ok, lacks = {"ok": True}, {"ok": False, "lacks": True, "error": "no snapshot"}
+    assert join_plan([ok, ok], replayable=False) == ("go", [], "")
+    # A rank without its share of a conversation rebuilds it when rank 0 has the tokens ...
+    assert join_plan([ok, lacks, ok, lacks], replayable=True) == ("replay", [1, 3], "")
+    # ... and the request fails, naming the rank, when it has not, or on any other error.
+    assert join_plan([ok, lacks], replayable=False) == ("refuse", [1], "rank 1 cannot continue this request: no snapshot")
+    other = {"ok": False, "lacks": False, "error": "prompt too long"}
+    assert join_plan([ok, lacks, other], replayable=True)[0] == "refuse"
+
+
+def test_rank0_governor_reads_every_rank_and_the_hottest_sets_the_cap():
+    rows = [{"rank": 0, "reading": {}},
+            {"rank": 1, "reading": {"temperature_c": 60.0, "memory_pressure": 0.5}},
+            {"rank": 2, "reading": {"temperature_c": 95.0, "memory_pressure": 0.2}}]
+    remote = RemoteProbe(lambda: rows)
+    merged = remote.read()
+    assert merged.temperature_c == 95.0 and merged.memory_pressure == 0.5  # the worse of each field
+    cool = ScriptedProbe([{"temperature_c": 40.0}])  # rank 0 itself is cool
+    governor = ThermalGovernor(probes=[cool, remote], mode="performance", max_batch=8, min_interval_s=0)
+    decision = governor.update()
+    assert decision.state == "critical" and decision.cap == 1
+    assert RemoteProbe(lambda: []).read().temperature_c is None  # nothing heard yet: no opinion
 
 
 def test_engine_refuses_the_cascade_with_tensor_parallelism():
@@ -90,8 +112,10 @@ def tiny_gguf(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, tiny_gguf, default_gguf) -> dict:
     """One ``mlx.launch -n 2 --backend ring`` run of the ``suite`` scenario."""
-    out = tmp_path_factory.mktemp("ranks") / "suite.json"
-    env = dict(os.environ, MLOTSPARK_HOME=str(default_gguf.parent.parent.parent))
+    tmp = tmp_path_factory.mktemp("ranks")
+    out, heat = tmp / "suite.json", tmp / "heat.json"
+    heat.write_text(json.dumps({"temperature_c": 40.0}))  # rank 1 starts cool
+    env = dict(os.environ, MLOTSPARK_HOME=str(default_gguf.parent.parent.parent), RANK_HEAT=str(heat))
     cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", "--starting-port", str(_port()),
            sys.executable, str(RANKS), "suite", str(out), str(tiny_gguf)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
@@ -99,18 +123,34 @@ def launched(tmp_path_factory, tiny_gguf, default_gguf) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.slow
-def test_pipeline_greedy_tokens_equal_the_single_process_run(launched, default_gguf):
+@pytest.fixture(scope="module")
+def alone(default_gguf) -> dict:
+    """The single-process greedy replies to PROMPTS, each run alone, and the weight bytes."""
     from mlotspark import Engine
 
     engine = Engine.load(str(default_gguf), cascade=None, progress=False)
     try:
-        alone = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
-        full_bytes = engine.loaded.nbytes()
+        replies = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
+        return {"replies": replies, "bytes": engine.loaded.nbytes()}
     finally:
         engine.close()
-    assert launched["replies"] == alone
-    assert sum(len(t) for t in alone) >= 2 * MAX_TOKENS  # long replies, not three stops at once
+
+
+@pytest.mark.slow
+def test_batched_pipeline_greedy_tokens_equal_each_request_alone(launched, alone):
+    """Three prompts of different lengths, a short request and a JSON one decode together
+    through two ranks; each reply is the one it gets alone in one process."""
+    replies, full_bytes = alone["replies"], alone["bytes"]
+    assert launched["replies"] == replies
+    assert sum(len(t) for t in replies) >= 2 * MAX_TOKENS  # long replies, not three stops at once
+    assert all(b > 2 for b in launched["mean_batch"])  # decoded in one batch, not one after another
+    short = launched["short"]  # it left the batch early; the others went on without it
+    assert short["tokens"] == replies[SHORT[0]][: SHORT[1]] and short["finish"] == "length"
+    assert max(len(t) for t in launched["replies"]) > 2 * SHORT[1]
+    assert launched["json_finish"] in ("stop", "length")
+    # Only rank 0 samples: the JSON grammar is compiled there (once), never on the follower.
+    assert launched["compiles"] == [1, 0]
+    assert launched["temperature"] == 0.0  # the catalogue's greedy default holds across ranks too
     ranks = launched["ranks"]
     assert [r["layers"] for r in ranks] == [[0, 15], [15, 30]]
     # Each rank holds half of the layers' weights; rank 0 also the embedding (= tied LM head).
@@ -120,12 +160,26 @@ def test_pipeline_greedy_tokens_equal_the_single_process_run(launched, default_g
     assert ranks[1]["weights"] == ranks[1]["layer_bytes"]
     assert ranks[0]["weights"] + ranks[1]["weights"] == full_bytes  # nothing held twice
     assert ranks[1]["weights"] < 0.45 * full_bytes and ranks[0]["weights"] < 0.65 * full_bytes
-    # Rank 0 knows every rank's figures (sent at the end of each request); the hottest sets the state.
+    # Rank 0 knows every rank's figures (sent with the steps); the hottest sets the state.
     status = launched["status"]
     assert [r["rank"] for r in status["ranks"]] == [0, 1]
     assert [r["layers"] for r in status["ranks"]] == [[0, 15], [15, 30]]
     assert all(r["last_step_ms"] is not None and r["rss_mb"] > 0 for r in status["ranks"])
     assert status["state"] in ("nominal", "fair", "serious", "critical") and status["reason"].startswith("hottest: rank")
+
+
+@pytest.mark.slow
+def test_the_hottest_rank_caps_the_batch_across_ranks(launched, alone):
+    """Rank 1 reports 95 °C: rank 0's governor goes critical, the cap drops to 1 and two
+    requests submitted together decode one at a time, still with their own greedy tokens."""
+    cool, hot = launched["cool_status"], launched["serialised"]
+    assert cool["state"] == "nominal" and cool["cap"] == 8
+    assert hot["replies"] == [alone["replies"][i][:n] for i, n in HOT]
+    assert hot["mean_batch"] == [1.0, 1.0]
+    assert max(hot["batches"]) == 1 and hot["batches"].count(1) >= sum(n for _, n in HOT) - 2
+    status = hot["status"]
+    assert status["state"] == "critical" and status["cap"] == 1
+    assert status["reason"].startswith("hottest: rank 1") and "temperature 95" in status["reason"]
 
 
 @pytest.mark.slow
@@ -172,8 +226,12 @@ def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, 
             engine.close()
         first, second = replies[name]
         assert [first["tokens"], second["tokens"]] == [t["tokens"] for t in alone], name
-        assert first["source"] == "none" and second["source"] == "snapshot"  # restored, not re-prefilled
+        assert first["source"] == "none" and second["source"] == "snapshot"  # rank 0 restored its own
         assert first["ranks"][0]["saved"] and second["ranks"][0]["saved"]
+        if name == "plain":  # rank 1 lost its snapshot: rebuilt from rank 0's tokens, not a failed turn
+            assert second["replayed"]["ranks"] == [1] and second["replayed"]["tokens"] > 20
+        else:  # restored from rank 1's own snapshot
+            assert second["replayed"] is None
         # One snapshot per rank, each in its own rank's home, holding its own layers.
         homes = tmp_path / "homes"
         assert (homes / "rank0" / "conversations" / name / "snapshot" / "snapshot.json").is_file()
@@ -276,9 +334,9 @@ def test_engine_panel_shows_a_row_per_rank():
 def test_the_hottest_rank_sets_the_distributed_state():
     from mlotspark.distributed.session import DistributedSession
 
-    class Ranks(DistributedSession):  # the figures only: no group, no runner
+    class Ranks(DistributedSession):  # the figures only: no group, no leader
         def __init__(self, ranks):
-            self._runner, self._ranks = None, ranks
+            self.leader, self._ranks = None, ranks
             self.setup = type("S", (), {"mode": "pipeline"})()
 
         def ranks_status(self):
@@ -286,6 +344,35 @@ def test_the_hottest_rank_sets_the_distributed_state():
 
     ranks = [{"rank": 0, "host": "mac1", "thermal": "fair", "thermal_reason": "CPU 80 C"},
              {"rank": 1, "host": "mac2", "thermal": "critical", "thermal_reason": "CPU 99 C"}]
-    status = Ranks(ranks).scheduler_status()
-    assert status["state"] == "critical" and status["ranks"] == ranks
-    assert status["reason"] == "hottest: rank 1 (mac2) critical: CPU 99 C"
+    base = {"state": "fair", "cap": 2, "mode": "balanced", "batch_size": 2, "reason": "calm → fair: cap 4→2"}
+    status = Ranks(ranks).scheduler_status(base)
+    assert status["state"] == "critical" and status["ranks"] == ranks and status["cap"] == 2
+    assert status["reason"] == "hottest: rank 1 (mac2) critical: CPU 99 C; calm → fair: cap 4→2"
+    assert status["mode"] == "distributed pipeline · balanced"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_follower_without_a_usable_share_says_it_lacks_it(tmp_path, monkeypatch, damage):
+    """What a follower answers at a join when its snapshot is gone or damaged: a
+    SnapshotError (``lacks``), which rank 0 answers with a replay, not a failed turn."""
+    import mlx.core as mx
+
+    from mlotspark.distributed.rank_memory import RankMemory
+    from mlotspark.errors import SnapshotError
+    from mlotspark.models.kv_cache import KVCache
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    cache = [KVCache() for _ in range(2)]
+    for c in cache:  # 5 tokens of a (1, 2 heads, T, 8) cache
+        c.update_and_fetch(mx.ones((1, 2, 5, 8)), mx.ones((1, 2, 5, 8)))
+    memory = RankMemory((15, 17), "fp", "float32", "tiny")
+    assert memory.keep("chat", [1, 2, 3, 4, 5], cache, save=True)["saved"]
+    store = memory.store("chat").directory
+    if damage == "missing":
+        shutil.rmtree(store)
+    else:
+        for f in store.glob("*.safetensors"):
+            f.write_bytes(f.read_bytes()[:40])
+    fresh = RankMemory((15, 17), "fp", "float32", "tiny")  # a new engine: nothing held in memory
+    with pytest.raises(SnapshotError, match="no cache of 5 tokens for conversation 'chat' on layers 15-17"):
+        fresh.take("chat", 5, "kv")

@@ -6,11 +6,23 @@ import argparse
 import functools
 from typing import Any
 
+from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.cli.common import add_model_args, add_sampling_args, sampling_options
 
 
+#: Why the chat does not run across ranks: ``mlx.launch`` pipes every rank's stdin and
+#: stdout, so no rank has a terminal for a Textual app; the commands that do run across ranks.
+DISTRIBUTED_REFUSAL = (
+    "mlotspark chat does not run across ranks: mlx.launch gives no rank a terminal; use "
+    "`mlx.launch ... -- mlotspark generate --distributed {mode} -p ...` (or --prompts FILE, batched across "
+    "the ranks) or Engine.load(distributed={mode!r}) from Python"
+)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.distributed:
+        raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
     GenerationOptions().merged(**options)  # a bad value fails before the app starts
     from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
@@ -37,4 +49,6 @@ def register(sub: Any) -> None:
     p.add_argument("--conversation", "-c", default=None, metavar="NAME",
                    help="open this conversation (created if new; default: the most recent one)")
     add_sampling_args(p)
+    p.add_argument("--distributed", choices=("pipeline", "tensor"), default=None,
+                   help="refused with the commands that do run across ranks (mlx.launch gives no rank a terminal)")
     p.set_defaults(func=run)

@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if args.prompts:  # a file of prompts through the batcher
         from mlotspark.cli import batch
 
+        if args.distributed:  # rank 0 reads the file and batches it for every rank; the others follow
+            cascade = cascade_choice(args)
+            return distributed.run_ranked(args, lambda: _load_ranked(args, cascade),
+                                          lambda engine: batch.run(args, options, cascade, lambda *_: engine))
         return batch.run(args, options, cascade_choice(args), load_engine)
     prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
@@ -67,15 +71,18 @@ def run(args: argparse.Namespace) -> int:
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
     if args.distributed:  # under mlx.launch: rank 0 prints, the other ranks follow it
-        def load() -> Any:
-            from mlotspark.engine import Engine
-
-            return Engine.load(args.model, weights=args.weights, progress=False,
-                               cascade=None if cascade == "auto" else cascade,
-                               distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
-
-        return distributed.run_ranked(args, load, lambda engine: _reply(engine, args, messages, options))
+        return distributed.run_ranked(args, lambda: _load_ranked(args, cascade),
+                                      lambda engine: _reply(engine, args, messages, options))
     return _reply(load_engine(args, cascade), args, messages, options)
+
+
+def _load_ranked(args: argparse.Namespace, cascade: Any) -> Any:
+    """This rank's share of a distributed engine (under ``mlx.launch``)."""
+    from mlotspark.engine import Engine
+
+    return Engine.load(args.model, weights=args.weights, progress=False,
+                       cascade=None if cascade == "auto" else cascade,
+                       distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
 
 
 def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[str, Any]) -> int:

@@ -22,8 +22,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import DistributedError, ModelFormatError, OptionError
-from mlotspark.models import gguf, llama
-from mlotspark.models.catalogue import ModelSource, model_fingerprint
+from mlotspark.models import gguf, llama, sampling_defaults
+from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.models.loader import LoadedModel, choose_weight_format
 from mlotspark.models.loader import _convert as convert_weights  # the loader's one conversion rule
@@ -89,7 +89,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
     ranks = group.gather_json(facts)
     _check_same_model(ranks)
     _share_cores(ranks, facts["host"])
-    model, config, tokenizer, stored_quantized = _read_lazily(source)
+    model, config, tokenizer, stored_quantized, sampling = _read_lazily(source)
     args = model.args
     if mode == "tensor":
         check_tensor_split(args, group.size, source.name)
@@ -124,6 +124,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
         fingerprint=fingerprint,
         context_length=int(config.get("max_position_embeddings") or 4096),
         supports_cascade=mode == "pipeline",  # each rank's cascade holds its own layers' memory
+        sampling=sampling,  # the model's recommended sampling, as a single process has it
         extra={"distributed": setup},
     )
 
@@ -171,8 +172,9 @@ def _classes(config: dict) -> tuple[type, type]:
     return llama.Model, llama.ModelArgs
 
 
-def _read_lazily(source: ModelSource) -> tuple[llama.Model, dict, Any, bool]:
-    """The full-size model with its weights attached but not evaluated."""
+def _read_lazily(source: ModelSource) -> tuple[llama.Model, dict, Any, bool, Any]:
+    """The full-size model with its weights attached but not evaluated, its config,
+    tokenizer, whether it is stored quantized, and its sampling defaults."""
     if source.kind == "gguf":
         from mlotspark.models.tokenizer import load_gguf_tokenizer
 
@@ -190,11 +192,13 @@ def _read_lazily(source: ModelSource) -> tuple[llama.Model, dict, Any, bool]:
             model.load_weights(list(model.sanitize(tensors).items()), strict=True)
         except ValueError as e:
             raise ModelFormatError(f"weights of {source.path} do not match a {config['model_type']} model: {e}") from e
-        return model, config, load_gguf_tokenizer(meta), bool(qmods)
+        sampling = sampling_defaults.model_defaults(alias_name(source) or source.name, gguf_meta=meta)
+        return model, config, load_gguf_tokenizer(meta), bool(qmods), sampling
     from mlotspark.models.tokenizer import load_hf_tokenizer
 
     try:
         model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_classes)
     except (ValueError, FileNotFoundError) as e:
         raise ModelFormatError(f"cannot load model directory {source.path}: {e}") from e
-    return model, config, load_hf_tokenizer(Path(source.path)), "quantization" in config
+    sampling = sampling_defaults.model_defaults(source.name, model_dir=Path(source.path))
+    return model, config, load_hf_tokenizer(Path(source.path)), "quantization" in config, sampling

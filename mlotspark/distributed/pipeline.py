@@ -1,12 +1,11 @@
 """Pipeline parallelism: each rank runs a contiguous slice of the layers.
 
-Every rank runs the same token loop (mlx-lm's ``generate_step``) on the same prompt;
+Every rank runs the same batched steps (rank 0's scheduler decides them, ``leader.py``);
 only the hidden states cross machines. Rank 0 embeds the tokens and runs the first
 slice; each next rank receives (``mx.distributed.recv``), runs its slice and sends
 on (``send``); the last slice's output comes back to rank 0 through an
-``all_gather`` that every rank joins, and rank 0 alone holds the norm and LM head.
-Rank 0 samples: the sampler wrapper broadcasts rank 0's token (``all_sum``, the
-others add zero), so every rank stops on the same token whatever its random state.
+``all_gather`` that every rank joins, and rank 0 alone holds the norm and LM head,
+and samples.
 
 Every transfer is evaluated at once, with its input evaluated first. mlx-lm leaves
 them lazy inside the step's graph (tied to the caches with ``mx.depends``); on MLX's
@@ -18,7 +17,7 @@ transfer itself.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -41,6 +40,9 @@ class PipelineModel(nn.Module):
         start: first layer of this rank; end: one past its last layer.
         hidden_dtype: dtype of the hidden states rank 0's embedding produces.
     """
+
+    #: attention goes through ``cache.attend`` (llama's layers): the scheduler may batch it.
+    batchable = True
 
     def __init__(self, model: llama.Model, group: Any, start: int, end: int, hidden_dtype: Any):
         super().__init__()
@@ -101,42 +103,3 @@ def _now(x: mx.array) -> mx.array:
     """Evaluate a transfer at once (see the module docstring)."""
     mx.eval(x)
     return x
-
-
-def broadcast_sampler(sampler: Callable[[mx.array], mx.array], group: Any,
-                      forced: Callable[[], Optional[int]] = lambda: None) -> Callable[[mx.array], mx.array]:
-    """Wrap ``sampler`` so every rank gets rank 0's token.
-
-    Args:
-        sampler: ``logprobs (B, V) -> tokens (B,)``, as mlx-lm's samplers.
-        group: the MLX group.
-        forced: on rank 0, a token to send instead of the sample (None = sample):
-            how a cancel on rank 0 ends the request on every rank at the same step.
-
-    Returns:
-        A sampler with the same signature.
-    """
-    rank = group.rank()
-    if group.size() == 1:
-        # Nobody to tell: keep the sample lazy, so mlx-lm's loop overlaps building the next
-        # step with this one's compute. Forcing it (three host syncs a step) left the single
-        # rank at the mercy of OpenBLAS's spinning pool on a busy machine.
-        def alone(logprobs: mx.array) -> mx.array:
-            tok = sampler(logprobs)
-            force = forced()
-            return tok if force is None else mx.full(tok.shape, force, dtype=tok.dtype)
-
-        return alone
-
-    def sample(logprobs: mx.array) -> mx.array:
-        if rank == 0:
-            tok = sampler(logprobs)
-            force = forced()
-            if force is not None:
-                tok = mx.full(tok.shape, force, dtype=tok.dtype)
-            tok = _now(tok.astype(mx.int32))
-        else:
-            tok = mx.zeros(logprobs.shape[:-1], dtype=mx.int32)
-        return _now(mx.distributed.all_sum(tok, group=group)).astype(mx.uint32)
-
-    return sample

@@ -385,7 +385,8 @@ class Conversation:
         turn = _Turn(user, prompt_ids, cached, started, extra)
         turn.handle = self.engine.submit(
             prompt_ids=prompt_ids[cached:], cache=cache, cached_tokens=cached,
-            on_finish=lambda gen: self._finish(turn, gen), cache_key=self.name, **options,
+            on_finish=lambda gen: self._finish(turn, gen), cache_key=self.name, cached_ids=prompt_ids[:cached],
+            **options,
         )
         self._turn = turn
         return turn

@@ -98,10 +98,11 @@ def is_plain_kv(cache: Sequence[Any]) -> bool:
 
 
 def supports_batching(model: Any) -> bool:
-    """True for models whose attention goes through ``cache.attend`` (``models.llama``)."""
+    """True for models whose attention goes through ``cache.attend`` (``models.llama``, or a
+    share of one that says so with ``batchable``: a distributed rank's layers)."""
     from mlotspark.models import llama
 
-    return isinstance(model, llama.Model)
+    return isinstance(model, llama.Model) or getattr(model, "batchable", False) is True
 
 
 def _seed_for(seed: int, step: int) -> int:

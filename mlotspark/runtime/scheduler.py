@@ -43,9 +43,10 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
+from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
 from mlotspark.platform.device import is_metal
-from mlotspark.errors import OptionError
+from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.results import GenerationResult
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.scheduler_config import (
@@ -104,6 +105,7 @@ class Request:
     submitted_at: float = field(default_factory=time.perf_counter)
     state: SequenceState | None = None
     stepper: Iterator[str] | None = None  # a request that runs alone: its own loop
+    meta: dict = field(default_factory=dict)  # what the StepMirror needs (distributed: the conversation)
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -129,6 +131,8 @@ class Scheduler:
         weights_bytes: bytes of the weights (counted as in use by the memory guard).
         eos: end-of-sequence token ids.
         clock: seconds, for pauses and throughput (default ``time.perf_counter``).
+        mirror: told of every step, for processes that run the same steps (the
+            other ranks of a distributed run); default none.
     """
 
     def __init__(
@@ -140,8 +144,10 @@ class Scheduler:
         weights_bytes: int = 0,
         eos: set[int] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        mirror: StepMirror | None = None,
     ) -> None:
         self.model = model
+        self.mirror = mirror or StepMirror()
         self.governor = governor
         self.lock = lock or threading.RLock()
         self.weights_bytes = weights_bytes
@@ -166,6 +172,8 @@ class Scheduler:
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._aborted: BaseException | None = None
+        self._running_jobs: list[_Job] = []
         self._batch_size = 0
         self._paused_until = 0.0
         self._admission = "no request yet"
@@ -181,6 +189,8 @@ class Scheduler:
     # ------------------------------------------------------------ caller side
     def submit(self, request: Request) -> None:
         """Queue a request; the engine thread picks it up by priority."""
+        if self._aborted is not None:
+            raise self._aborted
         if self._closed:
             raise RuntimeError("the engine's scheduler is closed")
         g = request.generation
@@ -206,6 +216,8 @@ class Scheduler:
             return fn(*args, **kwargs)
         job = _Job(lambda: fn(*args, **kwargs))
         with self._cond:
+            if self._aborted is not None:
+                raise self._aborted
             if self._closed:
                 raise RuntimeError("the engine's scheduler is closed")
             self._jobs.append(job)
@@ -287,6 +299,7 @@ class Scheduler:
                     if self._closed and self._idle():
                         return
                     jobs, self._jobs = self._jobs, []
+                    self._running_jobs = jobs
                 try:
                     with self.lock:
                         for job in jobs:
@@ -315,6 +328,7 @@ class Scheduler:
         self._sweep_cancelled()
         if self._idle():
             return
+        self.mirror.turn()
         decision = self.governor.update()
         if decision.pause_s > 0:
             self._drain()
@@ -348,10 +362,12 @@ class Scheduler:
         first = self._prefilling[0]
         if first.state.plain:
             group = [r for r in self._prefilling if r.state.plain][:MAX_PREFILL_BATCH]
-            prefill_batch(self.model, [r.state for r in group])
+            with self.mirror.prefill(group, batched=True):
+                prefill_batch(self.model, [r.state for r in group])
         else:  # a cascade or quantized cache: alone, through its own attend
             group = [first]
-            prefill_chunk(self.model, first.state)
+            with self.mirror.prefill(group, batched=False):
+                prefill_chunk(self.model, first.state)
         for r in group:
             if r.state.prefill_left == 0:
                 if r.state.meter is not None:
@@ -386,19 +402,26 @@ class Scheduler:
             else:
                 r.state = SequenceState(r.generation, self.eos)
                 self._prefilling.append(r)
+                try:
+                    self.mirror.joined(r)
+                except MlotsparkError as e:  # e.g. another rank cannot hold its share: this request fails
+                    self._prefilling.remove(r)
+                    self._fail(r, e)
 
     def _decode(self, state: str, cap: int) -> None:
-        """Launch the next batched step, then take in the tokens of the one before.
+        """Launch the next batched step, then take in the tokens of the one before
+        (pipelined, on a GPU) or of this one (on the CPU: see ``pipelined``).
 
         The batch is the running requests in priority order up to the cap; those
-        beyond it keep their KV and wait. A request that finishes was also fed to
-        the step just launched (as in mlx-lm's loop): one wasted row, no stall.
+        beyond it keep their KV and wait. Pipelined, a request that finishes was also
+        fed to the step just launched (as in mlx-lm's loop): one wasted row, no stall.
         """
         self._running.sort(key=lambda r: r.sort_key)
         batch = self._running[:cap]
         self._batch_size = len(batch)
         c0 = self.cpu_clock()
-        prev = self._batch.launch([r.state for r in batch])
+        with self.mirror.decode(batch):
+            prev = self._batch.launch([r.state for r in batch])
         step = self._batch.inflight
         step.tag = (state, cap)  # type: ignore[union-attr]  # what it ran under
         self._take(self._batch.collect(prev), prev, c0)
@@ -500,6 +523,10 @@ class Scheduler:
         piece = r.state.close(reason)
         if piece:
             r.handle._emit(piece)
+        try:
+            self.mirror.left(r)
+        except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not
+            g.stats.extra["mirror_error"] = str(e)
         if g.stats.finish_reason == "cancelled":
             self._release(r)
         self._completed += 1
@@ -521,6 +548,7 @@ class Scheduler:
         r.handle._finish(r.generation.result, error)
 
     def _fail(self, r: Request, error: BaseException) -> None:
+        self.mirror.dropped(r)
         if r.owns_cache:
             r.generation.cache = []
         self._completed += 1
@@ -531,8 +559,26 @@ class Scheduler:
             failed = self._prefilling + self._running + self._solo
             self._prefilling, self._running, self._solo = [], [], []
         self._batch = DecodeBatch(self.model)  # whatever it packed is gone with them
+        self.mirror.reset()
         for r in failed:
             self._fail(r, error)
+
+    def abort(self, error: BaseException) -> None:
+        """Fail everything queued, running or waiting on this thread with ``error``, and
+        refuse new work: for an engine thread that cannot come back (blocked inside MLX
+        on a distributed rank that stalled). Callable from any thread."""
+        with self._cond:
+            self._aborted, self._closed = error, True
+            failed = [r for _, r in self._queue] + self._prefilling + self._running + self._solo
+            self._queue, self._prefilling, self._running, self._solo = [], [], [], []
+            jobs, self._jobs = self._jobs + self._running_jobs, []
+            self._cond.notify_all()
+        for r in failed:
+            r.handle._finish(None, error)
+        for job in jobs:
+            if not job.done.is_set():
+                job.error = error
+                job.done.set()
 
 def _cache_bytes(cache: list | None) -> int:
     total = 0
