@@ -86,8 +86,6 @@ class Generation:
         self.on_progress = on_progress
         self.constraint = constraint
         self._meter: PrefillMeter | None = None
-        # Wraps the sampler (``sampler -> sampler``): distributed ranks take rank 0's token.
-        self.sampler_wrapper: Callable[[Any], Any] | None = None
 
     @property
     def cascaded(self) -> bool:
@@ -136,8 +134,6 @@ class Generation:
         t0 = time.perf_counter()
         t_first = None
         sampler = build_sampler(opts)
-        if self.sampler_wrapper is not None:
-            sampler = self.sampler_wrapper(sampler)
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
