@@ -43,7 +43,10 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
 from mlotspark.memory.semantic.calibration import about_user, calibration_for
@@ -51,6 +54,7 @@ from mlotspark.models import bundles, catalogue
 
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
 FRESH = Path(__file__).with_name("data") / "memory_eval_fresh.json"
+FIT_EXTRA = Path(__file__).with_name("data") / "memory_eval_fit_extra.json"  # first-person requests, fit set only
 
 
 def make_embedder(name: str, minilm_dir: Path):
@@ -104,32 +108,53 @@ def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> di
 def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05) -> Calibration:
     """Thresholds that inject the asked fact most often with unrelated injections <= ``max_wrong``.
 
-    Only the two thresholds are fitted (scoring formula and margin as ``base``); ties
-    go to the higher thresholds (fewer injections of anything)."""
-    best = None
-    grid = [round(0.05 + 0.01 * i, 2) for i in range(76)]
-    for t_other in grid:
-        # The "other" threshold only matters for messages not about the user: fit it first.
-        for t_user in grid:
-            cal = Calibration(base.vector_weight, base.lexical_raises_only, t_user, t_other, base.margin)
-            f = figures(cal, qs, golds, unrelated)
-            key = (f["injected"], t_user + t_other)
-            if f["wrong_unrelated"] <= max_wrong and (best is None or key > best[0]):
-                best = (key, cal)
-    return best[1] if best else base
+    The two thresholds (about the user / other) are fitted together on a grid of
+    0.05..0.80; scoring formula and margin stay as ``base``'s. Each message gets
+    exactly one of them, so the counts per threshold are computed once and summed.
+    Ties go to the higher thresholds (fewer injections of anything)."""
+    grid = np.round(0.05 + 0.01 * np.arange(76), 2)
+
+    def kind(text: str) -> int:
+        return int(about_user(text))
+
+    def chosen_at(cands, t: float) -> list[int]:
+        out: list[tuple[float, int]] = []
+        for score, i in sorted(((base.score(v, lx), i) for i, v, lx in cands), key=lambda x: (-x[0], -x[1])):
+            if score < t or (out and score < out[0][0] - base.margin) or len(out) == 3:
+                break
+            out.append((score, i))
+        return [i for _, i in out]
+
+    inj, wrong = np.zeros((2, len(grid))), np.zeros((2, len(grid)))
+    for (text, cands), gold in zip(qs, golds):
+        inj[kind(text)] += [gold in chosen_at(cands, t) for t in grid]
+    for text, cands in unrelated:
+        wrong[kind(text)] += [bool(chosen_at(cands, t)) for t in grid]
+    # (other, about the user) over the grid, each axis one threshold.
+    total_inj = inj[0][:, None] + inj[1][None, :]
+    total_wrong = wrong[0][:, None] + wrong[1][None, :]
+    th_sum = grid[:, None] + grid[None, :]
+    ok = total_wrong <= max_wrong * max(1, len(unrelated)) + 1e-9
+    if not ok.any():
+        return base
+    key = np.where(ok, total_inj * 1000 + th_sum, -np.inf)
+    o, u = np.unravel_index(int(np.argmax(key)), key.shape)
+    return replace(base, threshold_other=float(grid[o]), threshold_about_user=float(grid[u]))
 
 
-def sets(doc: dict, fresh: dict, seed: int) -> dict[str, tuple[list[int], list[int]]]:
-    """(pair indices, unrelated indices) of each set, over ``pairs`` / ``unrelated`` of both files concatenated.
+def sets(doc: dict, fresh: dict, seed: int, n_extra: int = 0) -> dict[str, tuple[list[int], list[int]]]:
+    """(pair indices, unrelated indices) of each set, over ``pairs`` / ``unrelated`` of the files concatenated.
 
-    ``fit``: the seeded first half of the first file; ``held_out``: its other half
-    plus the whole fresh file; ``fresh``: the fresh file alone; ``all``: everything."""
+    ``fit``: the seeded first half of the first file (plus the ``n_extra`` fit-only
+    prompts, which come last); ``held_out``: its other half plus the whole fresh
+    file; ``fresh``: the fresh file alone; ``all``: both files, fit-only prompts aside."""
     n_p, n_u = len(doc["pairs"]), len(doc["unrelated"])
     fit_q, held_q = split(n_p, seed)
     fit_u, held_u = split(n_u, seed + 1)
     fresh_q = list(range(n_p, n_p + len(fresh["pairs"])))
     fresh_u = list(range(n_u, n_u + len(fresh["unrelated"])))
-    return {"fit": (fit_q, fit_u), "held_out": (held_q + fresh_q, held_u + fresh_u), "fresh": (fresh_q, fresh_u),
+    extra_u = list(range(n_u + len(fresh_u), n_u + len(fresh_u) + n_extra))
+    return {"fit": (fit_q, fit_u + extra_u), "held_out": (held_q + fresh_q, held_u + fresh_u), "fresh": (fresh_q, fresh_u),
             "all": (list(range(n_p + len(fresh_q))), list(range(n_u + len(fresh_u))))}
 
 
@@ -149,7 +174,7 @@ def print_misses(store: SemanticStore, cal: Calibration, pairs: list[dict], ids:
             print(f"    {cal.score(h.vector, h.lexical):.3f} ({h.vector:.3f}, {h.lexical:.3f}) {h.entry.text!r}")
 
 
-def retrieval(doc: dict, fresh: dict, embedder, directory: Path, seed: int, misses: str | None = None) -> dict:
+def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Path, seed: int, misses: str | None = None) -> dict:
     t0 = time.perf_counter()
     store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
     pairs = doc["pairs"] + fresh["pairs"]
@@ -158,10 +183,10 @@ def retrieval(doc: dict, fresh: dict, embedder, directory: Path, seed: int, miss
         store.remember(d)
     filled = time.perf_counter() - t0
     qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
-    unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"]]
+    unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"] + extra]
     entries = len(store)
     shipped = calibration_for(embedder.name)
-    parts = sets(doc, fresh, seed)
+    parts = sets(doc, fresh, seed, len(extra))
     pick = lambda xs, idx: [xs[i] for i in idx]  # noqa: E731
 
     def on(cal: Calibration, name: str) -> dict:
@@ -172,11 +197,11 @@ def retrieval(doc: dict, fresh: dict, embedder, directory: Path, seed: int, miss
     if misses:
         print_misses(store, shipped, pairs, ids, parts[misses][0], f"{embedder.name}, {misses} set")
     store.close()
-    first_person = [t for t, _ in unrelated if about_user(t)]
+    first_person = [t for t, _ in pick(unrelated, parts["all"][1]) if about_user(t)]
     out = {"embedder": embedder.name, "entries": entries, "fill_s": round(filled, 1),
            **on(shipped, "all"),
            "about_user": {"questions": sum(about_user(t) for t, _ in qs) / len(qs),
-                          "unrelated": len(first_person) / len(unrelated)},
+                          "unrelated": len(first_person) / len(parts["all"][1])},
            "fitted": {"threshold_about_user": fitted.threshold_about_user, "threshold_other": fitted.threshold_other},
            "fit_half": on(fitted, "fit"), "fit_half_shipped": on(shipped, "fit"),
            "held_out_shipped": on(shipped, "held_out"), "held_out_fitted": on(fitted, "held_out"),
@@ -245,6 +270,7 @@ def main() -> None:
     args = ap.parse_args()
     doc = json.loads(DATA.read_text(encoding="utf-8"))
     fresh = json.loads(FRESH.read_text(encoding="utf-8"))
+    extra = json.loads(FIT_EXTRA.read_text(encoding="utf-8"))["unrelated"]
     print("command: python " + " ".join(sys.argv))
     results: dict = {"extraction": extraction(doc)}
     # Both models come from the user's home (pulled there if missing), before any switch.
@@ -252,7 +278,7 @@ def main() -> None:
     gguf = catalogue.resolve(progress=False).path if args.e2e else Path()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.embedder:
-            r = retrieval(doc, fresh, make_embedder(name, minilm_dir), Path(tmp), args.seed, args.misses)
+            r = retrieval(doc, fresh, extra, make_embedder(name, minilm_dir), Path(tmp), args.seed, args.misses)
             results[name] = r
             if args.e2e:
                 results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
@@ -270,7 +296,8 @@ def main() -> None:
     for name in args.embedder:
         r = results[name]
         cal = calibration_for(r["embedder"])
-        shipped_th, fitted_th = (cal.threshold_about_user, cal.threshold_other), tuple(r["fitted"].values())
+        shipped_th = (cal.threshold_about_user, cal.threshold_other)
+        fitted_th = (r["fitted"]["threshold_about_user"], r["fitted"]["threshold_other"])
         for part, label, f, th in (("fit", "shipped", r["fit_half_shipped"], shipped_th),
                                    ("fit", "fitted", r["fit_half"], fitted_th),
                                    ("held out", "shipped", r["held_out_shipped"], shipped_th),
