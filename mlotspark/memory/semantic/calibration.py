@@ -20,7 +20,7 @@ percentile) against its question, while prompts about nothing stored reach 0.49
 (95th percentile: "Give me a recipe for pancakes." vs "The recipe calls for two
 cups of flour"). Questions about the user's life say so ("my", "I", "we": 92% of
 the eval's questions); general prompts rarely do once "how do I ..." and "tell
-me ..." are set aside (3%). So: 0.25 for a message about the user, 0.55 otherwise.
+me ..." are set aside (3%). So (round 3): 0.25 for a message about the user, 0.55 otherwise.
 
 First-person *requests* are the exception (round 4): "I need a name for my new
 cooking blog.", "We're hosting a dinner party, suggest a starter." speak in the
