@@ -1,13 +1,15 @@
 """Semantic-memory eval: retrieval of paraphrased questions, wrong injections, end to end, fact extraction.
 
-Data: ``benchmarks/data/memory_eval.json`` (written for this project): 205
-(personal fact, paraphrased question, key word) pairs, 110 distractor notes, 98
+Data (written for this project): ``benchmarks/data/memory_eval.json``, 205
+(personal fact, paraphrased question, key word) pairs, 110 distractor notes, 103
 prompts about nothing stored, and 50 + 50 user turns with and without a personal
-fact.
+fact; ``benchmarks/data/memory_eval_fresh.json`` (round 4), 75 more pairs, 30
+distractors on the same topics and 60 unrelated prompts, written before any
+retrieval change of that round and used only as held-out data.
 
     python benchmarks/memory_eval.py --embedder hashing minilm --e2e 40
 
-Per embedder, one store holds every fact and distractor (315 entries):
+Per embedder, one store holds every fact and distractor of both files (420 entries):
 
 - recall@1 / recall@3: the question's own fact among the first 1 / 3 search hits;
 - injected: the fact is among what ``retrieve_for_prompt`` puts into the prompt
@@ -19,10 +21,14 @@ Per embedder, one store holds every fact and distractor (315 entries):
   questions (seeded sample), each asked in a *new* conversation of an engine whose
   memory holds all 315 entries; the reply must contain the key word.
 
-Held out: the pairs and the unrelated prompts are split in two halves (seeded);
-the MiniLM thresholds are fitted on the first (``--fit``: the injection rate
+Held out: the first file's pairs and unrelated prompts are split in two halves
+(seeded); the MiniLM thresholds are fitted on the first half (the injection rate
 is maximised with unrelated injections <= 5%) and every figure is also given on
-the second half alone, with the shipped calibration and with the fitted one.
+the held-out set, the second half plus the whole fresh file, with the shipped
+calibration and with the fitted one, and on the fresh file alone. ``--misses``
+prints each question of a set whose fact is not in the top 3: the fact's rank
+and scores, and the three entries above it (study the fit half, judge on the
+held-out set).
 
 Fact extraction: ``extract_facts`` on 50 turns stating a personal fact (a kept
 sentence must contain the turn's key word) and 50 turns that state none.
@@ -37,13 +43,18 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
 from mlotspark.memory.semantic.calibration import about_user, calibration_for
 from mlotspark.models import bundles, catalogue
 
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
+FRESH = Path(__file__).with_name("data") / "memory_eval_fresh.json"
+FIT_EXTRA = Path(__file__).with_name("data") / "memory_eval_fit_extra.json"  # first-person requests, fit set only
 
 
 def make_embedder(name: str, minilm_dir: Path):
@@ -89,7 +100,7 @@ def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> di
         if gold not in top:
             misses.append(text)
     n = max(1, len(qs))
-    return {"n": len(qs), "recall@1": r1 / n, "recall@3": r3 / n, "injected": inj / n,
+    return {"n": len(qs), "n_unrelated": len(unrelated), "recall@1": r1 / n, "recall@3": r3 / n, "injected": inj / n,
             "wrong_unrelated": sum(bool(chosen(t, c)) for t, c in unrelated) / max(1, len(unrelated)),
             "wrong_only": wrong_only / n, "foreign_share": n_foreign / max(1, n_inj), "misses@3": misses}
 
@@ -97,46 +108,104 @@ def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> di
 def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05) -> Calibration:
     """Thresholds that inject the asked fact most often with unrelated injections <= ``max_wrong``.
 
-    Only the two thresholds are fitted (scoring formula and margin as ``base``); ties
-    go to the higher thresholds (fewer injections of anything)."""
-    best = None
-    grid = [round(0.05 + 0.01 * i, 2) for i in range(76)]
-    for t_other in grid:
-        # The "other" threshold only matters for messages not about the user: fit it first.
-        for t_user in grid:
-            cal = Calibration(base.vector_weight, base.lexical_raises_only, t_user, t_other, base.margin)
-            f = figures(cal, qs, golds, unrelated)
-            key = (f["injected"], t_user + t_other)
-            if f["wrong_unrelated"] <= max_wrong and (best is None or key > best[0]):
-                best = (key, cal)
-    return best[1] if best else base
+    The two thresholds (about the user / other) are fitted together on a grid of
+    0.05..0.80; scoring formula and margin stay as ``base``'s. Each message gets
+    exactly one of them, so the counts per threshold are computed once and summed.
+    Ties go to the higher thresholds (fewer injections of anything)."""
+    grid = np.round(0.05 + 0.01 * np.arange(76), 2)
+
+    def kind(text: str) -> int:
+        return int(about_user(text))
+
+    def chosen_at(cands, t: float) -> list[int]:
+        out: list[tuple[float, int]] = []
+        for score, i in sorted(((base.score(v, lx), i) for i, v, lx in cands), key=lambda x: (-x[0], -x[1])):
+            if score < t or (out and score < out[0][0] - base.margin) or len(out) == 3:
+                break
+            out.append((score, i))
+        return [i for _, i in out]
+
+    inj, wrong = np.zeros((2, len(grid))), np.zeros((2, len(grid)))
+    for (text, cands), gold in zip(qs, golds):
+        inj[kind(text)] += [gold in chosen_at(cands, t) for t in grid]
+    for text, cands in unrelated:
+        wrong[kind(text)] += [bool(chosen_at(cands, t)) for t in grid]
+    # (other, about the user) over the grid, each axis one threshold.
+    total_inj = inj[0][:, None] + inj[1][None, :]
+    total_wrong = wrong[0][:, None] + wrong[1][None, :]
+    th_sum = grid[:, None] + grid[None, :]
+    ok = total_wrong <= max_wrong * max(1, len(unrelated)) + 1e-9
+    if not ok.any():
+        return base
+    key = np.where(ok, total_inj * 1000 + th_sum, -np.inf)
+    o, u = np.unravel_index(int(np.argmax(key)), key.shape)
+    return replace(base, threshold_other=float(grid[o]), threshold_about_user=float(grid[u]))
 
 
-def retrieval(doc: dict, embedder, directory: Path, seed: int) -> dict:
+def sets(doc: dict, fresh: dict, seed: int, n_extra: int = 0) -> dict[str, tuple[list[int], list[int]]]:
+    """(pair indices, unrelated indices) of each set, over ``pairs`` / ``unrelated`` of the files concatenated.
+
+    ``fit``: the seeded first half of the first file (plus the ``n_extra`` fit-only
+    prompts, which come last); ``held_out``: its other half plus the whole fresh
+    file; ``fresh``: the fresh file alone; ``all``: both files, fit-only prompts aside."""
+    n_p, n_u = len(doc["pairs"]), len(doc["unrelated"])
+    fit_q, held_q = split(n_p, seed)
+    fit_u, held_u = split(n_u, seed + 1)
+    fresh_q = list(range(n_p, n_p + len(fresh["pairs"])))
+    fresh_u = list(range(n_u, n_u + len(fresh["unrelated"])))
+    extra_u = list(range(n_u + len(fresh_u), n_u + len(fresh_u) + n_extra))
+    return {"fit": (fit_q, fit_u + extra_u), "held_out": (held_q + fresh_q, held_u + fresh_u), "fresh": (fresh_q, fresh_u),
+            "all": (list(range(n_p + len(fresh_q))), list(range(n_u + len(fresh_u))))}
+
+
+def print_misses(store: SemanticStore, cal: Calibration, pairs: list[dict], ids: list[int], which: list[int], label: str) -> None:
+    """For each question of ``which`` whose fact is not in the top 3: its rank, scores and the entries above it."""
+    print(f"\n{label}: questions whose fact is not in the top 3 (rank, score = calibrated (cosine, lexical))")
+    for i in which:
+        hits = store.search(pairs[i]["question"], k=len(store))
+        ranked = sorted(hits, key=lambda h: (-cal.score(h.vector, h.lexical), -h.id))
+        rank = next((r for r, h in enumerate(ranked) if h.id == ids[i]), None)
+        if rank is not None and rank < 3:
+            continue
+        gold = ranked[rank] if rank is not None else None
+        where = f"rank {rank + 1}, {cal.score(gold.vector, gold.lexical):.3f} ({gold.vector:.3f}, {gold.lexical:.3f})" if gold else "not found"
+        print(f"- {pairs[i]['question']!r} -> {pairs[i]['fact']!r}: {where}")
+        for h in ranked[:3]:
+            print(f"    {cal.score(h.vector, h.lexical):.3f} ({h.vector:.3f}, {h.lexical:.3f}) {h.entry.text!r}")
+
+
+def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Path, seed: int, misses: str | None = None) -> dict:
     t0 = time.perf_counter()
     store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
-    pairs = doc["pairs"]
+    pairs = doc["pairs"] + fresh["pairs"]
     ids = [store.remember(p["fact"]) for p in pairs]
-    for d in doc["distractors"]:
+    for d in doc["distractors"] + fresh["distractors"]:
         store.remember(d)
     filled = time.perf_counter() - t0
     qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
-    unrelated = [(u, candidates(store, u)) for u in doc["unrelated"]]
+    unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"] + extra]
     entries = len(store)
-    store.close()
     shipped = calibration_for(embedder.name)
-    fit_q, held_q = split(len(pairs), seed)
-    fit_u, held_u = split(len(unrelated), seed + 1)
+    parts = sets(doc, fresh, seed, len(extra))
     pick = lambda xs, idx: [xs[i] for i in idx]  # noqa: E731
-    fitted = fit(shipped, pick(qs, fit_q), pick(ids, fit_q), pick(unrelated, fit_u))
+
+    def on(cal: Calibration, name: str) -> dict:
+        q, u = parts[name]
+        return figures(cal, pick(qs, q), pick(ids, q), pick(unrelated, u))
+
+    fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]))
+    if misses:
+        print_misses(store, shipped, pairs, ids, parts[misses][0], f"{embedder.name}, {misses} set")
+    store.close()
+    first_person = [t for t, _ in pick(unrelated, parts["all"][1]) if about_user(t)]
     out = {"embedder": embedder.name, "entries": entries, "fill_s": round(filled, 1),
-           **figures(shipped, qs, ids, unrelated),
+           **on(shipped, "all"),
            "about_user": {"questions": sum(about_user(t) for t, _ in qs) / len(qs),
-                          "unrelated": sum(about_user(t) for t, _ in unrelated) / len(unrelated)},
+                          "unrelated": len(first_person) / len(parts["all"][1])},
            "fitted": {"threshold_about_user": fitted.threshold_about_user, "threshold_other": fitted.threshold_other},
-           "fit_half": figures(fitted, pick(qs, fit_q), pick(ids, fit_q), pick(unrelated, fit_u)),
-           "held_out_shipped": figures(shipped, pick(qs, held_q), pick(ids, held_q), pick(unrelated, held_u)),
-           "held_out_fitted": figures(fitted, pick(qs, held_q), pick(ids, held_q), pick(unrelated, held_u))}
+           "fit_half": on(fitted, "fit"), "fit_half_shipped": on(shipped, "fit"),
+           "held_out_shipped": on(shipped, "held_out"), "held_out_fitted": on(fitted, "held_out"),
+           "fresh_shipped": on(shipped, "fresh")}
     return out
 
 
@@ -157,7 +226,8 @@ def extraction(doc: dict) -> dict:
     }
 
 
-def end_to_end(doc: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, minilm_dir: Path) -> dict:
+def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, minilm_dir: Path) -> dict:
+    """``n`` held-out questions (seeded sample), each in a new conversation of an engine whose memory holds every entry."""
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
     os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
     if embedder_name == "minilm":  # the embedder in this home: a link to the pulled copy
@@ -168,11 +238,13 @@ def end_to_end(doc: dict, embedder_name: str, n: int, seed: int, home: Path, ggu
 
     engine = Engine.load(str(gguf))
     try:
-        for p in doc["pairs"]:
+        pairs = doc["pairs"] + fresh["pairs"]
+        for p in pairs:
             engine.remember(p["fact"])
-        for d in doc["distractors"]:
+        for d in doc["distractors"] + fresh["distractors"]:
             engine.remember(d)
-        sample = random.Random(seed).sample(doc["pairs"], n)
+        held = sets(doc, fresh, seed)["held_out"][0]
+        sample = [pairs[i] for i in random.Random(seed).sample(held, n)]
         hits = injected = 0
         rows = []
         for i, p in enumerate(sample):
@@ -193,8 +265,12 @@ def main() -> None:
     ap.add_argument("--e2e", type=int, default=0, help="questions asked end to end per embedder (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="write every figure as JSON here")
+    ap.add_argument("--misses", choices=["fit", "held_out", "fresh", "all"], default=None,
+                    help="print the questions of this set whose fact is not in the top 3, with ranks and scores")
     args = ap.parse_args()
     doc = json.loads(DATA.read_text(encoding="utf-8"))
+    fresh = json.loads(FRESH.read_text(encoding="utf-8"))
+    extra = json.loads(FIT_EXTRA.read_text(encoding="utf-8"))["unrelated"]
     print("command: python " + " ".join(sys.argv))
     results: dict = {"extraction": extraction(doc)}
     # Both models come from the user's home (pulled there if missing), before any switch.
@@ -202,10 +278,10 @@ def main() -> None:
     gguf = catalogue.resolve(progress=False).path if args.e2e else Path()
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.embedder:
-            r = retrieval(doc, make_embedder(name, minilm_dir), Path(tmp), args.seed)
+            r = retrieval(doc, fresh, extra, make_embedder(name, minilm_dir), Path(tmp), args.seed, args.misses)
             results[name] = r
             if args.e2e:
-                results[name]["e2e"] = end_to_end(doc, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
+                results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
     print("\n| embedder | recall@1 | recall@3 | fact injected | unrelated prompts injected | wrong-only | injected not the fact | end to end (key in reply) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.embedder:
@@ -214,21 +290,24 @@ def main() -> None:
         e2e_s = f"{e2e['answer_has_key']:.0%} of {e2e['n']} (fact injected {e2e['fact_injected']:.0%})" if e2e else "-"
         print(f"| {r['embedder']} | {r['recall@1']:.1%} | {r['recall@3']:.1%} | {r['injected']:.1%} | "
               f"{r['wrong_unrelated']:.1%} | {r['wrong_only']:.1%} | {r['foreign_share']:.1%} | {e2e_s} |")
-    print("\nHeld out (the other half of the pairs and of the unrelated prompts; thresholds fitted on the first half):")
-    print("| embedder | calibration | thresholds (about user / other) | recall@1 | recall@3 | fact injected | unrelated injected |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nBy set (fit: half 1 of the first file; held out: its half 2 + the fresh file; thresholds fitted on fit):")
+    print("| embedder | set | calibration | thresholds (about user / other) | questions | recall@1 | recall@3 | fact injected | unrelated injected (of) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.embedder:
         r = results[name]
         cal = calibration_for(r["embedder"])
-        for label, f, th in (("shipped", r["held_out_shipped"], (cal.threshold_about_user, cal.threshold_other)),
-                             ("fitted on half 1", r["held_out_fitted"], tuple(r["fitted"].values()))):
-            print(f"| {r['embedder']} | {label} | {th[0]:.2f} / {th[1]:.2f} | {f['recall@1']:.1%} | {f['recall@3']:.1%} | "
-                  f"{f['injected']:.1%} | {f['wrong_unrelated']:.1%} |")
+        shipped_th = (cal.threshold_about_user, cal.threshold_other)
+        fitted_th = (r["fitted"]["threshold_about_user"], r["fitted"]["threshold_other"])
+        for part, label, f, th in (("fit", "shipped", r["fit_half_shipped"], shipped_th),
+                                   ("fit", "fitted", r["fit_half"], fitted_th),
+                                   ("held out", "shipped", r["held_out_shipped"], shipped_th),
+                                   ("held out", "fitted on fit", r["held_out_fitted"], fitted_th),
+                                   ("fresh only", "shipped", r["fresh_shipped"], shipped_th)):
+            print(f"| {r['embedder']} | {part} | {label} | {th[0]:.2f} / {th[1]:.2f} | {f['n']} | {f['recall@1']:.1%} | "
+                  f"{f['recall@3']:.1%} | {f['injected']:.1%} | {f['wrong_unrelated']:.1%} ({f['n_unrelated']}) |")
     x = results["extraction"]
     print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
           f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")
-    for name in args.embedder:
-        print(f"{name}: questions whose fact is not in the top 3: {results[name]['misses@3']}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
 

@@ -26,6 +26,7 @@ from mlotspark.memory.semantic import (
     about_user,
     calibration_for,
     default_embedder,
+    is_request,
 )
 from mlotspark.models import bundles
 
@@ -204,6 +205,18 @@ def test_about_user():
         assert not about_user(q), q
 
 
+def test_first_person_requests_are_not_about_the_user():
+    requests = ["I need a catchy slogan for a lemonade stand.", "We're hosting a dinner party, suggest a starter.",
+                "I'd like to understand what a mortgage broker does.", "Can you help me understand how mortgages work?",
+                "I'm trying to explain gravity to a child, help me.", "My code throws a KeyError, can you fix it?"]
+    for q in requests:
+        assert is_request(q) and not about_user(q), q
+    # Questions about the user's own facts stay so, also when they say "need", "like" or "can you".
+    for q in ["Do I need glasses?", "What hot beverage do I like best?", "Can you tell me what my dog is called?",
+              "Can you remind me where I parked?", "where's my car parked again", "I forgot where my logins are stored."]:
+        assert not is_request(q) and about_user(q), q
+
+
 def test_injection_thresholds(minilm_dir, tmp_path):
     with SemanticStore(tmp_path / "m.db", MiniLMEmbedder(minilm_dir)) as s:
         for f in ["My dog is called Biscuit and I live in Tromso.", "I am allergic to peanuts.",
@@ -215,6 +228,19 @@ def test_injection_thresholds(minilm_dir, tmp_path):
             "I am allergic to peanuts."]
         assert s.retrieve_for_prompt("What is the capital of France?") == []
         assert s.retrieve_for_prompt("Give me a recipe for pancakes.") == []  # 0.49 < 0.55: not about the user
+
+
+def test_a_first_person_request_gets_no_loosely_related_fact(minilm_dir, tmp_path):
+    with SemanticStore(tmp_path / "m.db", MiniLMEmbedder(minilm_dir)) as s:
+        for f in ["My favourite fruit is mango.", "I host a podcast about urban gardening.", "I drive a blue Volvo."]:
+            s.remember(f)
+        # Asked about the user, the fact is injected; a request that merely touches the topic gets nothing.
+        assert [h.text for h in s.retrieve_for_prompt("Which tropical treat do I enjoy most?", top_k=1)] == [
+            "My favourite fruit is mango."]
+        for q in ["I need a catchy slogan for a lemonade stand.", "I need a name for my new cooking blog."]:
+            hit = s.search(q, k=1)[0]
+            assert s.calibration.threshold_about_user <= hit.score, (q, hit)  # would have been injected as a question
+            assert s.retrieve_for_prompt(q) == [], q
 
 
 @pytest.mark.slow

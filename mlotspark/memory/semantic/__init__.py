@@ -26,7 +26,7 @@ May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (
 ``memory`` commands stay light).
 """
 
-from mlotspark.memory.semantic.calibration import Calibration, about_user, calibration_for
+from mlotspark.memory.semantic.calibration import Calibration, about_user, calibration_for, is_request
 from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
 from mlotspark.memory.semantic.minilm import MiniLMEmbedder, default_embedder, describe_embedder
 from mlotspark.memory.semantic.facts import extract_facts
@@ -53,4 +53,5 @@ __all__ = [
     "describe_embedder",
     "extract_facts",
     "format_memory_section",
+    "is_request",
 ]

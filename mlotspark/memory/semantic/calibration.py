@@ -20,7 +20,22 @@ percentile) against its question, while prompts about nothing stored reach 0.49
 (95th percentile: "Give me a recipe for pancakes." vs "The recipe calls for two
 cups of flour"). Questions about the user's life say so ("my", "I", "we": 92% of
 the eval's questions); general prompts rarely do once "how do I ..." and "tell
-me ..." are set aside (3%). So: 0.25 for a message about the user, 0.55 otherwise.
+me ..." are set aside (3%). So (round 3): 0.25 for a message about the user, 0.55 otherwise.
+
+First-person *requests* are the exception (round 4): "I need a name for my new
+cooking blog.", "We're hosting a dinner party, suggest a starter." speak in the
+first person but ask for a task or for knowledge; at 0.25, 39 of 40 such prompts
+got some fact injected (their best entry scores 0.35 at the median; a stored fact
+against its own question 0.52). ``is_request`` spots them (a clause opening with
+"I need / want / 'd like / wonder", "I'm trying / curious / planning ...", "can
+you" (not "can you remind / tell me"), or an imperative such as "suggest",
+"write", "explain"; none of the eval's 205 questions about the user matches) and
+they count as not about the user, as "how do I ..." and "tell me ..." already did.
+A separate threshold for them, fitted like the others, went to the top of the grid
+(0.80): no question about the user in the fit data is a request, so nothing argued
+for a lower one, and the simpler rule was kept. Refitted on the fit half plus 40
+fit-only first-person requests (``benchmarks/data/memory_eval_fit_extra.json``),
+unrelated injections <= 5%: 0.34 about the user (was 0.25), 0.55 otherwise.
 
 Only entries within 0.05 of the best one are injected: with a low threshold, the
 top 3 were mostly other facts of the same kind (68% of injected entries were not
@@ -80,24 +95,52 @@ class Calibration:
 
 
 HASHING = Calibration(vector_weight=0.5, lexical_raises_only=False, threshold_about_user=0.35, threshold_other=0.35)
-MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.25, threshold_other=0.55, margin=0.05)
+MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05)
 
+# A clause that opens with a wish or a task ("I need ...", "we're planning ...",
+# "can you ...", "suggest ..."): the speaker is the asker, not the topic. Only at a
+# clause start, so that "What do I like best?" or "Do I need glasses?" stay questions about the user.
+_CLAUSE = r"(?:^|[.,;:!?]\s*)"
+_WISH = (rf"{_CLAUSE}(?:i|we)(?:'d| would)? (?:need|want|wish|like|love|wonder|have to|must)\b"
+         rf"|{_CLAUSE}(?:i|we)(?:'m| am|'re| are) (?:trying|curious|looking|planning|preparing|learning|writing"
+         r"|confused|stuck|bored|hosting|organi[sz]ing|thinking)\b")
+_TASK = (r"\b(?:can|could|would|will) you (?!remind|tell|recall|remember)"
+         rf"|{_CLAUSE}(?:please )?(?:suggest|write|give|summari[sz]e|explain|describe|list|recommend|check|translate"
+         r"|make|create|draft|compose|help|teach|fix|correct)\b"
+         r"|\bany (?:ideas|tips|strategies|suggestions)\b")
+_REQUEST_CLAUSE = re.compile(f"{_WISH}|{_TASK}", re.I)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|me|my|mine|myself|we|we're|us|our|ours|ourselves)\b", re.I)
 # Asking for help or a how-to is not a statement about oneself: "how do I sort a list?".
 _REQUEST = re.compile(r"\bhow (?:do|can|could|should|would|to) (?:i|we)\b|\b(?:give|tell|show|help|teach|let) (?:me|us)\b", re.I)
 
 
 def about_user(query: str) -> bool:
-    """Whether a message speaks about the user (first person outside how-to requests).
+    """Whether a message speaks about the user (first person outside requests).
 
     Args:
         query: any text.
 
     Returns:
         True for "What's my dog called?", "Where do I live?"; False for "How do I
-        reverse a list?", "Tell me a joke", "What is the capital of France?".
+        reverse a list?", "Tell me a joke", "What is the capital of France?", and
+        for first-person requests (``is_request``): "I need a name for my blog.".
     """
-    return bool(_FIRST_PERSON.search(_REQUEST.sub(" ", query.replace("’", "'"))))
+    text = query.replace("’", "'")
+    return bool(_FIRST_PERSON.search(_REQUEST.sub(" ", text))) and not is_request(text)
+
+
+def is_request(query: str) -> bool:
+    """Whether a message asks for a task or for knowledge rather than about the user's own facts.
+
+    Args:
+        query: any text.
+
+    Returns:
+        True for "I need a name for my new cooking blog.", "We're hosting a dinner
+        party, suggest a starter.", "Can you check my sentence?"; False for "What do
+        I like best?", "Do I need glasses?", "Where's my car parked again?".
+    """
+    return bool(_REQUEST_CLAUSE.search(query.strip().replace("’", "'")))
 
 
 def calibration_for(embedder_name: str) -> Calibration:

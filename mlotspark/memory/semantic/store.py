@@ -406,7 +406,7 @@ class SemanticStore:
             top_k: at most this many entries (default 3); only those within the
                 calibration's margin of the best one (MiniLM: 0.05).
             threshold: minimum score; default: the embedder's calibration for this
-                query (hashing: 0.35; MiniLM: 0.25 about the user, else 0.55).
+                query (hashing: 0.35; MiniLM: 0.34 about the user, else 0.55).
             token_budget: most tokens the section may take (default 200).
             count_tokens: the model tokenizer's counter; default ``approx_tokens``.
             header: the section's first line, counted in the budget.
