@@ -40,6 +40,8 @@ def main() -> None:
     p.add_argument("--representation", default=d.representation)
     p.add_argument("--rolling-window", type=int, default=d.rolling_window)
     p.add_argument("--follow", type=int, default=d.follow, help="blocks after each retrieved block taken with it")
+    p.add_argument("--question-pass", type=int, default=d.question_pass,
+                   help="prompt tokens re-read with the blocks all layers' question queries agree on (0 = off)")
     p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
@@ -47,6 +49,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--chunk", type=int, default=512, help="prefill chunk (tokens per forward pass)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", type=int, nargs="*", default=None, help="run only these trial indices (split a long run)")
     p.add_argument("--out", type=Path, default=None, help="append JSON lines here")
     args = p.parse_args()
 
@@ -54,7 +57,8 @@ def main() -> None:
     trained = engine.loaded.context_length
     config = CascadeConfig(window=args.window, sinks=args.sinks, block_size=args.block_size, top_k=args.top_k_blocks,
                            routing=args.routing, representation=args.representation,
-                           rolling_window=args.rolling_window, follow=args.follow)
+                           rolling_window=args.rolling_window, follow=args.follow,
+                           question_pass=args.question_pass)
     emit({"command": command_line(), "config": config.to_dict(), "model": engine.model_name,
           "weights": engine.loaded.weights}, args.out)
     lengths = [m * args.window for m in args.multiples] + list(args.lengths)
@@ -63,6 +67,8 @@ def main() -> None:
     for n in lengths:
         for task in args.tasks:
             for i, depth in enumerate(depths(args.trials)):
+                if args.only is not None and i not in args.only:
+                    continue
                 case = make_case(task, n, depth, seed=args.seed * 100003 + n + i, count_tokens=count)
                 ids = engine.encode(case.text)
                 for mode in args.modes:

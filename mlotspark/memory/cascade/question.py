@@ -1,0 +1,148 @@
+"""The question pass: re-read the prompt's tail with the blocks its question chooses.
+
+Why (benchmarks/RESULTS.md, issue 14 round 4): at 8k tokens the needle's blocks
+were in only ~29% of the (layer, KV head) selections at the answer's first step,
+although the deep layers' question queries ranked them near the top; and forcing
+them into the *answer's* selections alone did not help, because the question's own
+tokens had been prefilled in a chunk whose selection the surrounding haystack chose.
+With the needle forced into both, the model answered.
+
+So, once per prompt, between the last prefill chunk and the first decode step:
+
+1. every layer's remembered question queries (the ``question`` router keeps the
+   prompt's last ``rolling_window``) are scored exactly against all of that layer's
+   keys; the attention mass each block gets (``block_mass``) is summed over layers
+   and KV heads, so the layers whose question looks at a few blocks decide (a
+   *consensus*), and the top ``top_k`` blocks (with ``follow``) become the selection
+   of every layer and KV head;
+2. the prompt's last ``question_pass`` tokens are trimmed from working memory and
+   read again with that selection pinned (their KV and the remembered queries are
+   rewritten, now having seen the chosen blocks);
+3. the selection stays pinned for the whole answer (no re-routing on answer
+   tokens), until the next prefill chunk unpins it.
+
+Nothing happens while every block fits in ``top_k`` (then sinks + window + all
+blocks is exact attention). The pass needs the token ids, so it is driven from the
+model's forward (``LlamaModel.__call__`` asks ``cache[0].before_call``); it costs
+``question_pass`` tokens of prefill and one exact scoring of the question against
+every stored key (a read of the episodic store, spilled blocks included) once per
+prompt, and makes decode routing free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.core as mx
+
+from mlotspark.memory.cascade.routing import top_blocks
+
+
+def block_mass(cache: Any, n: int) -> mx.array:
+    """How much attention the remembered question queries of one layer pay each of
+    its first ``n`` blocks: (Hkv, n).
+
+    Exact, not the routing summaries: the queries are scored against every key of
+    the layer ([sinks | blocks | window], without RoPE, as routing scores them), each
+    query's softmax over all of them is summed per block, and the largest share any
+    query gives a block is its mass (one question token that looks at a block is
+    enough). Measured at 8k (RESULTS, issue 14 round 4): the needle's block ranked
+    0-1 of 220 this way, 7-48 under the minmax summaries, whose upper bound favours
+    blocks of unusual keys.
+    """
+    B = cache.config.block_size
+    keys, _ = cache.store.fetch(cache.layer, list(range(n)), mx.float32)  # (Hkv, n*B, D)
+    parts = [keys]
+    n_sinks = cache.n_sinks
+    if n_sinks:
+        parts.insert(0, cache.sink_k[0, :, :n_sinks].astype(mx.float32))
+    if cache.n_window:
+        parts.append(cache.win_k[0, :, : cache.n_window].astype(mx.float32))
+    every = mx.concatenate(parts, axis=1) if len(parts) > 1 else keys
+    q = cache.router.recent.astype(mx.float32)  # (Hkv, G, M, D)
+    H, G, M, D = q.shape
+    w = mx.softmax((q.reshape(H, G * M, D) @ every.swapaxes(-1, -2)) * cache.scale, axis=-1)
+    mass = w[:, :, n_sinks : n_sinks + n * B].reshape(H, G * M, n, B).sum(axis=-1)
+    return mass.max(axis=1)
+
+
+def consensus(caches: Sequence[Any], k: int, follow: int) -> tuple[int, ...]:
+    """The ``k`` blocks the question queries of all layers agree on.
+
+    Args:
+        caches: one sequence's per-layer cascade caches (settled: same block count).
+        k: blocks to choose.
+        follow: successors taken with each block (``top_blocks``).
+
+    Returns:
+        Sorted block ids (``block_mass`` summed over layers and KV heads, then
+        ``top_blocks``), or () when a layer has no remembered queries.
+    """
+    n = min(c.n_blocks for c in caches)
+    total = None
+    for c in caches:
+        if getattr(c.router, "recent", None) is None or n == 0:
+            return ()
+        mass = block_mass(c, n).sum(axis=0)  # (n,)
+        total = mass if total is None else total + mass
+        mx.eval(total)  # one layer's scores at a time: bounded memory at any length
+    return top_blocks(total[None], k, follow)[0]
+
+
+class QuestionPass:
+    """One sequence's question pass, shared by its layer caches (``cache.question``).
+
+    Args:
+        tokens: prompt tokens re-read (``CascadeConfig.question_pass``).
+    """
+
+    def __init__(self, tokens: int):
+        self.tokens = tokens
+        self.tail: mx.array | None = None  # the last ``tokens`` prompt ids seen in prefill
+        self.pending = False  # a prefill happened and its question was not re-read yet
+        self.running = False  # inside the re-read (its own forward must pass through)
+        self.passes = 0  # re-reads done (stats, tests)
+
+    def before_call(self, model: Any, inputs: mx.array, caches: Sequence[Any]) -> None:
+        """Called by the model's forward before it runs ``inputs`` (1, L) on ``caches``.
+
+        A prefill chunk (L > 1) is remembered and unpins the selection; the first
+        single-token call after it (the prompt's last token: mlx-lm's
+        ``generate_step`` and our scheduler prefill all but it) re-reads the tail first.
+        """
+        if self.running or inputs.ndim != 2 or inputs.shape[0] != 1:
+            return
+        if inputs.shape[1] > 1:
+            for c in caches:
+                c.pinned = None
+            seen = inputs[0] if self.tail is None else mx.concatenate([self.tail, inputs[0]])
+            self.tail = seen[-self.tokens :]
+            self.pending = True
+            return
+        if not self.pending:
+            return
+        self.pending = False
+        tail, self.tail = self.tail, None
+        for c in caches:
+            c.settle()  # what each layer's next call would do first: equal block counts
+        first = caches[0]
+        k = first.config.top_k
+        n = tail.shape[0]
+        if min(c.n_blocks for c in caches) <= k or any(c.n_window < n for c in caches):
+            return  # every block is attended anyway, or the tail already left the window
+        chosen = consensus(caches, k, first.config.follow)
+        if len(chosen) != k:
+            return
+        for c in caches:
+            if c.trim(n) != n:  # cannot happen after the check above; stay consistent if it does
+                raise RuntimeError(f"cascade layer {c.layer} could not drop {n} tokens for the question pass")
+            c.pinned = chosen
+        self.running = True
+        try:
+            model(tail[None], caches)  # rewrites the tail's KV; its output is not needed
+        finally:
+            self.running = False
+        self.passes += 1
+
+
+__all__ = ["QuestionPass", "consensus"]
