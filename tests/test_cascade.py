@@ -419,3 +419,27 @@ def test_cascade_flags_are_sized_from_the_loaded_models_context():
     assert is_cascade(engine.make_cache(10)) and not is_cascade(None) and not is_cascade([])
     with pytest.raises(OptionError, match="trained context of 2048"):
         Engine(loaded, GenerationOptions(), cascade={"window": 2000, "sinks": 64})
+
+
+def test_reading_many_spilled_blocks_holds_no_file_open(tmp_path):
+    """``mx.load`` is lazy: each unevaluated array kept its file open, so a pass that read
+    back thousands of spilled blocks (the question pass at 32k) ran out of descriptors."""
+    import resource
+
+    from mlotspark.memory.cascade.blocks import EpisodicStore
+
+    store = EpisodicStore("float16", 0, str(tmp_path))  # budget 0: every block spills
+    k = mx.random.normal((2, 8, 16))
+    for i in range(300):
+        store.add(0, i, 8 * i, k + i, k - i)
+    assert store.counters.spills == 300
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))  # < 300 files
+    try:
+        payloads = [store.payload_of(store.blocks[(0, i)]) for i in range(300)]
+        keys, _ = store.fetch(0, list(range(300)), mx.float32)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(payloads) == 300
+    stored = (k + 299).astype(mx.float16).astype(mx.float32)  # float16 blocks
+    np.testing.assert_array_equal(np.array(keys[:, 8 * 299 : 8 * 300]), np.array(stored))

@@ -238,6 +238,9 @@ class EpisodicStore:
     def _read(self, b: Block) -> dict[str, mx.array]:
         try:
             arrays = mx.load(str(b.path))
+            # mx.load is lazy and each array holds its file open until evaluated: read
+            # now, or a pass over thousands of spilled blocks runs out of descriptors.
+            mx.eval(list(arrays.values()))
         except (OSError, ValueError, RuntimeError) as e:
             raise StoreError(f"cannot read spilled episodic block {b.path}: {e}") from e
         self.counters.bytes_read += b.nbytes
