@@ -443,3 +443,22 @@ def test_reading_many_spilled_blocks_holds_no_file_open(tmp_path):
     assert len(payloads) == 300
     stored = (k + 299).astype(mx.float16).astype(mx.float32)  # float16 blocks
     np.testing.assert_array_equal(np.array(keys[:, 8 * 299 : 8 * 300]), np.array(stored))
+
+
+@pytest.mark.parametrize("kind", ["float16", "q8"])
+def test_peeking_at_keys_reads_spilled_blocks_without_counting_a_retrieval(tmp_path, kind):
+    from mlotspark.memory.cascade.blocks import EpisodicStore
+
+    k = mx.random.normal((2, 8, 64))
+    store = EpisodicStore(kind, 3 * 2 * 2 * 8 * 64 * 2, str(tmp_path))  # ~3 of 10 blocks stay in memory
+    for i in range(10):
+        store.add(0, i, 8 * i, k + i, k - i)
+    before = (dict(vars(store.counters)), store.resident_bytes, list(store._lru),
+              [b.payload is None for b in store.blocks.values()])
+    peeked = store.peek_keys(0, list(range(10)), mx.float32)
+    after = (dict(vars(store.counters)), store.resident_bytes, list(store._lru),
+             [b.payload is None for b in store.blocks.values()])
+    assert before[0].pop("bytes_read") == 0 and after[0].pop("bytes_read") > 0  # spilled blocks were read
+    assert after == before
+    keys, _ = store.fetch(0, list(range(10)), mx.float32)
+    np.testing.assert_array_equal(np.array(peeked), np.array(keys))

@@ -177,6 +177,16 @@ class EpisodicStore:
         self._enforce_budget(protect={(layer, i) for i in indices})
         return out
 
+    def peek_keys(self, layer: int, indices: list[int], dtype: mx.Dtype) -> mx.array:
+        """Keys of the given blocks of ``layer``, (Hkv, len(indices) * B, D), read without
+        counting a retrieval: residency, LRU order and hit/load counters stay as they were
+        (a spilled block is read from disk and not kept). For scoring, not attending."""
+        blocks = [self.blocks[(layer, i)] for i in indices]
+        payloads = [self.payload_of(b) for b in blocks]
+        joined = {n[2:]: mx.concatenate([p[n] for p in payloads], axis=1) for n in payloads[0] if n.startswith("k.")}
+        H, B, D = blocks[0].shape
+        return decode(joined, self.kind, dtype, (H, B * len(blocks), D))
+
     def unpack(
         self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None
     ) -> tuple[mx.array, mx.array]:

@@ -25,8 +25,8 @@ Nothing happens while every block fits in ``top_k`` (then sinks + window + all
 blocks is exact attention). The pass needs the token ids, so it is driven from the
 model's forward (``LlamaModel.__call__`` asks ``cache[0].before_call``); it costs
 ``question_pass`` tokens of prefill and one exact scoring of the question against
-every stored key (a read of the episodic store, spilled blocks included) once per
-prompt, and makes decode routing free.
+every stored key (a read of the episodic store's keys, spilled blocks included, that
+leaves its residency and LRU order alone) once per prompt, and makes decode routing free.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def block_mass(cache: Any, n: int) -> mx.array:
     blocks of unusual keys.
     """
     B = cache.config.block_size
-    keys, _ = cache.store.fetch(cache.layer, list(range(n)), mx.float32)  # (Hkv, n*B, D)
+    keys = cache.store.peek_keys(cache.layer, list(range(n)), mx.float32)  # (Hkv, n*B, D)
     parts = [keys]
     n_sinks = cache.n_sinks
     if n_sinks:
