@@ -431,15 +431,14 @@ class Engine:
         persistence = self.__dict__.get("_persistence")
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
+        stopped = True
         if self._scheduler is not None:
             # Across ranks, cancelled requests leave every rank first: give that the rank timeout.
-            self._scheduler.close(**({} if self.ranks is None else {"timeout": self.ranks.timeout}))
-        if self.ranks is not None:
+            stopped = self._scheduler.close(**({} if self.ranks is None else {"timeout": self.ranks.timeout}))
+        if self.ranks is not None and stopped:
             # The stop goes out once the engine thread is done with its steps (cancelled
             # requests leave every rank first); a thread still stuck inside MLX is left alone.
-            t = self._scheduler._thread if self._scheduler is not None else None
-            if t is None or not t.is_alive():
-                self.ranks.close()
+            self.ranks.close()
 
     @property
     def rank(self) -> int:

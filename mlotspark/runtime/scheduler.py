@@ -233,8 +233,13 @@ class Scheduler:
         with self._cond:
             self._cond.notify_all()
 
-    def close(self, timeout: float | None = 5.0) -> None:
-        """Cancel everything, stop the engine thread and wait for it."""
+    def close(self, timeout: float | None = 5.0) -> bool:
+        """Cancel everything, stop the engine thread and wait for it.
+
+        Returns:
+            True when the engine thread has stopped (or never ran); False when it is still
+            busy after ``timeout`` (e.g. blocked inside MLX on a stalled distributed rank).
+        """
         with self._cond:
             self._closed = True
             for _, r in self._queue:
@@ -245,6 +250,7 @@ class Scheduler:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout)
+        return t is None or not t.is_alive()
 
     def status(self) -> dict[str, Any]:
         """State, cap, batch size, queue length and the last reasons (for API, TUI, bench).
