@@ -8,7 +8,14 @@ import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models.matvec import Linear, block_rows, matvec
+from mlotspark.models import cpu_step
 from tiny import tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _mlx_path_only(monkeypatch):
+    """These tests are about the MLX one-token path; keep the NumPy step (cpu_step.py) out."""
+    monkeypatch.setattr(cpu_step, "enabled", lambda model: False)
 
 
 def test_block_rows_stay_under_the_small_kernel_limit():

@@ -1,0 +1,247 @@
+"""One-token decode steps in NumPy, on MLX's CPU backend.
+
+Why not MLX here: its CPU backend sends every float32 matmul to ``cblas_sgemm`` (it has
+no GEMV path, so a one-token product runs OpenBLAS's packed GEMM at a third of the
+bandwidth, ``matvec.py``) and runs each of a step's ~600 small ops through its
+scheduler. A one-token step is ~540 MB of weights read once: NumPy's ``W @ x`` is
+OpenBLAS's ``sgemv`` on the *same* weights (zero-copy views of the MLX arrays: CPU and
+unified memory), with ~1 µs of Python per op. Measured 2.3x mlx-lm's decode on this CPU
+with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5").
+
+It runs only where it is exact and cheap: our llama-family ``Model`` with dense float32
+weights, one sequence (B = 1, L = 1), and a plain ``KVCache`` of float32 in every layer.
+Batches, the memory cascade, float16/quantized KV, float16/quantized weights, other
+model classes and GPUs stay on MLX (``run`` returns None). Metal has GEMV kernels and
+cheap dispatch; nothing here runs there.
+
+KV writes go in place into the cache's MLX buffer through a NumPy view, as MLX's own
+``keys[..., i, :] = k`` does when it can reuse the buffer. MLX copies instead when
+another array shares the buffer; we cannot see that, so the first step on a buffer we
+did not allocate, or after the cache was trimmed below where we last wrote, copies the
+live tokens into a fresh buffer of our own first (``_own``).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any, Optional, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from mlotspark.models.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
+
+#: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
+_STEP = KVCache.step
+
+
+def enabled(model: Any) -> bool:
+    """Whether one-token steps may go through NumPy: ``model.model.cpu_decode`` True, or
+    None (the default) on the CPU backend."""
+    on = getattr(model.model, "cpu_decode", None)
+    if on is None:
+        return mx.default_device().type == mx.DeviceType.cpu
+    return bool(on)
+
+
+def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optional[mx.array]:
+    """Logits (1, 1, V) of one decode step through NumPy, or None when this step must
+    run on MLX (see the module docstring for when)."""
+    if cache is None or inputs.shape != (1, 1) or not enabled(model):
+        return None
+    plan = model.__dict__.get("_cpu_plan")
+    if plan is None or (plan is not False and not plan.current()):
+        plan = CpuStep.build(model) or False
+        object.__setattr__(model, "_cpu_plan", plan)  # not a parameter of the model
+    if plan is False or not plan.fits(cache):
+        return None
+    return plan(int(inputs.item()), cache)
+
+
+def _dense(a: Any) -> Optional[np.ndarray]:
+    """A zero-copy NumPy view of a dense float32 MLX array, or None."""
+    if not isinstance(a, mx.array) or a.dtype != mx.float32:
+        return None
+    v = np.asarray(a)
+    return v if v.flags.c_contiguous and not v.flags.owndata else None
+
+
+def _rope_angles(rope: Any) -> Optional[tuple[int, bool, np.ndarray]]:
+    """(dims, traditional, angle per position for each frequency) of the rope kinds whose
+    rotation is ``mx.fast.rope`` with plain frequencies; None for any other."""
+    from mlx_lm.models.rope_utils import Llama3RoPE
+
+    from mlotspark.models.llama import FactorRoPE
+
+    if type(rope) is nn.RoPE:
+        inv = rope.base ** (-np.arange(0, rope.dims, 2, dtype=np.float32) / rope.dims)
+        return rope.dims, rope.traditional, (rope.scale * inv).astype(np.float32)
+    if type(rope) in (FactorRoPE, Llama3RoPE):  # periods in _freqs, scale 1
+        return rope.dims, rope.traditional, (1.0 / np.array(rope._freqs, dtype=np.float32)).astype(np.float32)
+    return None
+
+
+class CpuStep:
+    """NumPy views of one model's weights and the step that reads them."""
+
+    def __init__(self, model: Any, layers: list, tied: list, rope: tuple, watched: list):
+        a = model.args
+        self.n_heads, self.n_kv = a.num_attention_heads, a.num_key_value_heads
+        self.head_dim, self.eps = a.head_dim, a.rms_norm_eps
+        self.scale = model.model.layers[0].self_attn.scale
+        self.layers, (self.embed, self.norm, self.head) = layers, tied
+        self.rope_dims, self.rope_traditional, self.rope_freqs = rope
+        self._watched = watched  # (module, key, array): the views are of these arrays
+
+    @classmethod
+    def build(cls, model: Any) -> Optional["CpuStep"]:
+        """The step for ``model``, or None when it has anything this path does not run."""
+        from mlotspark.models.llama import Linear, Model
+
+        if type(model) is not Model:
+            return None
+        args = model.args
+        watched: list = []
+
+        def take(module: Any, key: str = "weight") -> Optional[np.ndarray]:
+            arr = module.get(key) if isinstance(module, nn.Module) else None
+            view = _dense(arr)
+            if view is not None:
+                watched.append((module, key, arr))
+            return view
+
+        def linear(m: Any) -> Optional[tuple]:
+            if type(m) not in (nn.Linear, Linear):  # a dequantized load gives nn.Linear
+                return None
+            w = take(m)
+            b = take(m, "bias") if "bias" in m else np.zeros(0, np.float32)
+            return None if w is None or b is None else (w, b if b.size else None)
+
+        def norm(m: Any) -> Optional[np.ndarray]:
+            return take(m) if type(m) is nn.RMSNorm else None
+
+        first = model.model.layers[0].self_attn
+        rope = _rope_angles(first.rope)
+        if rope is None or args.num_attention_heads % args.num_key_value_heads:
+            return None
+        layers = []
+        for layer in model.model.layers:
+            at, mlp = layer.self_attn, layer.mlp
+            if type(at.rope) is not type(first.rope) or at.scale != first.scale:
+                return None
+            parts = dict(q=linear(at.q_proj), k=linear(at.k_proj), v=linear(at.v_proj), o=linear(at.o_proj),
+                         gate=linear(mlp.gate_proj), up=linear(mlp.up_proj), down=linear(mlp.down_proj),
+                         n1=norm(layer.input_layernorm), n2=norm(layer.post_attention_layernorm))
+            if args.qk_norm:
+                parts.update(qn=norm(at.q_norm), kn=norm(at.k_norm))
+            if any(p is None for p in parts.values()):
+                return None
+            layers.append(parts)
+        if type(model.model.embed_tokens) is not nn.Embedding:
+            return None
+        embed, fnorm = take(model.model.embed_tokens), norm(model.model.norm)
+        head = embed if args.tie_word_embeddings else linear(getattr(model, "lm_head", None))
+        if embed is None or fnorm is None or head is None:
+            return None
+        if not args.tie_word_embeddings:
+            if head[1] is not None:
+                return None
+            head = head[0]
+        return cls(model, layers, [embed, fnorm, head], rope, watched)
+
+    def current(self) -> bool:
+        """False once any weight array was replaced (``update``, ``load_weights``)."""
+        return all(m.get(k) is a for m, k, a in self._watched)
+
+    def fits(self, cache: Sequence[Any]) -> bool:
+        if len(cache) != len(self.layers):
+            return False
+        pos = cache[0].offset
+        for c in cache:
+            if type(c) is not KVCache or c.offset != pos:
+                return False
+            if c.keys is not None and (c.keys.dtype != mx.float32 or c.keys.shape[0] != 1):
+                return False
+        return True
+
+    def _own(self, c: KVCache, pos: int) -> None:
+        """Give ``c`` fresh buffers of our own with room past ``pos``, its live tokens copied."""
+        cap = (pos // _STEP + 1) * _STEP
+        keys = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
+        values = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
+        mx.eval(keys, values)
+        nk, nv = np.asarray(keys), np.asarray(values)
+        if nk.flags.owndata or not (nk.flags.writeable and nk.flags.c_contiguous):
+            raise RuntimeError("MLX did not hand out a writable view of a fresh KV buffer")
+        if c.keys is not None and pos:
+            nk[:, :, :pos] = np.asarray(c.keys)[:, :, :pos]
+            nv[:, :, :pos] = np.asarray(c.values)[:, :, :pos]
+        c.keys, c.values = keys, values
+
+    def _buffers(self, c: KVCache, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """Writable (KV, capacity, D) views of ``c``'s buffers with room at ``pos``."""
+        mark = c.__dict__.get("_cpu_step_mark")
+        if (c.keys is None or mark is None or mark[0]() is not c.keys or mark[1]() is not c.values
+                or pos < mark[2] or pos >= c.keys.shape[2]):
+            self._own(c, pos)
+        c._cpu_step_mark = (weakref.ref(c.keys), weakref.ref(c.values), pos + 1)
+        # Fresh views each step: MLX may have moved the array to a new buffer since.
+        return np.asarray(c.keys)[0], np.asarray(c.values)[0]
+
+    def _rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """RMSNorm over the last axis, in float32 as ``mx.fast.rms_norm``."""
+        ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)
+        return x * (1.0 / np.sqrt(ms + self.eps)).astype(np.float32) * w
+
+    def _rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """``mx.fast.rope`` of rows ``x`` (heads, D) at one position."""
+        d = self.rope_dims
+        out = x.copy()
+        if self.rope_traditional:  # interleaved pairs
+            a, b = x[:, 0:d:2], x[:, 1:d:2]
+            out[:, 0:d:2], out[:, 1:d:2] = a * cos - b * sin, a * sin + b * cos
+        else:  # the two halves of the rotated dims
+            a, b = x[:, : d // 2], x[:, d // 2 : d]
+            out[:, : d // 2], out[:, d // 2 : d] = a * cos - b * sin, a * sin + b * cos
+        return out
+
+    def __call__(self, token: int, cache: Sequence[KVCache]) -> mx.array:
+        """Logits (1, 1, V) after ``token`` at position ``cache[0].offset``; advances every cache."""
+        pos = cache[0].offset
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        group = H // KV
+        angle = pos * self.rope_freqs
+        cos, sin = np.cos(angle), np.sin(angle)
+        x = self.embed[token].copy()
+        with np.errstate(over="ignore"):  # exp(-x) of SiLU overflows to inf for x < -88: silu -> -0
+            for w, c in zip(self.layers, cache):
+                kb, vb = self._buffers(c, pos)
+                h = self._rms(x, w["n1"])
+                q, k, v = (self._lin(w[n], h) for n in ("q", "k", "v"))
+                q, k = q.reshape(H, D), k.reshape(KV, D)
+                if "qn" in w:
+                    q, k = self._rms(q, w["qn"]), self._rms(k, w["kn"])
+                kb[:, pos] = self._rotate(k, cos, sin)
+                vb[:, pos] = v.reshape(KV, D)
+                q = self._rotate(q, cos, sin).reshape(KV, group, D)
+                s = np.matmul(q, kb[:, : pos + 1].transpose(0, 2, 1)) * np.float32(self.scale)
+                s = np.exp(s - s.max(axis=-1, keepdims=True))
+                s /= s.sum(axis=-1, keepdims=True)
+                x = x + self._lin(w["o"], np.matmul(s, vb[:, : pos + 1]).reshape(H * D))
+                h = self._rms(x, w["n2"])
+                g = self._lin(w["gate"], h)
+                x = x + self._lin(w["down"], (g / (1.0 + np.exp(-g))) * self._lin(w["up"], h))
+        for c in cache:
+            c.offset = pos + 1
+        logits = self.head @ self._rms(x, self.norm)
+        return mx.array(logits.reshape(1, 1, -1))
+
+    @staticmethod
+    def _lin(wb: tuple, x: np.ndarray) -> np.ndarray:
+        w, b = wb
+        y = w @ x  # sgemv: W is (out, in) row-major, x one row
+        return y if b is None else y + b

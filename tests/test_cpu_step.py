@@ -1,0 +1,133 @@
+"""One-token decode steps in NumPy (models/cpu_step.py): the MLX step's logits and tokens,
+the cache left as MLX would leave it, and MLX wherever the NumPy step does not apply."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from mlotspark.decoding.cache_kinds import make_cache
+from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
+from mlotspark.models import cpu_step
+from mlotspark.models.kv_cache import KVCache
+from tiny import tiny_model
+
+PROMPT = [5, 17, 42, 99, 3, 250, 7]
+
+
+def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT):
+    """Greedy tokens and the logits of each one-token step."""
+    model.model.cpu_decode = numpy_step
+    cache = model.make_cache() if cache is None else cache
+    logits = model(mx.array([prompt]), cache)
+    toks, out = [], []
+    for _ in range(steps):
+        tok = mx.argmax(logits[:, -1, :], axis=-1)
+        toks.append(tok.item())
+        logits = model(tok[None], cache)
+        out.append(np.array(logits[0, -1]))
+    return toks, np.stack(out), cache
+
+
+VARIANTS = [
+    {},  # llama, traditional RoPE, GQA, tied output
+    {"model_type": "qwen2", "tie_word_embeddings": False, "rope_traditional": False},  # q/k/v bias
+    {"model_type": "qwen3", "num_key_value_heads": 4},  # q/k norms, no GQA
+    {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}},
+    {"rope_scaling": {"type": "linear", "factor": 2.0}},
+    {"rope_freq_factors": [1.0 + i / 8 for i in range(8)]},  # GGUF Llama 3 form
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant):
+    model = tiny_model(**variant)
+    ref_toks, ref, ref_cache = _decode(model, False, 24)
+    toks, got, cache = _decode(model, True, 24)
+    assert model.__dict__["_cpu_plan"] is not False, "the NumPy step did not take this model"
+    assert toks == ref_toks
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(cache, ref_cache):  # the cache holds what the MLX step would have put there
+        assert a.offset == b.offset
+        np.testing.assert_allclose(np.array(a.state[0][..., : a.offset, :]),
+                                   np.array(b.state[0][..., : b.offset, :]), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.array(a.state[1][..., : a.offset, :]),
+                                   np.array(b.state[1][..., : b.offset, :]), rtol=1e-4, atol=1e-4)
+
+
+def test_across_buffer_growth_and_back_to_mlx_for_a_prefill():
+    model = tiny_model()
+    ref_toks, ref, ref_cache = _decode(model, False, 300)  # past the 256-position buffer step
+    toks, got, cache = _decode(model, True, 300)
+    assert toks == ref_toks
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+    # A next turn: a multi-token prefill runs on MLX over the buffers the NumPy step wrote.
+    turn = [11, 12, 13, 14]
+    a = model(mx.array([turn]), cache)
+    b = model(mx.array([turn]), ref_cache)
+    np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-3, atol=1e-3)
+
+
+def test_a_view_taken_before_a_trim_keeps_its_tokens():
+    """MLX copies a shared buffer before writing into it; the NumPy step writes in place,
+    so after a trim it must move to a buffer of its own first."""
+    model = tiny_model()
+    _, _, cache = _decode(model, True, 8)
+    n = cache[0].offset
+    kept = [c.keys[..., :n, :] for c in cache]  # e.g. a snapshot's slices: views of the buffer
+    mx.eval(kept)
+    before = [np.array(k) for k in kept]
+    for c in cache:
+        assert c.trim(4) == 4
+    _decode(model, True, 6, cache=cache, prompt=[1])
+    for k, b in zip(kept, before):
+        np.testing.assert_array_equal(np.array(k), b)
+
+
+def test_new_weights_are_seen():
+    model = tiny_model()
+    _decode(model, True, 2)
+    first = model.__dict__["_cpu_plan"]
+    w = model.model.layers[0].mlp.up_proj.weight
+    model.model.layers[0].mlp.update({"up_proj": {"weight": w * 2}})
+    ref_toks, ref, _ = _decode(model, False, 6)
+    toks, got, _ = _decode(model, True, 6)
+    assert model.__dict__["_cpu_plan"] is not first
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _runs_numpy(model, cache, tokens) -> bool:
+    model.model.cpu_decode = True
+    model(mx.array([PROMPT] * tokens.shape[0]), cache)
+    return cpu_step.run(model, tokens, cache) is not None
+
+
+def test_mlx_keeps_every_step_the_numpy_step_does_not_do():
+    model = tiny_model()
+    assert _runs_numpy(model, model.make_cache(), mx.array([[3]]))
+    assert not _runs_numpy(model, model.make_cache(), mx.array([[3], [4]]))  # a batch
+    assert not _runs_numpy(model, make_cache(model, "float16"), mx.array([[3]]))
+    wide = tiny_model(num_attention_heads=2, num_key_value_heads=1)  # q8 KV needs head_dim 32
+    assert not _runs_numpy(wide, make_cache(wide, "q8"), mx.array([[3]]))
+    cfg = CascadeConfig(sinks=4, window=16, block_size=4, top_k=2)
+    assert not _runs_numpy(model, make_cascade_cache(model, cfg), mx.array([[3]]))
+    model.model.cpu_decode = False
+    assert cpu_step.run(model, mx.array([[3]]), model.make_cache()) is None
+    half = tiny_model()
+    half.set_dtype(mx.float16)
+    assert not _runs_numpy(half, half.make_cache(), mx.array([[3]]))
+    quant = tiny_model()
+    nn.quantize(quant, group_size=32, bits=8)
+    assert not _runs_numpy(quant, quant.make_cache(), mx.array([[3]]))
+
+
+def test_off_the_cpu_backend_by_default(monkeypatch):
+    model = tiny_model()
+    assert cpu_step.enabled(model)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.gpu))
+    assert not cpu_step.enabled(model)
+    model.model.cpu_decode = True
+    assert cpu_step.enabled(model)
+    assert isinstance(model.make_cache()[0], KVCache)
