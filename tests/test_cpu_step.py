@@ -131,3 +131,25 @@ def test_off_the_cpu_backend_by_default(monkeypatch):
     model.model.cpu_decode = True
     assert cpu_step.enabled(model)
     assert isinstance(model.make_cache()[0], KVCache)
+
+
+def test_the_schedulers_one_row_batch_runs_the_numpy_step():
+    from mlotspark.runtime.batching import BatchCache
+
+    model = tiny_model()
+    ref_toks, ref, _ = _decode(model, False, 6)
+    model.model.cpu_decode = True
+    cache = model.make_cache()
+    logits = model(mx.array([PROMPT]), cache)
+    toks = []
+    for _ in range(6):
+        tok = mx.argmax(logits[:, -1, :], axis=-1)
+        toks.append(tok.item())
+        view = [BatchCache([c]) for c in cache]
+        assert cpu_step.run(model, tok[None], view) is not None  # the NumPy step took it
+        for c in cache:
+            c.trim(1)  # undo that step, then take the model's own way in
+        logits = model(tok[None], view)
+    assert toks == ref_toks
+    two = [BatchCache([c, c]) for c in cache]
+    assert cpu_step.run(model, mx.array([[3]]), two) is None

@@ -24,6 +24,7 @@ live tokens into a fresh buffer of our own first (``_own``).
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -53,6 +54,8 @@ def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optiona
     run on MLX (see the module docstring for when)."""
     if cache is None or inputs.shape != (1, 1) or not enabled(model):
         return None
+    if getattr(cache[0], "sole", None) is not None:  # the scheduler's one-row batch view
+        cache = [c.sole for c in cache]
     plan = model.__dict__.get("_cpu_plan")
     if plan is None or (plan is not False and not plan.current()):
         plan = CpuStep.build(model) or False
@@ -95,6 +98,15 @@ class CpuStep:
         self.scale = model.model.layers[0].self_attn.scale
         self.layers, (self.embed, self.norm, self.head) = layers, tied
         self.rope_dims, self.rope_traditional, self.rope_freqs = rope
+        # RoPE as x * cos + x[perm] * signed sin: perm pairs each rotated component with its partner.
+        d, D = self.rope_dims, self.head_dim
+        perm = np.arange(D)
+        if self.rope_traditional:
+            perm[0:d:2], perm[1:d:2] = np.arange(1, d, 2), np.arange(0, d, 2)
+        else:
+            perm[: d // 2], perm[d // 2 : d] = np.arange(d // 2, d), np.arange(d // 2)
+        self.perm_q = (np.arange(self.n_heads)[:, None] * D + perm).reshape(-1)
+        self.perm_k = (np.arange(self.n_kv)[:, None] * D + perm).reshape(-1)
         self._watched = watched  # (module, key, array): the views are of these arrays
 
     @classmethod
@@ -197,47 +209,54 @@ class CpuStep:
         ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)
         return x * (1.0 / np.sqrt(ms + self.eps)).astype(np.float32) * w
 
-    def _rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """``mx.fast.rope`` of rows ``x`` (heads, D) at one position."""
-        d = self.rope_dims
-        out = x.copy()
-        if self.rope_traditional:  # interleaved pairs
-            a, b = x[:, 0:d:2], x[:, 1:d:2]
-            out[:, 0:d:2], out[:, 1:d:2] = a * cos - b * sin, a * sin + b * cos
-        else:  # the two halves of the rotated dims
-            a, b = x[:, : d // 2], x[:, d // 2 : d]
-            out[:, : d // 2], out[:, d // 2 : d] = a * cos - b * sin, a * sin + b * cos
-        return out
+    def _rms1(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``_rms`` of one vector, with its scale as a Python float (fewer NumPy calls)."""
+        return (x * np.float32(1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps))) * w
+
+    def _rope_tables(self, pos: int) -> tuple:
+        """Per-step cos and signed-sin rows over the flat (heads * D) q and k, the query's
+        scaled by ``scale`` (so attention needs no separate scaling)."""
+        angle = pos * self.rope_freqs
+        cos, sin = np.cos(angle), np.sin(angle)
+        d, D = self.rope_dims, self.head_dim
+        c, s = np.ones(D, np.float32), np.zeros(D, np.float32)
+        if self.rope_traditional:  # interleaved pairs (a, b) -> (a cos - b sin, a sin + b cos)
+            c[0:d:2], c[1:d:2], s[0:d:2], s[1:d:2] = cos, cos, -sin, sin
+        else:  # halves of the rotated dims
+            c[: d // 2], c[d // 2 : d], s[: d // 2], s[d // 2 : d] = cos, cos, -sin, sin
+        scale = np.float32(self.scale)
+        return (np.tile(c * scale, self.n_heads), np.tile(s * scale, self.n_heads),
+                np.tile(c, self.n_kv), np.tile(s, self.n_kv))
 
     def __call__(self, token: int, cache: Sequence[KVCache]) -> mx.array:
         """Logits (1, 1, V) after ``token`` at position ``cache[0].offset``; advances every cache."""
         pos = cache[0].offset
         H, KV, D = self.n_heads, self.n_kv, self.head_dim
-        group = H // KV
-        angle = pos * self.rope_freqs
-        cos, sin = np.cos(angle), np.sin(angle)
+        group, n = H // KV, pos + 1
+        cq, sq, ck, sk = self._rope_tables(pos)
+        pq, pk = self.perm_q, self.perm_k
         x = self.embed[token].copy()
-        with np.errstate(over="ignore"):  # exp(-x) of SiLU overflows to inf for x < -88: silu -> -0
+        with np.errstate(over="ignore"):  # exp(-g) of SiLU overflows to inf for g < -88: silu -> -0
             for w, c in zip(self.layers, cache):
                 kb, vb = self._buffers(c, pos)
-                h = self._rms(x, w["n1"])
-                q, k, v = (self._lin(w[n], h) for n in ("q", "k", "v"))
-                q, k = q.reshape(H, D), k.reshape(KV, D)
+                h = self._rms1(x, w["n1"])
+                q, k, v = self._lin(w["q"], h), self._lin(w["k"], h), self._lin(w["v"], h)
                 if "qn" in w:
-                    q, k = self._rms(q, w["qn"]), self._rms(k, w["kn"])
-                kb[:, pos] = self._rotate(k, cos, sin)
+                    q = self._rms(q.reshape(H, D), w["qn"]).reshape(-1)
+                    k = self._rms(k.reshape(KV, D), w["kn"]).reshape(-1)
+                kb[:, pos] = (k * ck + k[pk] * sk).reshape(KV, D)
                 vb[:, pos] = v.reshape(KV, D)
-                q = self._rotate(q, cos, sin).reshape(KV, group, D)
-                s = np.matmul(q, kb[:, : pos + 1].transpose(0, 2, 1)) * np.float32(self.scale)
+                q = (q * cq + q[pq] * sq).reshape(KV, group, D)  # scaled by 1/sqrt(D) too
+                s = np.matmul(q, kb[:, :n].transpose(0, 2, 1))
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
-                s /= s.sum(axis=-1, keepdims=True)
-                x = x + self._lin(w["o"], np.matmul(s, vb[:, : pos + 1]).reshape(H * D))
-                h = self._rms(x, w["n2"])
+                o = np.matmul(s, vb[:, :n]) / s.sum(axis=-1, keepdims=True)
+                x = x + self._lin(w["o"], o.reshape(H * D))
+                h = self._rms1(x, w["n2"])
                 g = self._lin(w["gate"], h)
                 x = x + self._lin(w["down"], (g / (1.0 + np.exp(-g))) * self._lin(w["up"], h))
         for c in cache:
-            c.offset = pos + 1
-        logits = self.head @ self._rms(x, self.norm)
+            c.offset = n
+        logits = self.head @ self._rms1(x, self.norm)
         return mx.array(logits.reshape(1, 1, -1))
 
     @staticmethod

@@ -53,6 +53,12 @@ class BatchCache:
         self.packed = packed
         self.mask = mask
 
+    @property
+    def sole(self) -> Any:
+        """The row's own cache when the batch is one unpacked row, else None (a
+        one-sequence step, ``models/cpu_step.py``, then runs on that cache directly)."""
+        return self.caches[0] if self.packed is None and len(self.caches) == 1 else None
+
     def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
         """No model-level mask: each part of the batch brings its own."""
         if N != 1:
