@@ -170,7 +170,7 @@ class CpuStep:
         return all(m.get(k) is a for m, k, a in self._watched)
 
     def fits(self, cache: Sequence[Any]) -> bool:
-        if len(cache) != len(self.layers):
+        if len(cache) != len(self.layers) or type(cache[0]) is not KVCache:
             return False
         pos = cache[0].offset
         for c in cache:
