@@ -1,14 +1,23 @@
 """Issue 12: per-token cost of a float32 decode step, host (graph building) vs the whole step.
 
 Models sharing the same float32 weights in one process: mlx-lm's llama class (the
-yardstick) and ours with one-token products as ``x @ W.T`` (round 2) or through
-``models/matvec.py`` (the CPU default now), each op by op and with the compiled decode
-pieces (the default on a GPU). For each repetition, interleaved:
+yardstick) and ours: the NumPy step (``models/cpu_step.py``, the CPU default now), and on
+MLX one-token products as ``x @ W.T`` (round 2) or through ``models/matvec.py``, each op
+by op and with the compiled decode pieces (the default on a GPU). For each repetition,
+interleaved:
 
 - host ms/token: building one decode step's graph (model call + argmax), not evaluated;
-  that is what ``mx.compile`` can remove, and what decides speed on Metal for small models;
+  that is what ``mx.compile`` can remove, and what decides speed on Metal for small models.
+  The NumPy step has no graph: its model call *is* the step, so this column is not
+  comparable for it; see the next one;
+- overhead ms/token: one whole step (built and run) of a twin of the same architecture
+  (same layers, heads, ops) with every width cut to 64 and a 256-token vocabulary, so
+  the arithmetic is ~0 and what is left is each path's per-op cost (Python, graph,
+  dispatch): comparable across all paths;
 - decode tok/s: mlx-lm's ``generate_step`` (its async_eval pipeline, greedy) for
-  ``--tokens`` tokens after a chat prompt.
+  ``--tokens`` tokens after a chat prompt;
+- share of the bandwidth limit: weight bytes per token x tok/s, over what NumPy's
+  ``sgemv`` streams from the output layer's matrix (larger than the caches) in this run.
 
 Medians over ``--reps`` repetitions; greedy tokens are checked equal across all.
 
@@ -51,6 +60,56 @@ def host_ms(model, prompt: mx.array, steps: int = 24) -> float:
     return 1e3 * statistics.median(times)
 
 
+def overhead_ms(make, loaded, steps: int = 24) -> float:
+    """Median ms of one whole decode step of a narrow twin (same layers and ops, widths 64):
+    the per-op cost of a path with ~no arithmetic."""
+    from mlotspark.models.llama import Model, ModelArgs
+
+    cfg = dict(loaded.model.args.__dict__)
+    cfg.pop("extra", None)
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    cfg.update(hidden_size=16 * heads, head_dim=16, intermediate_size=64, vocab_size=256,
+               num_key_value_heads=kv, rope_freq_factors=None)
+    model = make()
+    if isinstance(model, Model):
+        narrow = Model(ModelArgs.from_dict(cfg))
+        for flag in ("cpu_decode", "decode_matvec", "compiled_decode", "whole_step"):
+            setattr(narrow.model, flag, getattr(model.model, flag))
+    else:  # mlx-lm's class
+        from mlx_lm.models import llama as mlx_lm_llama
+
+        narrow = mlx_lm_llama.Model(mlx_lm_llama.ModelArgs.from_dict(cfg))
+    mx.eval(narrow.parameters())
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(narrow)
+    mx.eval(narrow(mx.array([[1] * 40]), cache))
+    times = []
+    for i in range(steps + 4):
+        t = time.perf_counter()
+        y = mx.argmax(narrow(mx.array([[i % 256]]), cache)[:, -1, :], axis=-1)
+        mx.eval(y)
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times[4:])
+
+
+def sgemv_gbs(loaded, reps: int = 9) -> float:
+    """GB/s that NumPy's sgemv streams from the largest weight matrix (the output layer)."""
+    import numpy as np
+
+    from mlx.utils import tree_flatten
+
+    w = max((v for _, v in tree_flatten(loaded.model.parameters()) if v.ndim == 2), key=lambda v: v.size)
+    a = np.asarray(w.astype(mx.float32)) if w.dtype != mx.float32 else np.asarray(w)
+    x = np.ones(a.shape[1], np.float32)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ x
+        times.append(time.perf_counter() - t)
+    return a.nbytes / statistics.median(times) / 1e9
+
+
 def decode(model, prompt: mx.array, n: int) -> tuple[float, list[int]]:
     """tok/s of n greedy tokens through generate_step (first token excluded), and the tokens."""
     toks, t_first = [], None
@@ -74,10 +133,10 @@ def main() -> None:
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
-    def ours_with(matvec: bool, compiled: bool, whole: bool = True):
+    def ours_with(matvec: bool, compiled: bool, whole: bool = True, numpy_step: bool = False):
         def make():
             ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
-            ours.model.whole_step = whole
+            ours.model.whole_step, ours.model.cpu_decode = whole, numpy_step
             return ours
         return make
 
@@ -87,18 +146,24 @@ def main() -> None:
         "ours, x@W.T pieces": ours_with(False, True, whole=False),  # the GPU default
         "ours, x@W.T whole step": ours_with(False, True),  # compiled_step.py, opt-in
     }
-    if not on_gpu:  # models/matvec.py is a CPU (OpenBLAS) path
-        runs["ours, matvec"] = ours_with(True, False)  # the CPU default now
+    if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
+        runs["ours, NumPy step"] = ours_with(False, False, numpy_step=True)  # the CPU default now
+        runs["ours, matvec"] = ours_with(True, False)  # round 3's CPU default
         runs["ours, matvec pieces"] = ours_with(True, True, whole=False)
         runs["ours, matvec whole step"] = ours_with(True, True)
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}
+    over = {k: [] for k in runs}
     tps = {k: [] for k in runs}
+    gbs = []
     tokens = {}
     for _ in range(args.reps):
+        if not on_gpu:
+            gbs.append(sgemv_gbs(loaded))
         for name, make in runs.items():
             host[name].append(host_ms(make(), prompt))
+            over[name].append(overhead_ms(make, loaded))
             rate, toks = decode(make(), prompt, args.tokens)
             tps[name].append(rate)
             tokens[name] = toks
@@ -106,10 +171,15 @@ def main() -> None:
         f"BLAS: {blas.BLAS_IN_USE}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     print(f"{where}; {args.reps} reps, {args.tokens} tokens; weights {loaded.nbytes() / 1e6:.0f} MB {args.weights}")
     base = statistics.median(tps["mlx-lm"])
-    print(f"{'':<26} {'host ms/token':>14} {'decode tok/s':>13} {'vs mlx-lm':>10}")
+    bw = statistics.median(gbs) if gbs else float("nan")
+    if gbs:
+        print(f"NumPy sgemv on the largest weight: {bw:.1f} GB/s (the bandwidth limit below)")
+    print(f"{'':<26} {'host ms/token':>14} {'overhead ms':>12} {'decode tok/s':>13} {'vs mlx-lm':>10} {'of bw limit':>12}")
     for name in runs:
         t = statistics.median(tps[name])
-        print(f"{name:<26} {statistics.median(host[name]):>14.2f} {t:>13.1f} {t / base:>9.2f}x")
+        share = loaded.nbytes() * t / 1e9 / bw
+        print(f"{name:<26} {statistics.median(host[name]):>14.2f} {statistics.median(over[name]):>12.2f} "
+              f"{t:>13.1f} {t / base:>9.2f}x {share:>11.0%}")
     same = len({tuple(t) for t in tokens.values()}) == 1
     print("greedy tokens identical across all:", same)
 
