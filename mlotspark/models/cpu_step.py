@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import weakref
 from typing import Any, Optional, Sequence
 
@@ -107,7 +108,8 @@ class CpuStep:
             perm[: d // 2], perm[d // 2 : d] = np.arange(d // 2, d), np.arange(d // 2)
         self.perm_q = (np.arange(self.n_heads)[:, None] * D + perm).reshape(-1)
         self.perm_k = (np.arange(self.n_kv)[:, None] * D + perm).reshape(-1)
-        self._watched = watched  # (module, key, array): the views are of these arrays
+        # The views are of these arrays; ``current`` checks each is still its module's.
+        self._modules, self._keys, self._arrays = (list(t) for t in zip(*watched))
 
     @classmethod
     def build(cls, model: Any) -> Optional["CpuStep"]:
@@ -145,14 +147,16 @@ class CpuStep:
             at, mlp = layer.self_attn, layer.mlp
             if type(at.rope) is not type(first.rope) or at.scale != first.scale:
                 return None
-            parts = dict(q=linear(at.q_proj), k=linear(at.k_proj), v=linear(at.v_proj), o=linear(at.o_proj),
-                         gate=linear(mlp.gate_proj), up=linear(mlp.up_proj), down=linear(mlp.down_proj),
-                         n1=norm(layer.input_layernorm), n2=norm(layer.post_attention_layernorm))
-            if args.qk_norm:
-                parts.update(qn=norm(at.q_norm), kn=norm(at.k_norm))
-            if any(p is None for p in parts.values()):
-                return None
-            layers.append(parts)
+            q, k, v, o = linear(at.q_proj), linear(at.k_proj), linear(at.v_proj), linear(at.o_proj)
+            gate, up, down = linear(mlp.gate_proj), linear(mlp.up_proj), linear(mlp.down_proj)
+            n1, n2 = norm(layer.input_layernorm), norm(layer.post_attention_layernorm)
+            qn, kn = (norm(at.q_norm), norm(at.k_norm)) if args.qk_norm else (0, 0)
+            parts = (q, k, v, o, gate, up, down, n1, n2, qn, kn)
+            if any(p is None for p in parts) or o[1] is not None or any(m[1] is not None for m in (gate, up, down)):
+                return None  # biases only on q/k/v (qwen2)
+            # One flat record per layer: the step reads it with one unpacking, no lookups.
+            layers.append((q[0], k[0], v[0], o[0], gate[0], up[0], down[0], n1, n2,
+                           q[1], k[1], v[1], qn if args.qk_norm else None, kn if args.qk_norm else None))
         if type(model.model.embed_tokens) is not nn.Embedding:
             return None
         embed, fnorm = take(model.model.embed_tokens), norm(model.model.norm)
@@ -167,7 +171,7 @@ class CpuStep:
 
     def current(self) -> bool:
         """False once any weight array was replaced (``update``, ``load_weights``)."""
-        return all(m.get(k) is a for m, k, a in self._watched)
+        return all(map(operator.is_, map(dict.get, self._modules, self._keys), self._arrays))
 
     def fits(self, cache: Sequence[Any]) -> bool:
         if len(cache) != len(self.layers) or type(cache[0]) is not KVCache:
@@ -237,30 +241,26 @@ class CpuStep:
         pq, pk = self.perm_q, self.perm_k
         x = self.embed[token].copy()
         with np.errstate(over="ignore"):  # exp(-g) of SiLU overflows to inf for g < -88: silu -> -0
-            for w, c in zip(self.layers, cache):
+            for (wq, wk, wv, wo, wg, wu, wd, n1, n2, bq, bk, bv, qn, kn), c in zip(self.layers, cache):
                 kb, vb = self._buffers(c, pos)
-                h = self._rms1(x, w["n1"])
-                q, k, v = self._lin(w["q"], h), self._lin(w["k"], h), self._lin(w["v"], h)
-                if "qn" in w:
-                    q = self._rms(q.reshape(H, D), w["qn"]).reshape(-1)
-                    k = self._rms(k.reshape(KV, D), w["kn"]).reshape(-1)
+                h = self._rms1(x, n1)
+                q, k, v = wq @ h, wk @ h, wv @ h  # sgemv: W is (out, in) row-major
+                if bq is not None:
+                    q, k, v = q + bq, k + bk, v + bv
+                if qn is not None:
+                    q = self._rms(q.reshape(H, D), qn).reshape(-1)
+                    k = self._rms(k.reshape(KV, D), kn).reshape(-1)
                 kb[:, pos] = (k * ck + k[pk] * sk).reshape(KV, D)
                 vb[:, pos] = v.reshape(KV, D)
                 q = (q * cq + q[pq] * sq).reshape(KV, group, D)  # scaled by 1/sqrt(D) too
                 s = np.matmul(q, kb[:, :n].transpose(0, 2, 1))
                 s = np.exp(s - s.max(axis=-1, keepdims=True))
                 o = np.matmul(s, vb[:, :n]) / s.sum(axis=-1, keepdims=True)
-                x = x + self._lin(w["o"], o.reshape(H * D))
-                h = self._rms1(x, w["n2"])
-                g = self._lin(w["gate"], h)
-                x = x + self._lin(w["down"], (g / (1.0 + np.exp(-g))) * self._lin(w["up"], h))
+                x = x + wo @ o.reshape(H * D)
+                h = self._rms1(x, n2)
+                g = wg @ h
+                x = x + wd @ ((g / (1.0 + np.exp(-g))) * (wu @ h))
         for c in cache:
             c.offset = n
         logits = self.head @ self._rms1(x, self.norm)
         return mx.array(logits.reshape(1, 1, -1))
-
-    @staticmethod
-    def _lin(wb: tuple, x: np.ndarray) -> np.ndarray:
-        w, b = wb
-        y = w @ x  # sgemv: W is (out, in) row-major, x one row
-        return y if b is None else y + b
