@@ -34,6 +34,7 @@ import mlx.nn as nn
 import numpy as np
 
 from mlotspark.models.kv_cache import KVCache
+from mlotspark.models.matvec import Linear
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,10 @@ def _rope_angles(rope: Any) -> Optional[tuple[int, bool, np.ndarray]]:
     rotation is ``mx.fast.rope`` with plain frequencies; None for any other."""
     from mlx_lm.models.rope_utils import Llama3RoPE
 
-    from mlotspark.models.llama import FactorRoPE
-
     if type(rope) is nn.RoPE:
         inv = rope.base ** (-np.arange(0, rope.dims, 2, dtype=np.float32) / rope.dims)
         return rope.dims, rope.traditional, (rope.scale * inv).astype(np.float32)
-    if type(rope) in (FactorRoPE, Llama3RoPE):  # periods in _freqs, scale 1
+    if type(rope) is Llama3RoPE or getattr(type(rope), "plain_periods", False):  # periods in _freqs, scale 1
         return rope.dims, rope.traditional, (1.0 / np.array(rope._freqs, dtype=np.float32)).astype(np.float32)
     return None
 
@@ -113,11 +112,8 @@ class CpuStep:
 
     @classmethod
     def build(cls, model: Any) -> Optional["CpuStep"]:
-        """The step for ``model``, or None when it has anything this path does not run."""
-        from mlotspark.models.llama import Linear, Model
-
-        if type(model) is not Model:
-            return None
+        """The step for ``model`` (our ``llama.Model``, the only caller), or None when it has
+        anything this path does not run."""
         args = model.args
         watched: list = []
 

@@ -65,6 +65,8 @@ class FactorRoPE(nn.Module):
     ``rope_freqs`` tensor says (its form of Llama 3's ``llama3`` rope_scaling; the
     same rotation as mlx-lm's ``Llama3RoPE``)."""
 
+    plain_periods = True  # mx.fast.rope with the periods in _freqs: cpu_step.py can mirror it
+
     def __init__(self, dims: int, traditional: bool, base: float, factors: List[float]):
         super().__init__()
         if len(factors) != dims // 2:
