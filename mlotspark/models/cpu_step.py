@@ -107,6 +107,20 @@ class CpuStep:
             perm[: d // 2], perm[d // 2 : d] = np.arange(d // 2, d), np.arange(d // 2)
         self.perm_q = (np.arange(self.n_heads)[:, None] * D + perm).reshape(-1)
         self.perm_k = (np.arange(self.n_kv)[:, None] * D + perm).reshape(-1)
+        # Which frequency each component turns by (the appended 0 for the unrotated ones) and
+        # the sign of its sin term: rotated = x * cos + x[perm] * sign * sin.
+        freq, sign = np.full(D, d // 2), np.zeros(D, np.float32)
+        if self.rope_traditional:
+            freq[0:d:2] = freq[1:d:2] = np.arange(d // 2)
+            sign[0:d:2], sign[1:d:2] = -1, 1
+        else:
+            freq[: d // 2] = freq[d // 2 : d] = np.arange(d // 2)
+            sign[: d // 2], sign[d // 2 : d] = -1, 1
+        self.rope_freqs = np.append(self.rope_freqs, np.float32(0))
+        scale = np.float32(self.scale)
+        self.freq_q, self.freq_k = np.tile(freq, self.n_heads), np.tile(freq, self.n_kv)
+        self.sign_q, self.sign_k = np.tile(sign, self.n_heads) * scale, np.tile(sign, self.n_kv)
+        self.scale_q = scale
         # The views are of these arrays; ``current`` checks each is still its module's.
         self._modules, self._keys, self._arrays = (list(t) for t in zip(*watched))
 
@@ -174,9 +188,7 @@ class CpuStep:
             return False
         pos = cache[0].offset
         for c in cache:
-            if type(c) is not KVCache or c.offset != pos:
-                return False
-            if c.keys is not None and (c.keys.dtype != mx.float32 or c.keys.shape[0] != 1):
+            if type(c) is not KVCache or c.offset != pos or (c.keys is not None and c.keys.dtype != mx.float32):
                 return False
         return True
 
@@ -197,12 +209,18 @@ class CpuStep:
     def _buffers(self, c: KVCache, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """Writable (KV, capacity, D) views of ``c``'s buffers with room at ``pos``."""
         mark = c.__dict__.get("_cpu_step_mark")
-        if (c.keys is None or mark is None or mark[0]() is not c.keys or mark[1]() is not c.values
-                or pos < mark[2] or pos >= c.keys.shape[2]):
+        if (mark is None or c.keys is None or mark[0]() is not c.keys or mark[1]() is not c.values
+                or pos < mark[2]):
             self._own(c, pos)
-        c._cpu_step_mark = (weakref.ref(c.keys), weakref.ref(c.values), pos + 1)
+            mark = c._cpu_step_mark = [weakref.ref(c.keys), weakref.ref(c.values), 0]
         # Fresh views each step: MLX may have moved the array to a new buffer since.
-        return np.asarray(c.keys)[0], np.asarray(c.values)[0]
+        kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
+        if pos >= kb.shape[1]:  # full: grow by a step, as mlx-lm does
+            self._own(c, pos)
+            mark[:2] = weakref.ref(c.keys), weakref.ref(c.values)
+            kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
+        mark[2] = pos + 1
+        return kb, vb
 
     def _rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         """RMSNorm over the last axis, in float32 as ``mx.fast.rms_norm``."""
@@ -216,17 +234,10 @@ class CpuStep:
     def _rope_tables(self, pos: int) -> tuple:
         """Per-step cos and signed-sin rows over the flat (heads * D) q and k, the query's
         scaled by ``scale`` (so attention needs no separate scaling)."""
-        angle = pos * self.rope_freqs
+        angle = pos * self.rope_freqs  # its last entry is 0: cos 1, sin 0 for unrotated dims
         cos, sin = np.cos(angle), np.sin(angle)
-        d, D = self.rope_dims, self.head_dim
-        c, s = np.ones(D, np.float32), np.zeros(D, np.float32)
-        if self.rope_traditional:  # interleaved pairs (a, b) -> (a cos - b sin, a sin + b cos)
-            c[0:d:2], c[1:d:2], s[0:d:2], s[1:d:2] = cos, cos, -sin, sin
-        else:  # halves of the rotated dims
-            c[: d // 2], c[d // 2 : d], s[: d // 2], s[d // 2 : d] = cos, cos, -sin, sin
-        scale = np.float32(self.scale)
-        return (np.tile(c * scale, self.n_heads), np.tile(s * scale, self.n_heads),
-                np.tile(c, self.n_kv), np.tile(s, self.n_kv))
+        iq, ik = self.freq_q, self.freq_k
+        return cos[iq] * self.scale_q, sin[iq] * self.sign_q, cos[ik], sin[ik] * self.sign_k
 
     def __call__(self, token: int, cache: Sequence[KVCache]) -> mx.array:
         """Logits (1, 1, V) after ``token`` at position ``cache[0].offset``; advances every cache."""
