@@ -124,3 +124,22 @@ def test_stats_panel_shows_the_warning():
     assert "BLAS" not in machine_text(MachineFigures(blas_warning=None), None, None).plain
     text = machine_text(MachineFigures(blas_warning="slow reference BLAS in use; fix: x"), None, None).plain
     assert "slow reference BLAS" in text and "fix: x" in text
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="NumPy's Linux wheels bundle OpenBLAS; macOS's use Accelerate")
+def test_numpy_blas_threads_are_set_unless_the_user_chose(monkeypatch):
+    import ctypes
+    import glob
+
+    import numpy
+
+    libs = glob.glob(str(Path(numpy.__file__).parent.parent / "numpy.libs" / "libscipy_openblas*"))
+    if not libs:
+        pytest.skip("this NumPy does not bundle scipy-openblas")
+    get = getattr(ctypes.CDLL(libs[0]), "scipy_openblas_get_num_threads64_", None)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert blas.set_numpy_blas_threads(1)
+    if get is not None:
+        assert get() == 1
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert not blas.set_numpy_blas_threads(1)  # the user's explicit setting wins

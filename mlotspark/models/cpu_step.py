@@ -34,6 +34,7 @@ import mlx.nn as nn
 import numpy as np
 
 from mlotspark.models.kv_cache import KVCache
+from mlotspark.platform import blas
 from mlotspark.models.matvec import Linear
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,8 @@ def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optiona
     if plan is None or (plan is not False and not plan.current()):
         plan = CpuStep.build(model) or False
         object.__setattr__(model, "_cpu_plan", plan)  # not a parameter of the model
+        if plan:
+            blas.set_numpy_blas_threads(1)  # sgemv is bandwidth-bound; 2 threads collapse under load
     if plan is False or not plan.fits(cache):
         return None
     return plan(int(inputs.item()), cache)

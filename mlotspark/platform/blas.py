@@ -285,4 +285,44 @@ def set_blas_threads(n: int) -> bool:
     return True
 
 
+#: Thread-count setters of the OpenBLAS builds NumPy's wheels bundle (scipy-openblas, 64-bit
+#: ints first), and of a plain OpenBLAS.
+_NUMPY_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                  "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def set_numpy_blas_threads(n: int) -> bool:
+    """Set the thread count of the OpenBLAS that NumPy bundles (not MLX's).
+
+    NumPy's one-token products (``models/cpu_step.py``) are sgemv, bound by memory
+    bandwidth: one thread streams ~25 GB/s here, and two spinning OpenBLAS threads beside
+    any other busy process collapsed decode from 45 to 2.6 tok/s. An explicit
+    ``OPENBLAS_NUM_THREADS`` wins (nothing is changed). macOS wheels use Accelerate
+    (no OpenBLAS found: nothing to set).
+
+    Args:
+        n: threads, >= 1.
+
+    Returns:
+        True when NumPy's OpenBLAS took the setting.
+    """
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        return False
+    import numpy
+
+    root = Path(numpy.__file__).parent
+    for path in sorted(glob.glob(str(root.parent / "numpy.libs" / "libscipy_openblas*"))
+                       + glob.glob(str(root / ".dylibs" / "libscipy_openblas*"))):
+        try:
+            lib = ctypes.CDLL(path)  # already loaded by NumPy: the same handle
+        except OSError:
+            continue
+        for name in _NUMPY_SETTERS:
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn(max(1, int(n)))
+                return True
+    return False
+
+
 resolve_blas()
