@@ -153,3 +153,11 @@ def test_the_schedulers_one_row_batch_runs_the_numpy_step():
     assert toks == ref_toks
     two = [BatchCache([c, c]) for c in cache]
     assert cpu_step.run(model, mx.array([[3]]), two) is None
+
+
+def test_a_one_token_prompt_on_an_empty_cache():
+    model = tiny_model()
+    ref_toks, ref, _ = _decode(model, False, 5, prompt=[9])
+    toks, got, cache = _decode(model, True, 5, prompt=[9])
+    assert toks == ref_toks and cache[0].offset == 6
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
