@@ -73,7 +73,7 @@ def overhead_ms(make, loaded, steps: int = 24) -> float:
     model = make()
     if isinstance(model, Model):
         narrow = Model(ModelArgs.from_dict(cfg))
-        for flag in ("cpu_decode", "decode_matvec", "compiled_decode", "whole_step"):
+        for flag in ("numpy_steps", "decode_matvec", "compiled_decode", "whole_step"):
             setattr(narrow.model, flag, getattr(model.model, flag))
     else:  # mlx-lm's class
         from mlx_lm.models import llama as mlx_lm_llama
@@ -136,7 +136,7 @@ def main() -> None:
     def ours_with(matvec: bool, compiled: bool, whole: bool = True, numpy_step: bool = False):
         def make():
             ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
-            ours.model.whole_step, ours.model.cpu_decode = whole, numpy_step
+            ours.model.whole_step, ours.model.numpy_steps = whole, numpy_step
             return ours
         return make
 

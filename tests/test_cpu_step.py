@@ -19,7 +19,7 @@ PROMPT = [5, 17, 42, 99, 3, 250, 7]
 
 def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT):
     """Greedy tokens and the logits of each one-token step."""
-    model.model.cpu_decode = numpy_step
+    model.model.numpy_steps = numpy_step
     cache = model.make_cache() if cache is None else cache
     logits = model(mx.array([prompt]), cache)
     toks, out = [], []
@@ -99,7 +99,7 @@ def test_new_weights_are_seen():
 
 
 def _runs_numpy(model, cache, tokens) -> bool:
-    model.model.cpu_decode = True
+    model.model.numpy_steps = True
     model(mx.array([PROMPT] * tokens.shape[0]), cache)
     return cpu_step.run(model, tokens, cache) is not None
 
@@ -113,7 +113,7 @@ def test_mlx_keeps_every_step_the_numpy_step_does_not_do():
     assert not _runs_numpy(wide, make_cache(wide, "q8"), mx.array([[3]]))
     cfg = CascadeConfig(sinks=4, window=16, block_size=4, top_k=2)
     assert not _runs_numpy(model, make_cascade_cache(model, cfg), mx.array([[3]]))
-    model.model.cpu_decode = False
+    model.model.numpy_steps = False
     assert cpu_step.run(model, mx.array([[3]]), model.make_cache()) is None
     half = tiny_model()
     half.set_dtype(mx.float16)
@@ -128,7 +128,7 @@ def test_off_the_cpu_backend_by_default(monkeypatch):
     assert cpu_step.enabled(model)
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.gpu))
     assert not cpu_step.enabled(model)
-    model.model.cpu_decode = True
+    model.model.numpy_steps = True
     assert cpu_step.enabled(model)
     assert isinstance(model.make_cache()[0], KVCache)
 
@@ -138,7 +138,7 @@ def test_the_schedulers_one_row_batch_runs_the_numpy_step():
 
     model = tiny_model()
     ref_toks, ref, _ = _decode(model, False, 6)
-    model.model.cpu_decode = True
+    model.model.numpy_steps = True
     cache = model.make_cache()
     logits = model(mx.array([PROMPT]), cache)
     toks = []
@@ -161,3 +161,24 @@ def test_a_one_token_prompt_on_an_empty_cache():
     toks, got, cache = _decode(model, True, 5, prompt=[9])
     assert toks == ref_toks and cache[0].offset == 6
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_prefill_in_chunks_of_several_query_blocks(monkeypatch):
+    """Chunks past one query block and starting past 0: every position's logits and the
+    cache equal MLX's (the causal triangle of each block, the keys before the chunk)."""
+    monkeypatch.setattr(cpu_step, "PREFILL_BLOCK", 48)
+    model = tiny_model()
+    prompt = [(i * 37) % 300 for i in range(300)]
+    out = {}
+    for numpy_steps in (False, True):
+        model.model.numpy_steps = numpy_steps
+        cache = model.make_cache()
+        logits = [model(mx.array([prompt[a:b]]), cache) for a, b in ((0, 130), (130, 131), (131, 300))]
+        out[numpy_steps] = (np.concatenate([np.array(x[0]) for x in logits]), cache)
+    (got, cache), (ref, ref_cache) = out[True], out[False]
+    assert type(model.__dict__["_cpu_plan"]).__name__ == "CpuStep"
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    for a, b in zip(cache, ref_cache):
+        assert a.offset == b.offset == 300
+        np.testing.assert_allclose(np.array(a.keys[..., :300, :]), np.array(b.keys[..., :300, :]), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(np.array(a.values[..., :300, :]), np.array(b.values[..., :300, :]), rtol=1e-4, atol=1e-4)

@@ -1,4 +1,5 @@
-"""One-token decode steps in NumPy, on MLX's CPU backend.
+"""Steps of one sequence in NumPy, on MLX's CPU backend: one-token decode steps and
+prefill chunks.
 
 Why not MLX here: its CPU backend sends every float32 matmul to ``cblas_sgemm`` (it has
 no GEMV path, so a one-token product runs OpenBLAS's packed GEMM at a third of the
@@ -6,10 +7,12 @@ bandwidth, ``matvec.py``) and runs each of a step's ~600 small ops through its
 scheduler. A one-token step is ~540 MB of weights read once: NumPy's ``W @ x`` is
 OpenBLAS's ``sgemv`` on the *same* weights (zero-copy views of the MLX arrays: CPU and
 unified memory), with ~1 µs of Python per op. Measured 2.3x mlx-lm's decode on this CPU
-with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5").
+with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5"). A prefill chunk
+is GEMMs, which MLX and NumPy run through OpenBLAS alike, plus attention and SiLU, where
+MLX's CPU backend computes ``exp`` one element at a time and NumPy vectorises it.
 
 It runs only where it is exact and cheap: our llama-family ``Model`` with dense float32
-weights, one sequence (B = 1, L = 1), and a plain ``KVCache`` of float32 in every layer.
+weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in every layer.
 Batches, the memory cascade, float16/quantized KV, float16/quantized weights, other
 model classes and GPUs stay on MLX (``run`` returns None). Metal has GEMV kernels and
 cheap dispatch; nothing here runs there.
@@ -41,21 +44,24 @@ log = logging.getLogger(__name__)
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
+#: Queries per block of the prefill's causal attention: each block reads only the keys it
+#: can see, so about half of the masked scores (and their ``exp``) are never computed.
+PREFILL_BLOCK = 128
 
 
 def enabled(model: Any) -> bool:
-    """Whether one-token steps may go through NumPy: ``model.model.cpu_decode`` True, or
-    None (the default) on the CPU backend."""
-    on = getattr(model.model, "cpu_decode", None)
+    """Whether steps may go through NumPy: ``model.model.numpy_steps`` True, or None (the
+    default) on the CPU backend."""
+    on = getattr(model.model, "numpy_steps", None)
     if on is None:
         return mx.default_device().type == mx.DeviceType.cpu
     return bool(on)
 
 
 def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optional[mx.array]:
-    """Logits (1, 1, V) of one decode step through NumPy, or None when this step must
-    run on MLX (see the module docstring for when)."""
-    if cache is None or inputs.shape != (1, 1) or not enabled(model):
+    """Logits (1, L, V) of one step of one sequence through NumPy, or None when this step
+    must run on MLX (see the module docstring for when)."""
+    if cache is None or inputs.ndim != 2 or inputs.shape[0] != 1 or not enabled(model):
         return None
     if getattr(cache[0], "sole", None) is not None:  # the scheduler's one-row batch view
         cache = [c.sole for c in cache]
@@ -67,7 +73,9 @@ def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optiona
             blas.set_numpy_blas_threads(1)  # sgemv is bandwidth-bound; 2 threads collapse under load
     if plan is False or not plan.fits(cache):
         return None
-    return plan(int(inputs.item()), cache)
+    if inputs.shape[1] == 1:
+        return plan(int(inputs.item()), cache)
+    return plan.prefill(np.asarray(inputs[0]), cache, model)
 
 
 def _dense(a: Any) -> Optional[np.ndarray]:
@@ -124,6 +132,7 @@ class CpuStep:
         self.freq_q, self.freq_k = np.tile(freq, self.n_heads), np.tile(freq, self.n_kv)
         self.sign_q, self.sign_k = np.tile(sign, self.n_heads) * scale, np.tile(sign, self.n_kv)
         self.scale_q = scale
+        self._tri = np.zeros((0, 0), np.float32)
         # The views are of these arrays; ``current`` checks each is still its module's.
         self._modules, self._keys, self._arrays = (list(t) for t in zip(*watched))
 
@@ -195,9 +204,10 @@ class CpuStep:
                 return False
         return True
 
-    def _own(self, c: KVCache, pos: int) -> None:
-        """Give ``c`` fresh buffers of our own with room past ``pos``, its live tokens copied."""
-        cap = (pos // _STEP + 1) * _STEP
+    def _own(self, c: KVCache, pos: int, need: int) -> None:
+        """Give ``c`` fresh buffers of our own with room for ``need`` positions, its ``pos``
+        live tokens copied."""
+        cap = ((need + _STEP - 1) // _STEP) * _STEP
         keys = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
         values = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
         mx.eval(keys, values)
@@ -209,20 +219,20 @@ class CpuStep:
             nv[:, :, :pos] = np.asarray(c.values)[:, :, :pos]
         c.keys, c.values = keys, values
 
-    def _buffers(self, c: KVCache, pos: int) -> tuple[np.ndarray, np.ndarray]:
-        """Writable (KV, capacity, D) views of ``c``'s buffers with room at ``pos``."""
+    def _buffers(self, c: KVCache, pos: int, n: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Writable (KV, capacity, D) views of ``c``'s buffers with room for ``n`` tokens at ``pos``."""
         mark = c.__dict__.get("_cpu_step_mark")
         if (mark is None or c.keys is None or mark[0]() is not c.keys or mark[1]() is not c.values
                 or pos < mark[2]):
-            self._own(c, pos)
+            self._own(c, pos, pos + n)
             mark = c._cpu_step_mark = [weakref.ref(c.keys), weakref.ref(c.values), 0]
         # Fresh views each step: MLX may have moved the array to a new buffer since.
         kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
-        if pos >= kb.shape[1]:  # full: grow by a step, as mlx-lm does
-            self._own(c, pos)
+        if pos + n > kb.shape[1]:  # full: grow by whole steps, as mlx-lm does
+            self._own(c, pos, pos + n)
             mark[:2] = weakref.ref(c.keys), weakref.ref(c.values)
             kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
-        mark[2] = pos + 1
+        mark[2] = pos + n
         return kb, vb
 
     def _rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -233,6 +243,62 @@ class CpuStep:
     def _rms1(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``_rms`` of one vector, with its scale as a Python float (fewer NumPy calls)."""
         return (x * np.float32(1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps))) * w
+
+    def prefill(self, tokens: np.ndarray, cache: Sequence[KVCache], model: Any) -> mx.array:
+        """Run ``tokens`` (L > 1) of one sequence at ``cache[0].offset``; advances every cache.
+
+        GEMMs as ``X @ W.T`` (OpenBLAS sgemm on the same views), causal attention in
+        blocks of ``PREFILL_BLOCK`` queries that each read only the keys they can see, and
+        NumPy's vectorised ``exp`` (MLX's CPU backend computes ``exp`` per element, which
+        dominated its prefill: RESULTS "Issue 12, round 5").
+
+        Returns:
+            Logits (1, L, V) as a *lazy* MLX expression on the final hidden states: a
+            prefill reads only the cache, so the output layer is never computed for it.
+        """
+        pos, L = cache[0].offset, len(tokens)
+        H, KV, D = self.n_heads, self.n_kv, self.head_dim
+        group, end = H // KV, pos + L
+        angle = np.arange(pos, end, dtype=np.float32)[:, None] * self.rope_freqs
+        cos, sin = np.cos(angle), np.sin(angle)
+        cq, sq = cos[:, self.freq_q] * self.scale_q, sin[:, self.freq_q] * self.sign_q
+        ck, sk = cos[:, self.freq_k], sin[:, self.freq_k] * self.sign_k
+        x = self.embed[tokens]  # (L, dim), a copy
+        B = PREFILL_BLOCK
+        with np.errstate(over="ignore"):
+            for (wq, wk, wv, wo, wg, wu, wd, n1, n2, bq, bk, bv, qn, kn), c in zip(self.layers, cache):
+                kb, vb = self._buffers(c, pos, L)
+                h = self._rms(x, n1)
+                q, k, v = h @ wq.T, h @ wk.T, h @ wv.T  # sgemm on the transposed views
+                if bq is not None:
+                    q, k, v = q + bq, k + bk, v + bv
+                if qn is not None:
+                    q = self._rms(q.reshape(L, H, D), qn).reshape(L, -1)
+                    k = self._rms(k.reshape(L, KV, D), kn).reshape(L, -1)
+                k = k * ck + k[:, self.perm_k] * sk
+                kb[:, pos:end] = k.reshape(L, KV, D).transpose(1, 0, 2)
+                vb[:, pos:end] = v.reshape(L, KV, D).transpose(1, 0, 2)
+                q = (q * cq + q[:, self.perm_q] * sq).reshape(L, KV, group, D).transpose(1, 2, 0, 3)
+                out = np.empty((KV, group, L, D), np.float32)
+                for a in range(0, L, B):  # queries [a, b) see keys [0, pos + b)
+                    b, seen = min(a + B, L), pos + min(a + B, L)
+                    s = np.matmul(q[:, :, a:b], kb[:, None, :seen].transpose(0, 1, 3, 2))
+                    s[..., pos + a :] += self._causal(b - a)  # the block's own triangle
+                    s = np.exp(s - s.max(axis=-1, keepdims=True))
+                    out[:, :, a:b] = np.matmul(s, vb[:, None, :seen]) / s.sum(axis=-1, keepdims=True)
+                x = x + out.transpose(2, 0, 1, 3).reshape(L, H * D) @ wo.T
+                h = self._rms(x, n2)
+                g = h @ wg.T
+                x = x + ((g / (1.0 + np.exp(-g))) * (h @ wu.T)) @ wd.T
+        for c in cache:
+            c.offset = end
+        return model.logits(mx.array(self._rms(x, self.norm)[None]))
+
+    def _causal(self, n: int) -> np.ndarray:
+        """(n, n): 0 on and below the diagonal, -inf above (a query's later keys)."""
+        if self._tri.shape[0] < n:
+            self._tri = np.triu(np.full((n, n), -np.inf, np.float32), k=1)
+        return self._tri[:n, :n]
 
     def _rope_tables(self, pos: int) -> tuple:
         """Per-step cos and signed-sin rows over the flat (heads * D) q and k, the query's

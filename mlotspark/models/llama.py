@@ -195,10 +195,11 @@ class LlamaModel(nn.Module):
         #: have GEMV kernels for either orientation.
         self.decode_matvec: Optional[bool] = None
         self.matvec_on = False  # what the Linear layers are set to now
-        #: One-token steps of one sequence over a plain float32 cache in NumPy (``cpu_step.py``):
-        #: True, False, or None = on the CPU backend only, where it decoded 2.3x faster than
-        #: the MLX path (sgemv instead of sgemm, ~1 µs per op; RESULTS "Issue 12, round 5").
-        self.cpu_decode: Optional[bool] = None
+        #: Steps of one sequence over a plain float32 cache in NumPy (``cpu_step.py``): one-token
+        #: decode steps (sgemv instead of MLX's sgemm, ~1 µs per op: 2.2x mlx-lm's decode) and
+        #: prefill chunks (NumPy's vectorised exp instead of MLX's per-element one). True,
+        #: False, or None = on the CPU backend only (RESULTS "Issue 12, round 5").
+        self.numpy_steps: Optional[bool] = None
 
     def _set_matvec(self) -> bool:
         """Resolve ``decode_matvec`` and hand it to the Linear layers when it changes."""
