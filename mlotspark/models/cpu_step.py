@@ -196,13 +196,15 @@ class CpuStep:
         return all(map(operator.is_, map(dict.get, self._modules, self._keys), self._arrays))
 
     def fits(self, cache: Sequence[Any]) -> bool:
+        """Whether ``cache`` is one plain float32 KV cache per layer, all at one offset."""
         if len(cache) != len(self.layers) or type(cache[0]) is not KVCache:
             return False
         pos = cache[0].offset
         for c in cache:
-            if type(c) is not KVCache or c.offset != pos or (c.keys is not None and c.keys.dtype != mx.float32):
+            if type(c) is not KVCache or c.offset != pos:
                 return False
-        return True
+        first = cache[0].keys  # every layer's KV comes from the same model dtype
+        return first is None or first.dtype == mx.float32
 
     def _own(self, c: KVCache, pos: int, need: int) -> None:
         """Give ``c`` fresh buffers of our own with room for ``need`` positions, its ``pos``
