@@ -32,7 +32,7 @@ from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models.llama import Model, TransformerBlock
 from mlotspark.memory.cascade.question import QuestionPass
-from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize, top_blocks
+from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize_blocks, top_blocks
 
 Selection = tuple[tuple[int, ...], ...]  # per KV head, sorted block indices
 _STEP = 256  # buffer growth, in tokens (as mlx-lm's KVCache)
@@ -340,19 +340,21 @@ class CascadeCache:
             self._evict()
 
     def _evict(self) -> None:
-        """Move whole blocks from the window's old end to the episodic store."""
+        """Move whole blocks from the window's old end to the episodic store.
+
+        All the blocks of one call go at once (a prefill chunk seals chunk / B of them
+        per layer): one store call, one summary op, one index write, so the MLX ops and
+        the Python work per call do not grow with the blocks sealed."""
         B, W = self.config.block_size, self.config.window
         n_out = -(-(self.n_window - W) // B)  # blocks needed to get back under W
         start = self.offset - self.n_window
-        sealed = []
-        for j in range(n_out):
-            bk = self.win_k[0, :, j * B : (j + 1) * B, :]  # (Hkv, B, D)
-            bv = self.win_v[0, :, j * B : (j + 1) * B, :]
-            block = self.store.add(self.layer, self.n_blocks, start + j * B, bk, bv)
-            self.index.add(summarize(bk, self.config.representation))  # (Hkv, R, D)
-            self.n_blocks += 1
-            if block.payload is not None:
-                sealed += list(block.payload.values())
+        _, H, _, D = self.win_k.shape
+        ks = self.win_k[0, :, : n_out * B, :].reshape(H, n_out, B, D)  # (Hkv, n, B, D)
+        vs = self.win_v[0, :, : n_out * B, :].reshape(H, n_out, B, D)
+        blocks = self.store.add_many(self.layer, self.n_blocks, start, ks.swapaxes(0, 1), vs.swapaxes(0, 1))
+        self.index.add_many(summarize_blocks(ks, self.config.representation))  # (Hkv, R, n, D)
+        self.n_blocks += n_out
+        sealed = [a for b in blocks if b.payload is not None for a in b.payload.values()]
         # Evaluate the sealed payloads soon (without waiting), so they do not pin old window buffers.
         if sealed:
             mx.async_eval(sealed)
