@@ -298,11 +298,15 @@ class EpisodicStore:
     def _enforce_budget(self, protect: set | tuple) -> None:
         if self.resident_bytes <= self.budget_bytes:
             return
+        groups = set()
         while self.resident_bytes > self.budget_bytes and self._lru:
             key = next(iter(self._lru))
             if key in protect:  # blocks in use were moved to the end: only they remain
                 break
+            if self.blocks[key].slab is not None:
+                groups.add(self.blocks[key].slab)
             self._spill(self.blocks[key])
+        self._detach(groups)
 
     def _spill(self, b: Block) -> None:
         if b.path is None or not b.path.exists():
@@ -320,26 +324,23 @@ class EpisodicStore:
                 raise StoreError(f"cannot spill an episodic block to {b.path}: {e.strerror or e}") from e
             self.counters.bytes_written += b.nbytes
         b.payload = None
-        self._detach(b)
         self._lru.pop((b.layer, b.index), None)
         self.resident_bytes -= b.nbytes
         self.counters.spills += 1
 
-    def _detach(self, b: Block) -> None:
-        """``b`` left memory: its siblings from one ``add_many`` get payloads of their
-        own, so the buffer they shared is freed and memory stays what ``resident_bytes``
-        counts (a retrieved sibling would otherwise hold all ``n`` blocks' bytes)."""
-        if b.slab is None:
-            return
+    def _detach(self, groups: set[int]) -> None:
+        """Blocks of these ``add_many`` groups left memory: the group's resident blocks
+        get payloads of their own, so the buffer the group shared is freed and memory
+        stays what ``resident_bytes`` counts (a retrieved block would otherwise hold
+        all its group's bytes). After the spills, so blocks spilled together are not copied."""
         copies = []
-        for key in self._slabs.pop(b.slab, ()):
-            m = self.blocks.get(key)
-            if m is None:
-                continue
-            m.slab = None
-            if m.payload is not None:
-                m.payload = {n: mx.array(a) for n, a in m.payload.items()}  # a copy, not a view
-                copies += list(m.payload.values())
+        for group in groups:
+            for key in self._slabs.pop(group, ()):
+                m = self.blocks[key]
+                m.slab = None
+                if m.payload is not None:
+                    m.payload = {n: mx.array(a) for n, a in m.payload.items()}  # a copy, not a view
+                    copies += list(m.payload.values())
         if copies:
             mx.async_eval(copies)  # left lazy, a copy would hold the shared buffer through its input
 
