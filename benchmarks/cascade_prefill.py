@@ -1,7 +1,7 @@
 """Prefill tok/s against prompt length: the cascade (several chunk sizes) vs full attention.
 
     python benchmarks/cascade_prefill.py --lengths 4096 8192 --modes cascade full \\
-        --step 512 --cascade-chunk 0 --reps 3 --out prefill.jsonl
+        --step 2048 --cascade-chunk 256 1024 --reps 3 --out prefill.jsonl
 
 A filler prompt of each length is fed in forward passes of ``--step`` tokens (the
 engine's ``prefill_chunk``, mlx-lm's ``prefill_step_size``), evaluating the caches
@@ -71,7 +71,8 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--modes", nargs="+", default=["cascade", "full"], choices=["cascade", "per-block", "full"])
     p.add_argument("--step", type=int, nargs="+", default=[512], help="tokens per forward pass (prefill_chunk)")
-    p.add_argument("--cascade-chunk", type=int, nargs="+", default=[0], help="CascadeConfig.chunk values (0 = window)")
+    p.add_argument("--cascade-chunk", type=int, nargs="+", default=[None],
+                   help="CascadeConfig.chunk values (0 = window; default: for_model's)")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
@@ -88,8 +89,9 @@ def main() -> None:
         for step in args.step:
             full_s = None
             for mode in args.modes:
-                for cchunk in [0] if mode == "full" else args.cascade_chunk:
-                    config = CascadeConfig.for_model(engine.loaded.context_length, chunk=cchunk)
+                for cchunk in [None] if mode == "full" else args.cascade_chunk:
+                    given = {} if cchunk is None else {"chunk": cchunk}
+                    config = CascadeConfig.for_model(engine.loaded.context_length, **given)
                     CascadeCache._evict = per_block_evict if mode == "per-block" else fast_evict
                     times = []
                     try:
