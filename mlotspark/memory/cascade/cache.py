@@ -214,7 +214,7 @@ class CascadeCache:
             if old[0] != selection:  # same positions: only the blocks' slots change
                 self._rewrite_blocks(selection, rope, k.dtype)
         else:
-            self._rebuild(selection, rope, k.dtype)
+            self._rebuild(selection, rope, k.dtype, room=L)
         self._ctx_layout = layout
         start = self._ctx_len
         q = rope(q, offset=start)
@@ -272,8 +272,9 @@ class CascadeCache:
         idx = mx.array(rows)[..., None]  # (Hkv, k*B, 1)
         return mx.take_along_axis(uk, idx, axis=1)[None], mx.take_along_axis(uv, idx, axis=1)[None]
 
-    def _rebuild(self, selection: Selection, rope: Callable, dtype: mx.Dtype) -> None:
-        """Rotate [sinks | selected blocks | window] at positions 0.. into a new buffer."""
+    def _rebuild(self, selection: Selection, rope: Callable, dtype: mx.Dtype, room: int = 1) -> None:
+        """Rotate [sinks | selected blocks | window] at positions 0.. into a new buffer
+        with room for ``room`` new tokens (a prefill piece then needs no second copy)."""
         self.counters.rebuilds += 1
         parts_k, parts_v = [], []
         if self.n_sinks:
@@ -293,8 +294,8 @@ class CascadeCache:
         cv = mx.concatenate(parts_v, axis=2)
         n = ck.shape[2]
         # A fresh buffer: the old one may still be read by an unevaluated step.
-        self._ctx_k = _grow(None, n + self.config.block_size, ck)
-        self._ctx_v = _grow(None, n + self.config.block_size, cv)
+        self._ctx_k = _grow(None, n + max(room, self.config.block_size), ck)
+        self._ctx_v = _grow(None, n + max(room, self.config.block_size), cv)
         self._ctx_k[..., :n, :] = ck
         self._ctx_v[..., :n, :] = cv
         self._ctx_len = n
