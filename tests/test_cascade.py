@@ -98,7 +98,7 @@ def test_defaults_fit_the_trained_context(ctx):
 
 def test_for_model_refuses_a_span_past_the_context():
     with pytest.raises(OptionError, match="8192"):
-        CascadeConfig.for_model(8192, window=4096)
+        CascadeConfig.for_model(8192, window=7168)
     with pytest.raises(OptionError, match="unknown"):
         CascadeConfig.for_model(8192, windw=512)
 

@@ -32,7 +32,7 @@ from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models.llama import Model, TransformerBlock
 from mlotspark.memory.cascade.question import QuestionPass
-from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize, top_blocks
+from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize_blocks, top_blocks
 
 Selection = tuple[tuple[int, ...], ...]  # per KV head, sorted block indices
 _STEP = 256  # buffer growth, in tokens (as mlx-lm's KVCache)
@@ -214,7 +214,7 @@ class CascadeCache:
             if old[0] != selection:  # same positions: only the blocks' slots change
                 self._rewrite_blocks(selection, rope, k.dtype)
         else:
-            self._rebuild(selection, rope, k.dtype)
+            self._rebuild(selection, rope, k.dtype, room=L)
         self._ctx_layout = layout
         start = self._ctx_len
         q = rope(q, offset=start)
@@ -272,8 +272,9 @@ class CascadeCache:
         idx = mx.array(rows)[..., None]  # (Hkv, k*B, 1)
         return mx.take_along_axis(uk, idx, axis=1)[None], mx.take_along_axis(uv, idx, axis=1)[None]
 
-    def _rebuild(self, selection: Selection, rope: Callable, dtype: mx.Dtype) -> None:
-        """Rotate [sinks | selected blocks | window] at positions 0.. into a new buffer."""
+    def _rebuild(self, selection: Selection, rope: Callable, dtype: mx.Dtype, room: int = 1) -> None:
+        """Rotate [sinks | selected blocks | window] at positions 0.. into a new buffer
+        with room for ``room`` new tokens (a prefill piece then needs no second copy)."""
         self.counters.rebuilds += 1
         parts_k, parts_v = [], []
         if self.n_sinks:
@@ -293,8 +294,8 @@ class CascadeCache:
         cv = mx.concatenate(parts_v, axis=2)
         n = ck.shape[2]
         # A fresh buffer: the old one may still be read by an unevaluated step.
-        self._ctx_k = _grow(None, n + self.config.block_size, ck)
-        self._ctx_v = _grow(None, n + self.config.block_size, cv)
+        self._ctx_k = _grow(None, n + max(room, self.config.block_size), ck)
+        self._ctx_v = _grow(None, n + max(room, self.config.block_size), cv)
         self._ctx_k[..., :n, :] = ck
         self._ctx_v[..., :n, :] = cv
         self._ctx_len = n
@@ -340,19 +341,21 @@ class CascadeCache:
             self._evict()
 
     def _evict(self) -> None:
-        """Move whole blocks from the window's old end to the episodic store."""
+        """Move whole blocks from the window's old end to the episodic store.
+
+        All the blocks of one call go at once (a prefill chunk seals chunk / B of them
+        per layer): one store call, one summary op, one index write, so the MLX ops and
+        the Python work per call do not grow with the blocks sealed."""
         B, W = self.config.block_size, self.config.window
         n_out = -(-(self.n_window - W) // B)  # blocks needed to get back under W
         start = self.offset - self.n_window
-        sealed = []
-        for j in range(n_out):
-            bk = self.win_k[0, :, j * B : (j + 1) * B, :]  # (Hkv, B, D)
-            bv = self.win_v[0, :, j * B : (j + 1) * B, :]
-            block = self.store.add(self.layer, self.n_blocks, start + j * B, bk, bv)
-            self.index.add(summarize(bk, self.config.representation))  # (Hkv, R, D)
-            self.n_blocks += 1
-            if block.payload is not None:
-                sealed += list(block.payload.values())
+        _, H, _, D = self.win_k.shape
+        ks = self.win_k[0, :, : n_out * B, :].reshape(H, n_out, B, D)  # (Hkv, n, B, D)
+        vs = self.win_v[0, :, : n_out * B, :].reshape(H, n_out, B, D)
+        blocks = self.store.add_many(self.layer, self.n_blocks, start, ks.swapaxes(0, 1), vs.swapaxes(0, 1))
+        self.index.add_many(summarize_blocks(ks, self.config.representation))  # (Hkv, R, n, D)
+        self.n_blocks += n_out
+        sealed = [a for b in blocks if b.payload is not None for a in b.payload.values()]
         # Evaluate the sealed payloads soon (without waiting), so they do not pin old window buffers.
         if sealed:
             mx.async_eval(sealed)

@@ -10,11 +10,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import mlx.core as mx
+
 from mlotspark.errors import OptionError
 
 ROUTINGS = ("sequence", "rolling", "token", "hybrid", "question")
 BLOCK_KINDS = ("float16", "q8", "q4")
 REPRESENTATIONS = ("minmax", "mean", "keys")
+
+#: Pieces a prefill chunk is attended in on the CPU, chosen by measurement
+#: (benchmarks/RESULTS.md, issue 12 round 5: 4k tokens in forward passes of 2048,
+#: pieces of 256 / 512 / 1024 / 2048 = 119 / 115 / 101 / 76 tok/s). Attention is most
+#: of a piece's cost on the CPU and grows with the keys each query sees (sinks +
+#: blocks + window + the piece), so shorter pieces win while each piece's fixed
+#: work (routing, context rebuild) stays small next to it.
+CPU_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class CascadeConfig:
             key), ``keys`` (every key: exact, but routing cost grows with length).
         chunk: longest run of new tokens attended in one piece; longer prefill
             chunks are split so positions stay bounded (0 = ``window``).
+            ``for_model`` picks ``CPU_CHUNK`` on the CPU (see there).
         follow: blocks after each retrieved block retrieved with it, within
             ``top_k`` (default 1: a needle's value often crosses into the next
             block, and matches the question less than its key does).
@@ -118,6 +129,10 @@ class CascadeConfig:
         The window is an eighth of the trained context (1024 for 8k), clamped to
         [64, 4096]: small enough that decode stays cheap, large enough for the
         local syntax; the whole attended span stays below the trained context.
+        On the CPU, prefill is attended in pieces of ``CPU_CHUNK`` tokens (when the
+        window is longer); on a GPU in pieces of the window, as before: there the
+        arithmetic is cheap and each piece's fixed cost (a routing host sync per
+        layer, a context rebuild) dominates, so fewer pieces (not measured yet).
 
         Args:
             context_length: the model's trained context (``max_position_embeddings``).
@@ -135,7 +150,8 @@ class CascadeConfig:
         sinks = min(64, window // 4)
         block = 32 if window >= 256 else 16
         top_k = min(32, context_length // (4 * block))  # retrieved blocks: at most a quarter
-        base: dict[str, Any] = dict(window=window, sinks=sinks, block_size=block, top_k=top_k)
+        chunk = CPU_CHUNK if window > CPU_CHUNK and mx.default_device() == mx.cpu else 0
+        base: dict[str, Any] = dict(window=window, sinks=sinks, block_size=block, top_k=top_k, chunk=chunk)
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise OptionError(f"unknown cascade option(s): {', '.join(sorted(unknown))}")

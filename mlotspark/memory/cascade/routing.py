@@ -68,6 +68,24 @@ def summarize(k: mx.array, kind: str) -> mx.array:
     return k
 
 
+def summarize_blocks(k: mx.array, kind: str) -> mx.array:
+    """``summarize`` of ``n`` consecutive blocks at once, laid out as ``SummaryIndex`` rows.
+
+    Args:
+        k: keys without RoPE, (Hkv, n, B, D): block ``j`` is ``k[:, j]``.
+        kind: ``minmax | mean | keys``.
+
+    Returns:
+        float32 (Hkv, R, n, D): column ``j`` is ``summarize(k[:, j], kind)``.
+    """
+    k = k.astype(mx.float32)
+    if kind == "minmax":
+        return mx.stack([k.min(axis=2), k.max(axis=2)], axis=1)
+    if kind == "mean":
+        return k.mean(axis=2)[:, None]
+    return k.swapaxes(1, 2)
+
+
 def _pool(x: mx.array, size: int) -> mx.array:
     """Mean over runs of ``size`` consecutive rows: (H, M, D) -> (H, ceil(M / size), D)."""
     H, M, D = x.shape
@@ -132,6 +150,20 @@ class SummaryIndex:
             self.buf = extra if self.buf is None else mx.concatenate([self.buf, extra], axis=2)
         self.buf[:, :, self.n] = summary
         self.n += 1
+
+    def add_many(self, summaries: mx.array) -> None:
+        """Append ``n`` blocks' summaries (Hkv, R, n, D) (``summarize_blocks``) in one
+        write; the buffer grows as ``n`` calls of ``add`` would grow it."""
+        H, R, n, D = summaries.shape
+        cap = 0 if self.buf is None else self.buf.shape[2]
+        new_cap = cap
+        while new_cap < self.n + n:
+            new_cap += max(64, new_cap)
+        if new_cap > cap:
+            extra = mx.zeros((H, R, new_cap - cap, D), dtype=mx.float32)
+            self.buf = extra if self.buf is None else mx.concatenate([self.buf, extra], axis=2)
+        self.buf[:, :, self.n : self.n + n] = summaries
+        self.n += n
 
     def view(self) -> mx.array:
         """(Hkv, R, N, D) summaries of the N blocks so far."""
