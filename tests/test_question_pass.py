@@ -160,3 +160,16 @@ def test_sharpen_and_focus_stay_exact_while_everything_fits(model):  # noqa: F81
         toks, lp = greedy(model, cas, prompt, 12, chunk=32)
         assert cas[0].question.passes == 0 and toks == ref_toks
         np.testing.assert_allclose(np.array(mx.stack(lp)), np.array(mx.stack(ref_lp)), atol=1e-3)
+
+
+def test_a_focused_pass_pins_fewer_blocks_for_the_whole_answer(model):  # noqa: F811
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=4, chunk=16, question_pass=8, follow=0,
+                        question_sharpen=3, question_focus=0.99)
+    cas = make_cascade_cache(model, cfg)
+    prompt = tokens(160, seed=5)
+    toks, _ = greedy(model, cas, prompt, 6, chunk=32)
+    chosen = cas[0].pinned
+    assert cas[0].question.passes == 1 and chosen is not None and 1 <= len(chosen) < cfg.top_k
+    for c in cas:
+        assert c.pinned == chosen and all(head == chosen for head in c.selection)
+        assert c.offset == len(prompt) + len(toks)
