@@ -173,3 +173,15 @@ def test_a_focused_pass_pins_fewer_blocks_for_the_whole_answer(model):  # noqa: 
     for c in cas:
         assert c.pinned == chosen and all(head == chosen for head in c.selection)
         assert c.offset == len(prompt) + len(toks)
+
+
+def test_bad_sharpen_and_focus_are_named():
+    import pytest
+
+    from mlotspark.errors import OptionError
+
+    with pytest.raises(OptionError, match="question_focus 1.5"):
+        CascadeConfig(question_focus=1.5)
+    with pytest.raises(OptionError, match="question_sharpen 0"):
+        CascadeConfig(question_sharpen=0)
+    assert CascadeConfig.from_dict({**CascadeConfig().to_dict(), "question_focus": 0.2}).question_focus == 0.2
