@@ -14,7 +14,9 @@ So, once per prompt, between the last prefill chunk and the first decode step:
    keys; the attention mass each block gets (``block_mass``) is summed over layers
    and KV heads, so the layers whose question looks at a few blocks decide (a
    *consensus*), and the top ``top_k`` blocks (with ``follow``) become the selection
-   of every layer and KV head;
+   of every layer and KV head (optionally each pair's mass raised to
+   ``question_sharpen`` first, and only the blocks near the best kept with
+   ``question_focus``: see ``consensus``);
 2. the prompt's last ``question_pass`` tokens are trimmed from working memory and
    read again with that selection pinned (their KV and the remembered queries are
    rewritten, now having seen the chosen blocks);
