@@ -42,6 +42,10 @@ def main() -> None:
     p.add_argument("--follow", type=int, default=d.follow, help="blocks after each retrieved block taken with it")
     p.add_argument("--question-pass", type=int, default=d.question_pass,
                    help="prompt tokens re-read with the blocks all layers' question queries agree on (0 = off)")
+    p.add_argument("--question-sharpen", type=int, default=d.question_sharpen,
+                   help="exponent on each (layer, KV head)'s attention mass in the question pass (1 = plain sum)")
+    p.add_argument("--question-focus", type=float, default=d.question_focus,
+                   help="pin only blocks scoring >= this share of the best (0 = the top-k best)")
     p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
@@ -58,7 +62,8 @@ def main() -> None:
     config = CascadeConfig(window=args.window, sinks=args.sinks, block_size=args.block_size, top_k=args.top_k_blocks,
                            routing=args.routing, representation=args.representation,
                            rolling_window=args.rolling_window, follow=args.follow,
-                           question_pass=args.question_pass)
+                           question_pass=args.question_pass, question_sharpen=args.question_sharpen,
+                           question_focus=args.question_focus)
     emit({"command": command_line(), "config": config.to_dict(), "model": engine.model_name,
           "weights": engine.loaded.weights}, args.out)
     lengths = [m * args.window for m in args.multiples] + list(args.lengths)

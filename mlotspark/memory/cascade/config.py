@@ -70,6 +70,16 @@ class CascadeConfig:
             holds for the whole answer (default 64; 0 = off; ``question`` routing
             only; see ``question.py``). At 8k tokens it turned a needle found in 29%
             of the (layer, KV head) selections into one found in all of them.
+        question_sharpen: exponent on each (layer, KV head)'s attention mass before
+            the question pass sums them (1 = plain sum; larger lets the few heads
+            that look hard at one block outvote many that look a little at all;
+            see ``question.consensus``).
+        question_focus: when > 0 the question pass pins only the blocks scoring at
+            least this share of the best one (with ``follow``, at most ``top_k``)
+            instead of the ``top_k`` best, so near-miss blocks (other needles worded
+            like the asked one) are left out (0 = off, the default: at 4k tokens
+            sharpen 3 + focus 0.2 took niah_multikey from 1/4 to 2/4 cases but
+            dropped values niah_multivalue needs; RESULTS, issue 14 round 5).
     """
 
     window: int = 1024
@@ -85,12 +95,14 @@ class CascadeConfig:
     chunk: int = 0
     follow: int = 1
     question_pass: int = 64
+    question_sharpen: int = 1
+    question_focus: float = 0.0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
             return OptionError(f"invalid cascade {name} {getattr(self, name)!r}: {why}")
 
-        for name in ("window", "block_size", "rolling_window"):
+        for name in ("window", "block_size", "rolling_window", "question_sharpen"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")
@@ -106,6 +118,9 @@ class CascadeConfig:
             raise bad("block_kind", f"choose one of {', '.join(BLOCK_KINDS)}")
         if self.representation not in REPRESENTATIONS:
             raise bad("representation", f"choose one of {', '.join(REPRESENTATIONS)}")
+        f = self.question_focus
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+            raise bad("question_focus", "must be a number in [0, 1]")
         b = self.episodic_budget_mb
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0:
             raise bad("episodic_budget_mb", "must be a number >= 0")
