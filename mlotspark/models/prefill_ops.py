@@ -32,14 +32,23 @@ __all__ = ["ATTENTION_BLOCK", "causal_attention", "fast_exp", "silu_mul", "use_c
 #: masked call 29. Smaller blocks skip more of the triangle but call more often.
 ATTENTION_BLOCK = 64
 
+#: Softmax inside ``causal_attention`` written out with ``fast_exp`` (scores and
+#: weights by OpenBLAS matmuls) instead of MLX's fused CPU attention: False by default
+#: (see benchmarks/RESULTS.md "Issue 12, round 5" for the measurement).
+EXPLICIT_SOFTMAX = False
+
 _LOG2E = 1.0 / math.log(2.0)
 # ln(2)^k / k! for k = 7..0: 2^f = exp(f ln 2) as a Taylor series, Horner order.
 _POLY = [math.log(2.0) ** k / math.factorial(k) for k in range(7, -1, -1)]
 
 
+#: Master switch (benchmarks/prefill_profile.py turns it off to time MLX's own ops).
+ENABLED = True
+
+
 def use_cpu_prefill_ops() -> bool:
-    """Whether the default device is the CPU, the only backend these forms help."""
-    return mx.default_device().type == mx.DeviceType.cpu
+    """Whether these forms are on and the default device is the CPU, the only backend they help."""
+    return ENABLED and mx.default_device().type == mx.DeviceType.cpu
 
 
 def fast_exp(x: mx.array) -> mx.array:
@@ -111,9 +120,32 @@ def causal_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, blo
     if L <= block:
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
     past = T - L
+    if EXPLICIT_SOFTMAX and q.dtype == mx.float32:
+        return _explicit(q, k, v, scale, block, past)
     outs: list[Any] = []
     for s in range(0, L, block):
         e = min(L, s + block)
         outs.append(mx.fast.scaled_dot_product_attention(
             q[:, :, s:e], k[:, :, : past + e], v[:, :, : past + e], scale=scale, mask="causal"))
     return mx.concatenate(outs, axis=2)
+
+
+_shifted_exp = mx.compile(lambda s, m: fast_exp(s - m))
+
+
+def _explicit(q: mx.array, k: mx.array, v: mx.array, scale: float, block: int, past: int) -> mx.array:
+    """``causal_attention`` with the softmax written out: scores and weighted values as
+    batched matmuls per KV head (the query heads sharing it stacked), ``fast_exp``."""
+    B, H, L, D = q.shape
+    Hk = k.shape[1]
+    qs = (q * scale).reshape(B, Hk, H // Hk, L, D)
+    outs: list[Any] = []
+    for s in range(0, L, block):
+        e = min(L, s + block)
+        keys, values = k[:, :, None, : past + e], v[:, :, None, : past + e]
+        scores = qs[:, :, :, s:e] @ keys.swapaxes(-1, -2)  # (B, Hk, rep, n, past + e)
+        seen = mx.arange(past + e)[None] <= (past + s + mx.arange(e - s))[:, None]
+        scores = mx.where(seen, scores, -mx.inf)
+        w = _shifted_exp(scores, scores.max(-1, keepdims=True))
+        outs.append((w @ values) / w.sum(-1, keepdims=True))
+    return mx.concatenate(outs, axis=3).reshape(B, H, L, D)
