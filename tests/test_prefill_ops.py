@@ -34,8 +34,10 @@ def test_silu_mul_matches_nn_silu():
     assert half.dtype == mx.float16
 
 
+@pytest.mark.parametrize("explicit", [True, False])
 @pytest.mark.parametrize("L,past", [(5, 0), (200, 0), (130, 70)])
-def test_causal_attention_matches_masked_sdpa(L, past):
+def test_causal_attention_matches_masked_sdpa(L, past, explicit, monkeypatch):
+    monkeypatch.setattr(prefill_ops, "EXPLICIT_SOFTMAX", explicit)
     q = mx.random.normal((2, 6, L, 16))
     k, v = mx.random.normal((2, 2, past + L, 16)), mx.random.normal((2, 2, past + L, 16))
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
