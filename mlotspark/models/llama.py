@@ -18,7 +18,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask
 from mlx_lm.models.rope_utils import initialize_rope
 
-from mlotspark.models import compiled_step, cpu_step
+from mlotspark.models import compiled_step, cpu_step, prefill_ops
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.models.matvec import Linear, matvec
 
@@ -122,6 +122,8 @@ class Attention(nn.Module):
         """Attention output (B, H, L, D): RoPE and the cache's context, or plain causal attention."""
         if cache is None:
             q, k = self.rope(q), self.rope(k)
+            if isinstance(mask, str) and mask == "causal" and prefill_ops.use_cpu_prefill_ops():
+                return prefill_ops.causal_attention(q, k, v, scale=self.scale)
             return mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
         return cache.attend(q, k, v, rope=self.rope, scale=self.scale, mask=mask)
 
@@ -143,7 +145,12 @@ class MLP(nn.Module):
         self.up_proj = Linear(dim, hidden, bias=args.mlp_bias)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.down_proj(nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        g, u = self.gate_proj(x), self.up_proj(x)
+        if x.shape[-2] > 1 and prefill_ops.use_cpu_prefill_ops():
+            # Many tokens on the CPU: exp as a vectorised polynomial (prefill_ops.py);
+            # one-token steps keep nn.silu, so decode is unchanged.
+            return self.down_proj(prefill_ops.silu_mul(g, u))
+        return self.down_proj(nn.silu(g) * u)
 
 
 class TransformerBlock(nn.Module):
