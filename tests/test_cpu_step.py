@@ -162,23 +162,3 @@ def test_a_one_token_prompt_on_an_empty_cache():
     assert toks == ref_toks and cache[0].offset == 6
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
-
-def test_prefill_in_chunks_of_several_query_blocks(monkeypatch):
-    """Chunks past one query block and starting past 0: every position's logits and the
-    cache equal MLX's (the causal triangle of each block, the keys before the chunk)."""
-    monkeypatch.setattr(cpu_step, "PREFILL_BLOCK", 48)
-    model = tiny_model()
-    prompt = [(i * 37) % 300 for i in range(300)]
-    out = {}
-    for numpy_steps in (False, True):
-        model.model.numpy_steps = numpy_steps
-        cache = model.make_cache()
-        logits = [model(mx.array([prompt[a:b]]), cache) for a, b in ((0, 130), (130, 131), (131, 300))]
-        out[numpy_steps] = (np.concatenate([np.array(x[0]) for x in logits]), cache)
-    (got, cache), (ref, ref_cache) = out[True], out[False]
-    assert type(model.__dict__["_cpu_plan"]).__name__ == "CpuStep"
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
-    for a, b in zip(cache, ref_cache):
-        assert a.offset == b.offset == 300
-        np.testing.assert_allclose(np.array(a.keys[..., :300, :]), np.array(b.keys[..., :300, :]), rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(np.array(a.values[..., :300, :]), np.array(b.values[..., :300, :]), rtol=1e-4, atol=1e-4)

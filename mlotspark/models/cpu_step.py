@@ -1,5 +1,4 @@
-"""Steps of one sequence in NumPy, on MLX's CPU backend: one-token decode steps and
-prefill chunks.
+"""One-token decode steps of one sequence in NumPy, on MLX's CPU backend.
 
 Why not MLX here: its CPU backend sends every float32 matmul to ``cblas_sgemm`` (it has
 no GEMV path, so a one-token product runs OpenBLAS's packed GEMM at a third of the
@@ -7,9 +6,9 @@ bandwidth, ``matvec.py``) and runs each of a step's ~600 small ops through its
 scheduler. A one-token step is ~540 MB of weights read once: NumPy's ``W @ x`` is
 OpenBLAS's ``sgemv`` on the *same* weights (zero-copy views of the MLX arrays: CPU and
 unified memory), with ~1 µs of Python per op. Measured 2.3x mlx-lm's decode on this CPU
-with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5"). A prefill chunk
-is GEMMs, which MLX and NumPy run through OpenBLAS alike, plus attention and SiLU, where
-MLX's CPU backend computes ``exp`` one element at a time and NumPy vectorises it.
+with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5"). Prefill stays on
+MLX (``prefill_ops.py``): a NumPy prefill of the same chunks measured 1.44x mlx-lm against
+1.85x for MLX with those forms, its GEMMs being the same OpenBLAS calls.
 
 It runs only where it is exact and cheap: our llama-family ``Model`` with dense float32
 weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in every layer.
@@ -44,9 +43,6 @@ log = logging.getLogger(__name__)
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
-#: Queries per block of the prefill's causal attention: each block reads only the keys it
-#: can see, so about half of the masked scores (and their ``exp``) are never computed.
-PREFILL_BLOCK = 128
 
 
 def enabled(model: Any) -> bool:
@@ -59,9 +55,9 @@ def enabled(model: Any) -> bool:
 
 
 def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optional[mx.array]:
-    """Logits (1, L, V) of one step of one sequence through NumPy, or None when this step
-    must run on MLX (see the module docstring for when)."""
-    if cache is None or inputs.ndim != 2 or inputs.shape[0] != 1 or not enabled(model):
+    """Logits (1, 1, V) of one decode step of one sequence through NumPy, or None when
+    this step must run on MLX (see the module docstring for when)."""
+    if cache is None or inputs.shape != (1, 1) or not enabled(model):
         return None
     if getattr(cache[0], "sole", None) is not None:  # the scheduler's one-row batch view
         cache = [c.sole for c in cache]
@@ -73,9 +69,7 @@ def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optiona
             blas.set_numpy_blas_threads(1)  # sgemv is bandwidth-bound; 2 threads collapse under load
     if plan is False or not plan.fits(cache):
         return None
-    if inputs.shape[1] == 1:
-        return plan(int(inputs.item()), cache)
-    return plan.prefill(np.asarray(inputs[0]), cache, model)
+    return plan(int(inputs.item()), cache)
 
 
 def _dense(a: Any) -> Optional[np.ndarray]:
@@ -132,7 +126,6 @@ class CpuStep:
         self.freq_q, self.freq_k = np.tile(freq, self.n_heads), np.tile(freq, self.n_kv)
         self.sign_q, self.sign_k = np.tile(sign, self.n_heads) * scale, np.tile(sign, self.n_kv)
         self.scale_q = scale
-        self._tri = np.zeros((0, 0), np.float32)
         # The views are of these arrays; ``current`` checks each is still its module's.
         self._modules, self._keys, self._arrays = (list(t) for t in zip(*watched))
 
@@ -245,62 +238,6 @@ class CpuStep:
     def _rms1(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``_rms`` of one vector, with its scale as a Python float (fewer NumPy calls)."""
         return (x * np.float32(1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps))) * w
-
-    def prefill(self, tokens: np.ndarray, cache: Sequence[KVCache], model: Any) -> mx.array:
-        """Run ``tokens`` (L > 1) of one sequence at ``cache[0].offset``; advances every cache.
-
-        GEMMs as ``X @ W.T`` (OpenBLAS sgemm on the same views), causal attention in
-        blocks of ``PREFILL_BLOCK`` queries that each read only the keys they can see, and
-        NumPy's vectorised ``exp`` (MLX's CPU backend computes ``exp`` per element, which
-        dominated its prefill: RESULTS "Issue 12, round 5").
-
-        Returns:
-            Logits (1, L, V) as a *lazy* MLX expression on the final hidden states: a
-            prefill reads only the cache, so the output layer is never computed for it.
-        """
-        pos, L = cache[0].offset, len(tokens)
-        H, KV, D = self.n_heads, self.n_kv, self.head_dim
-        group, end = H // KV, pos + L
-        angle = np.arange(pos, end, dtype=np.float32)[:, None] * self.rope_freqs
-        cos, sin = np.cos(angle), np.sin(angle)
-        cq, sq = cos[:, self.freq_q] * self.scale_q, sin[:, self.freq_q] * self.sign_q
-        ck, sk = cos[:, self.freq_k], sin[:, self.freq_k] * self.sign_k
-        x = self.embed[tokens]  # (L, dim), a copy
-        B = PREFILL_BLOCK
-        with np.errstate(over="ignore"):
-            for (wq, wk, wv, wo, wg, wu, wd, n1, n2, bq, bk, bv, qn, kn), c in zip(self.layers, cache):
-                kb, vb = self._buffers(c, pos, L)
-                h = self._rms(x, n1)
-                q, k, v = h @ wq.T, h @ wk.T, h @ wv.T  # sgemm on the transposed views
-                if bq is not None:
-                    q, k, v = q + bq, k + bk, v + bv
-                if qn is not None:
-                    q = self._rms(q.reshape(L, H, D), qn).reshape(L, -1)
-                    k = self._rms(k.reshape(L, KV, D), kn).reshape(L, -1)
-                k = k * ck + k[:, self.perm_k] * sk
-                kb[:, pos:end] = k.reshape(L, KV, D).transpose(1, 0, 2)
-                vb[:, pos:end] = v.reshape(L, KV, D).transpose(1, 0, 2)
-                q = (q * cq + q[:, self.perm_q] * sq).reshape(L, KV, group, D).transpose(1, 2, 0, 3)
-                out = np.empty((KV, group, L, D), np.float32)
-                for a in range(0, L, B):  # queries [a, b) see keys [0, pos + b)
-                    b, seen = min(a + B, L), pos + min(a + B, L)
-                    s = np.matmul(q[:, :, a:b], kb[:, None, :seen].transpose(0, 1, 3, 2))
-                    s[..., pos + a :] += self._causal(b - a)  # the block's own triangle
-                    s = np.exp(s - s.max(axis=-1, keepdims=True))
-                    out[:, :, a:b] = np.matmul(s, vb[:, None, :seen]) / s.sum(axis=-1, keepdims=True)
-                x = x + out.transpose(2, 0, 1, 3).reshape(L, H * D) @ wo.T
-                h = self._rms(x, n2)
-                g = h @ wg.T
-                x = x + ((g / (1.0 + np.exp(-g))) * (h @ wu.T)) @ wd.T
-        for c in cache:
-            c.offset = end
-        return model.logits(mx.array(self._rms(x, self.norm)[None]))
-
-    def _causal(self, n: int) -> np.ndarray:
-        """(n, n): 0 on and below the diagonal, -inf above (a query's later keys)."""
-        if self._tri.shape[0] < n:
-            self._tri = np.triu(np.full((n, n), -np.inf, np.float32), k=1)
-        return self._tri[:n, :n]
 
     def _rope_tables(self, pos: int) -> tuple:
         """Per-step cos and signed-sin rows over the flat (heads * D) q and k, the query's

@@ -202,10 +202,9 @@ class LlamaModel(nn.Module):
         #: have GEMV kernels for either orientation.
         self.decode_matvec: Optional[bool] = None
         self.matvec_on = False  # what the Linear layers are set to now
-        #: Steps of one sequence over a plain float32 cache in NumPy (``cpu_step.py``): one-token
-        #: decode steps (sgemv instead of MLX's sgemm, ~1 µs per op: 2.2x mlx-lm's decode) and
-        #: prefill chunks (NumPy's vectorised exp instead of MLX's per-element one). True,
-        #: False, or None = on the CPU backend only (RESULTS "Issue 12, round 5").
+        #: One-token decode steps of one sequence over a plain float32 cache in NumPy
+        #: (``cpu_step.py``: sgemv instead of MLX's sgemm, ~1 µs per op; 2.2x mlx-lm's decode).
+        #: True, False, or None = on the CPU backend only (RESULTS "Issue 12, round 5").
         self.numpy_steps: Optional[bool] = None
 
     def _set_matvec(self) -> bool:
