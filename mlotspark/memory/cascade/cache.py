@@ -30,6 +30,7 @@ import mlx.core as mx
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
+from mlotspark.models import prefill_ops
 from mlotspark.models.llama import Model, TransformerBlock
 from mlotspark.memory.cascade.question import QuestionPass
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize_blocks, top_blocks
@@ -226,7 +227,10 @@ class CascadeCache:
         self._ctx_len = start + L
         keys = self._ctx_k[..., : self._ctx_len, :]  # (1, Hkv, P + n + L, D)
         values = self._ctx_v[..., : self._ctx_len, :]
-        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
+        if L > 1 and prefill_ops.use_cpu_prefill_ops():  # the masked triangle skipped, fast exp
+            out = prefill_ops.causal_attention(q, keys, values, scale=scale)
+        else:
+            out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
         self._append(k, v)
         if self.counters.calls % 32 == 0:
             # Decode may go on long without reading the window or the remembered
