@@ -47,13 +47,7 @@ def per_block_evict(self: CascadeCache) -> None:
             sealed += list(block.payload.values())
     if sealed:
         mx.async_eval(sealed)
-    keep = self.n_window - n_out * B
-    cap, kept = self.win_k.shape[2], slice(n_out * B, self.n_window)
-    self.win_k = mx.concatenate([self.win_k[..., kept, :], mx.zeros_like(self.win_k[..., : cap - keep, :])], axis=2)
-    self.win_v = mx.concatenate([self.win_v[..., kept, :], mx.zeros_like(self.win_v[..., : cap - keep, :])], axis=2)
-    self.n_window = keep
-    self._new_blocks = True
-    self._ctx_layout = None
+    self._drop_from_window(n_out * B)
 
 
 def prefill(model, ids: list[int], cache: list, step: int) -> float:

@@ -363,9 +363,13 @@ class CascadeCache:
         # Evaluate the sealed payloads soon (without waiting), so they do not pin old window buffers.
         if sealed:
             mx.async_eval(sealed)
-        keep = self.n_window - n_out * B
+        self._drop_from_window(n_out * B)
+
+    def _drop_from_window(self, n: int) -> None:
+        """Drop the window's oldest ``n`` tokens (just stored as blocks)."""
+        keep = self.n_window - n
         # A fresh window buffer: an in-place shift would alias the slice it reads.
-        cap, kept = self.win_k.shape[2], slice(n_out * B, self.n_window)
+        cap, kept = self.win_k.shape[2], slice(n, self.n_window)
         self.win_k = mx.concatenate([self.win_k[..., kept, :], mx.zeros_like(self.win_k[..., : cap - keep, :])], axis=2)
         self.win_v = mx.concatenate([self.win_v[..., kept, :], mx.zeros_like(self.win_v[..., : cap - keep, :])], axis=2)
         self.n_window = keep
