@@ -25,7 +25,6 @@ live tokens into a fresh buffer of our own first (``_own``).
 
 from __future__ import annotations
 
-import logging
 import math
 import operator
 import weakref
@@ -36,10 +35,8 @@ import mlx.nn as nn
 import numpy as np
 
 from mlotspark.models.kv_cache import KVCache
-from mlotspark.platform import blas
 from mlotspark.models.matvec import Linear
-
-log = logging.getLogger(__name__)
+from mlotspark.platform import blas
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
