@@ -46,6 +46,19 @@ def _inside(path: str, root: Path) -> bool:
     return Path(os.path.realpath(path)).is_relative_to(root)
 
 
+def _deps_inside(lib: str, venv: Path, env: dict, also: tuple = ()) -> None:
+    """ldd: each dependency of ``lib`` resolves, to the venv or to glibc/libgcc (or ``also``)."""
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True, timeout=60, env=env)
+    assert ldd.returncode == 0, ldd.stderr
+    for line in ldd.stdout.splitlines():
+        assert "not found" not in line, line
+        name, _, rest = line.strip().partition(" => ")
+        target = rest.split(" (")[0].strip() if rest else name.split(" (")[0].strip()
+        if not target.startswith("/"):
+            continue  # linux-vdso has no file
+        assert _inside(target, venv) or Path(target).name.startswith(SYSTEM_ALLOWED + also), line
+
+
 @linux
 def test_fast_blas_needs_nothing_outside_the_venv():
     """MLX's cblas_sgemm is OpenBLAS's, and that library's dependencies all live in the venv."""
@@ -58,16 +71,13 @@ def test_fast_blas_needs_nothing_outside_the_venv():
     assert "system libraries" not in got["in_use"], f"fast only thanks to the system: {got['note']}"
     assert _inside(got["path"], venv), got["path"]
     assert "openblas" in got["sgemm_from"] and _inside(got["sgemm_from"], venv), got["sgemm_from"]
-    # ldd: each dependency resolves, to the venv or to glibc/libgcc.
-    ldd = subprocess.run(["ldd", got["path"]], capture_output=True, text=True, timeout=60, env=env)
-    assert ldd.returncode == 0, ldd.stderr
-    for line in ldd.stdout.splitlines():
-        assert "not found" not in line, line
-        name, _, rest = line.strip().partition(" => ")
-        target = rest.split(" (")[0].strip() if rest else name.split(" (")[0].strip()
-        if not target.startswith("/"):
-            continue  # linux-vdso has no file
-        assert _inside(target, venv) or Path(target).name.startswith(SYSTEM_ALLOWED), line
+    _deps_inside(got["path"], venv, env)
+    # NumPy's own OpenBLAS (the one-token decode step's sgemv, models/cpu_step.py) too.
+    import numpy
+
+    numpy_blas = sorted((Path(numpy.__file__).parent.parent / "numpy.libs").glob("libscipy_openblas*"))
+    for lib in numpy_blas:  # its libgfortran asks for zlib, which Python's own zlib module needs too
+        _deps_inside(str(lib), venv, env, also=("libz.so",))
     # And what the process really mapped: no libgfortran/libquadmath/OpenBLAS from the system.
     for mapped in got["maps"]:
         if any(k in Path(mapped).name for k in ("gfortran", "quadmath", "openblas")):
