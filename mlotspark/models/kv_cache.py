@@ -33,7 +33,4 @@ class KVCache(_MlxKVCache):
         q = rope(q, offset=self.offset)
         k = rope(k, offset=self.offset)
         keys, values = self.update_and_fetch(k, v)
-        if isinstance(mask, str) and mask == "causal" and prefill_ops.use_cpu_prefill_ops():
-            # A prefill chunk on the CPU: skip the masked triangle (prefill_ops.py).
-            return prefill_ops.causal_attention(q, keys, values, scale=scale)
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+        return prefill_ops.attention(q, keys, values, scale=scale, mask=mask)

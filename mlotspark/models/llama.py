@@ -122,9 +122,7 @@ class Attention(nn.Module):
         """Attention output (B, H, L, D): RoPE and the cache's context, or plain causal attention."""
         if cache is None:
             q, k = self.rope(q), self.rope(k)
-            if isinstance(mask, str) and mask == "causal" and prefill_ops.use_cpu_prefill_ops():
-                return prefill_ops.causal_attention(q, k, v, scale=self.scale)
-            return mx.fast.scaled_dot_product_attention(q, k, v, scale=self.scale, mask=mask)
+            return prefill_ops.attention(q, k, v, scale=self.scale, mask=mask)
         return cache.attend(q, k, v, rope=self.rope, scale=self.scale, mask=mask)
 
     def output(self, out: mx.array) -> mx.array:

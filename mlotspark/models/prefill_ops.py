@@ -25,7 +25,7 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["ATTENTION_BLOCK", "causal_attention", "fast_exp", "silu_mul", "use_cpu_prefill_ops"]
+__all__ = ["ATTENTION_BLOCK", "attention", "causal_attention", "fast_exp", "silu_mul", "use_cpu_prefill_ops"]
 
 #: Queries per block of ``causal_attention``. Measured for 511 tokens, 9 heads
 #: (benchmarks/prefill_profile.py): 64 -> 17 ms per layer, 128 -> 19, 256 -> 26, one
@@ -129,6 +129,14 @@ def causal_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, blo
         outs.append(mx.fast.scaled_dot_product_attention(
             q[:, :, s:e], k[:, :, : past + e], v[:, :, : past + e], scale=scale, mask="causal"))
     return mx.concatenate(outs, axis=2)
+
+
+def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: Any = None) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention``, with a ``"causal"`` mask on the CPU going
+    through ``causal_attention`` (the one place that decides it, for every cache kind)."""
+    if isinstance(mask, str) and mask == "causal" and use_cpu_prefill_ops():
+        return causal_attention(q, k, v, scale=scale)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 
 
 _shifted_exp = mx.compile(lambda s, m: fast_exp(s - m))

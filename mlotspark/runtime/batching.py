@@ -83,8 +83,8 @@ class BatchCache:
         Returns:
             (B, Hq, 1, D) attention output.
         """
-        if self.packed is None and len(self.caches) == 1:
-            return self.caches[0].attend(q, k, v, rope=rope, scale=scale)
+        if self.sole is not None:
+            return self.sole.attend(q, k, v, rope=rope, scale=scale)
         outs, P = [], 0
         if self.packed is not None:
             P = self.packed.offset.shape[0]

@@ -227,10 +227,7 @@ class CascadeCache:
         self._ctx_len = start + L
         keys = self._ctx_k[..., : self._ctx_len, :]  # (1, Hkv, P + n + L, D)
         values = self._ctx_v[..., : self._ctx_len, :]
-        if L > 1 and prefill_ops.use_cpu_prefill_ops():  # the masked triangle skipped, fast exp
-            out = prefill_ops.causal_attention(q, keys, values, scale=scale)
-        else:
-            out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
+        out = prefill_ops.attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
         self._append(k, v)
         if self.counters.calls % 32 == 0:
             # Decode may go on long without reading the window or the remembered
