@@ -100,24 +100,18 @@ class CpuStep:
         self.scale = model.model.layers[0].self_attn.scale
         self.layers, (self.embed, self.norm, self.head) = layers, tied
         self.rope_dims, self.rope_traditional, self.rope_freqs = rope
-        # RoPE as x * cos + x[perm] * signed sin: perm pairs each rotated component with its partner.
+        # RoPE as x * cos + x[perm] * sign * sin: component a[i] pairs with b[i] (interleaved
+        # or the two halves of the rotated dims), both turning by frequency i; a component
+        # past the rotated dims takes the appended frequency 0 (cos 1, sin 0).
         d, D = self.rope_dims, self.head_dim
-        perm = np.arange(D)
-        if self.rope_traditional:
-            perm[0:d:2], perm[1:d:2] = np.arange(1, d, 2), np.arange(0, d, 2)
-        else:
-            perm[: d // 2], perm[d // 2 : d] = np.arange(d // 2, d), np.arange(d // 2)
+        a, b = (np.arange(0, d, 2), np.arange(1, d, 2)) if self.rope_traditional else \
+            (np.arange(d // 2), np.arange(d // 2, d))
+        perm, freq, sign = np.arange(D), np.full(D, d // 2), np.zeros(D, np.float32)
+        perm[a], perm[b] = b, a
+        freq[a] = freq[b] = np.arange(d // 2)
+        sign[a], sign[b] = -1, 1
         self.perm_q = (np.arange(self.n_heads)[:, None] * D + perm).reshape(-1)
         self.perm_k = (np.arange(self.n_kv)[:, None] * D + perm).reshape(-1)
-        # Which frequency each component turns by (the appended 0 for the unrotated ones) and
-        # the sign of its sin term: rotated = x * cos + x[perm] * sign * sin.
-        freq, sign = np.full(D, d // 2), np.zeros(D, np.float32)
-        if self.rope_traditional:
-            freq[0:d:2] = freq[1:d:2] = np.arange(d // 2)
-            sign[0:d:2], sign[1:d:2] = -1, 1
-        else:
-            freq[: d // 2] = freq[d // 2 : d] = np.arange(d // 2)
-            sign[: d // 2], sign[d // 2 : d] = -1, 1
         self.rope_freqs = np.append(self.rope_freqs, np.float32(0))
         scale = np.float32(self.scale)
         self.freq_q, self.freq_k = np.tile(freq, self.n_heads), np.tile(freq, self.n_kv)
@@ -141,11 +135,11 @@ class CpuStep:
             return view
 
         def linear(m: Any) -> Optional[tuple]:
+            """(weight, bias or None) views, or None for anything but a dense float32 Linear."""
             if type(m) not in (nn.Linear, Linear):  # a dequantized load gives nn.Linear
                 return None
-            w = take(m)
-            b = take(m, "bias") if "bias" in m else np.zeros(0, np.float32)
-            return None if w is None or b is None else (w, b if b.size else None)
+            w, b = take(m), (take(m, "bias") if "bias" in m else None)
+            return None if w is None or ("bias" in m and b is None) else (w, b)
 
         def norm(m: Any) -> Optional[np.ndarray]:
             return take(m) if type(m) is nn.RMSNorm else None
@@ -162,13 +156,13 @@ class CpuStep:
             q, k, v, o = linear(at.q_proj), linear(at.k_proj), linear(at.v_proj), linear(at.o_proj)
             gate, up, down = linear(mlp.gate_proj), linear(mlp.up_proj), linear(mlp.down_proj)
             n1, n2 = norm(layer.input_layernorm), norm(layer.post_attention_layernorm)
-            qn, kn = (norm(at.q_norm), norm(at.k_norm)) if args.qk_norm else (0, 0)
-            parts = (q, k, v, o, gate, up, down, n1, n2, qn, kn)
-            if any(p is None for p in parts) or o[1] is not None or any(m[1] is not None for m in (gate, up, down)):
+            qn, kn = (norm(at.q_norm), norm(at.k_norm)) if args.qk_norm else (None, None)
+            if any(p is None for p in (q, k, v, o, gate, up, down, n1, n2)) or (args.qk_norm and (qn is None or kn is None)):
+                return None
+            if any(m[1] is not None for m in (o, gate, up, down)):
                 return None  # biases only on q/k/v (qwen2)
             # One flat record per layer: the step reads it with one unpacking, no lookups.
-            layers.append((q[0], k[0], v[0], o[0], gate[0], up[0], down[0], n1, n2,
-                           q[1], k[1], v[1], qn if args.qk_norm else None, kn if args.qk_norm else None))
+            layers.append((q[0], k[0], v[0], o[0], gate[0], up[0], down[0], n1, n2, q[1], k[1], v[1], qn, kn))
         if type(model.model.embed_tokens) is not nn.Embedding:
             return None
         embed, fnorm = take(model.model.embed_tokens), norm(model.model.norm)
@@ -196,10 +190,10 @@ class CpuStep:
         first = cache[0].keys  # every layer's KV comes from the same model dtype
         return first is None or first.dtype == mx.float32
 
-    def _own(self, c: KVCache, pos: int, need: int) -> None:
-        """Give ``c`` fresh buffers of our own with room for ``need`` positions, its ``pos``
-        live tokens copied."""
-        cap = ((need + _STEP - 1) // _STEP) * _STEP
+    def _own(self, c: KVCache, pos: int) -> None:
+        """Give ``c`` fresh buffers of our own with room at ``pos``, its ``pos`` live tokens
+        copied; capacity in whole steps, as mlx-lm grows its buffers."""
+        cap = (pos // _STEP + 1) * _STEP
         keys = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
         values = mx.zeros((1, self.n_kv, cap, self.head_dim), mx.float32)
         mx.eval(keys, values)
@@ -211,20 +205,20 @@ class CpuStep:
             nv[:, :, :pos] = np.asarray(c.values)[:, :, :pos]
         c.keys, c.values = keys, values
 
-    def _buffers(self, c: KVCache, pos: int, n: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """Writable (KV, capacity, D) views of ``c``'s buffers with room for ``n`` tokens at ``pos``."""
+    def _buffers(self, c: KVCache, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """Writable (KV, capacity, D) views of ``c``'s buffers with room at ``pos``."""
         mark = c.__dict__.get("_cpu_step_mark")
         if (mark is None or c.keys is None or mark[0]() is not c.keys or mark[1]() is not c.values
                 or pos < mark[2]):
-            self._own(c, pos, pos + n)
+            self._own(c, pos)
             mark = c._cpu_step_mark = [weakref.ref(c.keys), weakref.ref(c.values), 0]
         # Fresh views each step: MLX may have moved the array to a new buffer since.
         kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
-        if pos + n > kb.shape[1]:  # full: grow by whole steps, as mlx-lm does
-            self._own(c, pos, pos + n)
+        if pos >= kb.shape[1]:  # full: grow by a step
+            self._own(c, pos)
             mark[:2] = weakref.ref(c.keys), weakref.ref(c.values)
             kb, vb = np.asarray(c.keys)[0], np.asarray(c.values)[0]
-        mark[2] = pos + n
+        mark[2] = pos + 1
         return kb, vb
 
     def _rms(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
