@@ -12,23 +12,16 @@ from mlotspark.decoding.cache_kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models import cpu_step
 from mlotspark.models.kv_cache import KVCache
-from tiny import tiny_model
+from tiny import greedy, tiny_model
 
 PROMPT = [5, 17, 42, 99, 3, 250, 7]
 
 
 def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT):
-    """Greedy tokens and the logits of each one-token step."""
+    """Greedy tokens, the logits of each one-token step, and the cache."""
     model.model.numpy_steps = numpy_step
     cache = model.make_cache() if cache is None else cache
-    logits = model(mx.array([prompt]), cache)
-    toks, out = [], []
-    for _ in range(steps):
-        tok = mx.argmax(logits[:, -1, :], axis=-1)
-        toks.append(tok.item())
-        logits = model(tok[None], cache)
-        out.append(np.array(logits[0, -1]))
-    return toks, np.stack(out), cache
+    return (*greedy(model, cache, prompt, steps), cache)
 
 
 VARIANTS = [

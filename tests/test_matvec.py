@@ -9,7 +9,7 @@ import pytest
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models.matvec import Linear, block_rows, matvec
 from mlotspark.models import cpu_step
-from tiny import tiny_model
+from tiny import greedy, tiny_model
 
 
 @pytest.fixture(autouse=True)
@@ -46,17 +46,6 @@ def test_linear_uses_matvec_for_one_token_only_and_keeps_its_bias():
     np.testing.assert_allclose(np.array(lin(many)), np.array(ref(many)), rtol=1e-5, atol=1e-5)
 
 
-def _greedy(model, cache, prompt, steps):
-    logits = model(mx.array([prompt]), cache)
-    toks, out = [], []
-    for _ in range(steps):
-        tok = mx.argmax(logits[:, -1, :], axis=-1)
-        toks.append(tok.item())
-        logits = model(tok[None], cache)
-        out.append(logits[0, -1])
-    return toks, np.array(mx.stack(out))
-
-
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("variant", [{}, {"model_type": "qwen2", "tie_word_embeddings": False}])
 def test_decode_with_matvec_gives_the_reference_tokens(variant, compiled):
@@ -64,9 +53,9 @@ def test_decode_with_matvec_gives_the_reference_tokens(variant, compiled):
     model.model.compiled_decode = compiled
     prompt = [5, 17, 42, 99, 3, 250, 7]
     model.model.decode_matvec = False
-    ref_toks, ref = _greedy(model, model.make_cache(), prompt, 16)
+    ref_toks, ref = greedy(model, model.make_cache(), prompt, 16)
     model.model.decode_matvec = True
-    toks, got = _greedy(model, model.make_cache(), prompt, 16)
+    toks, got = greedy(model, model.make_cache(), prompt, 16)
     assert model.model.matvec_on and model.model.layers[0].mlp.up_proj.matvec
     if "tie_word_embeddings" in variant:
         assert model.lm_head.matvec  # the untied head too
@@ -79,9 +68,9 @@ def test_cascade_window_decodes_with_matvec():
     cfg = CascadeConfig(window=120, sinks=4, block_size=8, top_k=2, chunk=16)
     prompt = list(range(3, 90))
     model.model.decode_matvec = False
-    ref_toks, ref = _greedy(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses evictions
+    ref_toks, ref = greedy(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses evictions
     model.model.decode_matvec = True
-    toks, got = _greedy(model, make_cascade_cache(model, cfg), prompt, 40)
+    toks, got = greedy(model, make_cascade_cache(model, cfg), prompt, 40)
     np.testing.assert_allclose(got, ref, atol=1e-4)
     assert toks == ref_toks
 

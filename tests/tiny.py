@@ -33,6 +33,18 @@ def tiny_model(seed: int = 0, **overrides) -> Model:
     return model
 
 
+
+def greedy(model, cache, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """Greedy tokens after ``prompt`` and the logits (steps, V) of each one-token step."""
+    logits = model(mx.array([prompt]), cache)
+    toks, out = [], []
+    for _ in range(steps):
+        tok = mx.argmax(logits[:, -1, :], axis=-1)
+        toks.append(tok.item())
+        logits = model(tok[None], cache)
+        out.append(logits[0, -1])
+    return toks, np.array(mx.stack(out))
+
 def _byte_tokens() -> list[str]:
     # GPT-2's printable stand-ins for the 256 bytes, as byte-level BPE vocabularies use.
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
