@@ -1,4 +1,4 @@
-"""Scheduler benchmark: aggregate decode tok/s at batch 1, 2, 4 and 8, in one run.
+"""Scheduler benchmark: aggregate decode tok/s at batch 1, 2, 3, 4 and 8, in one run.
 
 B requests are submitted together (greedy, distinct prompts) and decode as one
 continuous batch; the figure is taken from the scheduler's own step records while
@@ -8,7 +8,8 @@ are interleaved over the repetitions so drift in machine load hits all of them.
 The governor is held calm (a scripted probe with no signals), so this measures the
 batcher, not the thermal policy (``batch_throttle.py`` does that).
 
-    nice python benchmarks/batch_throughput.py [-r 3] [--tokens 48] [--model M] [--json FILE]
+    nice python benchmarks/batch_throughput.py [-r 3] [--tokens 48] [--sizes 1 2 3 4 8] [--also-packed]
+                                               [--model M] [--json FILE]
 
 Prints a markdown table for the "Scheduler" section of benchmarks/RESULTS.md.
 """
@@ -24,10 +25,11 @@ import time
 
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.engine import Engine
+from mlotspark.runtime import batching
 from mlotspark.thermal.governor import ThermalGovernor
 from mlotspark.thermal.probes import Reading, ScriptedProbe
 
-SIZES = (1, 2, 4, 8)
+SIZES = (1, 2, 3, 4, 8)
 PROMPTS = [
     "Write a long story about a lighthouse keeper who finds a message in a bottle.",
     "Explain in detail how a steam engine works, step by step.",
@@ -63,20 +65,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=48, help="max_tokens per request")
     ap.add_argument("--model", default=None)
     ap.add_argument("--json", default=None, help="write the raw step times here")
+    ap.add_argument("--also-packed", action="store_true",
+                    help="also run the sizes below batching.NUMPY_PACK_FROM packed on MLX (rows '2p', '3p')")
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes (default 1 2 3 4 8)")
     args = ap.parse_args(argv)
 
-    calm = ThermalGovernor([ScriptedProbe([Reading()])], max_batch=max(SIZES))
+    calm = ThermalGovernor([ScriptedProbe([Reading()])], max_batch=max(args.sizes))
     engine = Engine.load(args.model, governor=calm, progress=False)
     load_start = os.getloadavg()
     run_size(engine, 2, 8)  # warm-up: first-call allocations, BLAS threads
-    raw: dict[int, dict[str, list]] = {b: {"step_s": [], "cpu_s": [], "tok_s_wall": []} for b in SIZES}
+    # Runs: (label, batch size, pack from); "Bp" packs B rows that would go one by one.
+    pack_from = batching.NUMPY_PACK_FROM
+    runs = [(str(b), b, pack_from) for b in args.sizes]
+    if args.also_packed:
+        runs += [(f"{b}p", b, 2) for b in args.sizes if 1 < b < pack_from]
+    raw: dict[str, dict[str, list]] = {k: {"step_s": [], "cpu_s": [], "tok_s_wall": []} for k, _, _ in runs}
     for rep in range(args.reps):
-        for b in SIZES:
+        for k, b, pack in runs:
+            batching.NUMPY_PACK_FROM = pack  # read by the decode batch at each step
             r = run_size(engine, b, args.tokens)
-            raw[b]["step_s"] += r["step_s"]
-            raw[b]["cpu_s"] += r["cpu_s"]
-            raw[b]["tok_s_wall"].append(r["tokens"] / r["wall_s"])
-            print(f"rep {rep + 1} batch {b}: {len(r['step_s'])} full steps, "
+            raw[k]["step_s"] += r["step_s"]
+            raw[k]["cpu_s"] += r["cpu_s"]
+            raw[k]["tok_s_wall"].append(r["tokens"] / r["wall_s"])
+            print(f"rep {rep + 1} batch {k}: {len(r['step_s'])} full steps, "
                   f"median {statistics.median(r['step_s']) * 1000:.0f} ms", file=sys.stderr, flush=True)
     load_end = os.getloadavg()
     engine.close()
@@ -88,14 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     print("| batch | full-batch steps | median step | aggregate decode tok/s | vs batch 1 "
           "| tok per CPU-s | vs batch 1 | end-to-end tok/s (incl. prefill, tails) |")
     print("|---|---|---|---|---|---|---|---|")
-    for b in SIZES:
-        step = statistics.median(raw[b]["step_s"])
-        cpu = statistics.median(raw[b]["cpu_s"])
+    batching.NUMPY_PACK_FROM = pack_from
+    for k, b, _ in runs:
+        step = statistics.median(raw[k]["step_s"])
+        cpu = statistics.median(raw[k]["cpu_s"])
         agg, agg_cpu = b / step, b / cpu if cpu > 0 else 0.0
         base = base or agg
         base_cpu = base_cpu or agg_cpu
-        e2e = statistics.median(raw[b]["tok_s_wall"])
-        print(f"| {b} | {len(raw[b]['step_s'])} | {step * 1000:.0f} ms | {agg:.1f} | {agg / base:.2f}x "
+        e2e = statistics.median(raw[k]["tok_s_wall"])
+        print(f"| {k} | {len(raw[k]['step_s'])} | {step * 1000:.0f} ms | {agg:.1f} | {agg / base:.2f}x "
               f"| {agg_cpu:.1f} | {agg_cpu / base_cpu:.2f}x | {e2e:.1f} |")
     if args.json:
         with open(args.json, "w") as f:

@@ -75,6 +75,8 @@ def overhead_ms(make, loaded, steps: int = 24) -> float:
         narrow = Model(ModelArgs.from_dict(cfg))
         for flag in ("numpy_steps", "decode_matvec", "compiled_decode", "whole_step"):
             setattr(narrow.model, flag, getattr(model.model, flag))
+        mx.eval(narrow.parameters())
+        narrow.fuse_projections()  # as the loader leaves ours
     else:  # mlx-lm's class
         from mlx_lm.models import llama as mlx_lm_llama
 

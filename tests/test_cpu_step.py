@@ -3,10 +3,13 @@ the cache left as MLX would leave it, and MLX wherever the NumPy step does not a
 
 from __future__ import annotations
 
+import gc
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx.utils import tree_flatten
 
 from mlotspark.decoding.cache_kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
@@ -34,12 +37,21 @@ VARIANTS = [
 ]
 
 
+def _fused(plan) -> bool:
+    """Whether every layer of ``plan`` reads q/k/v and gate/up with one product each."""
+    return all(len(proj) == 1 and len(mlp) == 1 for proj, mlp, *_ in plan.layers)
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant):
+def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant, fuse):
     model = tiny_model(**variant)
     ref_toks, ref, ref_cache = _decode(model, False, 24)
+    if fuse:  # as the loader leaves a float32 model
+        assert model.fuse_projections() == 2 * len(model.layers)
     toks, got, cache = _decode(model, True, 24)
     assert model.__dict__["_cpu_plan"] is not False, "the NumPy step did not take this model"
+    assert _fused(model.__dict__["_cpu_plan"]) == fuse
     assert toks == ref_toks
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     for a, b in zip(cache, ref_cache):  # the cache holds what the MLX step would have put there
@@ -79,8 +91,48 @@ def test_a_view_taken_before_a_trim_keeps_its_tokens():
         np.testing.assert_array_equal(np.array(k), b)
 
 
-def test_new_weights_are_seen():
+def test_a_softmax_that_overflows_runs_again_with_the_maximum(monkeypatch):
+    """The step shifts scores by the new token's own score; when another score is ~88 or
+    more above it, exp overflows and the step runs again with each row's maximum."""
     model = tiny_model()
+    for layer in model.layers:  # scores in the thousands: far past exp's float32 range
+        at = layer.self_attn
+        at.q_proj.weight = at.q_proj.weight * 40
+        at.k_proj.weight = at.k_proj.weight * 40
+    mx.eval(model.parameters())
+    ref_toks, ref, _ = _decode(model, False, 8)
+    runs = []
+    real = cpu_step.CpuStep._layers
+    monkeypatch.setattr(cpu_step.CpuStep, "_layers", lambda self, *a, exact: runs.append(exact) or real(self, *a, exact=exact))
+    toks, got, _ = _decode(model, True, 8)
+    assert True in runs, "no step needed the exact softmax: the test's scores are too small"
+    assert toks == ref_toks
+    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_fusing_keeps_the_weights_and_their_memory():
+    model = tiny_model()
+    model.model.numpy_steps = False
+    ref = np.array(model(mx.array([PROMPT])))
+    before = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
+    gc.collect()
+    used = mx.get_active_memory()
+    model.fuse_projections()
+    gc.collect()
+    assert mx.get_active_memory() <= used  # the modules hold views of one buffer, no copies
+    after = dict(tree_flatten(model.parameters()))
+    assert after.keys() == before.keys()
+    for k, v in before.items():
+        np.testing.assert_array_equal(np.array(after[k]), v, err_msg=k)
+    # MLX's own paths read the views as they read the separate arrays.
+    np.testing.assert_allclose(np.array(model(mx.array([PROMPT]))), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
+def test_new_weights_are_seen(fuse):
+    model = tiny_model()
+    if fuse:
+        model.fuse_projections()
     _decode(model, True, 2)
     first = model.__dict__["_cpu_plan"]
     w = model.model.layers[0].mlp.up_proj.weight

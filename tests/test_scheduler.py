@@ -111,6 +111,48 @@ def test_batched_greedy_equals_solo_with_mixed_caches_and_a_late_joiner():
         assert g.fed_tokens == (g.prompt + g.tokens)[: len(g.fed_tokens)]
 
 
+@pytest.mark.parametrize("rows", [3, 4])
+def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, monkeypatch):
+    """On the CPU backend fewer than NUMPY_PACK_FROM plain rows each run the NumPy step
+    (models/cpu_step.py); from that many they are packed into one MLX batch. Either way a
+    row's greedy tokens are its tokens alone."""
+    from mlotspark.models import cpu_step
+    from mlotspark.runtime import batching
+
+    engine = tiny_engine()
+    prompts = PROMPTS[:rows]
+    solo = [engine.submit(prompt_ids=p, max_tokens=16).result().tokens for p in prompts]
+    packed, numpy_rows = [], []
+    merge, run = batching.BatchKVCache.merge, cpu_step.run
+    spy = SimpleNamespace(merge=lambda caches: packed.append(len(caches)) or merge(caches))
+    monkeypatch.setattr(batching, "BatchKVCache", spy)  # the decode batch's packing only
+
+    def counted(model, inputs, cache):
+        logits = run(model, inputs, cache)
+        numpy_rows.append(logits is not None)
+        return logits
+
+    monkeypatch.setattr(cpu_step, "run", counted)
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait()
+
+    blocker = threading.Thread(target=engine.run_on_engine, args=(hold,))
+    blocker.start()  # all rows queue up, then start together
+    holding.wait()
+    handles = [engine.submit(prompt_ids=p, max_tokens=16) for p in prompts]
+    gate.set()
+    blocker.join()
+    assert [h.result().tokens for h in handles] == solo
+    assert min(h.stats.extra["mean_batch"] for h in handles) > 1  # they decoded together
+    if rows < batching.NUMPY_PACK_FROM:
+        assert not packed and sum(numpy_rows) >= rows * 15
+    else:
+        assert packed and set(packed) == {rows}  # one merge of all rows per layer
+
+
 def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():
     engine = tiny_engine()
     ids = [list(range(3, 20)), list(range(30, 40)), list(range(60, 75))]

@@ -33,6 +33,12 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 
+#: On the CPU backend a row stepped on its own runs through NumPy (``models/cpu_step.py``),
+#: ~2x mlx-lm's decode; packed rows stay on MLX. Packing pays only from this many rows:
+#: two packed rows gave 0.71x the tokens/s of one NumPy row, four 1.22x (RESULTS "Issue 12,
+#: round 5", batched decode), so fewer plain rows take NumPy steps one after another.
+NUMPY_PACK_FROM = 4
+
 __all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "supports_batching"]
 
 
@@ -278,6 +284,7 @@ class DecodeBatch:
         self.packed: list[SequenceState] = []
         self._kv: list[BatchKVCache] = []
         self._inflight: Inflight | None = None
+        self._singles = False  # this step's rows go one by one through the NumPy step
 
     @property
     def inflight(self) -> Inflight | None:
@@ -315,13 +322,19 @@ class DecodeBatch:
             s.steps += 1
             s.batch_sizes += len(rows)
         tokens = mx.concatenate(pieces)[:, None]  # (B, 1)
-        n_layers = len(self.model.layers)
-        if self.packed:
-            mask = self._kv[0].make_mask(1)  # (P, 1, 1, T) hides each row's left padding
-            caches = [BatchCache([s.gen.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
+        if self._singles:
+            # Each row a NumPy step on its own cache; each reads its input token, so
+            # no overlap with the step before, as for one row through that step.
+            logits = mx.concatenate([self.model(tokens[i : i + 1], cache=s.gen.cache)[:, -1, :]
+                                     for i, s in enumerate(rows)])
         else:
-            caches = [BatchCache([s.gen.cache[i] for s in others]) for i in range(n_layers)]
-        logits = self.model(tokens, cache=caches)[:, -1, :]  # (B, V)
+            n_layers = len(self.model.layers)
+            if self.packed:
+                mask = self._kv[0].make_mask(1)  # (P, 1, 1, T) hides each row's left padding
+                caches = [BatchCache([s.gen.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
+            else:
+                caches = [BatchCache([s.gen.cache[i] for s in others]) for i in range(n_layers)]
+            logits = self.model(tokens, cache=caches)[:, -1, :]  # (B, V)
         sampled = _sample_rows(rows, logits)
         mx.async_eval(sampled)
         self._inflight = Inflight(rows, sampled, t_launch, {id(r) for r in rows})
@@ -358,10 +371,20 @@ class DecodeBatch:
         if seq in self.packed:
             self._remove([seq], write_back)
 
+    def _one_by_one(self, rows: Sequence[SequenceState]) -> bool:
+        """Whether ``rows`` (fewer than ``NUMPY_PACK_FROM``) are better stepped one by one,
+        each through the NumPy step (``cpu_step.takes`` every row's cache), than packed."""
+        from mlotspark.models import cpu_step, llama
+
+        return (len(rows) < NUMPY_PACK_FROM and isinstance(self.model, llama.Model)
+                and all(cpu_step.takes(self.model, s.gen.cache) for s in rows))
+
     def _sync(self, seqs: Sequence[SequenceState]) -> None:
-        """Pack the plain rows of ``seqs`` (two or more), unpack rows no longer wanted."""
+        """Pack the plain rows of ``seqs`` (two or more, unless they go one by one through
+        the NumPy step: ``_one_by_one``), unpack rows no longer wanted."""
         plain = [s for s in seqs if s.plain]
-        if len(plain) < 2:
+        self._singles = 1 < len(plain) == len(seqs) and self._one_by_one(plain)
+        if len(plain) < 2 or self._singles:
             plain = []
         leaving = [s for s in self.packed if s not in plain]
         if leaving:
