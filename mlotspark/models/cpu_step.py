@@ -297,7 +297,7 @@ class CpuStep:
 
     def _rms1(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         """``_rms`` of one vector, with its scale as a Python float (fewer NumPy calls)."""
-        return (x * np.float32(1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps))) * w
+        return x * (1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps)) * w  # a Python float keeps float32
 
     def _rope_tables(self, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-step cos and signed-sin rows over the flat q|k, the query's part scaled by
@@ -317,7 +317,7 @@ class CpuStep:
             ss = float(np.dot(x, x))
         for c in cache:
             c.offset = pos + 1
-        h = (x * np.float32(1.0 / math.sqrt(ss / x.size + self.eps))) * self.norm
+        h = x * (1.0 / math.sqrt(ss / x.size + self.eps)) * self.norm
         return mx.array((self.head @ h).reshape(1, 1, -1))
 
     def _layers(self, token: int, pos: int, buffers: list, exact: bool) -> np.ndarray:
@@ -335,10 +335,11 @@ class CpuStep:
         perm, qkv, qk, q_raw, k_raw, v = self.perm_qk, self.qkv, self.qk, self.q, self.k, self.v
         rot, rot_q, rot_k, g, u = self.rot, self.rot_q, self.rot_k, self.g, self.u
         top, total = np.maximum.reduce, np.add.reduce  # ~0.5 µs less per call than the methods
+        dot, sqrt, eps, inv = np.dot, math.sqrt, self.eps, 1.0 / self.embed.shape[1]
         x = self.embed[token].copy()
         with np.errstate(over="ignore", invalid="ignore"):  # SiLU's exp(-g) -> inf for g < -88: silu -> -0
             for (proj, mlp, wo, wd, n1, n2, bqkv, qn, kn), (kb, vb) in zip(self.layers, buffers):
-                h = self._rms1(x, n1)
+                h = x * (1.0 / sqrt(float(dot(x, x)) * inv + eps)) * n1  # RMSNorm, inline (_rms1)
                 for w, out in proj:  # sgemv: W is (out, in) row-major
                     np.matmul(w, h, out=out)
                 if bqkv is not None:
@@ -354,7 +355,7 @@ class CpuStep:
                 s = np.exp(s - (top(s, axis=-1, keepdims=True) if exact else s[..., -1:]))
                 o = np.matmul(s, vb[:, :n]) / total(s, axis=-1, keepdims=True)
                 x = x + wo @ o.reshape(H * D)
-                h = self._rms1(x, n2)
+                h = x * (1.0 / sqrt(float(dot(x, x)) * inv + eps)) * n2
                 for w, out in mlp:
                     np.matmul(w, h, out=out)
                 x = x + wd @ ((g / (1.0 + np.exp(-g))) * u)
