@@ -32,7 +32,7 @@ from pathlib import Path
 
 from cascade_common import command_line, emit
 
-from mlotspark.bench.ruler import TASKS, depths, make_case
+from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
 
 # Fields of CascadeConfig a flag may override (None = the model's default).
 FLAGS = {
@@ -70,6 +70,14 @@ def read_cases(path: Path) -> list[dict]:
             if "task" in rec and "trial" in rec:
                 out.append(rec)
     return out
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The last record of each case and mode (a rerun with other settings supersedes)."""
+    last: dict[tuple, dict] = {}
+    for r in records:
+        last[(r["task"], r["length"], r["mode"], r["trial"], r["trials"], r["seed"])] = r
+    return list(last.values())
 
 
 def table(records: list[dict], label: str = "") -> str:
@@ -127,7 +135,8 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
     p.add_argument("--chunk", dest="forward", type=int, default=2048,
                    help="prompt tokens per forward pass (the engine's prefill_chunk)")
     p.add_argument("--seed", type=int, default=0)
@@ -142,7 +151,7 @@ def main() -> None:
                    help="print the table of these JSON-lines files and exit (no model loaded)")
     args = p.parse_args()
     if args.summary is not None:
-        print(table([r for f in args.summary for r in read_cases(f)]))
+        print(table(latest([r for f in args.summary for r in read_cases(f)])))
         return
     if args.resume and args.out is None:
         p.error("--resume needs --out")
@@ -177,8 +186,9 @@ def main() -> None:
                 if args.only is not None and i not in args.only:
                     continue
                 seed = args.seed * 100003 + n + i
+                budget = args.max_tokens or ANSWER_TOKENS[task]
                 base = {"task": task, "length": n, "trial": i, "trials": args.trials, "seed": seed,
-                        "max_tokens": args.max_tokens, "model": engine.model_name, "cfg": cfg}
+                        "max_tokens": budget, "model": engine.model_name, "cfg": cfg}
                 todo = [m for m in args.modes if case_key({**base, "mode": m}) not in done]
                 if not todo:
                     continue
@@ -188,12 +198,12 @@ def main() -> None:
                 case = make_case(task, n, depth, seed=seed, count_tokens=count)
                 ids = engine.encode(case.text)
                 for mode in todo:
-                    if mode == "full" and len(ids) + args.max_tokens > trained:
+                    if mode == "full" and len(ids) + budget > trained:
                         continue  # past the trained context full attention is not a fair reference
                     t0 = time.perf_counter()
                     if cap is not None:
                         cap.reset()
-                    run = run_greedy(engine, ids, make_cache(engine, mode, config), max_tokens=args.max_tokens,
+                    run = run_greedy(engine, ids, make_cache(engine, mode, config), max_tokens=budget,
                                      chunk=args.forward)
                     rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
                            "score": case.score(run.text), "answers": list(case.answers),
