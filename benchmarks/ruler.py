@@ -38,8 +38,11 @@ from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
 FLAGS = {
     "window": int, "sinks": int, "block_size": int, "top_k": int, "routing": str, "representation": str,
     "rolling_window": int, "follow": int, "question_pass": int, "question_sharpen": int,
-    "question_focus": float, "chunk": int,
+    "question_focus": float, "question_queries": int, "chunk": int,
 }
+
+# Cascade fields added after records were written, with the value those records ran with.
+ADDED = {"question_queries": 16}
 
 
 def case_key(rec: dict) -> tuple:
@@ -50,6 +53,9 @@ def case_key(rec: dict) -> tuple:
     out of their keys: a run that changes only the routing re-runs only ``cascade``.
     """
     cfg = dict(rec.get("cfg") or {})
+    for k, v in ADDED.items():  # records written before a field existed had its default
+        if cfg.get(k, v) == v:
+            cfg.pop(k, None)
     if rec["mode"] == "full":
         cfg = {}
     elif rec["mode"] == "streaming":
@@ -129,6 +135,8 @@ def main() -> None:
                    help="exponent on each (layer, KV head)'s attention mass in the question pass (1 = plain sum)")
     p.add_argument("--question-focus", type=float, default=None,
                    help="pin only blocks scoring >= this share of the best (0 = the top-k best)")
+    p.add_argument("--question-queries", type=int, default=None,
+                   help="the prompt's last queries the question pass scores (default 16)")
     p.add_argument("--cascade-chunk", dest="chunk", type=int, default=None,
                    help="tokens the cascade attends in one piece (default: the model's, 256 on the CPU)")
     p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
@@ -147,6 +155,7 @@ def main() -> None:
                    help="start no case after this many seconds; exit 75 if cases are left (rerun with --resume)")
     p.add_argument("--capture", type=Path, default=None,
                    help="save each cascade case's question-pass block masses here (ruler_capture.py)")
+    p.add_argument("--capture-queries", action="store_true", help="--capture every question query's mass")
     p.add_argument("--summary", type=Path, nargs="*", default=None,
                    help="print the table of these JSON-lines files and exit (no model loaded)")
     args = p.parse_args()
@@ -166,7 +175,7 @@ def main() -> None:
         from ruler_capture import Capture, save
 
         args.capture.mkdir(parents=True, exist_ok=True)
-        cap = Capture()
+        cap = Capture(per_query=args.capture_queries)
     trained = engine.loaded.context_length
     overrides = {k: getattr(args, k) for k in FLAGS if getattr(args, k) is not None}
     config = CascadeConfig.for_model(trained, **overrides)

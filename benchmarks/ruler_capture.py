@@ -4,7 +4,8 @@
 be compared offline (``ruler_rules.py``) on the very cases the matrix ran, without
 running the model again:
 
-- ``mass`` (layers, Hkv, n): ``question.block_mass`` of every layer at the pass;
+- ``mass`` (layers, Hkv, n): ``question.block_mass`` of every layer at the pass
+  (with ``--capture-queries``: (layers, Hkv, G * M, n), every query's share);
 - ``chosen``: the blocks the pass pinned; ``n_blocks``, ``sinks``, ``block_size``;
 - ``needle_blocks`` (needles, 2): first and last block each needle's tokens touch
   (-1 when the needle is still in sinks/window or was not found in the ids);
@@ -25,19 +26,25 @@ from mlotspark.memory.cascade import question
 
 
 class Capture:
-    """Wraps ``question.block_mass`` / ``question.consensus`` to record one pass per case."""
+    """Wraps ``question.query_mass`` / ``question.consensus`` to record one pass per case.
 
-    def __init__(self) -> None:
+    Args:
+        per_query: keep each question query's mass, (layers, Hkv, G * M, n), not only
+            the largest (so rules over fewer queries can be tried offline).
+    """
+
+    def __init__(self, per_query: bool = False) -> None:
+        self.per_query = per_query
         self.masses: list[np.ndarray] = []
         self.chosen: tuple[int, ...] | None = None
-        self._mass = question.block_mass
+        self._mass = question.query_mass
         self._consensus = question.consensus
-        question.block_mass = self._record_mass
+        question.query_mass = self._record_mass
         question.consensus = self._record_consensus
 
     def _record_mass(self, cache: Any, n: int):
         m = self._mass(cache, n)
-        self.masses.append(np.array(m, dtype=np.float32))
+        self.masses.append(np.array(m if self.per_query else m.max(axis=1), dtype=np.float16 if self.per_query else np.float32))
         return m
 
     def _record_consensus(self, *args: Any, **kw: Any):
