@@ -7,96 +7,227 @@ the reply.
 
     python benchmarks/ruler.py --multiples 1 2 4 8 --lengths 16384 32768 --trials 4 --out ruler.jsonl
 
-Modes: ``cascade`` (default ``CascadeConfig`` unless flags change it),
-``streaming`` (the same with top_k 0: sinks + window), ``full`` (plain KV; only
-below the model's trained context). Lengths are multiples of the window plus
-``--lengths``. A markdown table (mean score per task x length x mode) ends the run.
+Modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context, as the
+engine runs it, unless flags change it), ``streaming`` (the same with top_k 0:
+sinks + window), ``full`` (plain KV; only where prompt + answer fit the model's
+trained context). Lengths are multiples of the window plus ``--lengths``.
+
+Every case is one JSON line in ``--out`` (appended as soon as it is answered), so
+a long matrix can be split into runs under a time limit: ``--stop-after`` starts
+no case past a number of seconds (exit status 75 when cases are left),
+``--resume`` skips the cases the file already holds for the same settings, and ``--summary`` prints the
+table (k/n cases scored 1, and the mean score, per task x length x mode) of
+everything a file holds without loading the model.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from cascade_common import command_line, emit, load_engine, make_cache, run_greedy
+from cascade_common import command_line, emit
 
-from mlotspark.bench.ruler import TASKS, depths, make_case
-from mlotspark.memory.cascade import CascadeConfig
+from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
+
+# Fields of CascadeConfig a flag may override (None = the model's default).
+FLAGS = {
+    "window": int, "sinks": int, "block_size": int, "top_k": int, "routing": str, "representation": str,
+    "rolling_window": int, "follow": int, "question_pass": int, "question_sharpen": int,
+    "question_focus": float, "question_queries": int, "chunk": int,
+}
+
+# Cascade fields added after records were written, with the value those records ran with.
+ADDED = {"question_queries": 16}
+
+
+def case_key(rec: dict) -> tuple:
+    """What makes two case records the same measurement (``--resume``).
+
+    Full attention does not depend on the cascade's settings, and sinks + window
+    (top_k 0) does not depend on how blocks are chosen, so those settings are left
+    out of their keys: a run that changes only the routing re-runs only ``cascade``.
+    """
+    cfg = dict(rec.get("cfg") or {})
+    for k, v in ADDED.items():  # records written before a field existed had its default
+        if cfg.get(k, v) == v:
+            cfg.pop(k, None)
+    if rec["mode"] == "full":
+        cfg = {}
+    elif rec["mode"] == "streaming":
+        cfg = {k: cfg.get(k) for k in ("window", "sinks", "block_size", "chunk", "block_kind")}
+    return (rec["task"], rec["length"], rec["mode"], rec["trial"], rec["trials"], rec["seed"],
+            rec.get("max_tokens"), rec.get("model"), json.dumps(cfg, sort_keys=True))
+
+
+def read_cases(path: Path) -> list[dict]:
+    """Case records (lines with a ``task``) of a JSON-lines file; [] if it does not exist."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            rec = json.loads(line)
+            if "task" in rec and "trial" in rec:
+                out.append(rec)
+    return out
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The last record of each case and mode (a rerun with other settings supersedes)."""
+    last: dict[tuple, dict] = {}
+    for r in records:
+        last[(r["task"], r["length"], r["mode"], r["trial"], r["trials"], r["seed"])] = r
+    return list(last.values())
+
+
+def table(records: list[dict], label: str = "") -> str:
+    """Markdown table: per task x length, ``k/n (mean%)`` per mode, k = cases scored 1.
+
+    Args:
+        records: case records (one settings each, or the caller filtered them).
+        label: a column note (e.g. which rule the cascade used).
+
+    Returns:
+        The table as text.
+    """
+    cells: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    modes: list[str] = []
+    for r in records:
+        cells[(r["task"], r["length"], r["mode"])].append(r["score"])
+        if r["mode"] not in modes:
+            modes.append(r["mode"])
+    order = {m: i for i, m in enumerate(("cascade", "streaming", "full"))}
+    modes.sort(key=lambda m: order.get(m, 9))
+    names = {"cascade": f"cascade{label}", "streaming": "sinks + window", "full": "full attention"}
+    lines = [f"| task | tokens | {' | '.join(names.get(m, m) for m in modes)} |",
+             "|---|---|" + "---|" * len(modes)]
+    for task in TASKS:
+        for n in sorted({r["length"] for r in records if r["task"] == task}):
+            row = []
+            for m in modes:
+                v = cells.get((task, n, m))
+                row.append(f"{sum(s == 1.0 for s in v)}/{len(v)} ({statistics.mean(v):.0%})" if v else "n/a")
+            lines.append(f"| {task} | {n} | {' | '.join(row)} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    d = CascadeConfig()
     p.add_argument("--model", default=None)
     p.add_argument("--tasks", nargs="*", default=list(TASKS), choices=TASKS)
-    p.add_argument("--window", type=int, default=d.window)
-    p.add_argument("--sinks", type=int, default=d.sinks)
-    p.add_argument("--block-size", type=int, default=d.block_size)
-    p.add_argument("--top-k-blocks", type=int, default=d.top_k)
-    p.add_argument("--routing", default=d.routing)
-    p.add_argument("--representation", default=d.representation)
-    p.add_argument("--rolling-window", type=int, default=d.rolling_window)
-    p.add_argument("--follow", type=int, default=d.follow, help="blocks after each retrieved block taken with it")
-    p.add_argument("--question-pass", type=int, default=d.question_pass,
+    p.add_argument("--window", type=int, default=None)
+    p.add_argument("--sinks", type=int, default=None)
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--top-k-blocks", dest="top_k", type=int, default=None)
+    p.add_argument("--routing", default=None)
+    p.add_argument("--representation", default=None)
+    p.add_argument("--rolling-window", type=int, default=None)
+    p.add_argument("--follow", type=int, default=None, help="blocks after each retrieved block taken with it")
+    p.add_argument("--question-pass", type=int, default=None,
                    help="prompt tokens re-read with the blocks all layers' question queries agree on (0 = off)")
-    p.add_argument("--question-sharpen", type=int, default=d.question_sharpen,
+    p.add_argument("--question-sharpen", type=int, default=None,
                    help="exponent on each (layer, KV head)'s attention mass in the question pass (1 = plain sum)")
-    p.add_argument("--question-focus", type=float, default=d.question_focus,
+    p.add_argument("--question-focus", type=float, default=None,
                    help="pin only blocks scoring >= this share of the best (0 = the top-k best)")
+    p.add_argument("--question-queries", type=int, default=None,
+                   help="the prompt's last queries the question pass scores (default 16)")
+    p.add_argument("--cascade-chunk", dest="chunk", type=int, default=None,
+                   help="tokens the cascade attends in one piece (default: the model's, 256 on the CPU)")
     p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
-    p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--chunk", type=int, default=512, help="prefill chunk (tokens per forward pass)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
+    p.add_argument("--chunk", dest="forward", type=int, default=2048,
+                   help="prompt tokens per forward pass (the engine's prefill_chunk)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", type=int, nargs="*", default=None, help="run only these trial indices (split a long run)")
     p.add_argument("--out", type=Path, default=None, help="append JSON lines here")
+    p.add_argument("--resume", action="store_true", help="skip cases --out already holds for the same settings")
+    p.add_argument("--stop-after", type=float, default=None,
+                   help="start no case after this many seconds; exit 75 if cases are left (rerun with --resume)")
+    p.add_argument("--capture", type=Path, default=None,
+                   help="save each cascade case's question-pass block masses here (ruler_capture.py)")
+    p.add_argument("--capture-queries", action="store_true", help="--capture every question query's mass")
+    p.add_argument("--summary", type=Path, nargs="*", default=None,
+                   help="print the table of these JSON-lines files and exit (no model loaded)")
     args = p.parse_args()
+    if args.summary is not None:
+        print(table(latest([r for f in args.summary for r in read_cases(f)])))
+        return
+    if args.resume and args.out is None:
+        p.error("--resume needs --out")
+
+    from cascade_common import load_engine, make_cache, run_greedy
+
+    from mlotspark.memory.cascade import CascadeConfig
 
     engine = load_engine(args.model)
+    cap = None
+    if args.capture is not None:
+        from ruler_capture import Capture, save
+
+        args.capture.mkdir(parents=True, exist_ok=True)
+        cap = Capture(per_query=args.capture_queries)
     trained = engine.loaded.context_length
-    config = CascadeConfig(window=args.window, sinks=args.sinks, block_size=args.block_size, top_k=args.top_k_blocks,
-                           routing=args.routing, representation=args.representation,
-                           rolling_window=args.rolling_window, follow=args.follow,
-                           question_pass=args.question_pass, question_sharpen=args.question_sharpen,
-                           question_focus=args.question_focus)
-    emit({"command": command_line(), "config": config.to_dict(), "model": engine.model_name,
+    overrides = {k: getattr(args, k) for k in FLAGS if getattr(args, k) is not None}
+    config = CascadeConfig.for_model(trained, **overrides)
+    cfg = config.to_dict()
+    cfg.pop("spill_dir", None)
+    emit({"command": command_line(), "config": cfg, "model": engine.model_name,
           "weights": engine.loaded.weights}, args.out)
-    lengths = [m * args.window for m in args.multiples] + list(args.lengths)
-    scores: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    done = {case_key(r) for r in read_cases(args.out)} if args.resume else set()
+    lengths = [m * config.window for m in args.multiples] + list(args.lengths)
+    mine: list[dict] = []
+    started = time.perf_counter()
+    left = False
     count = lambda text: len(engine.encode(text))  # noqa: E731  (chat template included)
     for n in lengths:
         for task in args.tasks:
             for i, depth in enumerate(depths(args.trials)):
                 if args.only is not None and i not in args.only:
                     continue
-                case = make_case(task, n, depth, seed=args.seed * 100003 + n + i, count_tokens=count)
+                seed = args.seed * 100003 + n + i
+                budget = args.max_tokens or ANSWER_TOKENS[task]
+                base = {"task": task, "length": n, "trial": i, "trials": args.trials, "seed": seed,
+                        "max_tokens": budget, "model": engine.model_name, "cfg": cfg}
+                todo = [m for m in args.modes if case_key({**base, "mode": m}) not in done]
+                if not todo:
+                    continue
+                if args.stop_after is not None and time.perf_counter() - started > args.stop_after:
+                    left = True
+                    continue
+                case = make_case(task, n, depth, seed=seed, count_tokens=count)
                 ids = engine.encode(case.text)
-                for mode in args.modes:
-                    if mode == "full" and len(ids) + args.max_tokens > trained:
+                for mode in todo:
+                    if mode == "full" and len(ids) + budget > trained:
                         continue  # past the trained context full attention is not a fair reference
                     t0 = time.perf_counter()
-                    run = run_greedy(engine, ids, make_cache(engine, mode, config), max_tokens=args.max_tokens, chunk=args.chunk)
-                    s = case.score(run.text)
-                    scores[(task, n, mode)].append(s)
-                    emit({"task": task, "length": n, "tokens": len(ids), "mode": mode, "depth": round(depth, 3),
-                          "score": s, "answers": list(case.answers), "reply": run.text.strip()[:120],
-                          "s": round(time.perf_counter() - t0, 1),
-                          "decode_ms": round(statistics.median(run.decode_ms), 1) if run.decode_ms else None,
-                          "peak_mb": round(run.peak_mb, 1)}, args.out)
-    print(f"\n| task | tokens | x window | {' | '.join(args.modes)} |")
-    print("|---|---|---|" + "---|" * len(args.modes))
-    for task in args.tasks:
-        for n in lengths:
-            cells = []
-            for mode in args.modes:
-                v = scores.get((task, n, mode))
-                cells.append(f"{statistics.mean(v):.0%} ({len(v)})" if v else "n/a")
-            print(f"| {task} | {n} | {n / args.window:g} | {' | '.join(cells)} |")
+                    if cap is not None:
+                        cap.reset()
+                    run = run_greedy(engine, ids, make_cache(engine, mode, config), max_tokens=budget,
+                                     chunk=args.forward)
+                    rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
+                           "score": case.score(run.text), "answers": list(case.answers),
+                           "reply": run.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
+                           "peak_mb": round(run.peak_mb, 1)}
+                    emit(rec, args.out)
+                    if cap is not None and mode == "cascade":
+                        save(args.capture / f"{task}_{n}_{i}of{args.trials}_s{seed}.npz", cap, engine, ids, case,
+                             config, rec)
+                    mine.append(rec)
+    print()
+    print(table(mine))
+    if left:
+        print("stopped early (--stop-after): rerun with --resume for the cases left", file=sys.stderr)
+        sys.exit(75)
 
 
 if __name__ == "__main__":

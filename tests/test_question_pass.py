@@ -153,7 +153,9 @@ def test_sharpen_and_focus_stay_exact_while_everything_fits(model):  # noqa: F81
     for prompt_len, cfg in ((30, CascadeConfig(window=64, sinks=4, block_size=8, top_k=2, chunk=24, question_pass=8,
                                                question_sharpen=3, question_focus=0.3)),
                             (120, CascadeConfig(window=32, sinks=4, block_size=8, top_k=16, chunk=24, question_pass=8,
-                                                question_sharpen=3, question_focus=0.3))):
+                                                question_sharpen=3, question_focus=0.3)),
+                            (120, CascadeConfig(window=32, sinks=4, block_size=8, top_k=16, chunk=24, question_pass=8,
+                                                question_queries=24))):
         prompt = tokens(prompt_len, seed=4)
         ref_toks, ref_lp = greedy(model, model.make_cache(), prompt, 12, chunk=32)
         cas = make_cascade_cache(model, cfg)
@@ -175,6 +177,42 @@ def test_a_focused_pass_pins_fewer_blocks_for_the_whole_answer(model):  # noqa: 
         assert c.offset == len(prompt) + len(toks)
 
 
+def test_the_pass_can_score_more_queries_than_prefill_routes_with():
+    from mlotspark.memory.cascade.routing import QuestionRouter
+
+    r = QuestionRouter(4, keep=10)
+    q = mx.arange(2 * 3 * 7 * 2, dtype=mx.float32).reshape(2, 3, 7, 2)  # (Hkv, G, L, D)
+    assert r.queries(q, decode=False).shape[2] == 4  # prefill routes with the last rolling_window
+    r.queries(q + 100, decode=False)
+    assert r.recent.shape[2] == 10  # the pass sees the last question_queries (both chunks' tails)
+    assert mx.array_equal(r.recent[:, :, -7:], q + 100) and mx.array_equal(r.recent[:, :, :3], q[:, :, -3:])
+    assert mx.array_equal(r.queries(q[:, :, :1], decode=True), (q + 100)[:, :, -4:])  # decode: the same 4
+    assert QuestionRouter(4).recent is None and QuestionRouter(4, keep=2).keep == 4
+
+
+def test_the_pass_scores_question_queries_of_them(model):  # noqa: F811
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, question_pass=8, question_queries=12)
+    cas = make_cascade_cache(model, cfg)
+    seen = []
+    from mlotspark.memory.cascade import question
+
+    inner = question.query_mass
+
+    def spy(cache, n):
+        m = inner(cache, n)
+        seen.append(m.shape)
+        return m
+
+    question.query_mass = spy
+    try:
+        greedy(model, cas, tokens(120, seed=5), 3, chunk=32)
+    finally:
+        question.query_mass = inner
+    G = model.args.num_attention_heads // model.args.num_key_value_heads
+    assert cas[0].question.passes == 1 and len(seen) == len(cas)
+    assert all(s[1] == G * 12 for s in seen)
+
+
 def test_bad_sharpen_and_focus_are_named():
     import pytest
 
@@ -184,4 +222,6 @@ def test_bad_sharpen_and_focus_are_named():
         CascadeConfig(question_focus=1.5)
     with pytest.raises(OptionError, match="question_sharpen 0"):
         CascadeConfig(question_sharpen=0)
+    with pytest.raises(OptionError, match="question_queries 0"):
+        CascadeConfig(question_queries=0)
     assert CascadeConfig.from_dict({**CascadeConfig().to_dict(), "question_focus": 0.2}).question_focus == 0.2

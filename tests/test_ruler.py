@@ -77,3 +77,15 @@ def test_real_model_multikey_at_twice_the_window(default_gguf):
     got = reply(config)
     assert case.score(got) == 1.0, got
     assert case.score(reply(CascadeConfig(**{**config.to_dict(), "top_k": 0}))) == 0.0
+
+
+def test_every_task_has_room_for_its_whole_answer():
+    # Digits are one token each with the default model, and its replies open with ~20
+    # tokens of restated question: a list of four 7-digit values needs > 48 tokens.
+    from mlotspark.bench.ruler import ANSWER_TOKENS
+
+    assert set(ANSWER_TOKENS) == set(TASKS)
+    for task in TASKS:
+        case = make_case(task, 800, 0.5, seed=1, count_tokens=words)
+        need = sum(len(a) + 4 for a in case.answers) + 24  # each answer + a list marker, + the preamble
+        assert ANSWER_TOKENS[task] >= need, (task, need)

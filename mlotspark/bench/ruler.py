@@ -32,6 +32,13 @@ from mlotspark.errors import OptionError
 
 TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "vt", "sentence")
 
+#: Answer tokens each task's reply may take. Digits are one token each with the
+#: default model, and it opens with "The special magic numbers for <key> mentioned in
+#: the provided text are:" (~20 tokens): 48 tokens cut its fourth multivalue value
+#: mid-number (RESULTS, issue 14 round 6), so the lists get room for every answer.
+ANSWER_TOKENS = {"niah_single": 48, "niah_multikey": 48, "niah_multivalue": 96, "niah_multiquery": 72,
+                 "vt": 72, "sentence": 48}
+
 _NIAH_INTRO = ("Some special magic numbers are hidden within the following text. Make sure to memorize them. "
                "I will quiz you about the numbers afterwards.\n\n")
 _VT_INTRO = ("Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n")
@@ -251,4 +258,4 @@ def depths(n: int) -> list[float]:
     return [(i + 0.5) / n for i in range(n)]
 
 
-__all__ = ["TASKS", "RulerCase", "depths", "haystack_sentences", "make_case"]
+__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "make_case"]

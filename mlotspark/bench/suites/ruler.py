@@ -2,7 +2,7 @@
 
 Tasks (the suite's cases) and haystacks: ``bench/ruler.py``. For each length in
 ``--contexts`` and each task, ``-r`` cases with needles at evenly spread depths
-(seeded by ``--seed``) are answered greedily (at most ``ANSWER_TOKENS``) in three
+(seeded by ``--seed``) are answered greedily (at most ``ANSWER_TOKENS[task]``) in three
 modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context),
 ``streaming`` (the same with top_k 0: sinks + window only) and ``full`` (plain KV
 cache; only where prompt + answer fit the model's trained context). A figure is
@@ -17,11 +17,10 @@ from typing import Any
 
 from mlotspark.bench.context import BenchContext
 from mlotspark.bench.figures import Figure
-from mlotspark.bench.ruler import TASKS, depths, make_case
+from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
 
 CASES = TASKS
 DESCRIPTION = "long-context accuracy (RULER-style needles in Python's docs): cascade vs sinks+window vs full attention"
-ANSWER_TOKENS = 48
 MODES = ("cascade", "streaming", "full")
 
 
@@ -37,7 +36,7 @@ def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
     return None
 
 
-def _answer(engine: Any, ids: list[int], mode: str, config: Any) -> str:
+def _answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int) -> str:
     """Greedy reply through a cache of ``mode`` (runs on the engine thread)."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
@@ -52,7 +51,7 @@ def _answer(engine: Any, ids: list[int], mode: str, config: Any) -> str:
         cache = make_cascade_cache(model, cfg)
     eos = set(engine.tokenizer.eos_token_ids or ())
     out = []
-    for t, _ in generate_step(mx.array(ids), model, max_tokens=ANSWER_TOKENS, prompt_cache=cache, prefill_step_size=512):
+    for t, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, prompt_cache=cache, prefill_step_size=512):
         if t in eos:
             break
         out.append(t)
@@ -74,9 +73,9 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                                  count_tokens=lambda text: len(engine.encode(text)))
                 ids = engine.encode(case.text)
                 for mode in MODES:
-                    if mode == "full" and len(ids) + ANSWER_TOKENS > ctx.context_length:
+                    if mode == "full" and len(ids) + ANSWER_TOKENS[task] > ctx.context_length:
                         continue
-                    reply = engine.run_on_engine(_answer, engine, ids, mode, config)
+                    reply = engine.run_on_engine(_answer, engine, ids, mode, config, ANSWER_TOKENS[task])
                     scores[mode].append(100.0 * case.score(reply))
                 ctx.progress.step(f"ruler {task} {length}")
             for mode, values in scores.items():

@@ -80,6 +80,11 @@ class CascadeConfig:
             like the asked one) are left out (0 = off, the default: at 4k tokens
             sharpen 3 + focus 0.2 took niah_multikey from 1/4 to 2/4 cases but
             dropped values niah_multivalue needs; RESULTS, issue 14 round 5).
+        question_queries: the prompt's last queries the question pass scores
+            (default 16; ``question`` routing remembers this many, prefill routing
+            still uses the last ``rolling_window``). With the chat template the last
+            16 tokens are mostly " mentioned in the provided text? Answer
+            briefly." and the template's own tokens, not the question's key words.
     """
 
     window: int = 1024
@@ -97,12 +102,13 @@ class CascadeConfig:
     question_pass: int = 64
     question_sharpen: int = 1
     question_focus: float = 0.0
+    question_queries: int = 16
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
             return OptionError(f"invalid cascade {name} {getattr(self, name)!r}: {why}")
 
-        for name in ("window", "block_size", "rolling_window", "question_sharpen"):
+        for name in ("window", "block_size", "rolling_window", "question_sharpen", "question_queries"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")

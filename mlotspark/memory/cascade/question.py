@@ -10,7 +10,7 @@ With the needle forced into both, the model answered.
 So, once per prompt, between the last prefill chunk and the first decode step:
 
 1. every layer's remembered question queries (the ``question`` router keeps the
-   prompt's last ``rolling_window``) are scored exactly against all of that layer's
+   prompt's last ``question_queries``) are scored exactly against all of that layer's
    keys; the attention mass each block gets (``block_mass``) is summed over layers
    and KV heads, so the layers whose question looks at a few blocks decide (a
    *consensus*), and the top ``top_k`` blocks (with ``follow``) become the selection
@@ -44,13 +44,22 @@ def block_mass(cache: Any, n: int) -> mx.array:
     """How much attention the remembered question queries of one layer pay each of
     its first ``n`` blocks: (Hkv, n).
 
-    Exact, not the routing summaries: the queries are scored against every key of
-    the layer ([sinks | blocks | window], without RoPE, as routing scores them), each
-    query's softmax over all of them is summed per block, and the largest share any
-    query gives a block is its mass (one question token that looks at a block is
-    enough). Measured at 8k (RESULTS, issue 14 round 4): the needle's block ranked
-    0-1 of 220 this way, 7-48 under the minmax summaries, whose upper bound favours
-    blocks of unusual keys.
+    Exact, not the routing summaries: the largest share any question query gives a
+    block (``query_mass``; one question token that looks at a block is enough).
+    Measured at 8k (RESULTS, issue 14 round 4): the needle's block ranked 0-1 of 220
+    this way, 7-48 under the minmax summaries, whose upper bound favours blocks of
+    unusual keys.
+    """
+    return query_mass(cache, n).max(axis=1)
+
+
+def query_mass(cache: Any, n: int) -> mx.array:
+    """Each remembered question query's attention share on each of the layer's first
+    ``n`` blocks: (Hkv, G * M, n), M = ``question_queries``.
+
+    The queries are scored against every key of the layer ([sinks | blocks | window],
+    without RoPE, as routing scores them), and each query's softmax over all of them
+    is summed per block.
     """
     B = cache.config.block_size
     keys = cache.store.peek_keys(cache.layer, list(range(n)), mx.float32)  # (Hkv, n*B, D)
@@ -61,11 +70,10 @@ def block_mass(cache: Any, n: int) -> mx.array:
     if cache.n_window:
         parts.append(cache.win_k[0, :, : cache.n_window].astype(mx.float32))
     every = mx.concatenate(parts, axis=1) if len(parts) > 1 else keys
-    q = cache.router.recent.astype(mx.float32)  # (Hkv, G, M, D)
+    q = cache.router.recent[:, :, -cache.config.question_queries :].astype(mx.float32)  # (Hkv, G, M, D)
     H, G, M, D = q.shape
     w = mx.softmax((q.reshape(H, G * M, D) @ every.swapaxes(-1, -2)) * cache.scale, axis=-1)
-    mass = w[:, :, n_sinks : n_sinks + n * B].reshape(H, G * M, n, B).sum(axis=-1)
-    return mass.max(axis=1)
+    return w[:, :, n_sinks : n_sinks + n * B].reshape(H, G * M, n, B).sum(axis=-1)
 
 
 def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focus: float = 0.0) -> tuple[int, ...]:

@@ -327,20 +327,26 @@ class QuestionRouter(RollingRouter):
 
     name = "question"
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, keep: int = 0):
         super().__init__(n)
         self.interval = 1 << 30  # never re-score on decode steps alone
+        self.keep = max(n, keep)  # queries remembered: the question pass may score more than routing uses
+
+    def remember(self, q: mx.array) -> mx.array:
+        seen = q if self.recent is None else mx.concatenate([self.recent, q], axis=2)
+        self.recent = seen[:, :, -self.keep :]
+        return self.recent[:, :, -self.n :]
 
     def queries(self, q: mx.array, decode: bool) -> mx.array:
         if decode:
-            return q if self.recent is None else self.recent
+            return q if self.recent is None else self.recent[:, :, -self.n :]
         return self.remember(q)
 
 
 def make_router(config: CascadeConfig) -> Router:
     """A fresh router for one layer, as ``config.routing`` names."""
     if config.routing == "question":
-        return QuestionRouter(config.rolling_window)
+        return QuestionRouter(config.rolling_window, config.question_queries)
     if config.routing == "sequence":
         return SequenceRouter()
     if config.routing == "token":

@@ -1,0 +1,107 @@
+"""What the question pass saw on a RULER case: per (layer, KV head) block masses and the needles' blocks.
+
+``ruler.py --capture DIR`` saves one ``.npz`` per cascade case, so routing rules can
+be compared offline (``ruler_rules.py``) on the very cases the matrix ran, without
+running the model again:
+
+- ``mass`` (layers, Hkv, n): ``question.block_mass`` of every layer at the pass
+  (with ``--capture-queries``: (layers, Hkv, G * M, n), every query's share);
+- ``chosen``: the blocks the pass pinned; ``n_blocks``, ``sinks``, ``block_size``;
+- ``needle_blocks`` (needles, 2): first and last block each needle's tokens touch
+  (-1 when the needle is still in sinks/window or was not found in the ids);
+- ``wanted``: 1 for a needle the answer needs (the asked key's, every value of
+  multivalue, both asked keys of multiquery, the whole vt chain), 0 for a
+  look-alike (the other keys of multikey / multiquery).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlotspark.memory.cascade import question
+
+
+class Capture:
+    """Wraps ``question.query_mass`` / ``question.consensus`` to record one pass per case.
+
+    Args:
+        per_query: keep each question query's mass, (layers, Hkv, G * M, n), not only
+            the largest (so rules over fewer queries can be tried offline).
+    """
+
+    def __init__(self, per_query: bool = False) -> None:
+        self.per_query = per_query
+        self.masses: list[np.ndarray] = []
+        self.chosen: tuple[int, ...] | None = None
+        self._mass = question.query_mass
+        self._consensus = question.consensus
+        question.query_mass = self._record_mass
+        question.consensus = self._record_consensus
+
+    def _record_mass(self, cache: Any, n: int):
+        m = self._mass(cache, n)
+        self.masses.append(np.array(m if self.per_query else m.max(axis=1), dtype=np.float16 if self.per_query else np.float32))
+        return m
+
+    def _record_consensus(self, *args: Any, **kw: Any):
+        self.masses = []
+        self.chosen = self._consensus(*args, **kw)
+        return self.chosen
+
+    def reset(self) -> None:
+        self.masses, self.chosen = [], None
+
+
+def _find(ids: list[int], sub: list[int]) -> int:
+    """Start of ``sub`` in ``ids`` (-1 if absent)."""
+    n = len(sub)
+    for i in range(len(ids) - n + 1):
+        if ids[i : i + n] == sub:
+            return i
+    return -1
+
+
+def needle_spans(engine: Any, ids: list[int], needles: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Token span [start, end) of each needle in ``ids`` ((-1, -1) if not found).
+
+    The needle's raw tokens without its first and last (they may merge with the
+    neighbouring space or sentence) are searched for.
+    """
+    out = []
+    for nd in needles:
+        toks = engine.encode(" " + nd, raw=True)
+        core = toks[1:-1] if len(toks) > 3 else toks
+        s = _find(ids, core)
+        out.append((s - 1, s + len(core) + 1) if s >= 0 else (-1, -1))
+    return out
+
+
+def wanted(task: str, needles: tuple[str, ...], answers: tuple[str, ...]) -> list[int]:
+    """1 for each needle the answer needs, 0 for a look-alike."""
+    if task in ("niah_multikey", "niah_multiquery"):
+        return [int(any(a in nd for a in answers)) for nd in needles]
+    return [1] * len(needles)
+
+
+def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, config: Any, record: dict) -> None:
+    """Write what ``cap`` recorded for one case (nothing if the pass did not run)."""
+    if not cap.masses or cap.chosen is None:
+        return
+    B, S = config.block_size, config.sinks
+    n = cap.masses[0].shape[-1]
+    blocks = []
+    for s, e in needle_spans(engine, ids, case.needles):
+        if s < 0:
+            blocks.append((-1, -1))
+            continue
+        a, b = (s - S) // B, (e - 1 - S) // B
+        blocks.append((a, b) if 0 <= a and b < n else (-1, -1))  # sinks or window: no routing needed
+    np.savez_compressed(
+        path, mass=np.stack(cap.masses), chosen=np.array(cap.chosen, dtype=np.int64), n_blocks=n,
+        sinks=S, block_size=B, needle_blocks=np.array(blocks, dtype=np.int64).reshape(-1, 2),
+        wanted=np.array(wanted(case.task, case.needles, case.answers), dtype=np.int64),
+        record=json.dumps(record))
