@@ -509,3 +509,41 @@ def test_cli_chat_rejects_a_bad_option_before_loading(capsys):
 
     assert main(["chat", "--temp", "-2"]) == 2
     assert "invalid --temp -2.0" in capsys.readouterr().err
+
+
+def test_a_streaming_reply_writes_its_pieces_in_batches_and_all_of_them():
+    """Pieces arriving faster than STREAM_EVERY_S are written together (by a timer, or at
+    the end); none is lost, and the reply shows them before it finishes."""
+    from textual.app import App
+    from textual.widgets import Markdown
+
+    from tui.widgets.chat import STREAM_EVERY_S, Reply
+
+    class One(App[None]):
+        def compose(self):
+            yield Reply(streaming=True)
+
+    async def body() -> None:
+        app = One()
+        async with app.run_test(size=SIZE) as pilot:
+            reply = app.query_one(Reply)
+            writes: list[str] = []
+            real = reply._stream.write
+
+            async def counted(fragment: str) -> None:
+                writes.append(fragment)
+                await real(fragment)
+
+            reply._stream.write = counted
+            for piece in ["Hello", ", ", "wor", "ld", "!"]:
+                await reply.append(piece)
+            await asyncio.sleep(STREAM_EVERY_S * 3)
+            await pilot.pause()
+            assert "".join(writes) == "Hello, world!" and len(writes) < 5  # batched, nothing lost
+            assert "Hello, world!" in app.query_one(Markdown).source
+            await reply.append(" Bye.")
+            await reply.finish("stop")
+            assert "".join(writes) == "Hello, world! Bye."
+            assert app.query_one(Markdown).source == "Hello, world! Bye."
+
+    asyncio.run(body())

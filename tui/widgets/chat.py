@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -9,6 +10,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
@@ -20,6 +22,10 @@ MARKS = {
     "cancelled": "⏹ cancelled — partial reply",
     "length": "… stopped at max_tokens",
 }
+#: Seconds between two writes of a streaming reply into its Markdown. Rendering shares the
+#: engine's process (and GIL): one write per token re-rendered ~20 times a second and cut
+#: decode from ~44 to ~33 tok/s on a 2-core machine; a write every 0.1 s is still smooth.
+STREAM_EVERY_S = 0.1
 HINT = "Type a message and press Enter · Ctrl+J for a new line · /help or F1 for keys and commands"
 
 
@@ -81,6 +87,9 @@ class Reply(Vertical):
         self._stream: MarkdownStream | None = None
         self._streaming = streaming
         self.progress = ""  # the prefill line shown before the first piece
+        self._pending = ""  # pieces not yet written into the Markdown
+        self._last_write = 0.0
+        self._flush_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.text or None, classes="body")
@@ -102,8 +111,23 @@ class Reply(Vertical):
             self.query_one(".mark", Static).update("")
         self.text += piece
         self.pieces += 1
-        if self._stream is not None:
-            await self._stream.write(piece)
+        self._pending += piece
+        wait = self._last_write + STREAM_EVERY_S - time.monotonic()
+        if wait <= 0:
+            await self._flush()
+        elif self._flush_timer is None:
+            self._flush_timer = self.set_timer(wait, self._flush)
+
+    async def _flush(self) -> None:
+        """Write the pending pieces into the Markdown (at most every ``STREAM_EVERY_S``)."""
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+        self._last_write = time.monotonic()
+        if not self._pending or self._stream is None:
+            return
+        pending, self._pending = self._pending, ""
+        await self._stream.write(pending)
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
 
@@ -114,6 +138,7 @@ class Reply(Vertical):
             reason: ``stop``, ``length``, ``cancelled`` (or None when it failed).
             error: why it failed, if it did.
         """
+        await self._flush()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
