@@ -150,13 +150,12 @@ class CpuStep:
             return [(w, buf[a:b]) for w, a, b in products]
 
         self.layers = [(bind(p, qkv), bind(m, gu), *rest) for p, m, *rest in layers]
-        self.rope_dims, self.rope_traditional, self.rope_freqs = rope
         # RoPE as x * cos + x[perm] * sign * sin: component a[i] pairs with b[i] (interleaved
         # or the two halves of the rotated dims), both turning by frequency i; a component
         # past the rotated dims takes the appended frequency 0 (cos 1, sin 0).
-        d, D = self.rope_dims, self.head_dim
-        a, b = (np.arange(0, d, 2), np.arange(1, d, 2)) if self.rope_traditional else \
-            (np.arange(d // 2), np.arange(d // 2, d))
+        d, traditional, freqs = rope
+        D = self.head_dim
+        a, b = (np.arange(0, d, 2), np.arange(1, d, 2)) if traditional else (np.arange(d // 2), np.arange(d // 2, d))
         perm, freq, sign = np.arange(D), np.full(D, d // 2), np.zeros(D, np.float32)
         perm[a], perm[b] = b, a
         freq[a] = freq[b] = np.arange(d // 2)
@@ -165,7 +164,7 @@ class CpuStep:
         # query part also carries the attention scale, so attention needs no scaling.
         heads = self.n_heads + self.n_kv
         self.perm_qk = (np.arange(heads)[:, None] * D + perm).reshape(-1)
-        self.rope_freqs = np.append(self.rope_freqs, np.float32(0))
+        self.rope_freqs = np.append(freqs, np.float32(0))
         self.freq_qk = np.tile(freq, heads)
         scale = np.repeat(np.array([self.scale, 1.0], np.float32), [self.n_heads * D, self.n_kv * D])
         self.scale_qk, self.sign_qk = scale, np.tile(sign, heads) * scale
@@ -295,10 +294,6 @@ class CpuStep:
         ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)
         return x * (1.0 / np.sqrt(ms + self.eps)).astype(np.float32) * w
 
-    def _rms1(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        """``_rms`` of one vector, with its scale as a Python float (fewer NumPy calls)."""
-        return x * (1.0 / math.sqrt(float(np.dot(x, x)) / x.size + self.eps)) * w  # a Python float keeps float32
-
     def _rope_tables(self, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-step cos and signed-sin rows over the flat q|k, the query's part scaled by
         ``scale`` (so attention needs no separate scaling)."""
@@ -339,7 +334,8 @@ class CpuStep:
         x = self.embed[token].copy()
         with np.errstate(over="ignore", invalid="ignore"):  # SiLU's exp(-g) -> inf for g < -88: silu -> -0
             for (proj, mlp, wo, wd, n1, n2, bqkv, qn, kn), (kb, vb) in zip(self.layers, buffers):
-                h = x * (1.0 / sqrt(float(dot(x, x)) * inv + eps)) * n1  # RMSNorm, inline (_rms1)
+                # RMSNorm of one vector, inline: its scale a Python float (float32 kept)
+                h = x * (1.0 / sqrt(float(dot(x, x)) * inv + eps)) * n1
                 for w, out in proj:  # sgemv: W is (out, in) row-major
                     np.matmul(w, h, out=out)
                 if bqkv is not None:
