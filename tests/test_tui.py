@@ -210,6 +210,23 @@ def test_switching_conversations_while_a_reply_streams():
     drive(app, script)
 
 
+def test_a_list_refresh_keeps_the_highlight_the_user_moved():
+    """A reply ending refreshes the list in place; the row the user was moving to stays
+    highlighted (it used to jump back to the open conversation, so Enter reopened that)."""
+    app = make_app(fake_with_history())
+
+    async def script(pilot: Any) -> None:
+        clist = app.query_one(ConversationList)
+        other = next(i for i, name in enumerate(clist.names) if name != app.current)
+        clist.index = other
+        await app.refresh_list()  # what a finished reply does
+        assert clist.index == other
+        await app.action_new_conversation()  # the open conversation changes: highlight follows
+        assert clist.names[clist.index] == app.current
+
+    drive(app, script)
+
+
 def test_scrolling_up_while_streaming_is_not_undone_by_new_pieces():
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate, reply=" ".join(f"word{i}" for i in range(400)))

@@ -35,11 +35,16 @@ class ConversationItem(ListItem):
 class ConversationList(ListView):
     """Conversations (Enter or a click opens one); ``●`` marks one whose reply is streaming."""
 
+    _shown_current: str | None = None  # the open conversation at the last ``show``
+
     async def show(self, rows: list[ConversationRow], current: str | None, streaming: set[str]) -> None:
         """Show ``rows`` and highlight ``current``; items are updated in place when the
-        conversations are the same, so the list does not flicker while replies stream."""
+        conversations are the same, so the list does not flicker while replies stream.
+        An update in place keeps the highlight where the user moved it (a reply ending
+        while they pick a conversation must not pull it back to the open one)."""
         items = list(self.query(ConversationItem))
-        if [i.row.name for i in items] == [r.name for r in rows]:
+        same = [i.row.name for i in items] == [r.name for r in rows]
+        if same:
             for item, row in zip(items, rows):
                 item.set(row, row.name in streaming)
         else:
@@ -47,8 +52,9 @@ class ConversationList(ListView):
                 await self.clear()
                 await self.extend([ConversationItem(r, r.name in streaming) for r in rows])
         names = self.names
-        if current in names:
+        if current in names and not (same and current == self._shown_current):
             self.index = names.index(current)
+        self._shown_current = current
 
     @property
     def names(self) -> list[str]:
