@@ -10,9 +10,10 @@
 A turn: retrieve semantic memory for the user's text; render the messages with the
 chat template; take the cache that shares the longest token prefix with the prompt
 (this conversation's warm cache, its snapshot on disk, or the shared prefix cache),
-cut it to that prefix, and submit only the rest; when the turn finishes (on the
-engine's thread) store the messages first, then the snapshot, then what the user
-stated about themselves. A snapshot that cannot be used is refused with a
+cut it to that prefix, and submit only the rest; when the turn finishes, the engine
+thread captures the snapshot's arrays and hands the rest to the writer (``writer.py``),
+which stores the messages first, then the snapshot, then what the user stated about
+themselves, while other requests go on decoding. A snapshot that cannot be used is refused with a
 ``SnapshotWarning`` and the turn re-prefills from the stored messages.
 
 Where retrieved memory goes: into the system prompt on a conversation's first turn
@@ -29,6 +30,7 @@ import shutil
 import threading
 import time
 import warnings
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -156,6 +158,13 @@ class _Turn:
     handle: Any = None
     first_piece: float | None = None
     error: BaseException | None = None
+    stored: Future | None = None  # the writer's job storing the turn, once it finished
+
+
+def _wait_stored(turn: _Turn) -> None:
+    """Wait for the writer to store ``turn`` (a request that failed is never handed over)."""
+    if turn.stored is not None:
+        turn.stored.result()
 
 
 class Conversation:
@@ -260,7 +269,7 @@ class Conversation:
         with self._mutex, self.files.lock:
             self._drop_cache()
             shutil.rmtree(self.files.directory, ignore_errors=True)
-            self._p._forget_conversation(self.name)
+            self._p.forget_conversation(self.name)
 
     @property
     def progress(self) -> Any:
@@ -337,6 +346,7 @@ class Conversation:
                     turn.first_piece = time.perf_counter()
                 yield piece
             result = turn.handle.result()
+            _wait_stored(turn)
             if turn.error is not None:
                 raise turn.error
             # What the user waits for: memory lookup, cache restore, queue and prefill.
@@ -349,6 +359,9 @@ class Conversation:
                 turn.handle.cancel()
                 with contextlib.suppress(Exception):
                     turn.handle.result()
+            if turn is not None:
+                with contextlib.suppress(Exception):
+                    _wait_stored(turn)  # the lock is held until the turn is on disk
             self._turn = None
             self.files.lock.__exit__(None, None, None)
             self._mutex.release()
@@ -385,7 +398,7 @@ class Conversation:
         turn = _Turn(user, prompt_ids, cached, started, extra)
         turn.handle = self.engine.submit(
             prompt_ids=prompt_ids[cached:], cache=cache, cached_tokens=cached,
-            on_finish=lambda gen: self._finish(turn, gen), cache_key=self.name, cached_ids=prompt_ids[:cached],
+            on_finish=lambda gen: self._finished(turn, gen), cache_key=self.name, cached_ids=prompt_ids[:cached],
             **options,
         )
         self._turn = turn
@@ -455,14 +468,29 @@ class Conversation:
             self.files.snapshots.delete()
         return str(error)
 
-    def _finish(self, turn: _Turn, gen: FinishedGeneration) -> None:
-        """[engine thread] Store the turn: messages first, then the snapshot and memory."""
+    def _finished(self, turn: _Turn, gen: FinishedGeneration) -> None:
+        """[engine thread] Capture what needs MLX (the snapshot's new arrays, the shared
+        prefix's KV), then hand the storing to the writer (``writer.py``)."""
         p = self._p
         result = gen.result
         assert result is not None
-        stats = result.stats
         tokens = turn.prompt_ids[: turn.cached] + list(gen.fed_tokens)
         cache = gen.cache
+        if not cache or (result.stats.finish_reason == "cancelled" and cache_offset(cache) != len(tokens)):
+            cache = None  # a cancelled request's cache may be gone: the next turn restores the snapshot
+        elif cache_offset(cache) != len(tokens):
+            log.warning("conversation %r: cache holds %d tokens, expected %d; not kept", self.name, cache_offset(cache), len(tokens))
+            cache = None
+        pending = None
+        if cache is not None:
+            pending = p.prepare_snapshot(self, cache, tokens)
+            p.keep_prefix(self, cache, tokens)
+        turn.stored = p.writer.submit(lambda: self._store(turn, result, tokens, cache, pending))
+
+    def _store(self, turn: _Turn, result: GenerationResult, tokens: list[int], cache: list | None, pending: Any) -> None:
+        """[writer thread] Store the turn: messages first, then the snapshot and memory."""
+        p = self._p
+        stats = result.stats
         now = time.time()
         try:
             self._reload()
@@ -479,15 +507,11 @@ class Conversation:
             turn.error = e  # raised in the caller's thread once the turn ends
             return
         extra = turn.extra
-        if not cache or (stats.finish_reason == "cancelled" and cache_offset(cache) != len(tokens)):
-            pass  # a cancelled request's cache may be gone: the next turn restores the snapshot
-        elif cache_offset(cache) != len(tokens):
-            log.warning("conversation %r: cache holds %d tokens, expected %d; not kept", self.name, cache_offset(cache), len(tokens))
-        else:
+        if cache is not None:
             self._cache, self._cache_tokens = cache, tokens
-            extra["snapshot"] = info = p.save_snapshot(self, cache, tokens)
+            extra["snapshot"] = info = p.write_snapshot(self, pending, tokens)
             self._snapshot_revision = info.get("revision", "")
-            p.add_prefix(self, cache, tokens)
+            p.save_prefix()
             p.note_warm(self)
         extra["memory"]["learned"] = p.learn(turn.user["content"], self.name)
         stats.extra.update(extra)
