@@ -28,9 +28,9 @@ from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 from mlotspark.memory.conversations import Conversation
 from mlotspark.memory.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
-from mlotspark.models.tokenizer import encode_chat, encode_raw
+from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
-from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
+from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache  # cache_kind="auto"
 
 Messages = Sequence[dict]
 
@@ -48,7 +48,11 @@ class Engine:
         self.defaults = defaults
         self.cascade = _resolve_cascade(loaded, cascade)
         self._lock = threading.RLock()  # the engine thread holds it around each step
-        self._device = device_info()["device"]
+        #: Where the model runs (``device_info()["device"]``, e.g. ``cpu``, ``gpu``).
+        self.device: str = device_info()["device"]
+        #: The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one.
+        self.cache_decision: CacheDecision | None = None
+        self._persistence: Persistence | None = None
         self.scheduling = scheduling or SchedulerConfig()
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
@@ -143,6 +147,11 @@ class Engine:
     def tokenizer(self) -> Any:
         return self.loaded.tokenizer
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the tokenizer knows (added tokens included): ids at or past it are invalid."""
+        return vocab_size(self.tokenizer)
+
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
         if isinstance(prompt_or_messages, str):
@@ -198,7 +207,7 @@ class Engine:
             cached_tokens=cached_tokens,
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
-            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
+            stats_base={"model": self.model_name, "device": self.device, "weights": self.loaded.weights,
                         "extra": {**facts, "weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
             constraint=constraint,
@@ -214,8 +223,8 @@ class Engine:
         if given:
             return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
         if options.cache_kind == "auto":
-            decision = getattr(self, "cache_decision", None)
-            return {"kind": getattr(decision, "kind", "?"), "why": f"auto: {getattr(decision, 'reason', '')}"}
+            decision = self.cache_decision
+            return {"kind": decision.kind if decision else "?", "why": f"auto: {decision.reason if decision else ''}"}
         if options.cache_kind:
             return {"kind": options.cache_kind, "why": "asked for"}
         return {"kind": "plain", "why": "default: the model's dtype"}
@@ -230,7 +239,16 @@ class Engine:
         cfg = self._cascade_for(total_tokens, options)
         if cfg is not None:
             return make_cascade_cache(self.loaded.model, cfg)
-        return request_cache(self, options, total_tokens)
+        return self._kv_cache(options, total_tokens)
+
+    def _kv_cache(self, options: GenerationOptions, total_tokens: int) -> list:
+        """A KV cache of ``options.cache_kind``; ``auto`` decided on the engine thread."""
+        budget = kv_budget(self.scheduling.memory_limit, self.loaded.nbytes())
+        cache, decision = request_cache(self.loaded, options, total_tokens, device=self.device,
+                                        budget_bytes=budget, run=self.run_on_engine)
+        if decision is not None:
+            self.cache_decision = decision
+        return cache
 
     def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
         """``cascade`` when ``make_cache(total_tokens, options)`` would make the memory
@@ -306,7 +324,7 @@ class Engine:
         meta: dict = {}
         if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
             self.ranks.check_request(opts, cache, cache_key)
-            p = self.__dict__.get("_persistence")
+            p = self._persistence
             save = cache_key is not None and p is not None and p.config.snapshots and not p.read_only
             meta = {"key": cache_key, "save": save, "context": None if cached_ids is None else list(cached_ids)}
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
@@ -428,7 +446,7 @@ class Engine:
 
     def close(self) -> None:
         """Cancel what is queued or running and stop the engine thread."""
-        persistence = self.__dict__.get("_persistence")
+        persistence = self._persistence
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
         stopped = True
@@ -466,7 +484,7 @@ class Engine:
         of the kind rank 0 chose, for this rank's layers."""
         if cache is None:
             if cascade is None:
-                cache = request_cache(self, opts, len(ids))
+                cache = self._kv_cache(opts, len(ids))
             else:
                 cache = make_cascade_cache(self.loaded.model, cascade)
         return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
@@ -476,11 +494,17 @@ class Engine:
     def persistence(self) -> "Persistence":
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
         with self._lock:
-            if self.__dict__.get("_persistence") is None:
+            if self._persistence is None:
                 # Across ranks no prefix cache: a prefix hit is a cache of another conversation,
                 # which the other ranks would not find under this one's name.
                 self._persistence = Persistence(self, PersistenceConfig(prefix_cache_mb=0) if self.ranks else None)
             return self._persistence
+
+    @property
+    def opened_persistence(self) -> "Persistence | None":
+        """The persistence layer if this engine opened it already (a conversation, the memory
+        store or ``tier_stats`` was used), else None: reading it opens nothing."""
+        return self._persistence
 
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":
         """A persistent conversation (``send``, ``stream``, ``messages``, ``system``,

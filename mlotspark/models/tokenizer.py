@@ -229,10 +229,10 @@ def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
     # Swap in the exact versions of mlx-lm's streaming detokenizers (see their docstrings).
     detokenizer = wrapper._detokenizer
     if type(detokenizer) is BPEStreamingDetokenizer:
-        wrapper._detokenizer = _ByteLevelDetokenizer(wrapper._tokenizer)
+        wrapper._detokenizer = _ByteLevelDetokenizer(hf_tokenizer(wrapper))
     elif type(detokenizer) is SPMStreamingDetokenizer:
         trim = detokenizer.trim_space
-        wrapper._detokenizer = _SentencePieceDetokenizer(wrapper._tokenizer, trim_space=trim)
+        wrapper._detokenizer = _SentencePieceDetokenizer(hf_tokenizer(wrapper), trim_space=trim)
     return wrapper
 
 
@@ -262,8 +262,19 @@ def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
     return _with_bos(tokenizer, tokenizer.encode(text, add_special_tokens=False))
 
 
+def vocab_size(tokenizer: Any) -> int:
+    """Token ids ``tokenizer`` (a ``TokenizerWrapper`` or HF tokenizer) knows, added tokens included."""
+    return len(hf_tokenizer(tokenizer))
+
+
+def hf_tokenizer(tokenizer: Any) -> Any:
+    """The Hugging Face tokenizer inside mlx-lm's ``TokenizerWrapper`` (which has no public
+    name for it), or ``tokenizer`` itself."""
+    return getattr(tokenizer, "_tokenizer", tokenizer)
+
+
 def _special_strings(tokenizer: Any) -> tuple[str, ...]:
-    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    hf = hf_tokenizer(tokenizer)
     added = getattr(hf, "added_tokens_decoder", None) or {}
     return tuple(str(getattr(t, "content", t)) for t in added.values() if str(getattr(t, "content", t)))
 
@@ -574,6 +585,8 @@ __all__ = [
     "FALLBACK_CHAT_TEMPLATE",
     "encode_chat",
     "encode_raw",
+    "hf_tokenizer",
     "load_gguf_tokenizer",
     "load_hf_tokenizer",
+    "vocab_size",
 ]
