@@ -26,9 +26,9 @@ from mlotspark.steps import listen as listen_steps
 _LAZY = {
     "Engine": ".engine",
     "CascadeConfig": ".memory.cascade",
-    "Conversation": ".memory.conversations",
-    "ConversationInfo": ".memory.conversations",
-    "PersistenceConfig": ".memory.persistence",
+    "Conversation": ".conversations.conversation",
+    "ConversationInfo": ".conversations.conversation",
+    "PersistenceConfig": ".conversations.persistence",
     "SnapshotWarning": ".memory.snapshots",
     "GenerationResult": ".results",
     "GenerationStats": ".results",

@@ -25,8 +25,8 @@ from mlotspark.options import GenerationOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
 from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
 
-from mlotspark.memory.conversations import Conversation
-from mlotspark.memory.persistence import Persistence, PersistenceConfig
+from mlotspark.conversations.conversation import Conversation
+from mlotspark.conversations.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint

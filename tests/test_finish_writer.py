@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import mlotspark  # noqa: F401
-from mlotspark.memory.writer import Writer
+from mlotspark.conversations.writer import Writer
 
 from persist_helpers import engines, tiny_dirs, tiny_loaded  # noqa: F401  (fixtures)
 

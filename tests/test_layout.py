@@ -27,8 +27,9 @@ LAYERS = {
     "mlotspark.memory": 2,
     "mlotspark.decoding": 3,
     "mlotspark.runtime": 4, "mlotspark.distributed": 4,
-    "mlotspark.engine": 5,
-    "mlotspark.bench": 6, "mlotspark.cli": 6, "mlotspark.server": 6, "mlotspark.__main__": 6,
+    "mlotspark.conversations": 5,
+    "mlotspark.engine": 6,
+    "mlotspark.bench": 7, "mlotspark.cli": 7, "mlotspark.server": 7, "mlotspark.__main__": 7,
 }
 
 

@@ -448,7 +448,7 @@ def test_logged_warnings_from_the_engine_become_notifications():
     app = make_app(FakeEngine())
 
     async def script(pilot: Any) -> None:
-        logging.getLogger("mlotspark.memory.conversations").warning("snapshot of %r refused", "chat-1")
+        logging.getLogger("mlotspark.conversations.conversation").warning("snapshot of %r refused", "chat-1")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.warn("conversation 'chat-1': snapshot not used", UserWarning)

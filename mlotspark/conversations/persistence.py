@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mlotspark.memory.kv_state import cache_kind, prefix_state
-from mlotspark.memory.host import EngineLike
-from mlotspark.memory.conversations import Conversation, ConversationFiles, ConversationInfo
+from mlotspark.conversations.host import EngineLike
+from mlotspark.conversations.conversation import Conversation, ConversationFiles, ConversationInfo
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
-from mlotspark.memory.writer import Writer
+from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
-from mlotspark.memory.host import ConversationHost, FinishedGeneration
+from mlotspark.conversations.host import ConversationHost, FinishedGeneration
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.memory.snapshots import SnapshotStore, SnapshotWarning, common_prefix
 from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
