@@ -35,6 +35,8 @@ _LAZY = {
     "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
     "PrefillProgress": ".runtime.progress",
+    "EngineProtocol": ".runtime.engine_api",
+    "ConversationProtocol": ".runtime.engine_api",
 }
 
 
@@ -57,7 +59,9 @@ __all__ = [
     "CascadeConfig",
     "Conversation",
     "ConversationInfo",
+    "ConversationProtocol",
     "Engine",
+    "EngineProtocol",
     "GenerationOptions",
     "GenerationResult",
     "GenerationStats",

@@ -36,10 +36,17 @@ Messages = Sequence[dict]
 
 
 class Engine:
-    """A loaded model ready to generate. Create it with ``Engine.load``."""
+    """A loaded model ready to generate. Create it with ``Engine.load``.
+
+    Its public names are ``runtime.engine_api.EngineProtocol``, what code above it calls.
+    """
 
     #: option name -> where its default came from (``models.sampling_defaults``); set by ``load``.
     sampling_sources: dict[str, str] = {}
+    loaded: loader.LoadedModel
+    defaults: GenerationOptions
+    device: str
+    cache_decision: CacheDecision | None
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,

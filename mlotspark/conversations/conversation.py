@@ -37,7 +37,8 @@ from typing import Any, Iterator
 
 from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
-from mlotspark.conversations.host import ConversationHost, FinishedGeneration
+from mlotspark.conversations.host import ConversationHost
+from mlotspark.runtime.generation import Generation
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.memory.snapshots import SnapshotStore, SnapshotWarning, common_prefix
 from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
@@ -171,8 +172,11 @@ class Conversation:
     """A named, persistent conversation. Get one with ``engine.conversation(name)``.
 
     Methods are safe to call from several threads (turns queue) and processes
-    sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock).
+    sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock). It implements
+    ``runtime.engine_api.ConversationProtocol``.
     """
+
+    name: str
 
     def __init__(self, persistence: ConversationHost, name: str, directory: Path, system: str):
         self._p = persistence
@@ -291,6 +295,16 @@ class Conversation:
 
     def _drop_cache(self) -> None:
         self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running (its snapshot must not be evicted meanwhile)."""
+        return self._turn is not None
+
+    @property
+    def warm_cache(self) -> list | None:
+        """The cache kept in memory after the last turn (None when there is none)."""
+        return self._cache
 
     @property
     def warm_bytes(self) -> int:
@@ -468,7 +482,7 @@ class Conversation:
             self.files.snapshots.delete()
         return str(error)
 
-    def _finished(self, turn: _Turn, gen: FinishedGeneration) -> None:
+    def _finished(self, turn: _Turn, gen: Generation) -> None:
         """[engine thread] Capture what needs MLX (the snapshot's new arrays, the shared
         prefix's KV), then hand the storing to the writer (``writer.py``)."""
         p = self._p

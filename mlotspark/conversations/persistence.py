@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mlotspark.memory.kv_state import cache_kind, prefix_state
-from mlotspark.conversations.host import EngineLike
 from mlotspark.conversations.conversation import Conversation, ConversationFiles, ConversationInfo
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
 from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
+from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class Persistence:
         config: budgets and switches (default ``PersistenceConfig()``).
     """
 
-    def __init__(self, engine: EngineLike, config: PersistenceConfig | None = None):
+    def __init__(self, engine: EngineProtocol, config: PersistenceConfig | None = None):
         self.engine = engine
         self.config = config or PersistenceConfig()
         self.counters: Counter = Counter()
@@ -115,14 +115,8 @@ class Persistence:
 
     # -- plumbing ---------------------------------------------------------------------
     def run_exclusive(self, fn: Callable[[], T]) -> T:
-        """Run MLX work ``fn`` on the engine thread (``Engine.run_on_engine``) and return
-        its result; engines without a scheduler serialise it with their request lock."""
-        run = getattr(self.engine, "run_on_engine", None)
-        if callable(run):
-            return run(fn)
-        lock = getattr(self.engine, "_lock", None)
-        with lock if lock is not None else contextlib.nullcontext():
-            return fn()
+        """Run MLX work ``fn`` on the engine thread (``Engine.run_on_engine``) and return its result."""
+        return self.engine.run_on_engine(fn)
 
     def model_identity(self) -> tuple[str, str]:
         """(fingerprint, weight format): what a snapshot must match."""
@@ -260,7 +254,7 @@ class Persistence:
             if total <= budget:
                 break
             live = self._conversations.get(name)
-            if name == keep or (live is not None and live._turn is not None):
+            if name == keep or (live is not None and live.busy):
                 continue
             with contextlib.suppress(StoreError):
                 ConversationFiles(self.root / name).snapshots.delete()
@@ -390,7 +384,7 @@ class Persistence:
             "hit_rate": c["warm"] / turns if turns else 0.0,  # turns continued from memory
         }
         for conv in reversed(self._warm.values()):
-            cache = conv._cache
+            cache = conv.warm_cache
             if cache:
                 with contextlib.suppress(SnapshotError):
                     if cache_kind(cache) == "cascade":

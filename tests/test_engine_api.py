@@ -1,0 +1,38 @@
+"""The engine's declared interface: ``Engine`` and the test fakes implement
+``EngineProtocol`` (and conversations ``ConversationProtocol``), name by name and
+parameter by parameter, so a fake cannot drift from the engine it stands for."""
+
+from __future__ import annotations
+
+import pytest
+
+import mlotspark
+from mlotspark import ConversationProtocol, EngineProtocol
+
+from protocol_check import mismatches
+from test_tui_fakes import FakeConversation, FakeEngine
+
+
+@pytest.mark.parametrize("impl, protocol", [
+    (mlotspark.Engine, EngineProtocol),
+    (mlotspark.Conversation, ConversationProtocol),
+    (FakeEngine, EngineProtocol),
+    (FakeConversation, ConversationProtocol),
+])
+def test_implements_the_declared_interface(impl, protocol):
+    assert mismatches(impl, protocol) == []
+
+
+def test_a_drifted_fake_is_caught():
+    class Drifted(FakeEngine):
+        def conversation(self, name):  # the keyword-only ``system`` is gone
+            return super().conversation(name)
+
+    wrong = mismatches(Drifted, EngineProtocol)
+    assert len(wrong) == 1 and wrong[0].startswith("Drifted.conversation(self, name) != ")
+
+
+def test_fakes_pass_the_runtime_check():
+    engine = FakeEngine()
+    assert isinstance(engine, EngineProtocol)
+    assert isinstance(engine.conversation("a"), ConversationProtocol)
