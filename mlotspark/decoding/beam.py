@@ -276,7 +276,7 @@ def run_sequences(gen: Any) -> Iterator[str]:
     eos = set(gen.tokenizer.eos_token_ids or ())
     timings: dict = {}  # prefill_s, first_token_s: beams report TTFT and prefill speed too
     common = dict(
-        max_tokens=gen._max_tokens(),
+        max_tokens=gen.max_new_tokens(),
         eos=eos,
         length_penalty=opts.length_penalty,
         logits_processors=build_logits_processors(opts) or None,

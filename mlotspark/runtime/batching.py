@@ -140,7 +140,7 @@ class SequenceState:
         self.sampler = build_sampler(gen.options)
         self.greedy = gen.options.temperature == 0
         self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
-        self.max_tokens = gen._max_tokens()
+        self.max_tokens = gen.max_new_tokens()
         self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
         self.decoded = False  # True once the whole prompt is in the cache
         self.plain = is_plain_kv(gen.cache)  # may be packed with other plain rows

@@ -104,7 +104,8 @@ class Generation:
                                        cached=self.cached_tokens)
         return self._meter
 
-    def _max_tokens(self) -> int:
+    def max_new_tokens(self) -> int:
+        """Tokens this request may generate: ``max_tokens``, cut to what the context leaves."""
         n = self.options.max_tokens
         if self.context_limit is not None:
             n = min(n, self.context_limit - self.cached_tokens - len(self.prompt))
@@ -129,7 +130,7 @@ class Generation:
         stops = StopMatcher(opts.stop)
         emitted = 0
         finish = "length"
-        max_tokens = self._max_tokens()
+        max_tokens = self.max_new_tokens()
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None

@@ -194,7 +194,7 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("the engine's scheduler is closed")
         g = request.generation
-        new_tokens = len(g.prompt) + g._max_tokens()
+        new_tokens = len(g.prompt) + g.max_new_tokens()
         held = _cache_bytes(g.cache)
         request.projected_bytes = held + self.kv_per_token * (-(-new_tokens // _KV_STEP) * _KV_STEP)
         request.seq_no = next(self._counter)
