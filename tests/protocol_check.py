@@ -4,19 +4,32 @@ own check (test_engine_api.py) and the fakes of the TUI and server tests."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 from typing import Any
 
 
 def _members(cls: type) -> dict[str, Any]:
-    """Names a Protocol declares: methods, properties and annotated attributes."""
+    """Public names a class declares: methods, properties, annotated attributes and
+    attributes its methods set on ``self``."""
     out: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         if klass is object or klass.__name__ in ("Protocol", "Generic"):
             continue
+        out.update({n: None for n in _set_on_self(klass) if not n.startswith("_")})
         out.update({n: None for n in getattr(klass, "__annotations__", {}) if not n.startswith("_")})
         out.update({n: v for n, v in vars(klass).items() if not n.startswith("_")})
     return out
+
+
+def _set_on_self(klass: type) -> set[str]:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+    except (OSError, TypeError):
+        return set()
+    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name) and n.value.id == "self"}
 
 
 def _params(fn: Any) -> list[tuple[str, Any, bool]]:

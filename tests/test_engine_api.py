@@ -1,6 +1,7 @@
-"""The engine's declared interface: ``Engine`` and the test fakes implement
-``EngineProtocol`` (and conversations ``ConversationProtocol``), name by name and
-parameter by parameter, so a fake cannot drift from the engine it stands for."""
+"""The declared interfaces: ``Engine`` and the test fakes implement ``EngineProtocol``
+(and conversations ``ConversationProtocol``), name by name and parameter by parameter,
+so a fake cannot drift from the engine it stands for; ``Generation`` implements the
+``DecodeRequest`` the decoding strategies drive."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 
 import mlotspark
 from mlotspark import ConversationProtocol, EngineProtocol
+from mlotspark.decoding import DecodeRequest
+from mlotspark.runtime.generation import Generation
 
 from protocol_check import mismatches
 from test_tui_fakes import FakeConversation, FakeEngine
@@ -18,6 +21,7 @@ from test_tui_fakes import FakeConversation, FakeEngine
     (mlotspark.Conversation, ConversationProtocol),
     (FakeEngine, EngineProtocol),
     (FakeConversation, ConversationProtocol),
+    (Generation, DecodeRequest),
 ])
 def test_implements_the_declared_interface(impl, protocol):
     assert mismatches(impl, protocol) == []

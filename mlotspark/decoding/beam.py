@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 
 from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
+from mlotspark.decoding.request import DecodeRequest
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.stops import StopMatcher
 from mlotspark.errors import OptionError
@@ -263,7 +264,7 @@ def sample_sequences(
     return out
 
 
-def run_sequences(gen: Any) -> Iterator[str]:
+def run_sequences(gen: DecodeRequest) -> Iterator[str]:
     """Run a Generation whose options ask for beams or several returns.
 
     Fills ``gen.tokens``, ``gen.text``, ``gen.stats`` and ``gen.result`` (with every
