@@ -27,7 +27,7 @@ _LAZY = {
     "Engine": ".engine",
     "CascadeConfig": ".memory.cascade",
     "Conversation": ".conversations.conversation",
-    "ConversationInfo": ".conversations.conversation",
+    "ConversationInfo": ".conversations.record",
     "PersistenceConfig": ".conversations.persistence",
     "SnapshotWarning": ".memory.snapshots",
     "GenerationResult": ".results",

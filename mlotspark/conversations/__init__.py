@@ -1,8 +1,8 @@
 """Conversations that survive restarts, and the persistence of an engine's memory.
 
 - ``conversation``: ``Conversation``: one turn = retrieve, render, reuse the longest
-  cached prefix, submit, then store (*where a turn is persisted*: ``_store``); its
-  record and files on disk.
+  cached prefix, submit, then store (*where a turn is persisted*: ``_store``).
+- ``record``: a conversation on disk: its record, directory and lock (no MLX).
 - ``persistence``: ``Persistence``: conversations, snapshots, the prefix cache and
   semantic memory of one engine, with their budgets and eviction.
 - ``writer``: stores finished turns beside the engine thread, in order.

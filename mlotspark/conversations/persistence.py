@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mlotspark.memory.kv_state import cache_kind, prefix_state
-from mlotspark.conversations.conversation import Conversation, ConversationFiles, ConversationInfo
+from mlotspark.conversations.conversation import Conversation
+from mlotspark.conversations.record import ConversationFiles, ConversationInfo
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
