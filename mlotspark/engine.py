@@ -23,7 +23,8 @@ from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
-from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
+from mlotspark.runtime.scheduled import Request
+from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
 
 from mlotspark.conversations.conversation import Conversation
 from mlotspark.conversations.persistence import Persistence, PersistenceConfig
