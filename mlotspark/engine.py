@@ -4,6 +4,11 @@ An Engine owns one loaded model. Requests go to its scheduler (``scheduler.py``)
 one engine thread owns MLX, takes requests from a priority queue and decodes them
 in continuous batches under the thermal governor. Other MLX work (saving or
 restoring caches) goes through ``Engine.run_on_engine``.
+
+Which cache a request gets is ``runtime/cache_choice.py``; conversations and memory are
+``mlotspark/conversations/``. The engine's public names are declared once, as
+``runtime/engine_api.py``'s ``EngineProtocol``. One module past ~500 lines on purpose:
+it is that interface, each method a short delegate under the API's own docstring.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions, check_text
-from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade, make_cascade_cache
 from mlotspark.runtime.scheduled import Request
 from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
 
@@ -31,7 +36,8 @@ from mlotspark.conversations.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
-from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache  # cache_kind="auto"
+from mlotspark.decoding.cache_policy import CacheDecision
+from mlotspark.runtime.cache_choice import CacheChoice, resolve_cascade
 
 Messages = Sequence[dict]
 
@@ -47,21 +53,20 @@ class Engine:
     loaded: loader.LoadedModel
     defaults: GenerationOptions
     device: str
-    cache_decision: CacheDecision | None
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
                  cascade: "CascadeConfig | dict | str | None" = "auto"):
         self.loaded = loaded
         self.defaults = defaults
-        self.cascade = _resolve_cascade(loaded, cascade)
         self._lock = threading.RLock()  # the engine thread holds it around each step
         #: Where the model runs (``device_info()["device"]``, e.g. ``cpu``, ``gpu``).
         self.device: str = device_info()["device"]
-        #: The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one.
-        self.cache_decision: CacheDecision | None = None
         self._persistence: Persistence | None = None
         self.scheduling = scheduling or SchedulerConfig()
+        #: Which cache each request gets and why (``runtime/cache_choice.py``).
+        self.caches = CacheChoice(loaded, cascade, device=self.device, run=self.run_on_engine,
+                                  memory_limit=lambda: self.scheduling.memory_limit)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
         # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
@@ -148,6 +153,20 @@ class Engine:
 
     # ------------------------------------------------------------------ public
     @property
+    def cascade(self) -> "CascadeConfig | str | None":
+        """The memory cascade setting: ``"auto"``, a ``CascadeConfig`` (always), or None (never)."""
+        return self.caches.cascade
+
+    @cascade.setter
+    def cascade(self, value: "CascadeConfig | dict | str | None") -> None:
+        self.caches.cascade = resolve_cascade(self.loaded, value)
+
+    @property
+    def cache_decision(self) -> CacheDecision | None:
+        """The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one."""
+        return self.caches.decision
+
+    @property
     def model_name(self) -> str:
         return self.loaded.name
 
@@ -205,7 +224,7 @@ class Engine:
         if cache is None:
             cache = self.make_cache(total, options)
         cascaded = is_cascade(cache)
-        facts = {"blas": BLAS_IN_USE, "cache": self._cache_story(cache, options, total, given)}
+        facts = {"blas": BLAS_IN_USE, "cache": self.caches.story(cache, options, total, given)}
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -221,42 +240,13 @@ class Engine:
             constraint=constraint,
         )
 
-    def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
-        """Which KV cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
-        if is_cascade(cache):
-            if isinstance(self.cascade, CascadeConfig):
-                return {"kind": "cascade", "why": "the memory cascade was asked for"}
-            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
-                                              f"pass the context of {self.loaded.context_length}"}
-        if given:
-            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
-        if options.cache_kind == "auto":
-            decision = self.cache_decision
-            return {"kind": decision.kind if decision else "?", "why": f"auto: {decision.reason if decision else ''}"}
-        if options.cache_kind:
-            return {"kind": options.cache_kind, "why": "asked for"}
-        return {"kind": "plain", "why": "default: the model's dtype"}
-
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
 
         The cascade when it is forced on, or in ``auto`` when prompt + max_tokens pass
-        the model's context; else the KV cache of ``options.cache_kind``.
+        the model's context; else the KV cache of ``options.cache_kind`` (``runtime/cache_choice.py``).
         """
-        options = options or self.defaults
-        cfg = self._cascade_for(total_tokens, options)
-        if cfg is not None:
-            return make_cascade_cache(self.loaded.model, cfg)
-        return self._kv_cache(options, total_tokens)
-
-    def _kv_cache(self, options: GenerationOptions, total_tokens: int) -> list:
-        """A KV cache of ``options.cache_kind``; ``auto`` decided on the engine thread."""
-        budget = kv_budget(self.scheduling.memory_limit, self.loaded.nbytes())
-        cache, decision = request_cache(self.loaded, options, total_tokens, device=self.device,
-                                        budget_bytes=budget, run=self.run_on_engine)
-        if decision is not None:
-            self.cache_decision = decision
-        return cache
+        return self.caches.make(total_tokens, options or self.defaults)
 
     def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
         """``cascade`` when ``make_cache(total_tokens, options)`` would make the memory
@@ -269,16 +259,7 @@ class Engine:
         Returns:
             ``"cascade"`` or ``"kv"``.
         """
-        return "kv" if self._cascade_for(total_tokens, options or self.defaults) is None else "cascade"
-
-    def _cascade_for(self, total_tokens: int, options: GenerationOptions) -> CascadeConfig | None:
-        """The cascade config a request of ``total_tokens`` runs under, or None (a KV cache)."""
-        cfg = self.cascade
-        if cfg == "auto":
-            cfg = None
-            if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
-                cfg = CascadeConfig.for_model(self.loaded.context_length)
-        return cfg
+        return "kv" if self.caches.cascade_for(total_tokens, options or self.defaults) is None else "cascade"
 
     def submit(
         self,
@@ -492,7 +473,7 @@ class Engine:
         of the kind rank 0 chose, for this rank's layers."""
         if cache is None:
             if cascade is None:
-                cache = self._kv_cache(opts, len(ids))
+                cache = self.caches.kv_cache(opts, len(ids))
             else:
                 cache = make_cascade_cache(self.loaded.model, cascade)
         return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
@@ -572,13 +553,3 @@ class Engine:
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info
 
-
-def _resolve_cascade(loaded: loader.LoadedModel, cascade: "CascadeConfig | dict | str | None") -> "CascadeConfig | str | None":
-    """A cascade argument made concrete for ``loaded``: a dict of overrides becomes
-    ``CascadeConfig.for_model`` of the model's own context; a config is checked to fit;
-    ``auto`` and None pass through."""
-    if isinstance(cascade, dict):
-        cascade = CascadeConfig.for_model(loaded.context_length, **cascade)
-    if isinstance(cascade, CascadeConfig):
-        check_cascade(loaded.model, cascade, loaded.name)
-    return cascade

@@ -40,3 +40,19 @@ def test_fakes_pass_the_runtime_check():
     engine = FakeEngine()
     assert isinstance(engine, EngineProtocol)
     assert isinstance(engine.conversation("a"), ConversationProtocol)
+
+
+def test_the_cache_kind_decision_is_the_engines_own():
+    from test_scheduler import tiny_engine
+
+    engine = tiny_engine()
+    try:
+        assert engine.cache_decision is None
+        r = engine.generate("hello there", raw=True, max_tokens=3, cache_kind="auto")
+        decision = engine.cache_decision
+        assert decision is not None and r.stats.extra["cache"] == {"kind": decision.kind,
+                                                                   "why": f"auto: {decision.reason}"}
+        assert engine.generate("hello", raw=True, max_tokens=2, cache_kind="float16").stats.extra["cache"]["kind"] == "float16"
+        assert engine.cache_decision is decision  # a kind asked for by name decides nothing
+    finally:
+        engine.close()
