@@ -286,7 +286,9 @@ class Engine:
             prompt_ids: token ids instead of a prompt (those not yet in ``cache``).
             cache: per-layer caches to continue from (conversations, prefix cache).
             cached_tokens: how many tokens ``cache`` already holds.
-            on_finish: called with the finished Generation (on the engine's thread).
+            on_finish: called with the finished Generation on the engine thread: keep it to MLX
+                work and hand disk or database writes to a thread of your own, as
+                conversations do (``conversations/writer.py``): other requests wait meanwhile.
             on_progress: called with each ``PrefillProgress`` of the prompt, in order,
                 the last one at ``done == total`` (on the engine's thread: keep it quick).
                 ``handle.progress`` holds the latest event for callers that poll.
