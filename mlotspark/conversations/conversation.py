@@ -408,8 +408,12 @@ class Conversation:
             cache = None
         pending = None
         if cache is not None:
-            pending = p.prepare_snapshot(self, cache, tokens)
-            p.keep_prefix(self, cache, tokens)
+            try:
+                pending = p.prepare_snapshot(self, cache, tokens)
+                p.keep_prefix(self, cache, tokens)
+            except Exception:  # noqa: BLE001  the messages must still be stored
+                log.exception("conversation %r: snapshot not captured; the cache is not kept", self.name)
+                cache = None
         turn.stored = p.writer.submit(lambda: self._store(turn, result, tokens, cache, pending))
 
     def _store(self, turn: _Turn, result: GenerationResult, tokens: list[int], cache: list | None, pending: Any) -> None:
