@@ -38,13 +38,17 @@ def _params(fn: Any) -> list[tuple[str, Any, bool]]:
     return [(p.name, p.kind, p.default is not p.empty) for p in list(sig.parameters.values())[1:]]
 
 
-def mismatches(impl: type, protocol: type) -> list[str]:
-    """What ``impl`` lacks or declares differently from ``protocol`` ([] when it implements it)."""
+def mismatches(impl: type, protocol: type, partial: bool = False) -> list[str]:
+    """What ``impl`` lacks or declares differently from ``protocol`` ([] when it implements it).
+
+    ``partial``: a fake that stands in for part of it: only what it declares is compared.
+    """
     have = _members(impl)
     wrong = []
     for name, member in _members(protocol).items():
         if name not in have:
-            wrong.append(f"{impl.__name__} lacks {name}")
+            if not partial:
+                wrong.append(f"{impl.__name__} lacks {name}")
         elif inspect.isfunction(member):
             theirs = have[name]
             if not inspect.isfunction(theirs):

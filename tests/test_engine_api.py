@@ -27,6 +27,12 @@ def test_implements_the_declared_interface(impl, protocol):
     assert mismatches(impl, protocol) == []
 
 
+def test_the_server_fake_declares_what_the_engine_declares():
+    from test_server_unit import FakeEngine as ServerFake
+
+    assert mismatches(ServerFake, EngineProtocol, partial=True) == []
+
+
 def test_a_drifted_fake_is_caught():
     class Drifted(FakeEngine):
         def conversation(self, name):  # the keyword-only ``system`` is gone
