@@ -48,13 +48,6 @@ class Writer:
             done.set_exception(e)
         return done
 
-    def flush(self) -> None:
-        """Wait until every job queued so far has run."""
-        with self._lock:
-            pool = self._pool
-        if pool is not None and not self._closed:
-            pool.submit(lambda: None).result()
-
     def close(self) -> None:
         """Run what is queued, stop the thread; later jobs run in their caller's thread."""
         with self._lock:
