@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 import mlx.core as mx
 
 from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
+from mlotspark.models.cache_interface import prepare_decode
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.stops import StopMatcher
 from mlotspark.errors import OptionError
@@ -72,6 +73,7 @@ def _prefill(model: Any, prompt: list[int], cache: list, chunk: int,
         mx.eval([c.state for c in cache])
         i += n
         report(i, len(prompt))
+    prepare_decode(model, cache, prompt[:i])  # the lifecycle step before the first decode step
     report(len(prompt), len(prompt))
     if timings is not None:
         timings["prefill_s"] = time.perf_counter() - t0

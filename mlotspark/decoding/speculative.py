@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.drafters import Drafter
+from mlotspark.models.cache_interface import prepare_decode
 
 __all__ = [
     "SpeculativeConfig",
@@ -259,6 +260,7 @@ def speculative_generate_step(
         mx.clear_cache()
         done += n
         progress(done, total)
+    prepare_decode(model, prompt_cache, ids[:done])  # the caches' lifecycle step before decode
     progress(total, total)
 
     context = list(ids)  # every token fed or being fed, in order

@@ -39,7 +39,7 @@ from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 #: round 5", batched decode), so fewer plain rows take NumPy steps one after another.
 NUMPY_PACK_FROM = 4
 
-__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "supports_batching"]
+__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
 
 
 class BatchCache:
@@ -95,13 +95,28 @@ class BatchCache:
         if self.packed is not None:
             P = self.packed.offset.shape[0]
             qp, kp, vp = (q, k, v) if P == q.shape[0] else (q[:P], k[:P], v[:P])
-            pos = self.packed.offset  # (P,) each row's own position
-            qp, kp = rope(qp, offset=pos), rope(kp, offset=pos)
-            keys, values = self.packed.update_and_fetch(kp, vp)  # (P, Hkv, T, D), left-padded
-            outs.append(mx.fast.scaled_dot_product_attention(qp, keys, values, scale=scale, mask=self.mask))
+            outs.append(attend_packed(self.packed, qp, kp, vp, rope=rope, scale=scale, mask=self.mask))
         for i, c in enumerate(self.caches, start=P):
             outs.append(c.attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], rope=rope, scale=scale))
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+
+
+def attend_packed(kv: BatchKVCache, q: mx.array, k: mx.array, v: mx.array, *, rope: Callable[..., mx.array],
+                  scale: float, mask: Any) -> mx.array:
+    """Attention of rows packed in one left-padded buffer (a decode step's ``BatchCache``,
+    a batched prefill's ``PrefillCache``): each row rotated at its own position.
+
+    Args:
+        kv: the rows' merged buffer; q: un-rotated (P, Hq, L, D); k, v: (P, Hkv, L, D).
+        mask: the rows' mask (their left padding; causal over a prefill chunk).
+
+    Returns:
+        (P, Hq, L, D) attention output.
+    """
+    pos = kv.offset  # (P,) each row's position of its first new token
+    q, k = rope(q, offset=pos), rope(k, offset=pos)
+    keys, values = kv.update_and_fetch(k, v)  # (P, Hkv, T, D), left-padded
+    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
 
 
 def is_plain_kv(cache: Sequence[Any]) -> bool:
