@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.drafters import Drafter
+from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = [
     "SpeculativeConfig",
@@ -173,16 +174,10 @@ def verify(
 
 def _logprobs(logits: mx.array, history: list[int], inputs: list[int], processors: list | None) -> mx.array:
     """Target logprobs (L, V) for positions of ``inputs``, with each position's history."""
-    if processors:
-        rows = []
-        for i in range(logits.shape[0]):
-            row = logits[i : i + 1]
-            hist = mx.array(history + inputs[1 : i + 1])
-            for proc in processors:
-                row = proc(hist, row)
-            rows.append(row)
-        logits = mx.concatenate(rows, axis=0)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    if processors:  # position i has seen the history, then inputs[1 .. i]
+        histories = [history + inputs[1 : i + 1] for i in range(logits.shape[0])]
+        logits = process_logits(logits, histories, [processors] * len(histories))
+    return to_logprobs(logits)
 
 
 def speculative_generate_step(
