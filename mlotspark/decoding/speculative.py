@@ -16,6 +16,10 @@ distributed exactly as plain sampling would draw it.
 
 The draft length adapts to the running acceptance rate; when acceptance stays low,
 drafting pauses for a while (plain decoding) and then tries again.
+
+Not mlx-lm's ``speculative_generate_step``: it takes only a draft model, with a fixed
+draft length, and keeps a draft when the sampler draws the same token (exact for
+greedy only). Tokens it yields go through ``decoding.acceptance`` like any other.
 """
 
 from __future__ import annotations
