@@ -57,7 +57,7 @@ class TextStream:
     @classmethod
     def of(cls, tokenizer: Any, stops: Sequence[str] = ()) -> "TextStream":
         """A stream over ``tokenizer``'s detokenizer (an mlx-lm ``TokenizerWrapper``);
-        with no tokenizer (None) the text stays empty and only tokens are kept."""
+        with no tokenizer (None) the text stays empty (search over bare token ids)."""
         return cls(_NoText if tokenizer is None else (lambda: tokenizer.detokenizer), stops)
 
     def _update(self, text: str) -> None:
