@@ -1,8 +1,12 @@
 """How each next token is chosen: sampling, stop strings, and strategies beyond one
 sampled token per step.
 
-- ``sampling``: samplers and logits processors (*how a token is sampled*).
-- ``stops``: ``StopMatcher``, stop strings that never leak into the text.
+- ``sampling``: samplers and logits processors (*how a token is sampled*), and the
+  one loop running each row's processors (``process_logits``).
+- ``acceptance``: what a sampled token does (EOS, stop string, cancel, length): the
+  one rule of the solo, batched, beam and speculative paths.
+- ``text_stream``: ``TextStream``, a sequence's text (mlx-lm's streaming detokenizer,
+  cut at stop strings, held back while a stop may be starting); ``stops``: ``StopMatcher``.
 - ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``).
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
 - ``cache_kinds``: KV cache kinds ``float16 | q8 | q4``.
