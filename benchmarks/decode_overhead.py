@@ -73,7 +73,7 @@ def overhead_ms(make, loaded, steps: int = 24) -> float:
     model = make()
     if isinstance(model, Model):
         narrow = Model(ModelArgs.from_dict(cfg))
-        for flag in ("numpy_steps", "decode_matvec", "compiled_decode", "whole_step"):
+        for flag in ("numpy_steps", "decode_matvec", "compiled_decode"):
             setattr(narrow.model, flag, getattr(model.model, flag))
         mx.eval(narrow.parameters())
         narrow.fuse_projections()  # as the loader leaves ours
@@ -135,24 +135,22 @@ def main() -> None:
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
-    def ours_with(matvec: bool, compiled: bool, whole: bool = True, numpy_step: bool = False):
+    def ours_with(matvec: bool, compiled: bool, numpy_step: bool = False):
         def make():
             ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
-            ours.model.whole_step, ours.model.numpy_steps = whole, numpy_step
+            ours.model.numpy_steps = numpy_step
             return ours
         return make
 
     runs = {
         "mlx-lm": lambda: twin,
         "ours, x@W.T": ours_with(False, False),  # round 2's CPU default
-        "ours, x@W.T pieces": ours_with(False, True, whole=False),  # the GPU default
-        "ours, x@W.T whole step": ours_with(False, True),  # compiled_step.py, opt-in
+        "ours, x@W.T pieces": ours_with(False, True),  # the GPU default
     }
     if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
         runs["ours, NumPy step"] = ours_with(False, False, numpy_step=True)  # the CPU default now
         runs["ours, matvec"] = ours_with(True, False)  # round 3's CPU default
-        runs["ours, matvec pieces"] = ours_with(True, True, whole=False)
-        runs["ours, matvec whole step"] = ours_with(True, True)
+        runs["ours, matvec pieces"] = ours_with(True, True)
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}

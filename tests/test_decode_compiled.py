@@ -27,39 +27,17 @@ def _decode(model, cache, prompt, steps):
     return np.array(mx.stack(out))
 
 
-@pytest.mark.parametrize("whole", [True, False], ids=["whole-step", "pieces"])
 @pytest.mark.parametrize("variant", [{}, {"model_type": "qwen3", "tie_word_embeddings": False}])
-def test_compiled_step_equals_the_op_by_op_step(variant, whole):
+def test_compiled_step_equals_the_op_by_op_step(variant):
     model = tiny_model(**variant)
     prompt = [5, 17, 42, 99, 3, 250, 7]
     model.model.compiled_decode = False
     ref = _decode(model, model.make_cache(), prompt, 12)
-    model.model.compiled_decode, model.model.whole_step = True, whole
+    model.model.compiled_decode = True
     got = _decode(model, model.make_cache(), prompt, 12)
-    ran = model.model._step if whole else model.model._compiled
-    assert ran is not None  # the compiled path asked for ran
+    assert model.model._compiled is not None  # the compiled path asked for ran
     np.testing.assert_allclose(got, ref, atol=1e-5)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
-
-
-def test_whole_step_grows_the_buffer_and_leaves_the_cache_as_op_by_op_would():
-    model = tiny_model()
-    prompt = [(7 * i) % 250 + 3 for i in range(250)]  # the 256-position buffer fills while decoding
-    model.model.compiled_decode = False
-    ref_cache = model.make_cache()
-    ref = _decode(model, ref_cache, prompt, 12)
-    model.model.compiled_decode = model.model.whole_step = True
-    cache = model.make_cache()
-    got = _decode(model, cache, prompt, 12)
-    assert model.model._step is not None
-    np.testing.assert_allclose(got, ref, atol=1e-5)
-    for c, r in zip(cache, ref_cache):
-        assert c.offset == r.offset == 262
-        for a, b in ((c.keys, r.keys), (c.values, r.values)):
-            np.testing.assert_allclose(np.array(a[..., :262, :]), np.array(b[..., :262, :]), atol=1e-5)
-    # A later multi-token turn continues from the same cache (what a conversation does).
-    nxt = mx.array([[11, 12, 13]])
-    np.testing.assert_allclose(np.array(model(nxt, cache)), np.array(model(nxt, ref_cache)), atol=1e-4)
 
 
 def test_cascade_window_decodes_through_the_compiled_pieces():

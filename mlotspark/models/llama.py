@@ -18,7 +18,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask
 from mlx_lm.models.rope_utils import initialize_rope
 
-from mlotspark.models import compiled_step, cpu_step, prefill_ops
+from mlotspark.models import cpu_step, prefill_ops
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.models.matvec import Linear, matvec
 
@@ -187,13 +187,6 @@ class LlamaModel(nn.Module):
         #: where the BLAS calls dominate; on Metal, host time is what limits small models.
         self.compiled_decode: Optional[bool] = None
         self._compiled: Optional[list] = None
-        #: Compiled decode over a plain KV cache as one whole-step call (``compiled_step.py``)
-        #: instead of the per-layer pieces. Off by default: on an H100 (CUDA) it cut host
-        #: time to 0.9 ms/token but decoded 0.81-0.85x as fast as the pieces, its masked
-        #: attention over the padded buffer costing more than the Python it saves
-        #: (benchmarks/RESULTS.md "Issue 12, round 4").
-        self.whole_step = False
-        self._step: Optional[compiled_step.CompiledStep] = None
         #: One-token products as ``W @ x`` in OpenBLAS small-kernel blocks (``matvec.py``):
         #: True, False, or None = on the CPU backend only, where it measured 1.2-1.7x
         #: faster per step (benchmarks/RESULTS.md "Issue 12, round 3"); Metal and CUDA
@@ -216,7 +209,6 @@ class LlamaModel(nn.Module):
                     m.matvec = on
             self.matvec_on = on
             object.__setattr__(self, "_compiled", None)  # traced with the old form
-            object.__setattr__(self, "_step", None)
         return on
 
     def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
@@ -235,10 +227,6 @@ class LlamaModel(nn.Module):
         if compiled is None:
             compiled = mx.default_device().type == mx.DeviceType.gpu
         if h.shape[1] == 1 and cache[0] is not None and compiled:
-            if self.whole_step and compiled_step.fits(cache):
-                if self._step is None:
-                    object.__setattr__(self, "_step", compiled_step.CompiledStep(self))
-                return self._step(h, cache)
             return self._decode(h, mask, cache)
         for layer, c in zip(self.layers, cache):
             h = layer(h, mask, c)
