@@ -1,4 +1,5 @@
-"""The compiled decode step: same tokens and logits as the op-by-op forward, any cache."""
+"""The GPU strategy's compiled decode pieces: same tokens and logits as the op-by-op
+forward (the plain strategy), any cache; forced on the CPU here."""
 
 from __future__ import annotations
 
@@ -7,14 +8,8 @@ import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models import cpu_step
+from mlotspark.models.execution import prepare, strategy_of
 from tiny import tiny_model
-
-
-@pytest.fixture(autouse=True)
-def _mlx_path_only(monkeypatch):
-    """These tests are about the MLX one-token path; keep the NumPy step (cpu_step.py) out."""
-    monkeypatch.setattr(cpu_step, "enabled", lambda model: False)
 
 
 def _decode(model, cache, prompt, steps):
@@ -29,31 +24,28 @@ def _decode(model, cache, prompt, steps):
 
 @pytest.mark.parametrize("variant", [{}, {"model_type": "qwen3", "tie_word_embeddings": False}])
 def test_compiled_step_equals_the_op_by_op_step(variant):
-    model = tiny_model(**variant)
+    model = tiny_model(execution="plain", **variant)
     prompt = [5, 17, 42, 99, 3, 250, 7]
-    model.model.compiled_decode = False
     ref = _decode(model, model.make_cache(), prompt, 12)
-    model.model.compiled_decode = True
+    gpu = prepare(model, "gpu")
     got = _decode(model, model.make_cache(), prompt, 12)
-    assert model.model._compiled is not None  # the compiled path asked for ran
+    assert gpu._pieces is not None  # the compiled path asked for ran
     np.testing.assert_allclose(got, ref, atol=1e-5)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 
 
 def test_cascade_window_decodes_through_the_compiled_pieces():
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     cfg = CascadeConfig(window=120, sinks=4, block_size=8, top_k=2, chunk=16)
     prompt = list(range(3, 90))
-    model.model.compiled_decode = False
     ref = _decode(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses block evictions
-    model.model.compiled_decode = True
+    prepare(model, "gpu")
     got = _decode(model, make_cascade_cache(model, cfg), prompt, 40)
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
 
 def test_updated_weights_reach_the_compiled_step():
-    model = tiny_model()
-    model.model.compiled_decode = True
+    model = tiny_model(execution="gpu")
     cache = model.make_cache()
     model(mx.array([[5, 6, 7]]), cache)
     before = model(mx.array([[8]]), cache)
@@ -64,10 +56,7 @@ def test_updated_weights_reach_the_compiled_step():
     assert not mx.allclose(before, after).item()  # not frozen into the compiled graph
 
 
-def test_default_is_compiled_on_a_gpu_only():
+def test_the_strategy_by_default_is_the_devices():
     model = tiny_model()
-    assert model.model.compiled_decode is None
-    model(mx.array([[5, 6]]), cache := model.make_cache())
-    model(mx.array([[7]]), cache)
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
-    assert (model.model._compiled is not None) == on_gpu
+    assert strategy_of(model).name == ("gpu" if on_gpu else "cpu")
