@@ -170,11 +170,6 @@ class LlamaModel(nn.Module):
         h = self.embed_tokens(inputs)
         if cache is None:
             cache = [None] * len(self.layers)
-        # A cache may need the token ids before they run (the cascade re-reads a
-        # prompt's question with the blocks it chose: memory/cascade/question.py).
-        before = getattr(cache[0], "before_call", None)
-        if before is not None and len(cache) == len(self.layers):
-            before(self, inputs, cache)
         # Caches that assemble their own context (the cascade) build their own mask.
         mask = create_attention_mask(h, cache[0])
         for layer, c in zip(self.layers, cache):
