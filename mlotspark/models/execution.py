@@ -157,10 +157,6 @@ class GpuStrategy(ExecutionStrategy):
             return _plain_call(model, inputs, cache)
         inner = model.model
         h = inner.embed_tokens(inputs)
-        # As LlamaModel.__call__ does (the cascade's question pass), until the runtime calls it.
-        before = getattr(cache[0], "before_call", None)
-        if before is not None and len(cache) == len(inner.layers):
-            before(inner, inputs, cache)
         mask = create_attention_mask(h, cache[0])
         pieces = self._compiled(inner)
         q, k, v = pieces[0](h)
