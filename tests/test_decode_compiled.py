@@ -29,7 +29,7 @@ def test_compiled_step_equals_the_op_by_op_step(variant):
     ref = _decode(model, model.make_cache(), prompt, 12)
     gpu = prepare(model, "gpu")
     got = _decode(model, model.make_cache(), prompt, 12)
-    assert gpu._pieces is not None  # the compiled path asked for ran
+    assert gpu.compiled  # the compiled path asked for ran
     np.testing.assert_allclose(got, ref, atol=1e-5)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 
@@ -39,8 +39,9 @@ def test_cascade_window_decodes_through_the_compiled_pieces():
     cfg = CascadeConfig(window=120, sinks=4, block_size=8, top_k=2, chunk=16)
     prompt = list(range(3, 90))
     ref = _decode(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses block evictions
-    prepare(model, "gpu")
+    gpu = prepare(model, "gpu")
     got = _decode(model, make_cascade_cache(model, cfg), prompt, 40)
+    assert gpu.compiled
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
 

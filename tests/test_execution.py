@@ -86,7 +86,7 @@ def test_each_strategy_forced_on_the_cpu_gives_plain_mlx_greedy_tokens(strategy,
     if strategy == "cpu":
         assert ran.numpy_steps >= 3 * 19  # the one-token steps of solo rows went through NumPy
     else:
-        assert ran._pieces is not None  # the compiled decode pieces ran
+        assert ran.compiled  # the compiled decode pieces ran
 
 
 def test_the_device_chooses_and_an_override_wins(monkeypatch):

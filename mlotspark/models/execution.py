@@ -147,6 +147,11 @@ class GpuStrategy(ExecutionStrategy):
     def __init__(self) -> None:
         self._pieces: Optional[list] = None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the pieces were built (a one-token step ran through them)."""
+        return self._pieces is not None
+
     def install(self, model: nn.Module) -> None:
         if isinstance(model, llama.Model):
             self._pieces = None
