@@ -26,7 +26,7 @@ from mlotspark.models import execution, gguf, llama, sampling_defaults
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.models.loader import LoadedModel, choose_weight_format
-from mlotspark.models.loader import _convert as convert_weights  # the loader's one conversion rule
+from mlotspark.models.loader import convert_weights  # the loader's one conversion rule
 from mlotspark.distributed.group import RankGroup, host_name, join
 from mlotspark.distributed.pipeline import PipelineModel
 from mlotspark.distributed.split import SPLITS, plan_layers

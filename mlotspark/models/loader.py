@@ -102,7 +102,7 @@ def _count_params(weights: dict[str, mx.array], qmods: dict[str, tuple[int, int]
     return n
 
 
-def _convert(model: nn.Module, fmt: str) -> str:
+def convert_weights(model: nn.Module, fmt: str) -> str:
     """Convert a loaded model in place to ``fmt``; return the format in use."""
     quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())
     if fmt in ("quantized", "stored"):
@@ -209,7 +209,7 @@ def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], nati
     except ValueError as e:
         raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
     if native:
-        fmt = _convert(model, fmt)
+        fmt = convert_weights(model, fmt)
     elif fmt == "stored":  # a float-only file (BF16, F16) on a GPU: run it as stored
         stored = weight_formats.FLOAT_TYPES[max(set(types.values()), key=list(types.values()).count)]
         model.set_dtype(_DTYPES[stored])
@@ -247,7 +247,7 @@ def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
     if quantized:
         bits = config["quantization"].get("bits", 4)
         n_params = n_params * 32 // bits  # packed uint32 -> elements (upper bound)
-    fmt = _convert(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params))
+    fmt = convert_weights(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params))
     mx.eval(model.parameters())
     ours = isinstance(model, llama.Model)
     ctx = config.get("max_position_embeddings") or config.get("max_seq_len") or 4096

@@ -153,7 +153,7 @@ class SequenceState:
         self.sampler = build_sampler(gen.options)
         self.greedy = gen.options.temperature == 0
         self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
-        self.max_tokens = gen._max_tokens()
+        self.max_tokens = gen.max_new_tokens()
         self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
                                         cancel=gen.cancel, tokens=gen.tokens)
         self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
