@@ -21,7 +21,7 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import gguf, gguf_convert, llama, sampling_defaults, weight_formats
+from mlotspark.models import execution, gguf, gguf_convert, llama, sampling_defaults, weight_formats
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
 from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
@@ -53,6 +53,11 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.source.name
+
+    @property
+    def execution(self) -> execution.ExecutionStrategy:
+        """How the model's steps run (``models/execution.py``), chosen when it was loaded."""
+        return execution.strategy_of(self.model)
 
     def nbytes(self) -> int:
         """Bytes held by the weights."""
@@ -275,10 +280,7 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
         loaded = _load_gguf(source, weights, progress) if source.kind == "gguf" else _load_hf_dir(source, weights)
-        if isinstance(loaded.model, llama.Model):
-            # q/k/v and gate/up in one buffer each: fewer products per CPU decode step
-            # (cpu_step.py); memory-neutral, as nothing else holds the loaded arrays now.
-            loaded.model.fuse_projections()
+        execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         return loaded
     except ModelFormatError as e:
         if str(source.path) in str(e) and "\n" not in str(e):
