@@ -18,13 +18,15 @@ found by a hybrid search and put into the system prompt at the start of a turn.
   ``default_embedder`` (MPNet, else MiniLM, else hashing).
 - ``calibration``: how cosine and lexical scores combine, and the injection
   thresholds, per embedder.
-- ``facts``: ``extract_facts``, the sentences of a user turn worth remembering.
+- ``facts``: ``extract_facts``, the sentences of a user turn worth remembering;
+  ``learning``: ``learn_turn``, a turn's retractions then its facts; ``updates``
+  and ``history``: when a newer fact supersedes an older one, and marking it.
 - ``text`` and ``index``: word helpers and the in-memory vector matrix.
 
 Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` →
 ``format_memory_section(hits)`` into the system prompt, hit ids into the turn's
-stats; after the turn, ``remember(f, source="turn", conversation=name)`` for each
-``f`` in ``extract_facts(user_text)``.
+stats; after the turn, ``learn_turn(store, user_text, name)`` (retractions, then
+``remember(f, source="turn", conversation=name)`` for each ``f`` in ``extract_facts(user_text)``).
 
 May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (the
 ``memory`` commands stay light).
@@ -36,6 +38,7 @@ from mlotspark.memory.semantic.choice import default_embedder, describe_embedder
 from mlotspark.memory.semantic.minilm import MiniLMEmbedder
 from mlotspark.memory.semantic.mpnet_embedder import MPNetEmbedder
 from mlotspark.memory.semantic.facts import extract_facts
+from mlotspark.memory.semantic.learning import Learned, learn_turn
 from mlotspark.memory.semantic.database import SCHEMA_VERSION
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import Entry, Hit
@@ -52,6 +55,7 @@ __all__ = [
     "MiniLMEmbedder",
     "MPNetEmbedder",
     "Hit",
+    "Learned",
     "SemanticStore",
     "about_user",
     "approx_tokens",
@@ -61,4 +65,5 @@ __all__ = [
     "extract_facts",
     "format_memory_section",
     "is_request",
+    "learn_turn",
 ]

@@ -61,6 +61,8 @@ class Calibration:
         threshold_about_user: inject at or above this when the message is about the user.
         threshold_other: inject at or above this otherwise.
         margin: inject only entries within this of the best entry's score.
+        supersede: cosine at or above which a newer fact may replace an older one
+            about the same thing (the other rules: ``updates.py``).
     """
 
     vector_weight: float
@@ -68,6 +70,7 @@ class Calibration:
     threshold_about_user: float
     threshold_other: float
     margin: float = 1.0
+    supersede: float = 0.5
 
     def score(self, cosine: float, lexical: float) -> float:
         """The combined score in [0, 1] of one entry.
@@ -96,6 +99,9 @@ class Calibration:
 
 HASHING = Calibration(vector_weight=0.5, lexical_raises_only=False, threshold_about_user=0.35, threshold_other=0.35)
 MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05)
+# all-mpnet-base-v2 (issue 27): MiniLM's rule, thresholds fitted on the eval's fit half (see the module docstring).
+MPNET = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05,
+                    supersede=0.4)
 
 # A clause that opens with a wish or a task ("I need ...", "we're planning ...",
 # "can you ...", "suggest ..."): the speaker is the asker, not the topic. Only at a
@@ -150,7 +156,9 @@ def calibration_for(embedder_name: str) -> Calibration:
         embedder_name: ``Embedder.name``.
 
     Returns:
-        ``MINILM`` for MiniLM vectors, else ``HASHING`` (also for injected embedders,
-        whose scales are unknown: the hashing calibration is the neutral one).
+        ``MPNET`` or ``MINILM`` for their vectors, else ``HASHING`` (also for injected
+        embedders, whose scales are unknown: the hashing calibration is the neutral one).
     """
+    if embedder_name.startswith("mpnet-"):
+        return MPNET
     return MINILM if embedder_name.startswith("minilm-") else HASHING

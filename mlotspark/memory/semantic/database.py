@@ -3,7 +3,8 @@
 Layout of ``semantic.db`` (schema version in ``PRAGMA user_version``):
 
 - ``entries``: id (never reused), text, dedupe key, source, conversation, meta
-  (JSON), created (Unix time).
+  (JSON), created (Unix time); since version 2 ``superseded_by`` (the id of the
+  newer entry about the same thing, NULL while current) and ``superseded`` (when).
 - ``entries_fts``: FTS5 over ``entries.text`` (external content, kept in sync by
   triggers), porter-stemmed, diacritics folded.
 - ``vectors``: one float32 blob per (entry, embedder), with the embedder's name
@@ -31,7 +32,7 @@ from pathlib import Path
 from mlotspark.errors import StoreError
 from mlotspark.storage import ensure_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 15000
 
 # Each migration brings the schema from version-1 to version. Statements run one by
@@ -69,6 +70,12 @@ _MIGRATIONS: dict[int, list[str]] = {
             INSERT INTO entries_fts(entries_fts, rowid, text) VALUES ('delete', old.id, old.text);
             INSERT INTO entries_fts(rowid, text) VALUES (new.id, new.text);
         END""",
+    ],
+    # Knowledge updates (issue 27): an older fact is marked, not deleted, when a newer one replaces it.
+    2: [
+        "ALTER TABLE entries ADD COLUMN superseded_by INTEGER",
+        "ALTER TABLE entries ADD COLUMN superseded REAL",
+        "CREATE INDEX entries_superseded_by ON entries(superseded_by)",
     ],
 }
 

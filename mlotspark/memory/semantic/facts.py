@@ -113,6 +113,18 @@ def _sentences(text: str) -> list[str]:
     return merged
 
 
+def sentences(text: str) -> list[str]:
+    """The sentences of a user turn, code and quoted lines left out (what ``extract_facts`` reads).
+
+    Args:
+        text: a user's message.
+
+    Returns:
+        Sentences in order.
+    """
+    return _sentences(text)
+
+
 def _tidy(sentence: str) -> str:
     s = sentence.strip().strip("\"'“”‘’").strip()
     s = re.sub(r"[.!…\s]+$", "", s)

@@ -45,6 +45,7 @@ def search_entries(
     query: str,
     k: int,
     threshold: float,
+    excluded: set[int] | frozenset[int] = frozenset(),
 ) -> list[Hit]:
     """The best ``k`` entries for ``query`` scoring at least ``threshold``, best first (ties: newer first).
 
@@ -56,6 +57,7 @@ def search_entries(
         query: free text.
         k: at most this many hits.
         threshold: minimum combined score.
+        excluded: entry ids never returned (superseded ones).
 
     Returns:
         The hits.
@@ -64,11 +66,14 @@ def search_entries(
         raise OptionError(f"invalid memory query {query!r}: use a string")
     if k == 0 or not query.strip():
         return []
-    lexical = lexical_scores(conn, query)
+    lexical = {i: v for i, v in lexical_scores(conn, query).items() if i not in excluded}
     vector: dict[int, float] = {}
     qvec = checked_embed(embedder, [query])[0]
     if qvec.any():
         ids, sims = vectors().similarities(qvec)
+        if excluded:
+            keep = ~np.isin(ids, np.fromiter(excluded, dtype=np.int64, count=len(excluded)))
+            ids, sims = ids[keep], sims[keep]
         # Top k by cosine plus every lexical match is exact: an entry outside both
         # has no lexical part, so it scores at most its cosine, below k others.
         top = np.argpartition(-sims, k - 1)[:k] if len(ids) > k else np.arange(len(ids))

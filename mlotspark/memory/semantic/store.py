@@ -34,6 +34,7 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, se
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, superseded_ids
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.choice import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
@@ -51,6 +52,7 @@ from mlotspark.memory.semantic.records import (
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import
+from mlotspark.memory.semantic.updates import retraction
 
 
 def default_path() -> Path:
@@ -123,7 +125,7 @@ class SemanticStore:
         self._file_lock = FileLock(sidecar(self.path, ".lock"))
         self._index: VectorIndex | None = None
         self._index_version: int | None = None
-        self._searches = self._hits = self._deduplicated = 0
+        self._searches = self._hits = self._deduplicated = self._superseded = 0
         self._last_retrieval: list[int] = []
         self._conn: sqlite3.Connection | None = open_database(self.path)
         if reembed:
@@ -177,6 +179,10 @@ class SemanticStore:
         )
         entry_id = int(cur.lastrowid)
         insert_vector(conn, entry_id, self.embedder, vec)
+        # A newer fact about the same thing replaces older ones (kept, marked): updates.py.
+        old = replaced_by(conn, self._vectors(), entry_id, new.text, vec, self.calibration.supersede)
+        mark_superseded(conn, old, entry_id, new.created)
+        self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
         return entry_id, True
 
@@ -189,7 +195,11 @@ class SemanticStore:
         conversation: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> int:
-        """Store ``text``, unless it duplicates an entry.
+        """Store ``text``, unless it duplicates an entry; older entries it updates become superseded.
+
+        "I moved to Porto." after "I live in Utrecht." marks the Utrecht entry as
+        superseded by the new one (``updates.py`` says when): search and prompts
+        then see only the newer one, ``list`` shows both.
 
         Args:
             text: the fact, at most ``records.MAX_TEXT_CHARS`` characters (stripped).
@@ -215,6 +225,9 @@ class SemanticStore:
     def forget(self, entry_id: int) -> bool:
         """Delete an entry, its vectors and its index terms.
 
+        Entries it had superseded become current again: forgetting "I moved to
+        Porto." undoes that update, and "I live in Utrecht." is found again.
+
         Args:
             entry_id: the entry's id.
 
@@ -225,9 +238,36 @@ class SemanticStore:
         with self._write() as conn:
             conn.execute("DELETE FROM vectors WHERE entry_id = ?", (entry_id,))
             deleted = conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,)).rowcount > 0
+            revive(conn, entry_id)
         if self._index is not None:
             self._index.remove(entry_id)
         return deleted
+
+    @_guarded
+    def retract(self, text: str, threshold: float | None = None) -> list[Entry]:
+        """Act on a retraction: "Forget that my cat is called Mochi." deletes the entry it names.
+
+        The sentence must name what to forget (``updates.retraction``); the entry that
+        best matches it, superseded ones included, is forgotten if it scores at least
+        ``threshold``.
+
+        Args:
+            text: one sentence of the user's.
+            threshold: minimum search score (default: the calibration's threshold for
+                messages about the user).
+
+        Returns:
+            The forgotten entries ([] when ``text`` is no retraction or names nothing stored).
+        """
+        what = retraction(text) if isinstance(text, str) else None
+        if what is None:
+            return []
+        threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
+        hits = self._search(what, 1, threshold, current_only=False)
+        if not hits:
+            return []
+        self.forget(hits[0].id)
+        return [hits[0].entry]
 
     @_guarded
     def reembed(self, batch: int = 256) -> int:
@@ -270,18 +310,29 @@ class SemanticStore:
         return None if row is None else entry_from_row(row)
 
     @_guarded
-    def list(self, limit: int | None = None) -> list[Entry]:
-        """Entries, newest first.
+    def list(self, limit: int | None = None, *, current_only: bool = False) -> list[Entry]:
+        """Entries, newest first, superseded ones included (``Entry.superseded_by``) unless ``current_only``.
 
         Args:
             limit: at most this many (default: all).
+            current_only: leave out superseded entries.
 
         Returns:
             The entries.
         """
         limit = -1 if limit is None else check_int(limit, "limit")
+        where = "WHERE superseded_by IS NULL " if current_only else ""
         rows = self._conn.execute(  # type: ignore[union-attr]
-            f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY id DESC LIMIT ?", (limit,)
+            f"SELECT {ENTRY_COLUMNS} FROM entries {where}ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [entry_from_row(r) for r in rows]
+
+    @_guarded
+    def superseded_by(self, entry_id: int) -> list[Entry]:
+        """The older entries that ``entry_id`` replaced (``Entry.superseded_by == entry_id``)."""
+        entry_id = check_int(entry_id, "memory id")
+        rows = self._conn.execute(  # type: ignore[union-attr]
+            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE superseded_by = ? ORDER BY id", (entry_id,)
         ).fetchall()
         return [entry_from_row(r) for r in rows]
 
@@ -289,14 +340,15 @@ class SemanticStore:
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM entries").fetchone()[0])  # type: ignore[union-attr]
 
-    def _search(self, query: str, k: int, threshold: float) -> list[Hit]:
+    def _search(self, query: str, k: int, threshold: float, current_only: bool = True) -> list[Hit]:
         conn = self._conn
         assert conn is not None
-        return search_entries(conn, self.embedder, self.calibration, self._vectors, query, k, threshold)
+        excluded = superseded_ids(conn) if current_only else set()
+        return search_entries(conn, self.embedder, self.calibration, self._vectors, query, k, threshold, excluded)
 
     @_guarded
     def search(self, query: str, k: int = 5, threshold: float = 0.0) -> list[Hit]:
-        """Entries relevant to ``query``, best first (score: ``search.py``).
+        """Current entries relevant to ``query``, best first (score: ``search.py``; superseded ones left out).
 
         Any text is a valid query: its words are quoted before they reach FTS5, so
         quotes, ``*``, ``AND``/``OR``/``NOT``, ``NEAR`` or parentheses never raise.
@@ -423,7 +475,9 @@ class SemanticStore:
             how many found at least one entry) and ``hit_rate``; ``last_retrieval``
             (ids put into the last prompt); ``deduplicated`` (remembers and imports
             that matched an existing entry); ``embedder``; ``stale_vectors``
-            (entries without a vector from it); ``schema_version``; ``path``.
+            (entries without a vector from it); ``superseded`` (entries replaced by a
+            newer one, kept) and ``superseded_now`` (marked by this object);
+            ``schema_version``; ``path``.
         """
         conn = self._conn
         assert conn is not None
@@ -439,6 +493,8 @@ class SemanticStore:
             "deduplicated": self._deduplicated,
             "embedder": self.embedder.name,
             "stale_vectors": max(0, entries - len(self._vectors())),
+            "superseded": len(superseded_ids(conn)),
+            "superseded_now": self._superseded,
             "schema_version": SCHEMA_VERSION,
             "path": str(self.path),
         }
