@@ -29,8 +29,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from mlotspark.errors import StoreError
-from mlotspark.storage import ensure_dir
+from typing import Any, Callable, TypeVar
+
+from mlotspark.errors import OptionError, StoreError
+from mlotspark.storage import ensure_dir, subdir
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 15000
@@ -185,3 +187,32 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def default_path() -> Path:
+    """``$MLOTSPARK_HOME/memory/semantic.db`` (the directory created 0700)."""
+    directory = subdir("memory")
+    secure(directory, 0o700)  # ours: tighten it even if something made it 0755
+    return directory / "semantic.db"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(method: F) -> F:
+    """Serialise threads, refuse a closed store, turn SQLite errors into StoreError."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"memory store {self.path} is closed")
+            try:
+                return method(self, *args, **kwargs)
+            except (OptionError, StoreError):
+                raise
+            except (sqlite3.Error, UnicodeError, ValueError) as e:
+                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
+                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
+
+    return wrapper  # type: ignore[return-value]

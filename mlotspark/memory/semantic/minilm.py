@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlotspark.memory.semantic.sentence import BATCH, Runner, SentenceEmbedder
+from mlotspark.memory.semantic.sentence import BATCH, SentenceEmbedder
 
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 
@@ -41,18 +41,4 @@ class MiniLMEmbedder(SentenceEmbedder):
         return BertModel(BertConfig.from_dict(config))
 
 
-def default_embedder(runner: Runner | None = None) -> Any:
-    """The embedder semantic memory uses (kept here for old imports; see ``choice.py``)."""
-    from mlotspark.memory.semantic.choice import default_embedder as choose
-
-    return choose(runner)
-
-
-def describe_embedder(embedder: Any) -> str:
-    """One line for ``mlotspark info`` (kept here for old imports; see ``choice.py``)."""
-    from mlotspark.memory.semantic.choice import describe_embedder as describe
-
-    return describe(embedder)
-
-
-__all__ = ["BATCH", "MAX_TOKENS", "MiniLMEmbedder", "default_embedder", "describe_embedder"]
+__all__ = ["BATCH", "MAX_TOKENS", "MiniLMEmbedder"]

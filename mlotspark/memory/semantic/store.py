@@ -20,17 +20,16 @@ cache; the schema is ``database.py``, searching ``search.py``, duplicates
 from __future__ import annotations
 
 import contextlib
-import functools
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from mlotspark.errors import OptionError, StoreError
-from mlotspark.storage import FileLock, subdir
-from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, secure, sidecar
+from mlotspark.errors import OptionError
+from mlotspark.storage import FileLock
+from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, guarded as _guarded, open_database, sidecar
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
@@ -49,39 +48,10 @@ from mlotspark.memory.semantic.records import (
     check_unit,
     entry_from_row,
 )
-from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries
+from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import
 from mlotspark.memory.semantic.updates import retraction
-
-
-def default_path() -> Path:
-    """``$MLOTSPARK_HOME/memory/semantic.db`` (the directory created 0700)."""
-    directory = subdir("memory")
-    secure(directory, 0o700)  # ours: tighten it even if something made it 0755
-    return directory / "semantic.db"
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _guarded(method: F) -> F:
-    """Serialise threads, refuse a closed store, turn SQLite errors into StoreError."""
-
-    @functools.wraps(method)
-    def wrapper(self: "SemanticStore", *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            if self._conn is None:
-                raise StoreError(f"memory store {self.path} is closed")
-            try:
-                return method(self, *args, **kwargs)
-            except (OptionError, StoreError):
-                raise
-            except (sqlite3.Error, UnicodeError, ValueError) as e:
-                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
-                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
-
-    return wrapper  # type: ignore[return-value]
 
 
 class SemanticStore:
