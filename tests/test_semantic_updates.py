@@ -7,6 +7,7 @@ without a sentence model; the re-embedding test uses the real models when pulled
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from pathlib import Path
@@ -176,3 +177,19 @@ def test_a_minilm_store_is_reembedded_with_mpnet_without_losing_entries(tmp_path
         assert hits and hits[0].text == "My dog is called Biscuit."
     with SemanticStore(path, MiniLMEmbedder(minilm)) as back:  # MiniLM's vectors were kept
         assert back.stats()["stale_vectors"] == 0
+
+
+def test_memory_list_shows_both_with_dates(capsys):
+    from mlotspark.cli import main
+    from mlotspark.memory.semantic.database import default_path
+
+    with SemanticStore(default_path(), TopicEmbedder()) as s:
+        old = s.remember("I live in Utrecht.")
+        new = s.remember("I moved to Porto last month.")
+    assert main(["memory", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "I moved to Porto last month." in lines[0] and "superseded" not in lines[0]
+    assert "I live in Utrecht." in lines[1] and f"[superseded by #{new} on 20" in lines[1]
+    assert main(["memory", "list", "--json"]) == 0
+    listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listed[old]["superseded_by"] == new and listed[new]["superseded_by"] is None and listed[old]["superseded"]
