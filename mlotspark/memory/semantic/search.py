@@ -45,7 +45,7 @@ def search_entries(
     query: str,
     k: int,
     threshold: float,
-    excluded: set[int] | frozenset[int] = frozenset(),
+    replaced: dict[int, int | None] | None = None,
 ) -> list[Hit]:
     """The best ``k`` entries for ``query`` scoring at least ``threshold``, best first (ties: newer first).
 
@@ -57,7 +57,10 @@ def search_entries(
         query: free text.
         k: at most this many hits.
         threshold: minimum combined score.
-        excluded: entry ids never returned (superseded ones).
+        replaced: superseded entry -> the current entry that replaced it (None: none
+            left). Superseded entries are never returned; the score a query gives one
+            is lent to its successor, so "I moved to Porto last month." answers "Which
+            city do I live in?" as well as the "I live in Utrecht." it replaced.
 
     Returns:
         The hits.
@@ -66,26 +69,29 @@ def search_entries(
         raise OptionError(f"invalid memory query {query!r}: use a string")
     if k == 0 or not query.strip():
         return []
-    lexical = {i: v for i, v in lexical_scores(conn, query).items() if i not in excluded}
+    replaced = replaced or {}
+    lexical = lexical_scores(conn, query)
     vector: dict[int, float] = {}
     qvec = checked_embed(embedder, [query])[0]
     if qvec.any():
         ids, sims = vectors().similarities(qvec)
-        if excluded:
-            keep = ~np.isin(ids, np.fromiter(excluded, dtype=np.int64, count=len(excluded)))
-            ids, sims = ids[keep], sims[keep]
         # Top k by cosine plus every lexical match is exact: an entry outside both
         # has no lexical part, so it scores at most its cosine, below k others.
         top = np.argpartition(-sims, k - 1)[:k] if len(ids) > k else np.arange(len(ids))
         wanted = np.isin(ids, np.fromiter(lexical, dtype=np.int64, count=len(lexical)))
         wanted[top] = True
         vector = {int(i): max(0.0, float(s)) for i, s in zip(ids[wanted], sims[wanted])}
-    scored = []
+    best: dict[int, tuple[float, float, float]] = {}
     for entry_id in lexical.keys() | vector.keys():
         v, lx = vector.get(entry_id, 0.0), lexical.get(entry_id, 0.0)
         score = calibration.score(v, lx)
-        if score > 0.0 and score >= threshold:
-            scored.append((score, entry_id, v, lx))
+        if entry_id in replaced:  # lent to the entry that replaced it
+            entry_id = replaced[entry_id]
+            if entry_id is None:
+                continue
+        if score > best.get(entry_id, (-1.0,))[0]:
+            best[entry_id] = (score, v, lx)
+    scored = [(score, i, v, lx) for i, (score, v, lx) in best.items() if score > 0.0 and score >= threshold]
     scored.sort(key=lambda s: (-s[0], -s[1]))  # ties: newer first
     hits: list[Hit] = []
     for score, entry_id, v, lx in scored:

@@ -33,7 +33,7 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, gua
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
-from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, superseded_ids
+from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.choice import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
@@ -313,8 +313,8 @@ class SemanticStore:
     def _search(self, query: str, k: int, threshold: float, current_only: bool = True) -> list[Hit]:
         conn = self._conn
         assert conn is not None
-        excluded = superseded_ids(conn) if current_only else set()
-        return search_entries(conn, self.embedder, self.calibration, self._vectors, query, k, threshold, excluded)
+        replaced = successors(conn) if current_only else {}
+        return search_entries(conn, self.embedder, self.calibration, self._vectors, query, k, threshold, replaced)
 
     @_guarded
     def search(self, query: str, k: int = 5, threshold: float = 0.0) -> list[Hit]:
