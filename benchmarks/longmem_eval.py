@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,11 +170,19 @@ def main() -> None:
     args = ap.parse_args()
     print("command: python " + " ".join(sys.argv), flush=True)
     from mlotspark import Engine
-    from mlotspark.models import catalogue
+    from mlotspark.models import bundles, catalogue
 
     rng = random.Random(args.seed)
     histories = [make_history(rng) for _ in range(args.histories)]
-    engine = Engine.load(str(catalogue.resolve(args.model, progress=False).path))
+    model = str(catalogue.resolve(args.model, progress=False).path)
+    # A scratch home: conversations and memory never touch the user's; the embedders are links to the pulled ones.
+    home = Path(tempfile.mkdtemp(prefix="longmem-"))
+    for name in (bundles.MPNET_MODEL, bundles.EMBEDDER_MODEL):
+        if bundles.is_pulled(name):
+            (home / "models").mkdir(parents=True, exist_ok=True)
+            (home / "models" / name).symlink_to(bundles.bundle_dir(name), target_is_directory=True)
+    os.environ["MLOTSPARK_HOME"] = str(home)
+    engine = Engine.load(model)
     t0 = time.perf_counter()
     rows: list[dict] = []
     done = 0
