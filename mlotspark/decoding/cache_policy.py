@@ -303,14 +303,14 @@ def decide_cache_kind(
 
 
 def kv_budget(engine: Any) -> int:
-    """Bytes the KV of one request may take: the engine's memory limit less the
-    weights, or half the memory available now when no limit is set."""
-    limit = getattr(getattr(engine, "scheduling", None), "memory_limit", None)
-    if limit:
-        return max(int(limit) - engine.loaded.nbytes(), 0)
-    import psutil
+    """Bytes the KV of one request may take (``platform.memory.memory_budget``): the
+    engine's memory limit less the weights; on Metal the recommended working set less
+    the weights; elsewhere half the memory available now (the weights, resident, are
+    already out of it: not subtracted twice)."""
+    from mlotspark.platform.memory import memory_budget
 
-    return int(psutil.virtual_memory().available * 0.5)
+    limit = getattr(getattr(engine, "scheduling", None), "memory_limit", None)
+    return memory_budget(engine.loaded.nbytes(), limit).kv_bytes
 
 
 def request_cache(engine: Any, options: Any, prompt_tokens: int) -> list:

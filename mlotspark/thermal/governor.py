@@ -146,11 +146,11 @@ class ThermalGovernor:
         """The ThroughputProbe among the probes (the engine records into it), if any."""
         return next((p for p in self.probes if isinstance(p, ThroughputProbe)), None)
 
-    def record_throughput(self, batch_size: int, tokens_per_s: float) -> None:
-        """Pass a decode-rate sample to the ThroughputProbe, if there is one."""
+    def record_throughput(self, batch_size: int, tokens_per_s: float, context: int | None = None) -> None:
+        """Pass a decode-rate sample (at ``context`` tokens, if known) to the ThroughputProbe."""
         probe = self.throughput
         if probe is not None:
-            probe.record(batch_size, tokens_per_s)
+            probe.record(batch_size, tokens_per_s, context)
 
     def _read_probes(self) -> Reading:
         readings, errors = [], []
@@ -206,6 +206,8 @@ class ThermalGovernor:
             eff, why = self.mode, ""
         elif reading.on_battery:
             eff, why = "efficiency", "on battery: "
+        elif reading.low_power_mode:
+            eff, why = "efficiency", "Low Power Mode: "
         else:
             eff, why = "balanced", "on AC power: "
         if eff == self._eff_mode:
@@ -281,6 +283,11 @@ class ThermalGovernor:
         Args:
             projected_bytes: the new request's KV + working memory.
             in_use_bytes: what the engine holds now (weights + running requests' KV).
+                It is compared with ``memory_limit_bytes`` only (the user's limit, or
+                Metal's recommended working set, pools the weights live in); the system
+                readings (psutil's available bytes, macOS's kernel level) already see
+                the resident weights, so only ``projected_bytes`` meets them: the
+                weights are counted once.
             active_requests: running requests; with 0, system memory pressure is
                 waived (there is nothing to wait for), so a refusal then means the
                 request cannot fit under ``memory_limit_bytes`` at all.
@@ -301,6 +308,9 @@ class ThermalGovernor:
         pressure, available = r.memory_pressure, r.memory_available_bytes
         if active_requests != 0 and pressure is not None and pressure >= self.admit_pressure:
             return False, f"system memory {pressure:.0%} used ≥ {self.admit_pressure:.0%}: {wait}"
+        if active_requests != 0 and r.memory_pressure_level:
+            name = ("warn", "critical")[min(r.memory_pressure_level, 2) - 1]
+            return False, f"kernel memory pressure {name}: {wait}"
         if active_requests != 0 and available is not None and projected_bytes > available:
             return False, f"needs {need} > {fmt_bytes(available)} available: {wait}"
         limit_text = "" if limit is None else f" of limit {fmt_bytes(limit)}"

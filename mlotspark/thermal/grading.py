@@ -9,8 +9,9 @@ States (the names macOS uses) from signals; the worst signal wins:
 | thermal_pressure (macOS notify) | moderate | heavy | trapping, sleeping | the level dropped |
 | thermal_warning (pmset) | other > 0 | 5 or 100 | 10 or 110 | the level dropped |
 | throttle_evidence (throughput) | ≥ 0.2 | ≥ 0.5 | ≥ 0.9 | 0.1 below the threshold |
-| memory_pressure | ≥ 93 % | ≥ 97 % | — | 2 points below |
-| swap_used_ratio | ≥ 80 % while memory ≥ 85 % | — | — | |
+| memory_pressure (psutil; not on macOS) | ≥ 93 % | ≥ 97 % | — | 2 points below |
+| memory_pressure_level (macOS kernel) | warn | critical | — | the level dropped |
+| swap_used_ratio (not on macOS) | ≥ 80 % while memory ≥ 85 % | — | — | |
 
 CPU load and frequency are shown but not graded: both follow our own work and
 power-saving policy more than heat. Swap alone is not graded either, because
@@ -104,6 +105,9 @@ class Thresholds:
                          f"(evidence {r.throttle_evidence:.2f} ≥ {c:g})")
         graded(r.memory_pressure, self.memory_pressure, self.memory_hysteresis,
                lambda c: f"memory {r.memory_pressure:.0%} used ≥ {c:.0%}")
+        if r.memory_pressure_level:
+            name = ("warn", "critical")[min(r.memory_pressure_level, 2) - 1]
+            found.append((min(r.memory_pressure_level, 2), f"kernel memory pressure {name}"))
         swap, mem = r.swap_used_ratio, r.memory_pressure
         if (swap is not None and mem is not None
                 and swap >= self.swap_used_ratio and mem >= self.swap_with_memory):
@@ -119,6 +123,7 @@ def _calm_phrase(r: Reading) -> str:
         (r.speed_limit, "speed limit {:g}%"),
         (r.throttle_evidence, "throughput steady ({:.2f})"),
         (r.memory_pressure, "memory {:.0%} used"),
+        (None if r.memory_pressure_level is None else "normal", "kernel memory pressure {}"),
     ]
     known = [fmt.format(v) for v, fmt in parts if v is not None]
     return "calm (" + (", ".join(known) or "no sensor reports here") + ")"

@@ -6,8 +6,8 @@
 | balanced | max_batch | fair | nominal | 2 s | — | 5 s |
 | efficiency | max(1, max_batch // 4) | fair | nominal | 4 s | 1 s | 10 s |
 
-``auto`` is balanced on AC power and efficiency on battery; an explicit mode is
-kept on battery.
+``auto`` is balanced on AC power and efficiency on battery or in macOS Low Power
+Mode; an explicit mode is kept on battery.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ sensor: a machine without a battery or temperature sensors yields ``None`` field
 
 | probe | platform | fields |
 |---|---|---|
-| :class:`PsutilProbe` | any | cpu_load, cpu_freq_ratio, temperature_c, on_battery, |
+| :class:`PsutilProbe` | any (no memory or swap on macOS) | cpu_load, cpu_freq_ratio, temperature_c, on_battery, |
 | | | battery_percent, memory_*, swap_used_ratio |
 | :class:`PmsetProbe` (``macos``) | macOS (``pmset -g therm``) | speed_limit, thermal_warning |
 | :class:`ThermalPressureProbe` (``macos``) | macOS (notify(3)) | thermal_pressure |
+| :class:`MemoryPressureProbe` (``macos``) | macOS (sysctl) | memory_pressure_level |
+| :class:`LowPowerProbe` (``macos``) | macOS (``pmset -g``) | low_power_mode |
 | :class:`ThroughputProbe` (``throughput``) | any (fed by the engine) | throttle_evidence |
 | :class:`ScriptedProbe` | tests and benchmarks | whatever the script says |
 
@@ -23,7 +25,15 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from mlotspark.thermal.macos import PmsetProbe, ThermalPressureProbe, parse_pmset_therm
+from mlotspark.thermal.macos import (
+    BackgroundProbe,
+    LowPowerProbe,
+    MemoryPressureProbe,
+    PmsetProbe,
+    ThermalPressureProbe,
+    parse_pmset_lowpower,
+    parse_pmset_therm,
+)
 from mlotspark.thermal.reading import Probe, Reading, clamp01
 from mlotspark.thermal.throughput import ThroughputProbe
 
@@ -36,6 +46,10 @@ __all__ = [
     "ThroughputProbe",
     "ScriptedProbe",
     "parse_pmset_therm",
+    "parse_pmset_lowpower",
+    "BackgroundProbe",
+    "LowPowerProbe",
+    "MemoryPressureProbe",
     "default_probes",
 ]
 
@@ -51,12 +65,19 @@ class PsutilProbe:
     Every psutil call is guarded: a call that is missing on this platform or fails
     leaves its fields ``None``.
 
+    On macOS the memory ratio, available bytes and swap are left out: psutil's
+    "available" there is ``inactive + free`` (wired, compressed and cached pages count
+    as used) and macOS keeps its dynamic swap near full, so both say "full" on a
+    healthy Mac; :class:`MemoryPressureProbe` reads the kernel's level instead.
+
     Args:
         psutil_module: the psutil module to use (default: ``import psutil``); tests
             pass a stand-in to simulate machines without sensors.
+        platform: ``sys.platform`` by default.
     """
 
-    def __init__(self, psutil_module: Any = None) -> None:
+    def __init__(self, psutil_module: Any = None, platform: str | None = None) -> None:
+        self._darwin = (platform or sys.platform) == "darwin"
         if psutil_module is None:
             try:
                 import psutil as psutil_module
@@ -99,6 +120,8 @@ class PsutilProbe:
             r.on_battery = None if plugged is None else not plugged
             pct = getattr(batt, "percent", None)
             r.battery_percent = float(pct) if isinstance(pct, (int, float)) else None
+        if self._darwin:
+            return r
         vm = self._call("virtual_memory")
         try:
             if vm is not None and vm.total > 0:
@@ -150,16 +173,26 @@ class ScriptedProbe:
         return r
 
 
-def default_probes(throughput: ThroughputProbe | None = None) -> list[Probe]:
+def default_probes(throughput: ThroughputProbe | None = None, platform: str | None = None,
+                   machine: str | None = None) -> list[Probe]:
     """The probes the engine uses on this platform.
 
     Args:
         throughput: the ThroughputProbe the engine records into (a new one by default).
+        platform: ``sys.platform`` by default.
+        machine: ``platform.machine()`` by default (``arm64``: no ``pmset -g therm``).
 
     Returns:
-        psutil and throughput everywhere; pmset and thermal pressure on macOS too.
+        psutil and throughput everywhere; on macOS also the notify thermal pressure
+        (the primary signal there), the kernel memory pressure, Low Power Mode and, on
+        Intel Macs, ``pmset -g therm``, the last three read on their own threads.
     """
-    probes: list[Probe] = [PsutilProbe(), throughput or ThroughputProbe()]
-    if sys.platform == "darwin":
-        probes += [PmsetProbe(), ThermalPressureProbe()]
+    plat = platform or sys.platform
+    probes: list[Probe] = [PsutilProbe(platform=plat), throughput or ThroughputProbe()]
+    if plat == "darwin":
+        probes += [ThermalPressureProbe(platform=plat), BackgroundProbe(MemoryPressureProbe(), 1.0),
+                   BackgroundProbe(LowPowerProbe(platform=plat), 10.0)]
+        pmset = PmsetProbe(platform=plat, machine=machine, interval_s=0.0)
+        if pmset.enabled:  # Intel Macs only: Apple Silicon's pmset says nothing here
+            probes.append(BackgroundProbe(pmset, 5.0))
     return probes

@@ -32,6 +32,9 @@ class Reading:
         thermal_pressure: macOS thermal pressure level (0 nominal, 1 moderate, 2 heavy,
             3 trapping, 4 sleeping).
         throttle_evidence: 0..1, how strongly throughput at equal batch size has dropped.
+        memory_pressure_level: macOS kernel memory pressure (0 normal, 1 warn, 2 critical;
+            ``kern.memorystatus_vm_pressure_level``); None elsewhere.
+        low_power_mode: macOS Low Power Mode is on (``pmset -g`` ``lowpowermode 1``).
     """
 
     cpu_load: float | None = None
@@ -46,6 +49,8 @@ class Reading:
     thermal_warning: int | None = None
     thermal_pressure: int | None = None
     throttle_evidence: float | None = None
+    memory_pressure_level: int | None = None
+    low_power_mode: bool | None = None
 
     def merge(self, other: Reading) -> Reading:
         """Combine two readings field by field, keeping the worse of two known values.
@@ -91,6 +96,8 @@ _WORSE: dict[str, Callable[[Any, Any], Any]] = {
     "thermal_warning": max,
     "thermal_pressure": max,
     "throttle_evidence": max,
+    "memory_pressure_level": max,
+    "low_power_mode": lambda a, b: bool(a or b),
 }
 
 
