@@ -17,8 +17,9 @@ __all__ = ["ThroughputProbe"]
 
 
 #: contexts below this many tokens share one bucket (attention is a small part of a step there);
-#: above it, buckets grow by CONTEXT_STEP, so rates are compared at about equal context.
-CONTEXT_BASE, CONTEXT_STEP = 256, 1.25
+#: above it, buckets grow by CONTEXT_STEP: within one, a step's cost grows by less than
+#: (STEP - 1) / STEP = 9 % even when attention is all of it, under the 10 % tolerance.
+CONTEXT_BASE, CONTEXT_STEP = 256, 1.1
 
 
 def context_bucket(context: int | None) -> int:
@@ -49,7 +50,7 @@ class ThroughputProbe:
     platform, with or without sensors.
 
     A longer context slows every step (attention reads all of it), so rates are kept
-    per context bucket (:func:`context_bucket`, buckets ×1.25 wide) and a rate is
+    per context bucket (:func:`context_bucket`, buckets ×1.1 wide) and a rate is
     compared only with the best seen at the same or a *longer* context, which can
     only have been slower: a long generation at a steady clock is no evidence.
 
