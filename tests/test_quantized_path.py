@@ -166,3 +166,35 @@ def test_real_model_quantized_through_the_engine_equals_mlx_lm(default_gguf, cpu
         assert got[1] == engine.generate("Name a colour.", max_tokens=6).tokens
     finally:
         engine.close()
+
+
+@pytest.mark.slow
+def test_a_two_rank_pipeline_over_quantized_weights_gives_the_single_process_tokens(tmp_path, tiny_path,
+                                                                                    default_gguf, monkeypatch):
+    import json
+    import random
+    import subprocess
+
+    from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, spawn_ranks
+
+    out = tmp_path / "rank0.json"
+    procs = spawn_ranks(["quantized", str(out), f"{tiny_path},{default_gguf}"], 2, random.randrange(20000, 60000, 2),
+                        tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for p in procs:
+        p.wait(timeout=540)
+    assert all(p.returncode == 0 for p in procs), [p.stderr.read()[-2000:] for p in procs]
+    ranks = json.loads(out.read_text())
+    monkeypatch.setenv(dtypes.FORCE_ENV, "1")
+    tiny = load(tiny_path, cascade=None)
+    try:
+        assert ranks["tiny"] == [tiny.generate(t, raw=True, max_tokens=8).tokens for t in QUANT_TEXTS]
+    finally:
+        tiny.close()
+    assert ranks["tiny_dtypes"] == ["mlx.core.float16", "mlx.core.float16"]  # each rank's share, half precision
+    monkeypatch.setenv(dtypes.FORCE_ENV, "0")
+    real = load(default_gguf, cascade=None)
+    try:
+        assert ranks["weights"] == "quantized"
+        assert ranks["model"] == real.generate(QUANT_MESSAGE, max_tokens=8).tokens
+    finally:
+        real.close()
