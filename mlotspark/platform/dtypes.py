@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["FORCE_ENV", "on_gpu", "settle_quantized_activations"]
+__all__ = ["FORCE_ENV", "activation_dtype", "on_gpu", "settle_quantized_activations"]
 
 FORCE_ENV = "MLOTSPARK_GPU_DTYPES"
 
@@ -54,3 +54,26 @@ def settle_quantized_activations(model: Any, gpu: bool | None = None) -> Any:
     model.set_dtype(target)  # floating parameters only: the packed uint32 weights stay
     mx.eval(model.parameters())
     return target
+
+
+def activation_dtype(model: Any) -> Any:
+    """The dtype a model's activations (and so its KV) run in.
+
+    Not the embedding weight's dtype: a quantized model stores uint32 there. The
+    activations take the widest floating dtype among the parameters they meet
+    (quantization scales, norms, float embeddings): F32 norms beside float16 scales
+    make float32 activations, as MLX's type promotion does.
+
+    Returns:
+        An ``mx.Dtype`` (``mx.float32`` when the model holds no floating parameter).
+    """
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    order = {mx.float16: 1, mx.bfloat16: 1, mx.float32: 2}
+    found = {v.dtype for _, v in tree_flatten(model.parameters()) if v.dtype in order}
+    if not found:
+        return mx.float32
+    if found == {mx.float16, mx.bfloat16}:
+        return mx.float32  # float16 meets bfloat16: MLX promotes to float32
+    return max(found, key=lambda d: order[d])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlotspark.errors import OptionError
+from mlotspark.platform.dtypes import activation_dtype
 from mlotspark.platform.memory import memory_budget
 from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor, apply_memory_limit
 
@@ -48,29 +49,6 @@ def parse_memory_limit(value: int | str | None) -> int | None:
     if n < 1:
         raise OptionError(f"invalid memory limit {value!r}: must be > 0")
     return n
-
-
-def activation_dtype(model: Any) -> Any:
-    """The dtype a model's activations (and so its KV) run in.
-
-    Not the embedding weight's dtype: a quantized model stores uint32 there. The
-    activations take the widest floating dtype among the parameters they meet
-    (quantization scales, norms, float embeddings): F32 norms beside float16 scales
-    make float32 activations, as MLX's type promotion does.
-
-    Returns:
-        An ``mx.Dtype`` (``mx.float32`` when the model holds no floating parameter).
-    """
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    order = {mx.float16: 1, mx.bfloat16: 1, mx.float32: 2}
-    found = {v.dtype for _, v in tree_flatten(model.parameters()) if v.dtype in order}
-    if not found:
-        return mx.float32
-    if found == {mx.float16, mx.bfloat16}:
-        return mx.float32  # float16 meets bfloat16: MLX promotes to float32
-    return max(found, key=lambda d: order[d])
 
 
 def kv_bytes_per_token(model: Any) -> int:
