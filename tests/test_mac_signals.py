@@ -226,6 +226,17 @@ def test_on_metal_the_governor_limits_weights_plus_kv_to_the_working_set(monkeyp
     assert status["kv_budget_bytes"] == 4 * GB and status["source"] == "Metal recommended working set"
 
 
+def test_the_auto_cache_kind_budget_follows_the_same_rule(monkeypatch):
+    from mlotspark.decoding.cache_policy import kv_budget
+
+    engine = SimpleNamespace(scheduling=SimpleNamespace(memory_limit=None), loaded=SimpleNamespace(nbytes=lambda: 2 * GB))
+    monkeypatch.setattr(memory, "metal_available", lambda: True)
+    monkeypatch.setattr(memory, "metal_working_set", lambda: 10 * GB)
+    assert kv_budget(engine) == 8 * GB
+    engine.scheduling.memory_limit = 5 * GB
+    assert kv_budget(engine) == 3 * GB
+
+
 def test_elsewhere_no_limit_is_invented(monkeypatch):
     monkeypatch.setattr(memory, "metal_available", lambda: False)
     assert SchedulerConfig(mode="balanced").make_governor().memory_limit_bytes is None
