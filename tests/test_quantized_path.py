@@ -5,7 +5,8 @@ default model. Greedy tokens are compared with mlx-lm's loop on the same quantiz
 weights; the scheduler's batch, the cascade and conversation snapshots carry them.
 
 The real model is not run with the forced rule: MLX's CPU ``quantized_matmul`` in
-float16 is ~12x slower than in float32 here (one 8-token forward ~130 s), which is
+float16 is 10-36x slower than in float32 here (one 8-token forward ~130 s;
+benchmarks/figures/mac.md), which is
 also why the rule applies on a GPU only.
 """
 
