@@ -229,12 +229,10 @@ def test_on_metal_the_governor_limits_weights_plus_kv_to_the_working_set(monkeyp
 def test_the_auto_cache_kind_budget_follows_the_same_rule(monkeypatch):
     from mlotspark.decoding.cache_policy import kv_budget
 
-    engine = SimpleNamespace(scheduling=SimpleNamespace(memory_limit=None), loaded=SimpleNamespace(nbytes=lambda: 2 * GB))
     monkeypatch.setattr(memory, "metal_available", lambda: True)
     monkeypatch.setattr(memory, "metal_working_set", lambda: 10 * GB)
-    assert kv_budget(engine) == 8 * GB
-    engine.scheduling.memory_limit = 5 * GB
-    assert kv_budget(engine) == 3 * GB
+    assert kv_budget(None, 2 * GB) == 8 * GB
+    assert kv_budget(5 * GB, 2 * GB) == 3 * GB
 
 
 def test_elsewhere_no_limit_is_invented(monkeypatch):
