@@ -321,7 +321,7 @@ def _route_calls(model: nn.Module) -> None:
         def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
             return self.__dict__["_execution"].forward(self, inputs, cache)
 
-        routed = type(cls.__name__, (cls,), {"__call__": __call__, "_plain_class": cls, "__doc__": cls.__doc__,
+        routed = type(cls.__name__, (cls,), {"__call__": __call__, "plain_class": cls, "__doc__": cls.__doc__,
                                              "__module__": cls.__module__, "__qualname__": cls.__qualname__})
         _ROUTED[cls] = routed
     model.__class__ = routed
@@ -329,12 +329,12 @@ def _route_calls(model: nn.Module) -> None:
 
 def _plain_call(model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
     """The model's own forward (its class's ``__call__``, not the routed one)."""
-    return type(model).__dict__.get("_plain_class", type(model)).__call__(model, inputs, cache)
+    return type(model).__dict__.get("plain_class", type(model)).__call__(model, inputs, cache)
 
 
 def _restore(model: nn.Module) -> None:
     """Undo the class swaps of an earlier ``prepare``."""
-    plain = type(model).__dict__.get("_plain_class")
+    plain = type(model).__dict__.get("plain_class")
     if plain is not None:
         model.__class__ = plain
     for _, m in model.named_modules():
