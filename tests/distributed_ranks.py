@@ -180,8 +180,9 @@ def cancel(out: Path, tiny: str) -> None:
 TURNS = ["My sister is called Ilse and she lives in Ghent. Say hello to her.",
          "Where does my sister live, and what is her name?"]
 #: a cascade small enough that the default model's turns evict and retrieve blocks.
-#: The second turn leaves more blocks than top_k: its question pass runs on both ranks.
-SMALL_CASCADE = {"window": 32, "sinks": 16, "block_size": 16, "top_k": 1}
+#: The second turn leaves more blocks than top_k and its question (16 tokens) is in the
+#: window: its question pass runs, on both ranks.
+SMALL_CASCADE = {"window": 32, "sinks": 16, "block_size": 16, "top_k": 1, "question_pass": 16}
 TURN_TOKENS = 16
 
 
