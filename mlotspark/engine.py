@@ -135,7 +135,6 @@ class Engine:
                 raise OptionError(f"the memory cascade runs across ranks with distributed='pipeline' only, "
                                   f"not {distributed!r}: cascade={cascade!r}")
         source = catalogue.resolve(model, pull=pull, progress=progress)
-        configure_metal_limits()
         if distributed is None:
             loaded = loader.load(source, weights=weights, progress=progress)
         else:
@@ -144,6 +143,9 @@ class Engine:
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
         engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
+        # Wire the weights and the most KV they can use (not the whole working set); close() restores.
+        engine._metal_limits = configure_metal_limits(
+            loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))
         engine.sampling_sources = sources
         if distributed is not None:
             engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
@@ -448,6 +450,9 @@ class Engine:
             # The stop goes out once the engine thread is done with its steps (cancelled
             # requests leave every rank first); a thread still stuck inside MLX is left alone.
             self.ranks.close()
+        limits, self._metal_limits = self.__dict__.get("_metal_limits"), None
+        if limits is not None and stopped:
+            limits.restore()  # the wired and cache limits found before load
 
     @property
     def rank(self) -> int:

@@ -45,7 +45,7 @@ import mlx.core as mx
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
-from mlotspark.platform.device import is_metal
+from mlotspark.platform.device import is_metal, release_idle_memory
 from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.results import GenerationResult
 from mlotspark.runtime.scheduled import Job, Request, StepRecord, cache_bytes
@@ -268,6 +268,8 @@ class Scheduler:
                         for job in jobs:
                             self._run_job(job)
                         self._turn()
+                        if self._idle():
+                            release_idle_memory()  # gone idle: MLX's buffer cache back to the system
                 except Exception as e:  # noqa: BLE001  fail the requests, keep the thread alive
                     log.exception("engine step failed")
                     self._fail_all(e)
@@ -412,7 +414,8 @@ class Scheduler:
             step_s = now - max(step.t_launch, self._last_collect)
             cpu_s = self.cpu_clock() - c0
             state, cap = step.tag
-            self._meter.add(b, step_s, cpu_s)
+            self._meter.add(b, step_s, cpu_s, context=max(  # a longer context is slower, not hotter
+                (r.generation.cached_tokens + len(r.generation.prompt) + r.state.steps for r in self._running), default=0))
             self.timeline.append(StepRecord(now, state, cap, b, step_s, len(self._queue), cpu_s=cpu_s))
             self._tokens += b
         self._last_collect = now
