@@ -9,7 +9,7 @@ Three vector spaces, three calibrations (measured with
   0.35. Hashed words only match shared words, so both halves count alike.
 - **MPNet** (all-mpnet-base-v2, the default sentence embedder, issue 27): MiniLM's
   rule below, thresholds refitted on the same fit half (0.34 about the user, 0.57
-  otherwise); held out, recall@3 90.4% (MiniLM 86.0%), unrelated prompts injected
+  otherwise); held out, recall@3 93.3% (MiniLM 86.0%), unrelated prompts injected
   5.4% (``benchmarks/figures/semantic.md``). ``supersede``: see ``updates.py``.
 - **MiniLM** (sentence embeddings): ``score = max(cosine, 0.5 * cosine + 0.5 *
   lexical)``. Cosine carries paraphrases ("What is the name of my dog?" / "My dog
