@@ -268,6 +268,7 @@ class Engine:
         progress: bool = False,
         cache_key: str | None = None,
         cached_ids: list[int] | None = None,
+        validated: GenerationOptions | None = None,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -290,9 +291,11 @@ class Engine:
             cached_ids: the token ids ``cache`` holds (its first ``cached_tokens``). Across
                 ranks a rank that lost its share of the conversation (no snapshot, a
                 damaged one) rebuilds it from them instead of failing the request.
+            validated: options already made by ``Engine.options`` (not checked again; ``**options``
+                are merged over them).
             **options: generation options.
         """
-        opts = self.options(**options)
+        opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
         constraint = None
         if opts.response_format is not None:  # a bad schema fails here, not on the engine thread;
             # the compiled grammar goes on to the generation (compiled once per request)

@@ -148,7 +148,11 @@ class GenerationOptions:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
-        object.__setattr__(self, "response_format", validate_response_format(self.response_format))
+        try:
+            rf = validate_response_format(self.response_format)
+        except OptionError as e:  # name the option, so each surface can point at its own field
+            raise OptionError(str(e), options=("response_format",)) from None
+        object.__setattr__(self, "response_format", rf)
         if self.response_format is not None:
             # The grammar mask follows one sequence; beams and drafts branch it.
             for other, on in (("num_beams", self.num_beams > 1), ("num_return_sequences", self.num_return_sequences > 1),

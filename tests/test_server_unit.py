@@ -37,6 +37,9 @@ class FakeEngine:
         return {"state": "nominal", "cap": 1, "mode": "balanced", "batch_size": 0, "running": 0,
                 "prefilling": 0, "queued": 0, "decode_tps": 0.0, "kv_bytes": 0}
 
+    def options(self, **overrides) -> GenerationOptions:
+        return GenerationOptions().merged(**overrides)
+
     def close(self) -> None:
         self.closed.set()
 

@@ -59,6 +59,7 @@ class ServerState:
         self.created = int(time.time())
         self.metrics = Metrics(self.live_figures)
         self.jobs: set[Any] = set()
+        self.persistence: Any = None  # the engine's, once a request used a conversation (runner.py)
         self.closing = False
         self._lock = threading.Lock()
         self._mean_s = 5.0  # running mean of request durations (Retry-After estimate)
@@ -113,7 +114,7 @@ class ServerState:
             with contextlib.suppress(RuntimeError):  # entries changed under us: skip this scrape's figure
                 out["prompt_cache"] = stats = pc.stats()
                 tiers["episodic_prompt_cache"] = stats.get("bytes", 0)
-        persistence = self.engine.__dict__.get("_persistence")  # only once conversations are in use
+        persistence = self.persistence  # set once a request used a conversation
         if persistence is not None:
             with contextlib.suppress(Exception):
                 t = persistence.stats()

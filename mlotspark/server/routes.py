@@ -1,8 +1,9 @@
 """The endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
 ``/health`` and ``/metrics``.
 
-A completion request is parsed (``schemas.py``), admitted (queue bound), run as a
-:class:`~mlotspark.server.runner.Job` through ``Engine.submit`` and answered whole
+A completion request is parsed and its options validated once (``schemas.py``),
+admitted (queue bound), run as a :class:`~mlotspark.server.runner.Job` through
+``Engine.submit`` (the handle iterated asynchronously, no thread per request) and answered whole
 or streamed as server-sent events (``data: {...}`` lines, then ``data: [DONE]``).
 A client that goes away cancels its request at the next token: a stream notices
 when its next write fails, a waiting non-stream request by watching the
@@ -59,13 +60,13 @@ def build(state: Any) -> list[Route]:
         t0 = time.perf_counter()
         endpoint = request.url.path
         body = await read_json(request)
-        parsed = parse_chat(body, state.served) if kind == "chat" else parse_completion(body, state.served)
         header = request.headers.get(CONVERSATION_HEADER)
-        if header and kind == "chat" and parsed.conversation is None:
-            parsed.conversation = header
-        job = Job(state, parsed, asyncio.get_running_loop())
+        if header and kind == "chat" and isinstance(body, dict) and body.get("conversation") is None:
+            body = {**body, "conversation": header}
+        parse = parse_chat if kind == "chat" else parse_completion
+        parsed = parse(body, state.served, state.engine.options)  # options validated here, once
+        job = Job(state, parsed)
         state.admit(job)
-        job.start()
         rid, created = new_id(kind), int(time.time())
         if parsed.stream:
             return StreamingResponse(
@@ -147,12 +148,10 @@ def _model(state: Any, name: str) -> dict:
 
 async def _wait(job: Job) -> Outcome:
     """The job's outcome (pieces are dropped: the result carries the whole text)."""
-    while True:
-        kind, value = await job.queue.get()
+    async for kind, value in job.events():
         if kind == "done":
             return value
-        if kind == "error":
-            raise value
+    raise APIError(500, "the request ended without a result", type="server_error")
 
 
 async def _watch_disconnect(request: Request, job: Job) -> None:
@@ -184,11 +183,12 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     try:
         if kind == "chat":
             yield _event(chunk(kind, rid, model, created, text="", role=True))
-        while True:
-            what, value = await job.queue.get()
-            if what == "piece":
-                yield _event(chunk(kind, rid, model, created, text=value))
-            elif what == "done":
+        events = job.events()
+        try:
+            async for what, value in events:
+                if what == "piece":
+                    yield _event(chunk(kind, rid, model, created, text=value))
+                    continue
                 ended = True
                 _count(state, endpoint, value, t0)
                 use = usage(value.prompt_tokens, value.completion_tokens, value.cached_tokens)
@@ -199,13 +199,13 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
                 if parsed.include_usage:
                     yield _event(chunk(kind, rid, model, created, use=use, no_choices=True))
                 yield "data: [DONE]\n\n"
-                return
-            else:  # an error after the 200 went out: an error event ends the stream
-                ended = True
-                state.metrics.requests.labels(endpoint, str(value.status)).inc()
-                yield _event(value.body())
-                yield "data: [DONE]\n\n"
-                return
+        except APIError as e:  # an error after the 200 went out: an error event ends the stream
+            ended = True
+            state.metrics.requests.labels(endpoint, str(e.status)).inc()
+            yield _event(e.body())
+            yield "data: [DONE]\n\n"
+        finally:
+            await events.aclose()
     finally:
         if not ended:  # the client went away (or the server is closing the connection)
             job.cancel()

@@ -20,10 +20,10 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from mlotspark.errors import OptionError
-from mlotspark.options import validate_response_format
+from mlotspark.options import GenerationOptions
 
 EXTENSION_KEY = "mlotspark"
 MAX_N = 8  # replies per request: each is its own sequence in the engine
@@ -70,6 +70,8 @@ class ParsedRequest:
     prompt: str | None = None  # completions (text)
     prompt_ids: list[int] | None = None  # completions (token ids)
     options: dict[str, Any] = field(default_factory=dict)  # GenerationOptions overrides
+    checked: GenerationOptions | None = None  # the overrides validated by the engine (check_options)
+    fields: dict[str, str] = field(default_factory=dict)  # option name -> the request field that set it
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -155,6 +157,8 @@ def _messages(body: dict) -> list[dict]:
 
 
 def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
+    """The fields chat and completions share, checked for their JSON types and OpenAI's
+    own bounds; the values' meaning is checked once, by the engine (:func:`check_options`)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model", "expected the model's id (GET /v1/models lists it)")
@@ -162,24 +166,27 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         raise APIError(404, f"model '{model}' does not exist; this server serves {', '.join(served)}",
                        param="model", code="model_not_found")
     req = ParsedRequest(kind=kind, model=model)
-    opts = req.options
+    opts, fields = req.options, req.fields
     limit = _int(body, "max_completion_tokens", 1) if kind == "chat" else None
-    mt = _int(body, "max_tokens", 1)
-    if limit is None:
-        limit = mt
+    if limit is not None:
+        fields["max_tokens"] = "max_completion_tokens"
+    else:
+        limit = _int(body, "max_tokens", 1)
     if limit is None and kind == "completion":
         limit = COMPLETIONS_DEFAULT_MAX_TOKENS
     if limit is not None:
         opts["max_tokens"] = limit
-    t = _number(body, "temperature", 0.0, 2.0)
+    t = _number(body, "temperature", 0.0, 2.0)  # OpenAI's bound; the engine takes any t >= 0
     if t is not None:
         opts["temperature"] = t
-    p = _number(body, "top_p", 0.0, 1.0, lo_open=True)
-    if p is not None:
-        opts["top_p"] = p
-    seed = _int(body, "seed", 0, 2**63 - 1)
-    if seed is not None:
-        opts["seed"] = seed
+    for name in ("top_p", "min_p", "repetition_penalty"):
+        v = _number(body, name, -math.inf, math.inf)
+        if v is not None:
+            opts[name] = v
+    for name in ("seed", "top_k"):
+        v = _int(body, name, -(2**63))
+        if v is not None:
+            opts[name] = v
     stops = _stop(body)
     if stops:
         opts["stop"] = tuple(stops)
@@ -187,16 +194,6 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         v = _number(body, name, -2.0, 2.0)
         if v:  # 0 is what most clients send by default: accepted
             raise bad(name, "not supported by this server (use 0, or the 'repetition_penalty' extension)")
-    rp = _number(body, "repetition_penalty", 0.0, 10.0, lo_open=True)
-    if rp is not None:
-        opts["repetition_penalty"] = rp
-    for name in ("top_k",):
-        v = _int(body, name, 0)
-        if v is not None:
-            opts[name] = v
-    mp = _number(body, "min_p", 0.0, 0.999)
-    if mp is not None:
-        opts["min_p"] = mp
     n = _int(body, "n", 1)
     if n is not None and n > MAX_N:
         raise bad("n", f"{n} replies asked; this server returns at most {MAX_N}")
@@ -211,15 +208,13 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         if req.stream:
             raise bad("n", "n > 1 is not supported with stream=true")
         opts["num_return_sequences"] = req.n
+        fields["num_return_sequences"] = "n"
     lp = body.get("logprobs")
     if lp not in (None, False, 0):
         raise bad("logprobs", "log-probabilities are not returned by this server")
     if body.get("tools") and body.get("tool_choice") not in (None, "none"):
         raise bad("tools", "tool calling is not supported by this server")
-    try:
-        rf = validate_response_format(body.get("response_format"))
-    except OptionError as e:
-        raise APIError(400, str(e), param="response_format") from None
+    rf = body.get("response_format")
     if rf is not None:
         opts["response_format"] = rf
     conv = body.get("conversation")
@@ -230,12 +225,33 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
     return req
 
 
-def parse_chat(body: Any, served: list[str]) -> ParsedRequest:
+def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions]) -> GenerationOptions:
+    """Validate ``req.options`` once, by the engine's own rules, into ``req.checked``.
+
+    Args:
+        req: a parsed request.
+        options: the engine's ``Engine.options`` (defaults merged with the overrides).
+
+    Raises:
+        APIError: 400 naming the request field the engine's ``OptionError.options`` names.
+    """
+    try:
+        req.checked = options(**req.options)
+    except OptionError as e:
+        name = e.options[0] if e.options else None
+        field = req.fields.get(name, name) if name else None
+        raise APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field) from None
+    return req.checked
+
+
+def parse_chat(body: Any, served: list[str], options: Callable[..., GenerationOptions] | None = None) -> ParsedRequest:
     """Check a ``POST /v1/chat/completions`` body.
 
     Args:
         body: the decoded JSON body.
         served: model ids this server answers to.
+        options: validates the generation options (``Engine.options``; default
+            ``GenerationOptions().merged``).
 
     Raises:
         APIError: the first bad field (400), or an unknown model (404).
@@ -244,10 +260,13 @@ def parse_chat(body: Any, served: list[str]) -> ParsedRequest:
         raise APIError(400, "the request body must be a JSON object")
     req = _common(body, "chat", served)
     req.messages = _messages(body)
+    if req.conversation is None:  # a conversation validates its options itself, before its turn
+        check_options(req, options or GenerationOptions().merged)
     return req
 
 
-def parse_completion(body: Any, served: list[str]) -> ParsedRequest:
+def parse_completion(body: Any, served: list[str],
+                     options: Callable[..., GenerationOptions] | None = None) -> ParsedRequest:
     """Check a ``POST /v1/completions`` body (``prompt``: a string, one string in a
     list, or a list of token ids).
 
@@ -277,6 +296,7 @@ def parse_completion(body: Any, served: list[str]) -> ParsedRequest:
         raise bad("best_of", "best_of > 1 is not supported by this server")
     if req.conversation is not None:
         raise bad("conversation", "conversations are for /v1/chat/completions")
+    check_options(req, options or GenerationOptions().merged)
     return req
 
 
@@ -365,6 +385,6 @@ def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = N
     return out
 
 
-__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "chat_response", "chunk",
+__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "chat_response", "check_options", "chunk",
            "completion_response", "extension", "finish_reason", "new_id", "parse_chat", "parse_completion",
            "usage"]
