@@ -2,7 +2,8 @@
 
 - ``app``: the Starlette app, shared state, API-key check, errors, shutdown.
 - ``routes``: chat/completions, completions, models, health, metrics.
-- ``schemas``: request checks (4xx naming the field) and OpenAI response shapes.
+- ``schemas``: request checks (4xx naming the field).
+- ``responses``: OpenAI response shapes (replies, streamed chunks, usage).
 - ``runner``: one request on the engine (``Engine.submit``), events for asyncio.
 - ``prompt_cache``: resent histories matched by token prefix (kept across restarts).
 - ``metrics``: Prometheus text.

@@ -23,19 +23,8 @@ from starlette.routing import Route
 
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job, Outcome
-from mlotspark.server.schemas import (
-    APIError,
-    ParsedRequest,
-    chat_response,
-    chunk,
-    completion_response,
-    extension,
-    finish_reason,
-    new_id,
-    parse_chat,
-    parse_completion,
-    usage,
-)
+from mlotspark.server.responses import chat_response, chunk, completion_response, extension, finish_reason, new_id, usage
+from mlotspark.server.schemas import APIError, ParsedRequest, parse_chat, parse_completion
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
 CONVERSATION_HEADER = "x-mlotspark-conversation"
