@@ -30,6 +30,8 @@ from mlotspark.memory.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw
 from mlotspark.decoding.constrained import JsonConstraint
+from mlotspark.decoding.processors import constraint_for
+from mlotspark.decoding.tools import with_tool_calls
 from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
 
 Messages = Sequence[dict]
@@ -143,8 +145,9 @@ class Engine:
     def tokenizer(self) -> Any:
         return self.loaded.tokenizer
 
-    def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
-        """Token ids of a prompt: the chat template applied unless ``raw``."""
+    def encode(self, prompt_or_messages: str | Messages, raw: bool = False,
+               tools: Sequence[dict] | None = None) -> list[int]:
+        """Token ids of a prompt: the chat template applied unless ``raw`` (shown ``tools``)."""
         if isinstance(prompt_or_messages, str):
             check_text(prompt_or_messages)
             if raw:
@@ -158,7 +161,7 @@ class Engine:
                 if not isinstance(m, dict) or "role" not in m or "content" not in m:
                     raise OptionError(f"invalid message {m!r}: need a dict with 'role' and 'content'")
                 check_text(m["content"], f"{m['role']} message")
-        return encode_chat(self.tokenizer, list(messages))
+        return encode_chat(self.tokenizer, list(messages), tools=tools)
 
     def options(self, **overrides: Any) -> GenerationOptions:
         """The engine's default options with ``overrides`` applied (validated)."""
@@ -296,14 +299,13 @@ class Engine:
             **options: generation options.
         """
         opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
-        constraint = None
-        if opts.response_format is not None:  # a bad schema fails here, not on the engine thread;
-            # the compiled grammar goes on to the generation (compiled once per request)
-            constraint = JsonConstraint(self.tokenizer, opts.response_format)
+        # A bad schema fails here, not on the engine thread; the compiled grammar
+        # (response_format or tools) goes on to the generation, compiled once per request.
+        constraint = constraint_for(self.tokenizer, opts)
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
-            prompt_ids = self.encode(prompt_or_messages, raw=raw)
+            prompt_ids = self.encode(prompt_or_messages, raw=raw, tools=opts.tools)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         meta: dict = {}
@@ -347,12 +349,15 @@ class Engine:
             **options: ``max_tokens``, ``temperature`` (0 = greedy), ``top_k``,
                 ``top_p``, ``min_p``, ``repetition_penalty``, ``seed``, ``stop``,
                 ``response_format`` (``{"type": "json_object"}`` or ``{"type": "json_schema",
-                "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates).
+                "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates),
+                ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's: the calls come back in
+                ``result.tool_calls``, each valid for its tool's schema).
 
         Returns:
             GenerationResult with ``.text``, ``.tokens`` and ``.stats``.
         """
-        return self.submit(prompt_or_messages, raw=raw, **options).result()
+        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        return with_tool_calls(handle.result(), self.tokenizer, handle.generation.options)
 
     def generate_batch(self, prompts: Sequence[str | Messages], raw: bool = False,
                        priority: int = 0, **options: Any) -> list[str]:

@@ -64,6 +64,10 @@ class ServerState:
         self._lock = threading.Lock()
         self._mean_s = 5.0  # running mean of request durations (Retry-After estimate)
 
+    def token_text(self, token: int) -> str:
+        """One token's text (for logprobs)."""
+        return self.engine.tokenizer.decode([token])
+
     # -------------------------------------------------------------- admission
     def cap(self) -> int:
         try:

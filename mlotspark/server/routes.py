@@ -23,7 +23,19 @@ from starlette.routing import Route
 
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job, Outcome
-from mlotspark.server.responses import chat_response, chunk, completion_response, extension, finish_reason, new_id, usage
+from mlotspark.decoding.tools import CallSplitter, require_format
+from mlotspark.server.responses import (
+    chat_logprobs,
+    chat_response,
+    chunk,
+    completion_logprobs,
+    completion_response,
+    extension,
+    finish_reason,
+    new_id,
+    tool_call_json,
+    usage,
+)
 from mlotspark.server.schemas import APIError, ParsedRequest, parse_chat, parse_completion
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
@@ -56,6 +68,11 @@ def build(state: Any) -> list[Route]:
         parsed = parse(body, state.served, state.engine.options)  # options validated here, once
         job = Job(state, parsed)
         state.admit(job)
+        try:
+            await job.begin()  # a request that cannot run is a 4xx, streamed or not
+        except BaseException:
+            state.release(job)
+            raise
         rid, created = new_id(kind), int(time.time())
         if parsed.stream:
             return StreamingResponse(
@@ -71,9 +88,9 @@ def build(state: Any) -> list[Route]:
             state.release(job, time.perf_counter() - t0)
         _count(state, endpoint, outcome, t0)
         use = usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
-        texts = [(t, finish_reason(f)) for t, f in outcome.texts]
         make = chat_response if kind == "chat" else completion_response
-        return JSONResponse(make(rid, parsed.model, texts, use, extension(outcome.stats)))
+        return JSONResponse(make(rid, parsed.model, outcome.choices, use, extension(outcome.stats),
+                                 token_text=state.token_text))
 
     async def chat(request: Request) -> Response:
         return await completions(request, "chat")
@@ -169,6 +186,33 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     """The event stream of one request; a client gone cancels it (``finally``)."""
     kind, model = parsed.kind, parsed.model
     ended = False
+    tools = parsed.checked is not None and parsed.checked.tools is not None
+    splitter = CallSplitter(require_format(state.engine.tokenizer)) if tools else None
+    calls_sent = 0
+    logprobs_sent = 0
+    offset = 0  # completions' text_offset
+
+    def piece_chunk(text: str, calls: list, entries: list | None) -> str | None:
+        nonlocal calls_sent, logprobs_sent, offset
+        deltas = [tool_call_json(c, calls_sent + i) for i, c in enumerate(calls)]
+        calls_sent += len(calls)
+        lp = None
+        if entries:
+            logprobs_sent += len(entries)
+            if kind == "chat":
+                lp = chat_logprobs(entries, state.token_text)
+            else:
+                lp = completion_logprobs(entries, state.token_text, offset)
+                offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
+        if not (text or deltas or lp):
+            return None
+        return _event(chunk(kind, rid, model, created, text=text if text or kind != "chat" else None,
+                            calls=deltas, logprobs=lp))
+
+    def new_entries() -> list | None:
+        rec = job.recorder
+        return rec.entries[logprobs_sent:] if rec is not None else None
+
     try:
         if kind == "chat":
             yield _event(chunk(kind, rid, model, created, text="", role=True))
@@ -176,13 +220,22 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
         try:
             async for what, value in events:
                 if what == "piece":
-                    yield _event(chunk(kind, rid, model, created, text=value))
+                    text, calls = splitter.feed(value) if splitter is not None else (value, [])
+                    out = piece_chunk(text, calls, new_entries())
+                    if out is not None:
+                        yield out
                     continue
                 ended = True
                 _count(state, endpoint, value, t0)
+                choice = value.choices[0]
+                text, calls = splitter.close() if splitter is not None else ("", [])
+                entries = choice.logprobs[logprobs_sent:] if choice.logprobs is not None else None
+                out = piece_chunk(text, calls, entries)
+                if out is not None:
+                    yield out
                 use = usage(value.prompt_tokens, value.completion_tokens, value.cached_tokens)
                 ext = extension(value.stats)
-                reason = finish_reason(value.texts[0][1])
+                reason = "tool_calls" if calls_sent else finish_reason(choice.finish)
                 yield _event(chunk(kind, rid, model, created, finish=reason, ext=ext,
                                    text=None if kind == "chat" else ""))
                 if parsed.include_usage:

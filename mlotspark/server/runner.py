@@ -23,8 +23,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
+from mlotspark.decoding.tools import parse_calls, require_format
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
 from mlotspark.server.engine_access import vocab_size
+from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ _END = object()
 class Outcome:
     """What a finished job hands back: one entry per choice, and the stats."""
 
-    texts: list[tuple[str, str]]  # (text, our finish reason) per choice
+    choices: list[Choice]
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -60,6 +63,7 @@ class Job:
         self._cancel = threading.Event()
         self._handle: Any = None
         self._conversation: Any = None
+        self.recorder: LogprobRecorder | None = None  # the request's logprobs, as they are recorded
 
     def cancel(self) -> None:
         """Stop the request at its next token (thread-safe, idempotent)."""
@@ -77,6 +81,20 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    async def begin(self) -> None:
+        """Prompt, prompt cache and ``Engine.submit`` of a plain request, before any byte of
+        the reply is sent (so a bad schema or too long a prompt is a 4xx, even streamed).
+
+        Raises:
+            APIError: the request cannot run.
+        """
+        if self.request.conversation is not None:
+            return  # a conversation's turn runs whole in events()
+        try:
+            await self._submit()
+        except Exception as e:  # noqa: BLE001  mapped to the API's error
+            raise self._api_error(e) from None
+
     async def events(self) -> AsyncIterator[tuple[str, Any]]:
         """``("piece", str)`` per text piece, then ``("done", Outcome)``.
 
@@ -91,19 +109,22 @@ class Job:
                 yield event
             if self.failure is not None:
                 raise self.failure
-        except APIError:
-            raise
-        except PromptTooLongError as e:
-            raise APIError(400, str(e), param="messages" if self.request.kind == "chat" else "prompt",
-                           code="context_length_exceeded") from None
-        except OptionError as e:  # a conversation's options, or a response_format schema
+        except Exception as e:  # noqa: BLE001  mapped to the API's error
+            raise self._api_error(e) from None
+
+    def _api_error(self, e: Exception) -> APIError:
+        if isinstance(e, APIError):
+            return e
+        if isinstance(e, PromptTooLongError):
+            return APIError(400, str(e), param="messages" if self.request.kind == "chat" else "prompt",
+                            code="context_length_exceeded")
+        if isinstance(e, OptionError):  # a conversation's options, a schema, tools the template lacks
             name = e.options[0] if e.options else None
-            raise APIError(400, str(e), param=self.request.fields.get(name, name) if name else None) from None
-        except MlotsparkError as e:
-            raise APIError(500, str(e), type="server_error") from None
-        except Exception as e:  # noqa: BLE001  one request fails, the server keeps serving
-            log.exception("request failed")
-            raise APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error") from None
+            return APIError(400, str(e), param=self.request.fields.get(name, name) if name else None)
+        if isinstance(e, MlotsparkError):
+            return APIError(500, str(e), type="server_error")
+        log.error("request failed", exc_info=e)  # one request fails, the server keeps serving
+        return APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error")
 
     # ------------------------------------------------------------- plain requests
     def _prompt_ids(self) -> list[int]:
@@ -115,13 +136,15 @@ class Job:
                                     f"of {vocab} tokens", param="prompt")
             return list(req.prompt_ids)
         if req.kind == "chat":
-            return engine.encode(req.messages)
+            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None)
         return engine.encode(req.prompt, raw=True)
 
-    async def _run_plain(self) -> AsyncIterator[tuple[str, Any]]:
+    async def _submit(self) -> None:
         req, engine, pc = self.request, self.server.engine, self.server.prompt_cache
         opts = req.checked
         assert opts is not None, "parse_chat / parse_completion validate the options"
+        if opts.tools is not None:
+            require_format(engine.tokenizer, req.model)
         ids = self._prompt_ids()
         cache, cached = None, 0
         if pc is not None and pc.enabled and opts.num_return_sequences == 1:
@@ -138,24 +161,38 @@ class Job:
         handle = engine.submit(prompt_ids=ids[cached:], cache=cache, cached_tokens=cached,
                                on_finish=on_finish, validated=opts)
         self._handle = handle
+        self.recorder = recorder_of(handle.generation.constraint)
         if self._cancel.is_set():
             handle.cancel()
+
+    async def _run_plain(self) -> AsyncIterator[tuple[str, Any]]:
+        if self._handle is None:
+            await self._submit()
+        handle, opts = self._handle, self.request.checked
         async for piece in handle.aiter():
             yield "piece", piece
         result = handle.result()
         stats = result.stats
         if result.sequences:  # n > 1
-            texts = [(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
+            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
             completion = sum(len(h.tokens) for h in result.sequences)
         else:
-            texts = [(result.text, stats.finish_reason)]
+            text, calls = result.text, []
+            if opts.tools is not None:
+                text, calls = parse_calls(require_format(self.server.engine.tokenizer), text)
+            entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
+            choices = [Choice(text, stats.finish_reason, calls, entries)]
             completion = stats.generation_tokens
-        yield "done", Outcome(texts, stats.prompt_tokens, completion, stats.cached_tokens, stats)
+        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
 
     # ------------------------------------------------------------- conversations
     async def _run_conversation(self) -> AsyncIterator[tuple[str, Any]]:
         req, engine = self.request, self.server.engine
         msgs = list(req.messages or [])
+        for name in ("tools", "logprobs"):
+            if req.options.get(name) is not None:
+                raise APIError(400, f"invalid '{name}': not supported with a conversation (send the history "
+                                    "without 'conversation')", param=name)
         if msgs[-1]["role"] != "user":
             raise APIError(400, "with a conversation, the last message must be the user's new turn",
                            param="messages")
@@ -218,7 +255,7 @@ class Job:
         if stats is None:
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
         text = conv.messages[-1]["content"] if conv.messages and conv.messages[-1]["role"] == "assistant" else ""
-        yield "done", Outcome([(text, stats.finish_reason)], stats.prompt_tokens, stats.generation_tokens,
+        yield "done", Outcome([Choice(text, stats.finish_reason)], stats.prompt_tokens, stats.generation_tokens,
                               stats.cached_tokens, stats)
 
 

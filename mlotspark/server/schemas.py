@@ -4,7 +4,7 @@ Requests are checked field by field before anything reaches the engine; a bad on
 raises :class:`APIError`, which the app turns into OpenAI's error object
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status, naming the
 field. Fields OpenAI defines that the engine cannot honour are refused when set to
-a value that would change the reply (``logprobs``, non-zero penalties, ``echo``),
+a value that would change the reply (non-zero penalties, ``echo``),
 rather than silently ignored. Unknown fields are ignored, as clients add their own.
 
 mlotspark's own figures travel under the ``mlotspark`` key of a response or chunk
@@ -150,7 +150,33 @@ def _messages(body: dict) -> list[dict]:
             content = ""  # an assistant turn that only called tools
         text = _content(content, f"messages[{i}].content")
         # The chat templates know system/user/assistant; developer is OpenAI's new system.
-        out.append({"role": "system" if role == "developer" else role, "content": text})
+        msg: dict = {"role": "system" if role == "developer" else role, "content": text}
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _history_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+        if role == "tool":
+            for key in ("tool_call_id", "name"):
+                if isinstance(m.get(key), str):
+                    msg[key] = m[key]
+        out.append(msg)
+    return out
+
+
+def _history_calls(calls: Any, where: str) -> list[dict]:
+    """An assistant turn's earlier tool calls, arguments as objects (what templates render)."""
+    if not isinstance(calls, list):
+        raise bad(where, "expected a list of tool calls")
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise bad(f"{where}[{j}]", 'expected {"id": ..., "type": "function", "function": {"name", "arguments"}}')
+        args = f.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise bad(f"{where}[{j}].function.arguments", "is not valid JSON") from None
+        out.append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})
     return out
 
 
@@ -207,11 +233,12 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
             raise bad("n", "n > 1 is not supported with stream=true")
         opts["num_return_sequences"] = req.n
         fields["num_return_sequences"] = "n"
-    lp = body.get("logprobs")
-    if lp not in (None, False, 0):
-        raise bad("logprobs", "log-probabilities are not returned by this server")
-    if body.get("tools") and body.get("tool_choice") not in (None, "none"):
-        raise bad("tools", "tool calling is not supported by this server")
+    _logprobs(body, kind, req)
+    for name in ("tools", "tool_choice", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            if kind != "chat":
+                raise bad(name, "tools are for /v1/chat/completions")
+            opts[name] = body[name]
     rf = body.get("response_format")
     if rf is not None:
         opts["response_format"] = rf
@@ -221,6 +248,24 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
             raise bad("conversation", "expected a conversation name (a string)")
         req.conversation = conv
     return req
+
+
+def _logprobs(body: dict, kind: str, req: ParsedRequest) -> None:
+    """OpenAI's two shapes: chat's ``logprobs: true`` + ``top_logprobs: k``, completions'
+    ``logprobs: k``."""
+    if kind == "chat":
+        on = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", -(2**31))
+        if top is not None and not on:
+            raise bad("top_logprobs", "needs logprobs: true")
+        if on:
+            req.options["logprobs"] = top or 0
+            if top is not None:
+                req.fields["logprobs"] = "top_logprobs"
+    else:
+        top = _int(body, "logprobs", -(2**31))
+        if top is not None:
+            req.options["logprobs"] = top
 
 
 def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions]) -> GenerationOptions:
