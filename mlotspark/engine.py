@@ -508,6 +508,11 @@ class Engine:
         """The semantic memory store (search, list, export_json, import_json ...)."""
         return self.persistence.memory
 
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Sentence vectors of ``texts`` from the semantic memory's encoder (MiniLM when
+        pulled, else word hashing): a float32 array (N, dim), rows L2-normalised."""
+        return self.memory.embedder.embed([check_text(t, "input") for t in texts])
+
     def remember(self, text: str, **kwargs: Any) -> int:
         """Add ``text`` to semantic memory; returns its entry id (see ``SemanticStore.remember``)."""
         return self.memory.remember(text, **kwargs)

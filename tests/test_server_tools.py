@@ -120,3 +120,25 @@ def test_bad_tool_input_is_an_openai_error_naming_the_field(live):
         with pytest.raises(openai.BadRequestError) as e:
             c.chat.completions.create(model=live.model, messages=ASK, max_tokens=4, **kw)
         assert e.value.body["param"] == param, e.value.body
+
+
+def test_embeddings_float_and_base64_with_usage(live):
+    import numpy as np
+
+    c = live.openai()
+    texts = ["my sister is allergic to peanuts", "peanut allergy in the family", "the train leaves at nine"]
+    r = c.embeddings.create(model=live.model, input=texts)  # the client asks for base64 by default
+    vecs = np.array([d.embedding for d in r.data])
+    assert [d.index for d in r.data] == [0, 1, 2] and r.usage.prompt_tokens > 0
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]  # related sentences are closer
+    f = c.embeddings.create(model=live.model, input=texts[0], encoding_format="float")
+    assert np.allclose(f.data[0].embedding, vecs[0], atol=1e-6)
+    assert np.allclose(live.state.engine.embed([texts[0]])[0], vecs[0], atol=1e-6)  # the Python API, the same
+    import openai
+
+    for body, param in [({"model": live.model, "input": [1, 2]}, "input"),
+                        ({"model": live.model, "input": "x", "encoding_format": "hex"}, "encoding_format")]:
+        with pytest.raises(openai.BadRequestError) as e:
+            c.embeddings.create(**body)
+        assert e.value.body["param"] == param

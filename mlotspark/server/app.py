@@ -13,6 +13,7 @@ its prefix cache and stops the engine thread), so nothing persisted is lost.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
@@ -26,6 +27,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from mlotspark.errors import OptionError
 from mlotspark.server.metrics import Metrics
 from mlotspark.server.prompt_cache import PromptCache
 from mlotspark.server.schemas import APIError
@@ -63,6 +65,23 @@ class ServerState:
         self.closing = False
         self._lock = threading.Lock()
         self._mean_s = 5.0  # running mean of request durations (Retry-After estimate)
+
+    async def embed(self, texts: list[str]) -> tuple[Any, int]:
+        """Vectors of ``texts`` (``Engine.embed``) and the tokens the encoder read.
+
+        The encoder is blocking work (on the engine thread for MiniLM): it is awaited
+        on the loop's executor, so other requests keep streaming meanwhile.
+        """
+        from mlotspark.server.embeddings import token_count
+
+        def work() -> tuple[Any, int]:
+            return self.engine.embed(texts), token_count(self.engine, texts)
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, work)
+        except OptionError as e:
+            raise APIError(400, str(e), param="input") from None
 
     def token_text(self, token: int) -> str:
         """One token's text (for logprobs)."""
@@ -217,7 +236,7 @@ def _endpoint(request: Request) -> str:
 
 
 def _endpoint_of(path: str) -> str:
-    known = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+    known = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
     return path if path in known else "other"
 
 

@@ -1,5 +1,5 @@
-"""The endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
-``/health`` and ``/metrics``.
+"""The OpenAI endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/models``; and ``/health`` and ``/metrics``.
 
 A completion request is parsed and its options validated once (``schemas.py``),
 admitted (queue bound), run as a :class:`~mlotspark.server.runner.Job` through
@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mlotspark.server.embeddings import embeddings_response, parse_embeddings
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.decoding.tools import CallSplitter, require_format
@@ -98,6 +99,13 @@ def build(state: Any) -> list[Route]:
     async def text_completions(request: Request) -> Response:
         return await completions(request, "completion")
 
+    async def embeddings(request: Request) -> Response:
+        body = await read_json(request)
+        req = parse_embeddings(body, state.served)
+        vectors, tokens = await state.embed(req.texts)
+        state.metrics.requests.labels("/v1/embeddings", "200").inc()
+        return JSONResponse(embeddings_response(req, vectors, tokens))
+
     async def models(request: Request) -> Response:
         state.metrics.requests.labels("/v1/models", "200").inc()
         return JSONResponse({"object": "list", "data": [_model(state, m) for m in state.listed]})
@@ -140,6 +148,7 @@ def build(state: Any) -> list[Route]:
     return [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", text_completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
