@@ -22,8 +22,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.server.embeddings import embeddings_response, parse_embeddings
+from mlotspark.server.exchange import MAX_BODY_BYTES, count, read_json, wait_outcome, watch_disconnect
 from mlotspark.server.metrics import CONTENT_TYPE
-from mlotspark.server.runner import Job, Outcome
+from mlotspark.server.runner import Job
 from mlotspark.decoding.tools import CallSplitter, require_format
 from mlotspark.server.responses import (
     chat_logprobs,
@@ -39,24 +40,11 @@ from mlotspark.server.responses import (
 )
 from mlotspark.server.schemas import APIError, ParsedRequest, parse_chat, parse_completion
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
 CONVERSATION_HEADER = "x-mlotspark-conversation"
 
 
 def build(state: Any) -> list[Route]:
     """The routes for a :class:`~mlotspark.server.app.ServerState`."""
-
-    async def read_json(request: Request) -> Any:
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body of {size} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body of {len(body)} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
 
     async def completions(request: Request, kind: str) -> Response:
         t0 = time.perf_counter()
@@ -81,13 +69,13 @@ def build(state: Any) -> list[Route]:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        watcher = asyncio.create_task(watch_disconnect(request, job))
         try:
-            outcome = await _wait(job)
+            outcome = await wait_outcome(job)
         finally:
             watcher.cancel()
             state.release(job, time.perf_counter() - t0)
-        _count(state, endpoint, outcome, t0)
+        count(state, endpoint, outcome, t0)
         use = usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
         make = chat_response if kind == "chat" else completion_response
         return JSONResponse(make(rid, parsed.model, outcome.choices, use, extension(outcome.stats),
@@ -161,31 +149,6 @@ def _model(state: Any, name: str) -> dict:
             "context_length": state.engine.loaded.context_length}
 
 
-async def _wait(job: Job) -> Outcome:
-    """The job's outcome (pieces are dropped: the result carries the whole text)."""
-    async for kind, value in job.events():
-        if kind == "done":
-            return value
-    raise APIError(500, "the request ended without a result", type="server_error")
-
-
-async def _watch_disconnect(request: Request, job: Job) -> None:
-    """Cancel ``job`` when the client closes the connection (body already read)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            job.cancel()
-            return
-
-
-def _count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
-    s = outcome.stats
-    if s.finish_reason == "cancelled":
-        state.metrics.cancelled.inc()
-    state.metrics.finished(endpoint, outcome.prompt_tokens, outcome.cached_tokens, outcome.completion_tokens,
-                           s.ttft_s, s.decode_tps, time.perf_counter() - t0)
-
-
 def _event(obj: dict) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
@@ -235,7 +198,7 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
                         yield out
                     continue
                 ended = True
-                _count(state, endpoint, value, t0)
+                count(state, endpoint, value, t0)
                 choice = value.choices[0]
                 text, calls = splitter.close() if splitter is not None else ("", [])
                 entries = choice.logprobs[logprobs_sent:] if choice.logprobs is not None else None
