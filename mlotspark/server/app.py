@@ -159,13 +159,22 @@ class ServerState:
         self.engine.close()
 
 
-def _error_response(e: APIError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+def _error_response(e: APIError, path: str = "") -> JSONResponse:
+    """``e`` in the shape of the API ``path`` belongs to: Anthropic's, Ollama's, else OpenAI's."""
+    if path.startswith("/v1/messages"):
+        from mlotspark.server.anthropic_api import anthropic_error
+
+        body = anthropic_error(e)
+    elif path.startswith("/api/"):
+        body = {"error": e.message}  # Ollama's
+    else:
+        body = e.body()
+    return JSONResponse(body, status_code=e.status, headers=e.headers)
 
 
 def create_app(state: ServerState) -> Starlette:
     """The Starlette app serving ``state``'s engine (routes in ``routes.py``)."""
-    from mlotspark.server import routes
+    from mlotspark.server import anthropic_api, routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -179,22 +188,23 @@ def create_app(state: ServerState) -> Starlette:
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
         state.metrics.requests.labels(_endpoint(request), str(exc.status)).inc()
-        return _error_response(exc)
+        return _error_response(exc, request.url.path)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         state.metrics.requests.labels(_endpoint(request), str(exc.status_code)).inc()
         e = APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}",
                      code="not_found" if exc.status_code == 404 else None)
-        return _error_response(e)
+        return _error_response(e, request.url.path)
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
         state.metrics.requests.labels(_endpoint(request), "500").inc()
-        return _error_response(APIError(500, f"internal error: {type(exc).__name__}", type="server_error"))
+        return _error_response(APIError(500, f"internal error: {type(exc).__name__}", type="server_error"),
+                               request.url.path)
 
     app = Starlette(
-        routes=routes.build(state),
+        routes=routes.build(state) + anthropic_api.build(state),
         lifespan=lifespan,
         middleware=[Middleware(KeyCheck, state=state)],
         exception_handlers={APIError: api_error, HTTPException: http_error, Exception: server_error},
@@ -226,8 +236,8 @@ class KeyCheck:
             await self.app(scope, receive, send)
             return
         self.state.metrics.requests.labels(_endpoint_of(scope.get("path", "")), "401").inc()
-        response = _error_response(APIError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'",
-                                            code="invalid_api_key"))
+        response = _error_response(APIError(401, "missing or wrong API key: send 'Authorization: Bearer KEY' "
+                                                 "or 'x-api-key: KEY'", code="invalid_api_key"), scope.get("path", ""))
         await response(scope, receive, send)
 
 
@@ -236,7 +246,8 @@ def _endpoint(request: Request) -> str:
 
 
 def _endpoint_of(path: str) -> str:
-    known = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics")
+    known = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/models", "/health",
+             "/metrics")
     return path if path in known else "other"
 
 

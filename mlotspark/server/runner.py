@@ -64,6 +64,7 @@ class Job:
         self._handle: Any = None
         self._conversation: Any = None
         self.recorder: LogprobRecorder | None = None  # the request's logprobs, as they are recorded
+        self.prompt_tokens = 0  # known once begin() has run
 
     def cancel(self) -> None:
         """Stop the request at its next token (thread-safe, idempotent)."""
@@ -146,6 +147,7 @@ class Job:
         if opts.tools is not None:
             require_format(engine.tokenizer, req.model)
         ids = self._prompt_ids()
+        self.prompt_tokens = len(ids)
         cache, cached = None, 0
         if pc is not None and pc.enabled and opts.num_return_sequences == 1:
             # One engine call between decode steps; awaited on the loop's executor.
