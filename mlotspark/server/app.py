@@ -35,7 +35,7 @@ from mlotspark.server.schemas import APIError
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_QUEUE = 64
-OPEN_PATHS = ("/health", "/metrics")  # no API key needed: liveness probes and scrapers
+OPEN_PATHS = ("/", "/health", "/metrics")  # no API key needed: liveness probes and scrapers
 
 
 class ServerState:
@@ -174,7 +174,7 @@ def _error_response(e: APIError, path: str = "") -> JSONResponse:
 
 def create_app(state: ServerState) -> Starlette:
     """The Starlette app serving ``state``'s engine (routes in ``routes.py``)."""
-    from mlotspark.server import anthropic_api, routes
+    from mlotspark.server import anthropic_api, ollama_api, routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -204,7 +204,7 @@ def create_app(state: ServerState) -> Starlette:
                                request.url.path)
 
     app = Starlette(
-        routes=routes.build(state) + anthropic_api.build(state),
+        routes=routes.build(state) + anthropic_api.build(state) + ollama_api.build(state),
         lifespan=lifespan,
         middleware=[Middleware(KeyCheck, state=state)],
         exception_handlers={APIError: api_error, HTTPException: http_error, Exception: server_error},
@@ -247,7 +247,7 @@ def _endpoint(request: Request) -> str:
 
 def _endpoint_of(path: str) -> str:
     known = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/models", "/health",
-             "/metrics")
+             "/metrics", "/api/chat", "/api/generate", "/api/embed", "/api/tags", "/api/show", "/api/ps", "/api/version")
     return path if path in known else "other"
 
 

@@ -121,7 +121,8 @@ class Job:
                             code="context_length_exceeded")
         if isinstance(e, OptionError):  # a conversation's options, a schema, tools the template lacks
             name = e.options[0] if e.options else None
-            return APIError(400, str(e), param=self.request.fields.get(name, name) if name else None)
+            field = self.request.fields.get(name, name) if name else None
+            return APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field)
         if isinstance(e, MlotsparkError):
             return APIError(500, str(e), type="server_error")
         log.error("request failed", exc_info=e)  # one request fails, the server keeps serving

@@ -1,0 +1,321 @@
+"""Ollama's API: ``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/tags``, ``/api/show``,
+``/api/ps``, ``/api/version`` (for clients that speak only Ollama: oterm, editor plug-ins).
+
+Requests become the chat / completion requests the engine already serves: ``options``
+(``num_predict``, ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``, ``stop``,
+``repeat_penalty``; the others, such as ``num_ctx``, are Ollama's memory settings and
+are ignored) map to generation options, ``format`` (``"json"`` or a JSON schema) to
+``response_format``, ``tools`` to OpenAI's. Replies stream as NDJSON by default (one
+object per line, the last with ``done: true`` and the counts and durations in
+nanoseconds), or come whole with ``"stream": false``. Errors are ``{"error": "..."}``.
+
+One model is loaded for the server's life: ``keep_alive`` is accepted and shown by
+``/api/ps`` but unloads nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from mlotspark.decoding.tools import CallSplitter, require_format, tool_format
+from mlotspark.server.embeddings import parse_embeddings
+from mlotspark.server.exchange import count, read_json, wait_outcome, watch_disconnect
+from mlotspark.server.runner import Job, Outcome
+from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
+
+VERSION = "0.12.0"  # the Ollama API version these routes follow
+_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+            "repeat_penalty": "repetition_penalty"}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _model(body: dict, state: Any) -> str:
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise bad("model", "expected the model's name (GET /api/tags lists it)")
+    plain = name.removesuffix(":latest")
+    if plain not in state.served and name not in state.served:
+        raise APIError(404, f"model '{name}' not found; this server serves {', '.join(state.served)}",
+                       param="model")
+    return name
+
+
+def _options(body: dict, req: ParsedRequest) -> None:
+    opts, fields = req.options, req.fields
+    given = body.get("options")
+    if given is not None and not isinstance(given, dict):
+        raise bad("options", "expected an object such as {\"temperature\": 0}")
+    for name, value in (given or {}).items():
+        if value is None:
+            continue
+        if name == "num_predict":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise bad("options.num_predict", f"expected an integer, got {json.dumps(value)[:40]}")
+            if value > 0:  # -1 / -2: "until done", the engine's default cap
+                opts["max_tokens"], fields["max_tokens"] = value, "options.num_predict"
+            continue
+        if name == "stop":
+            stops = [value] if isinstance(value, str) else value
+            if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+                raise bad("options.stop", "expected a list of non-empty strings")
+            if stops:
+                opts["stop"], fields["stop"] = tuple(stops), "options.stop"
+            continue
+        if name in _OPTIONS:
+            opts[_OPTIONS[name]], fields[_OPTIONS[name]] = value, f"options.{name}"
+    fmt = body.get("format")
+    if fmt not in (None, ""):
+        if fmt == "json":
+            opts["response_format"] = {"type": "json_object"}
+        elif isinstance(fmt, dict):
+            opts["response_format"] = {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt}}
+        else:
+            raise bad("format", "expected \"json\" or a JSON schema object")
+        fields["response_format"] = "format"
+    stream = body.get("stream", True)
+    if not isinstance(stream, bool):
+        raise bad("stream", "expected true or false")
+    req.stream = stream
+
+
+def _messages(body: dict) -> list[dict]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise bad("messages", "expected a non-empty list of messages")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool"):
+            raise bad(f"messages[{i}].role", "expected system, user, assistant or tool")
+        if m.get("images"):
+            raise bad(f"messages[{i}].images", "images are not supported by this model")
+        content = m.get("content", "")
+        if not isinstance(content, str):
+            raise bad(f"messages[{i}].content", "expected a string")
+        msg: dict = {"role": m["role"], "content": content}
+        calls = m.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                                      for c in calls):
+                raise bad(f"messages[{i}].tool_calls", "expected [{\"function\": {\"name\", \"arguments\"}}]")
+            msg["tool_calls"] = [{"type": "function", "function": {"name": c["function"].get("name"),
+                                                                   "arguments": c["function"].get("arguments", {})}}
+                                 for c in calls]
+        out.append(msg)
+    return out
+
+
+def parse_chat(body: Any, state: Any) -> ParsedRequest:
+    """Check a ``POST /api/chat`` body into a chat request (400 naming the field, 404 an unknown model)."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    req = ParsedRequest(kind="chat", model=_model(body, state))
+    _options(body, req)
+    if body.get("tools"):
+        req.options["tools"] = body["tools"]
+    req.messages = _messages(body)
+    check_options(req, state.engine.options)
+    return req
+
+
+def parse_generate(body: Any, state: Any) -> ParsedRequest:
+    """Check a ``POST /api/generate`` body (``prompt``, ``system``, ``raw``)."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    req = ParsedRequest(kind="completion", model=_model(body, state))
+    _options(body, req)
+    if body.get("images"):
+        raise bad("images", "images are not supported by this model")
+    prompt, system = body.get("prompt", ""), body.get("system")
+    if not isinstance(prompt, str):
+        raise bad("prompt", "expected a string")
+    if system is not None and not isinstance(system, str):
+        raise bad("system", "expected a string")
+    if body.get("raw"):
+        req.prompt = prompt
+    else:  # the chat template, as Ollama applies the model's template
+        req.kind = "chat"
+        req.messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    check_options(req, state.engine.options)
+    return req
+
+
+def _final(model: str, outcome: Outcome, t0: float) -> dict:
+    s = outcome.stats
+    total = time.perf_counter() - t0
+    return {"model": model, "created_at": _now(), "done": True,
+            "done_reason": "length" if outcome.choices[0].finish == "length" else "stop",
+            "total_duration": int(total * 1e9), "load_duration": 0,
+            "prompt_eval_count": outcome.prompt_tokens, "prompt_eval_duration": int(s.ttft_s * 1e9),
+            "eval_count": outcome.completion_tokens,
+            "eval_duration": int(outcome.completion_tokens / s.decode_tps * 1e9) if s.decode_tps else 0}
+
+
+def _calls_json(calls: list) -> list[dict]:
+    return [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+
+
+def _piece(kind: str, model: str, text: str, calls: list | None = None) -> dict:
+    if kind == "chat":
+        message: dict = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = _calls_json(calls)
+        return {"model": model, "created_at": _now(), "message": message, "done": False}
+    return {"model": model, "created_at": _now(), "response": text, "done": False}
+
+
+async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint: str, t0: float) -> AsyncIterator[str]:
+    splitter = CallSplitter(require_format(state.engine.tokenizer)) if req.checked and req.checked.tools else None
+    ended = False
+    events = job.events()
+    try:
+        async for what, value in events:
+            if what == "piece":
+                text, calls = splitter.feed(value) if splitter is not None else (value, [])
+                if text or calls:
+                    yield json.dumps(_piece(kind, req.model, text, calls), ensure_ascii=False) + "\n"
+                continue
+            ended = True
+            count(state, endpoint, value, t0)
+            text, calls = splitter.close() if splitter is not None else ("", [])
+            last = {**_piece(kind, req.model, text, calls), **_final(req.model, value, t0)}
+            yield json.dumps(last, ensure_ascii=False) + "\n"
+    except APIError as e:  # after the 200 went out: an error line ends the stream
+        ended = True
+        state.metrics.requests.labels(endpoint, str(e.status)).inc()
+        yield json.dumps({"error": e.message}) + "\n"
+    finally:
+        await events.aclose()
+        if not ended:
+            job.cancel()
+            state.metrics.cancelled.inc()
+            state.metrics.requests.labels(endpoint, "499").inc()
+        state.release(job, time.perf_counter() - t0)
+
+
+def _details(state: Any) -> dict:
+    loaded = state.engine.loaded
+    path = str(loaded.source.path)
+    return {"parent_model": "", "format": "gguf" if path.endswith(".gguf") else "mlx",
+            "family": str(loaded.config.get("model_type", "")), "families": [str(loaded.config.get("model_type", ""))],
+            "parameter_size": "", "quantization_level": loaded.weights}
+
+
+def _listing(state: Any) -> dict:
+    loaded = state.engine.loaded
+    return {"name": state.model_id, "model": state.model_id,
+            "modified_at": datetime.fromtimestamp(state.created, timezone.utc).isoformat().replace("+00:00", "Z"),
+            "size": int(loaded.nbytes()), "digest": str(loaded.fingerprint), "details": _details(state)}
+
+
+def build(state: Any) -> list[Route]:
+    """The Ollama routes for a :class:`~mlotspark.server.app.ServerState`."""
+    state.ollama_keep_alive = None  # the last keep_alive a request gave (shown by /api/ps)
+
+    async def run(request: Request, kind: str) -> Response:
+        t0 = time.perf_counter()
+        endpoint = request.url.path
+        body = await read_json(request)
+        if isinstance(body, dict) and "keep_alive" in body:
+            state.ollama_keep_alive = body["keep_alive"]
+        if kind == "generate" and isinstance(body, dict) and not body.get("prompt") and not body.get("system"):
+            # An empty prompt loads the model (already loaded here).
+            _model(body, state)
+            return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
+                                 "done_reason": "load"})
+        req = parse_chat(body, state) if kind == "chat" else parse_generate(body, state)
+        job = Job(state, req)
+        state.admit(job)
+        try:
+            await job.begin()
+        except BaseException:
+            state.release(job)
+            raise
+        shape = "chat" if kind == "chat" else "generate"
+        if req.stream:
+            return StreamingResponse(_ndjson(state, job, req, shape, endpoint, t0), media_type="application/x-ndjson")
+        watcher = asyncio.create_task(watch_disconnect(request, job))
+        try:
+            outcome = await wait_outcome(job)
+        finally:
+            watcher.cancel()
+            state.release(job, time.perf_counter() - t0)
+        count(state, endpoint, outcome, t0)
+        choice = outcome.choices[0]
+        return JSONResponse({**_piece(shape, req.model, choice.text, choice.calls), **_final(req.model, outcome, t0)})
+
+    async def chat(request: Request) -> Response:
+        return await run(request, "chat")
+
+    async def generate(request: Request) -> Response:
+        return await run(request, "generate")
+
+    async def embed(request: Request) -> Response:
+        t0 = time.perf_counter()
+        body = await read_json(request)
+        if isinstance(body, dict):
+            _model(body, state)
+            body = {**body, "model": state.model_id}
+        req = parse_embeddings(body, state.served)
+        vectors, tokens = await state.embed(req.texts)
+        state.metrics.requests.labels("/api/embed", "200").inc()
+        return JSONResponse({"model": req.model, "embeddings": [v.tolist() for v in vectors],
+                             "total_duration": int((time.perf_counter() - t0) * 1e9), "load_duration": 0,
+                             "prompt_eval_count": tokens})
+
+    async def tags(request: Request) -> Response:
+        return JSONResponse({"models": [_listing(state)]})
+
+    async def show(request: Request) -> Response:
+        body = await read_json(request)
+        if not isinstance(body, dict):
+            raise APIError(400, "the request body must be a JSON object")
+        if "name" in body and "model" not in body:  # older clients
+            body = {**body, "model": body["name"]}
+        _model(body, state)
+        tokenizer = state.engine.tokenizer
+        template = getattr(tokenizer, "chat_template", None) or ""
+        caps = ["completion"] + (["tools"] if tool_format(tokenizer) is not None else []) + ["embedding"]
+        loaded = state.engine.loaded
+        return JSONResponse({"modelfile": f"FROM {loaded.source.path}\n", "parameters": "", "template": template,
+                             "details": _details(state), "capabilities": caps,
+                             "model_info": {"general.architecture": loaded.config.get("model_type", ""),
+                                            "context_length": loaded.context_length},
+                             "modified_at": _listing(state)["modified_at"]})
+
+    async def ps(request: Request) -> Response:
+        keep = state.ollama_keep_alive
+        expires = datetime.now(timezone.utc) + timedelta(days=365 * 100)  # loaded for the server's life
+        return JSONResponse({"models": [{**_listing(state), "expires_at": expires.isoformat().replace("+00:00", "Z"),
+                                         "size_vram": 0, "keep_alive": keep,
+                                         "context_length": state.engine.loaded.context_length}]})
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": VERSION})
+
+    async def root(request: Request) -> Response:
+        return PlainTextResponse("Ollama is running")  # what Ollama clients probe for
+
+    return [
+        Route("/api/chat", chat, methods=["POST"]),
+        Route("/api/generate", generate, methods=["POST"]),
+        Route("/api/embed", embed, methods=["POST"]),
+        Route("/api/tags", tags, methods=["GET"]),
+        Route("/api/show", show, methods=["POST"]),
+        Route("/api/ps", ps, methods=["GET"]),
+        Route("/api/version", version, methods=["GET"]),
+        Route("/", root, methods=["GET", "HEAD"]),
+    ]
+
+
+__all__ = ["VERSION", "build", "parse_chat", "parse_generate"]
