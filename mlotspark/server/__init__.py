@@ -1,7 +1,12 @@
-"""``mlotspark serve``: the engine behind an OpenAI-compatible HTTP API.
+"""``mlotspark serve``: the engine behind OpenAI's, Anthropic's and Ollama's HTTP APIs.
 
-- ``app``: the Starlette app, shared state, API-key check, errors, shutdown.
-- ``routes``: chat/completions, completions, models, health, metrics.
+- ``app``: the Starlette app, shared state, API-key check, errors (each API's shape), shutdown.
+- ``routes``: OpenAI's chat/completions, completions, embeddings, models; health, metrics.
+- ``anthropic_api``: Anthropic's ``/v1/messages``.
+- ``ollama_api``: Ollama's ``/api/*``.
+- ``embeddings``: embeddings requests and replies (OpenAI's, reused by Ollama's).
+- ``exchange``: what every API's routes share (body, awaited outcome, disconnects, figures).
+- ``engine_access``: what the server reads of the engine beyond its request API.
 - ``schemas``: request checks (4xx naming the field).
 - ``responses``: OpenAI response shapes (replies, streamed chunks, usage).
 - ``runner``: one request on the engine (``Engine.submit``), events for asyncio.

@@ -46,7 +46,8 @@ class ServerState:
         api_key: required as ``Authorization: Bearer KEY`` on ``/v1/*`` when set.
         max_queue: requests that may wait for a batch slot; past it, 503 + ``Retry-After``.
         prompt_cache: the token-prefix KV cache for resent histories (None = off).
-        aliases: other model ids this server answers to (e.g. the ``--model`` argument).
+        aliases: other model ids this server answers to (e.g. the ``--model`` argument);
+            ``default`` always names the loaded model.
     """
 
     def __init__(self, engine: Any, *, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
@@ -56,7 +57,8 @@ class ServerState:
         self.max_queue = max_queue
         self.prompt_cache = prompt_cache
         self.model_id = engine.model_name
-        self.served = [self.model_id] + [a for a in aliases if a and a != self.model_id]  # accepted ids
+        # Accepted ids: the model's, "default" (as mlx_lm.server's default_model) and the aliases.
+        self.served = [self.model_id] + [a for a in ("default", *aliases) if a and a != self.model_id]
         self.listed = [self.model_id]  # what /v1/models shows (an alias may be a file path)
         self.created = int(time.time())
         self.metrics = Metrics(self.live_figures)
