@@ -27,7 +27,8 @@ class FakeEngine:
     _device = "cpu"
 
     def __init__(self, cap: int = 1):
-        self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16)
+        self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16,
+                                            nbytes=lambda: 0)
         self.scheduling = types.SimpleNamespace(max_batch=cap)
         gov = types.SimpleNamespace(status=lambda last=0: {"cap": cap})
         self.scheduler = types.SimpleNamespace(governor=gov)

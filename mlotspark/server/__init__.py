@@ -7,6 +7,7 @@
 - ``embeddings``: embeddings requests and replies (OpenAI's, reused by Ollama's).
 - ``exchange``: what every API's routes share (body, awaited outcome, disconnects, figures).
 - ``engine_access``: what the server reads of the engine beyond its request API.
+- ``models``: several models behind one server (on-demand loading, keep-alive, LRU).
 - ``schemas``: request checks (4xx naming the field).
 - ``responses``: OpenAI response shapes (replies, streamed chunks, usage).
 - ``runner``: one request on the engine (``Engine.submit``), events for asyncio.
@@ -15,7 +16,8 @@
 """
 
 from mlotspark.server.app import DEFAULT_MAX_QUEUE, ServerState, create_app
+from mlotspark.server.models import ModelPool
 from mlotspark.server.prompt_cache import PromptCache
 from mlotspark.server.schemas import EXTENSION_KEY, APIError
 
-__all__ = ["APIError", "DEFAULT_MAX_QUEUE", "EXTENSION_KEY", "PromptCache", "ServerState", "create_app"]
+__all__ = ["APIError", "DEFAULT_MAX_QUEUE", "EXTENSION_KEY", "ModelPool", "PromptCache", "ServerState", "create_app"]

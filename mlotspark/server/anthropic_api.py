@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tools import CallSplitter, require_format
-from mlotspark.server.exchange import count, read_json, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
 
@@ -194,7 +194,7 @@ def _sse(event: str, data: dict) -> str:
 
 async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float) -> AsyncIterator[str]:
     """Anthropic's event sequence for one request; a client gone cancels it."""
-    splitter = CallSplitter(require_format(state.engine.tokenizer)) if req.checked and req.checked.tools else None
+    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if req.checked and req.checked.tools else None
     index = -1  # the open content block, if any
     text_open = False
     calls_sent = 0
@@ -285,14 +285,8 @@ def build(state: Any) -> list[Route]:
     async def messages(request: Request) -> Response:
         t0 = time.perf_counter()
         body = await read_json(request)
-        req = parse_messages(body, state.served, state.engine.options)
-        job = Job(state, req)
-        state.admit(job)
-        try:
-            await job.begin()
-        except BaseException:
-            state.release(job)
-            raise
+        job = await start_job(state, body, parse_messages)
+        req = job.request
         mid = new_message_id()
         if req.stream:
             return StreamingResponse(_stream(state, job, req, mid, t0), media_type="text/event-stream",

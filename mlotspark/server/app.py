@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from mlotspark.errors import OptionError
 from mlotspark.server.metrics import Metrics
+from mlotspark.server.models import ModelPool, Slot
 from mlotspark.server.prompt_cache import PromptCache
 from mlotspark.server.schemas import APIError
 
@@ -51,22 +52,57 @@ class ServerState:
     """
 
     def __init__(self, engine: Any, *, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
-                 prompt_cache: PromptCache | None = None, aliases: tuple[str, ...] = ()):
+                 prompt_cache: PromptCache | None = None, aliases: tuple[str, ...] = (),
+                 pool: ModelPool | None = None):
         self.engine = engine
         self.api_key = api_key or None
         self.max_queue = max_queue
         self.prompt_cache = prompt_cache
         self.model_id = engine.model_name
-        # Accepted ids: the model's, "default" (as mlx_lm.server's default_model) and the aliases.
-        self.served = [self.model_id] + [a for a in ("default", *aliases) if a and a != self.model_id]
-        self.listed = [self.model_id]  # what /v1/models shows (an alias may be a file path)
+        self.pool = pool or ModelPool(load=_no_loading, keep_alive_s=-1)
+        if self.pool.default is None:
+            self.pool.add(self.model_id, self.model_id, engine)
+        self.pool.default.prompt_cache = prompt_cache
+        # Other names of the default model: "default" (as mlx_lm.server's default_model), the aliases.
+        self.aliases = [a for a in ("default", *aliases) if a and a not in self.pool.slots]
         self.created = int(time.time())
         self.metrics = Metrics(self.live_figures)
         self.jobs: set[Any] = set()
-        self.persistence: Any = None  # the engine's, once a request used a conversation (runner.py)
         self.closing = False
         self._lock = threading.Lock()
         self._mean_s = 5.0  # running mean of request durations (Retry-After estimate)
+
+    @property
+    def served(self) -> list[str]:
+        """Model ids requests may name now (on-demand ones are checked by ``find``)."""
+        return self.pool.names() + self.aliases
+
+    @property
+    def listed(self) -> list[str]:
+        """What ``/v1/models`` shows: the models given at start and those in allowed folders."""
+        return self.pool.servable()
+
+    @property
+    def persistence(self) -> Any:
+        """The default model's persistence, once a request used a conversation (runner.py)."""
+        return self.pool.default.persistence
+
+    def find(self, name: Any) -> Slot | None:
+        """The slot a request's ``model`` names; None when it names none (the parse says why).
+
+        Raises:
+            APIError: 404 for a model this server cannot serve.
+        """
+        if not isinstance(name, str) or not name:
+            return None
+        if name in self.aliases:
+            return self.pool.default
+        return self.pool.find(name)
+
+    async def open_model(self, body: Any) -> Slot | None:
+        """The request's model, resident and counted as in use (``release`` ends that)."""
+        slot = self.find(body.get("model") if isinstance(body, dict) else None)
+        return None if slot is None else await self.pool.acquire(slot)
 
     async def embed(self, texts: list[str]) -> tuple[Any, int]:
         """Vectors of ``texts`` (``Engine.embed``) and the tokens the encoder read.
@@ -115,9 +151,14 @@ class ServerState:
 
     def release(self, job: Any, duration_s: float | None = None) -> None:
         with self._lock:
+            if job not in self.jobs:
+                return
             self.jobs.discard(job)
             if duration_s is not None:
                 self._mean_s = 0.8 * self._mean_s + 0.2 * duration_s
+        slot = getattr(job, "server", None)
+        if isinstance(slot, Slot):
+            self.pool.release(slot)
 
     def begin_shutdown(self) -> None:
         """Refuse new requests; end the ones in flight with an error event (thread-safe)."""
@@ -158,7 +199,26 @@ class ServerState:
         if self.prompt_cache is not None:
             with contextlib.suppress(Exception):
                 self.engine.run_on_engine(self.prompt_cache.save)
+        self.pool.default.prompt_cache = None  # saved just now
+        for slot in self.pool.resident():
+            if slot is not self.pool.default:
+                self.pool.unload(slot)
         self.engine.close()
+
+
+def _no_loading(spec: str) -> Any:
+    raise APIError(404, f"model '{spec}' is not loaded by this server", param="model", code="model_not_found")
+
+
+async def _reap(state: ServerState, every_s: float = 1.0) -> None:
+    """Unload models idle past their keep-alive (an engine's close waits for its thread)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await loop.run_in_executor(None, state.pool.reap)
+        except Exception:  # noqa: BLE001  the next round tries again
+            log.exception("unloading idle models failed")
 
 
 def _error_response(e: APIError, path: str = "") -> JSONResponse:
@@ -182,9 +242,12 @@ def create_app(state: ServerState) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if state.prompt_cache is not None:
             state.engine.run_on_engine(state.prompt_cache.load)
+        reaper = asyncio.create_task(_reap(state)) if state.pool.keep_alive_s >= 0 else None
         try:
             yield
         finally:
+            if reaper is not None:
+                reaper.cancel()
             state.close()
 
     async def api_error(request: Request, exc: Exception) -> Response:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from starlette.requests import Request
 
 from mlotspark.server.runner import Job, Outcome
-from mlotspark.server.schemas import APIError
+from mlotspark.server.schemas import APIError, ParsedRequest
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
 
@@ -27,6 +27,38 @@ async def read_json(request: Request) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
+    """Parse a request for the model it names, admit it and begin it.
+
+    The model is made resident first (loaded on first use) and counted as in use until
+    ``state.release(job)``; its engine validates the options, once.
+
+    Args:
+        state: the :class:`~mlotspark.server.app.ServerState`.
+        body: the decoded JSON body.
+        parse: ``parse(body, served, options) -> ParsedRequest`` of the API.
+
+    Raises:
+        APIError: a bad field, an unknown model, a full queue, a request that cannot run.
+    """
+    slot = await state.open_model(body)
+    try:
+        engine = (slot or state.pool.default).engine
+        parsed = parse(body, state.served if slot is None else [body["model"]], engine.options)
+        job = Job(slot, parsed)
+        state.admit(job)
+    except BaseException:
+        if slot is not None:
+            state.pool.release(slot)
+        raise
+    try:
+        await job.begin()  # a request that cannot run is a 4xx, streamed or not
+    except BaseException:
+        state.release(job)
+        raise
+    return job
 
 
 async def wait_outcome(job: Job) -> Outcome:
@@ -54,4 +86,4 @@ def count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
                            s.ttft_s, s.decode_tps, time.perf_counter() - t0)
 
 
-__all__ = ["MAX_BODY_BYTES", "count", "read_json", "wait_outcome", "watch_disconnect"]
+__all__ = ["MAX_BODY_BYTES", "count", "read_json", "start_job", "wait_outcome", "watch_disconnect"]

@@ -9,8 +9,9 @@ are ignored) map to generation options, ``format`` (``"json"`` or a JSON schema)
 object per line, the last with ``done: true`` and the counts and durations in
 nanoseconds), or come whole with ``"stream": false``. Errors are ``{"error": "..."}``.
 
-One model is loaded for the server's life: ``keep_alive`` is accepted and shown by
-``/api/ps`` but unloads nothing.
+Models load on first use and unload after the server's ``--keep-alive`` (``models.py``);
+``/api/ps`` lists the resident ones. A request's own ``keep_alive`` is accepted; only
+``keep_alive: 0`` on an empty ``/api/generate`` acts (it unloads the model, as Ollama's).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from starlette.routing import Route
 
 from mlotspark.decoding.tools import CallSplitter, require_format, tool_format
 from mlotspark.server.embeddings import parse_embeddings
-from mlotspark.server.exchange import count, read_json, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
 
@@ -40,14 +41,12 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _model(body: dict, state: Any) -> str:
+def _model(body: dict, served: list[str]) -> str:
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise bad("model", "expected the model's name (GET /api/tags lists it)")
-    plain = name.removesuffix(":latest")
-    if plain not in state.served and name not in state.served:
-        raise APIError(404, f"model '{name}' not found; this server serves {', '.join(state.served)}",
-                       param="model")
+    if name.removesuffix(":latest") not in served and name not in served:
+        raise APIError(404, f"model '{name}' not found; this server serves {', '.join(served)}", param="model")
     return name
 
 
@@ -115,24 +114,30 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def parse_chat(body: Any, state: Any) -> ParsedRequest:
-    """Check a ``POST /api/chat`` body into a chat request (400 naming the field, 404 an unknown model)."""
+def parse_chat(body: Any, served: list[str], options: Any) -> ParsedRequest:
+    """Check a ``POST /api/chat`` body into a chat request (400 naming the field, 404 an unknown model).
+
+    Args:
+        body: the decoded JSON body.
+        served: model ids this server answers to.
+        options: ``Engine.options`` (validates the generation options once).
+    """
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
-    req = ParsedRequest(kind="chat", model=_model(body, state))
+    req = ParsedRequest(kind="chat", model=_model(body, served))
     _options(body, req)
     if body.get("tools"):
         req.options["tools"] = body["tools"]
     req.messages = _messages(body)
-    check_options(req, state.engine.options)
+    check_options(req, options)
     return req
 
 
-def parse_generate(body: Any, state: Any) -> ParsedRequest:
-    """Check a ``POST /api/generate`` body (``prompt``, ``system``, ``raw``)."""
+def parse_generate(body: Any, served: list[str], options: Any) -> ParsedRequest:
+    """Check a ``POST /api/generate`` body (``prompt``, ``system``, ``raw``); as :func:`parse_chat`."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
-    req = ParsedRequest(kind="completion", model=_model(body, state))
+    req = ParsedRequest(kind="completion", model=_model(body, served))
     _options(body, req)
     if body.get("images"):
         raise bad("images", "images are not supported by this model")
@@ -146,7 +151,7 @@ def parse_generate(body: Any, state: Any) -> ParsedRequest:
     else:  # the chat template, as Ollama applies the model's template
         req.kind = "chat"
         req.messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    check_options(req, state.engine.options)
+    check_options(req, options)
     return req
 
 
@@ -175,7 +180,7 @@ def _piece(kind: str, model: str, text: str, calls: list | None = None) -> dict:
 
 
 async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint: str, t0: float) -> AsyncIterator[str]:
-    splitter = CallSplitter(require_format(state.engine.tokenizer)) if req.checked and req.checked.tools else None
+    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if req.checked and req.checked.tools else None
     ended = False
     events = job.events()
     try:
@@ -203,44 +208,52 @@ async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint:
         state.release(job, time.perf_counter() - t0)
 
 
-def _details(state: Any) -> dict:
-    loaded = state.engine.loaded
+def _details(engine: Any, spec: str) -> dict:
+    if engine is None:  # not loaded: what its name tells
+        return {"parent_model": "", "format": "gguf" if spec.endswith(".gguf") else "mlx", "family": "",
+                "families": [], "parameter_size": "", "quantization_level": ""}
+    loaded = engine.loaded
     path = str(loaded.source.path)
-    return {"parent_model": "", "format": "gguf" if path.endswith(".gguf") else "mlx",
-            "family": str(loaded.config.get("model_type", "")), "families": [str(loaded.config.get("model_type", ""))],
-            "parameter_size": "", "quantization_level": loaded.weights}
+    family = str(loaded.config.get("model_type", ""))
+    return {"parent_model": "", "format": "gguf" if path.endswith(".gguf") else "mlx", "family": family,
+            "families": [family], "parameter_size": "", "quantization_level": loaded.weights}
 
 
-def _listing(state: Any) -> dict:
-    loaded = state.engine.loaded
-    return {"name": state.model_id, "model": state.model_id,
+def _listing(state: Any, name: str) -> dict:
+    slot = state.pool.slots.get(name)
+    engine = slot.engine if slot is not None else None
+    spec = slot.spec if slot is not None else name
+    if engine is not None:
+        size, digest = int(engine.loaded.nbytes()), str(engine.loaded.fingerprint)
+    else:
+        files = [root / name for root in state.pool.allow_load if (root / name).is_file()]
+        size, digest = (files[0].stat().st_size if files else 0), ""
+    return {"name": name, "model": name,
             "modified_at": datetime.fromtimestamp(state.created, timezone.utc).isoformat().replace("+00:00", "Z"),
-            "size": int(loaded.nbytes()), "digest": str(loaded.fingerprint), "details": _details(state)}
+            "size": size, "digest": digest, "details": _details(engine, spec)}
 
 
 def build(state: Any) -> list[Route]:
     """The Ollama routes for a :class:`~mlotspark.server.app.ServerState`."""
-    state.ollama_keep_alive = None  # the last keep_alive a request gave (shown by /api/ps)
 
     async def run(request: Request, kind: str) -> Response:
         t0 = time.perf_counter()
         endpoint = request.url.path
         body = await read_json(request)
-        if isinstance(body, dict) and "keep_alive" in body:
-            state.ollama_keep_alive = body["keep_alive"]
         if kind == "generate" and isinstance(body, dict) and not body.get("prompt") and not body.get("system"):
-            # An empty prompt loads the model (already loaded here).
-            _model(body, state)
+            # An empty prompt loads the model (and keep_alive 0 unloads it, as Ollama's).
+            slot = await state.open_model(body)
+            if slot is None:
+                _model(body, state.served)  # names the missing field
+            state.pool.release(slot)
+            if body.get("keep_alive") in (0, "0", "0s") and not slot.pinned:
+                await asyncio.get_running_loop().run_in_executor(None, state.pool.unload, slot)
+                return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
+                                     "done_reason": "unload"})
             return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
                                  "done_reason": "load"})
-        req = parse_chat(body, state) if kind == "chat" else parse_generate(body, state)
-        job = Job(state, req)
-        state.admit(job)
-        try:
-            await job.begin()
-        except BaseException:
-            state.release(job)
-            raise
+        job = await start_job(state, body, parse_chat if kind == "chat" else parse_generate)
+        req = job.request
         shape = "chat" if kind == "chat" else "generate"
         if req.stream:
             return StreamingResponse(_ndjson(state, job, req, shape, endpoint, t0), media_type="application/x-ndjson")
@@ -264,7 +277,7 @@ def build(state: Any) -> list[Route]:
         t0 = time.perf_counter()
         body = await read_json(request)
         if isinstance(body, dict):
-            _model(body, state)
+            _model(body, state.served + state.listed)
             body = {**body, "model": state.model_id}
         req = parse_embeddings(body, state.served)
         vectors, tokens = await state.embed(req.texts)
@@ -274,7 +287,7 @@ def build(state: Any) -> list[Route]:
                              "prompt_eval_count": tokens})
 
     async def tags(request: Request) -> Response:
-        return JSONResponse({"models": [_listing(state)]})
+        return JSONResponse({"models": [_listing(state, name) for name in state.listed]})
 
     async def show(request: Request) -> Response:
         body = await read_json(request)
@@ -282,23 +295,32 @@ def build(state: Any) -> list[Route]:
             raise APIError(400, "the request body must be a JSON object")
         if "name" in body and "model" not in body:  # older clients
             body = {**body, "model": body["name"]}
-        _model(body, state)
-        tokenizer = state.engine.tokenizer
-        template = getattr(tokenizer, "chat_template", None) or ""
-        caps = ["completion"] + (["tools"] if tool_format(tokenizer) is not None else []) + ["embedding"]
-        loaded = state.engine.loaded
-        return JSONResponse({"modelfile": f"FROM {loaded.source.path}\n", "parameters": "", "template": template,
-                             "details": _details(state), "capabilities": caps,
-                             "model_info": {"general.architecture": loaded.config.get("model_type", ""),
-                                            "context_length": loaded.context_length},
-                             "modified_at": _listing(state)["modified_at"]})
+        slot = await state.open_model(body)  # show reads the model itself: it is loaded if need be
+        if slot is None:
+            _model(body, state.served)
+        try:
+            engine = slot.engine
+            tokenizer = engine.tokenizer
+            template = getattr(tokenizer, "chat_template", None) or ""
+            caps = ["completion"] + (["tools"] if tool_format(tokenizer) is not None else []) + ["embedding"]
+            loaded = engine.loaded
+            return JSONResponse({"modelfile": f"FROM {loaded.source.path}\n", "parameters": "", "template": template,
+                                 "details": _details(engine, slot.spec), "capabilities": caps,
+                                 "model_info": {"general.architecture": loaded.config.get("model_type", ""),
+                                                "context_length": loaded.context_length},
+                                 "modified_at": _listing(state, slot.name)["modified_at"]})
+        finally:
+            state.pool.release(slot)
 
     async def ps(request: Request) -> Response:
-        keep = state.ollama_keep_alive
-        expires = datetime.now(timezone.utc) + timedelta(days=365 * 100)  # loaded for the server's life
-        return JSONResponse({"models": [{**_listing(state), "expires_at": expires.isoformat().replace("+00:00", "Z"),
-                                         "size_vram": 0, "keep_alive": keep,
-                                         "context_length": state.engine.loaded.context_length}]})
+        out = []
+        for slot in state.pool.resident():
+            left = state.pool.expires_in(slot)
+            expires = datetime.now(timezone.utc) + timedelta(seconds=left if left is not None else 100 * 365 * 86400)
+            out.append({**_listing(state, slot.name), "expires_at": expires.isoformat().replace("+00:00", "Z"),
+                        "size_vram": 0, "context_length": slot.engine.loaded.context_length,
+                        "requests_in_flight": slot.active})
+        return JSONResponse({"models": out})
 
     async def version(request: Request) -> Response:
         return JSONResponse({"version": VERSION})

@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.server.embeddings import embeddings_response, parse_embeddings
-from mlotspark.server.exchange import MAX_BODY_BYTES, count, read_json, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import MAX_BODY_BYTES, count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
 from mlotspark.decoding.tools import CallSplitter, require_format
@@ -53,15 +53,8 @@ def build(state: Any) -> list[Route]:
         header = request.headers.get(CONVERSATION_HEADER)
         if header and kind == "chat" and isinstance(body, dict) and body.get("conversation") is None:
             body = {**body, "conversation": header}
-        parse = parse_chat if kind == "chat" else parse_completion
-        parsed = parse(body, state.served, state.engine.options)  # options validated here, once
-        job = Job(state, parsed)
-        state.admit(job)
-        try:
-            await job.begin()  # a request that cannot run is a 4xx, streamed or not
-        except BaseException:
-            state.release(job)
-            raise
+        job = await start_job(state, body, parse_chat if kind == "chat" else parse_completion)
+        parsed = job.request
         rid, created = new_id(kind), int(time.time())
         if parsed.stream:
             return StreamingResponse(
@@ -79,7 +72,7 @@ def build(state: Any) -> list[Route]:
         use = usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
         make = chat_response if kind == "chat" else completion_response
         return JSONResponse(make(rid, parsed.model, outcome.choices, use, extension(outcome.stats),
-                                 token_text=state.token_text))
+                                 token_text=job.server.token_text))
 
     async def chat(request: Request) -> Response:
         return await completions(request, "chat")
@@ -100,8 +93,8 @@ def build(state: Any) -> list[Route]:
 
     async def model(request: Request) -> Response:
         name = request.path_params["model"]
-        if name not in state.served:
-            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(state.served)}",
+        if name not in state.served and name not in state.listed:
+            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(state.listed)}",
                            param="model", code="model_not_found")
         return JSONResponse(_model(state, name))
 
@@ -127,6 +120,7 @@ def build(state: Any) -> list[Route]:
             "decode_tps": s.get("decode_tps"),
             "kv_bytes": s.get("kv_bytes"),
             "prompt_cache": live.get("prompt_cache"),
+            "models": models_status(state),
         })
 
     async def metrics(request: Request) -> Response:
@@ -145,8 +139,24 @@ def build(state: Any) -> list[Route]:
 
 
 def _model(state: Any, name: str) -> dict:
-    return {"id": name, "object": "model", "created": state.created, "owned_by": "mlotspark",
-            "context_length": state.engine.loaded.context_length}
+    out = {"id": name, "object": "model", "created": state.created, "owned_by": "mlotspark"}
+    slot = state.pool.slots.get(name)
+    if slot is not None and slot.loaded:
+        out["context_length"] = slot.engine.loaded.context_length
+    return out
+
+
+def models_status(state: Any) -> list[dict]:
+    """Each model the server knows: loaded or loading, requests in flight, idle time, expiry."""
+    pool, now = state.pool, state.pool.clock()
+    out = []
+    for s in pool.slots.values():
+        expires = pool.expires_in(s) if s.loaded else None
+        out.append({"name": s.name, "default": s is pool.default, "loaded": s.loaded, "loading": s.loading,
+                    "requests_in_flight": s.active, "idle_s": round(now - s.last_used, 3) if s.loaded else None,
+                    "expires_in_s": None if expires is None else round(expires, 3), "loads": s.loads,
+                    "bytes": int(s.engine.loaded.nbytes()) if s.loaded else None, "error": s.error})
+    return out
 
 
 def _event(obj: dict) -> str:
@@ -159,7 +169,7 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     kind, model = parsed.kind, parsed.model
     ended = False
     tools = parsed.checked is not None and parsed.checked.tools is not None
-    splitter = CallSplitter(require_format(state.engine.tokenizer)) if tools else None
+    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if tools else None
     calls_sent = 0
     logprobs_sent = 0
     offset = 0  # completions' text_offset
@@ -172,9 +182,9 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
         if entries:
             logprobs_sent += len(entries)
             if kind == "chat":
-                lp = chat_logprobs(entries, state.token_text)
+                lp = chat_logprobs(entries, job.server.token_text)
             else:
-                lp = completion_logprobs(entries, state.token_text, offset)
+                lp = completion_logprobs(entries, job.server.token_text, offset)
                 offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
         if not (text or deltas or lp):
             return None

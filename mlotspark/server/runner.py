@@ -51,7 +51,8 @@ class Job:
     """Runs one checked request on the engine; ``events()`` streams it.
 
     Args:
-        server: the :class:`~mlotspark.server.app.ServerState` (engine, prompt cache, metrics).
+        server: the model the request runs on: a :class:`~mlotspark.server.models.Slot`
+            (``engine``, ``prompt_cache``, ``persistence``).
         request: the checked request (``request.checked``: its validated options, except
             for a conversation, which validates them itself).
     """
