@@ -101,3 +101,23 @@ def test_default_names_the_first_model_and_ps_shows_the_pool(live, capsys):
     assert main(["ps", "--url", live.url]) == 0
     out = capsys.readouterr().out
     assert live.model in out and "(default)" in out and "never" in out
+
+
+def test_an_ollama_keep_alive_holds_for_its_model(live):
+    from mlotspark.server.models import parse_keep_alive
+
+    assert [parse_keep_alive(v) for v in (30, "5m", "10s", "-1", -5, "1h", "soon")] == [
+        30.0, 300.0, 10.0, -1.0, -1.0, 3600.0, None]
+    c = ollama.Client(host=live.url)
+    c.generate(model="second", prompt="hi", options={"num_predict": 2}, keep_alive="10s")
+    live.clock.now += 11
+    assert "second" in live.state.pool.reap()
+    c.generate(model="second", prompt="hi", options={"num_predict": 2}, keep_alive=-1)
+    live.clock.now += 10 * KEEP_ALIVE_S
+    assert live.state.pool.reap() == [] and "second" in loaded(live)
+    r = httpx.post(live.url + "/api/generate", json={"model": "second", "keep_alive": 0})
+    assert r.json()["done_reason"] == "unload" and "second" not in loaded(live)
+    r = httpx.post(live.url + "/api/chat", json={"model": "second", "keep_alive": "later",
+                                                  "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and "'keep_alive'" in r.json()["error"]
+    assert httpx.get(live.url + "/health").json()["requests_in_flight"] == 0  # refused before it started

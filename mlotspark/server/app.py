@@ -242,7 +242,7 @@ def create_app(state: ServerState) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if state.prompt_cache is not None:
             state.engine.run_on_engine(state.prompt_cache.load)
-        reaper = asyncio.create_task(_reap(state)) if state.pool.keep_alive_s >= 0 else None
+        reaper = asyncio.create_task(_reap(state))
         try:
             yield
         finally:

@@ -50,6 +50,7 @@ class Slot:
     loading: bool = False
     loads: int = 0
     error: str | None = None
+    keep_alive_s: float | None = None  # a request's own keep_alive (Ollama's), else the pool's
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -217,26 +218,57 @@ class ModelPool:
     def resident(self) -> list[Slot]:
         return [s for s in self.slots.values() if s.loaded]
 
+    def keep_alive_of(self, slot: Slot) -> float:
+        return self.keep_alive_s if slot.keep_alive_s is None else slot.keep_alive_s
+
     def reap(self) -> list[str]:
-        """Unload the models idle past ``keep_alive_s``; returns their names."""
-        if self.keep_alive_s < 0:
-            return []
+        """Unload the models idle past their keep-alive; returns their names."""
         now, gone = self.clock(), []
         for s in self.resident():
-            if not s.pinned and s.active == 0 and not s.loading and now - s.last_used >= self.keep_alive_s:
+            keep = self.keep_alive_of(s)
+            if keep >= 0 and not s.pinned and s.active == 0 and not s.loading and now - s.last_used >= keep:
                 self.unload(s)
                 gone.append(s.name)
         return gone
 
     def expires_in(self, slot: Slot) -> float | None:
         """Seconds until ``slot`` unloads if it stays idle (None: never)."""
-        if slot.pinned or self.keep_alive_s < 0:
+        keep = self.keep_alive_of(slot)
+        if slot.pinned or keep < 0:
             return None
-        return max(0.0, self.keep_alive_s - (self.clock() - slot.last_used))
+        return max(0.0, keep - (self.clock() - slot.last_used))
 
     def close(self) -> None:
         for s in self.resident():
             self.unload(s)
 
 
-__all__ = ["DEFAULT_KEEP_ALIVE_S", "ModelPool", "Slot"]
+def parse_keep_alive(value: object) -> float | None:
+    """Ollama's ``keep_alive`` in seconds: a number, or ``"10s"`` / ``"5m"`` / ``"1h"``; negative = never.
+
+    Returns:
+        Seconds (-1 = never), or None for a value that is not one of those (ignored).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return -1.0 if value < 0 else float(value)
+    if isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+        for suffix in ("ms", "s", "m", "h"):
+            if text.endswith(suffix):
+                try:
+                    n = float(text[: -len(suffix)]) * unit[suffix]
+                except ValueError:
+                    return None
+                return -1.0 if n < 0 else n
+        try:
+            n = float(text)
+        except ValueError:
+            return None
+        return -1.0 if n < 0 else n
+    return None
+
+
+__all__ = ["DEFAULT_KEEP_ALIVE_S", "ModelPool", "Slot", "parse_keep_alive"]

@@ -9,9 +9,10 @@ are ignored) map to generation options, ``format`` (``"json"`` or a JSON schema)
 object per line, the last with ``done: true`` and the counts and durations in
 nanoseconds), or come whole with ``"stream": false``. Errors are ``{"error": "..."}``.
 
-Models load on first use and unload after the server's ``--keep-alive`` (``models.py``);
-``/api/ps`` lists the resident ones. A request's own ``keep_alive`` is accepted; only
-``keep_alive: 0`` on an empty ``/api/generate`` acts (it unloads the model, as Ollama's).
+Models load on first use and unload after the server's ``--keep-alive`` (``models.py``), or
+after a request's own ``keep_alive`` (seconds or ``"5m"``; negative = never), which then holds
+for that model, as Ollama's; an empty ``/api/generate`` with ``keep_alive: 0`` unloads it at
+once. ``/api/ps`` lists the resident ones. The default model stays resident.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from starlette.routing import Route
 from mlotspark.decoding.tools import CallSplitter, require_format, tool_format
 from mlotspark.server.embeddings import parse_embeddings
 from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.models import parse_keep_alive
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
 
@@ -233,6 +235,16 @@ def _listing(state: Any, name: str) -> dict:
             "size": size, "digest": digest, "details": _details(engine, spec)}
 
 
+def _keep_alive(body: Any) -> float | None:
+    """A request's ``keep_alive`` in seconds (None: not given); it becomes its model's."""
+    if not isinstance(body, dict) or body.get("keep_alive") is None:
+        return None
+    seconds = parse_keep_alive(body["keep_alive"])
+    if seconds is None:
+        raise bad("keep_alive", "expected seconds, or a duration such as \"5m\" (negative = never unload)")
+    return seconds
+
+
 def build(state: Any) -> list[Route]:
     """The Ollama routes for a :class:`~mlotspark.server.app.ServerState`."""
 
@@ -242,17 +254,23 @@ def build(state: Any) -> list[Route]:
         body = await read_json(request)
         if kind == "generate" and isinstance(body, dict) and not body.get("prompt") and not body.get("system"):
             # An empty prompt loads the model (and keep_alive 0 unloads it, as Ollama's).
+            keep = _keep_alive(body)
             slot = await state.open_model(body)
             if slot is None:
                 _model(body, state.served)  # names the missing field
+            if keep is not None:
+                slot.keep_alive_s = keep
             state.pool.release(slot)
-            if body.get("keep_alive") in (0, "0", "0s") and not slot.pinned:
+            if slot.keep_alive_s == 0 and not slot.pinned:
                 await asyncio.get_running_loop().run_in_executor(None, state.pool.unload, slot)
                 return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
                                      "done_reason": "unload"})
             return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
                                  "done_reason": "load"})
+        keep = _keep_alive(body)  # checked before the request starts
         job = await start_job(state, body, parse_chat if kind == "chat" else parse_generate)
+        if keep is not None:
+            job.server.keep_alive_s = keep
         req = job.request
         shape = "chat" if kind == "chat" else "generate"
         if req.stream:
