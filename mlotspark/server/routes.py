@@ -121,6 +121,7 @@ def build(state: Any) -> list[Route]:
             "kv_bytes": s.get("kv_bytes"),
             "prompt_cache": live.get("prompt_cache"),
             "models": models_status(state),
+            "process": _process_memory(),
         })
 
     async def metrics(request: Request) -> Response:
@@ -144,6 +145,15 @@ def _model(state: Any, name: str) -> dict:
     if slot is not None and slot.loaded:
         out["context_length"] = slot.engine.loaded.context_length
     return out
+
+
+def _process_memory() -> dict:
+    """The process's resident set and MLX's active and peak memory, in bytes."""
+    import mlx.core as mx
+    import psutil
+
+    return {"rss_bytes": psutil.Process().memory_info().rss, "mlx_active_bytes": int(mx.get_active_memory()),
+            "mlx_peak_bytes": int(mx.get_peak_memory())}
 
 
 def models_status(state: Any) -> list[dict]:
