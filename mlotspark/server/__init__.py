@@ -6,7 +6,6 @@
 - ``ollama_api``: Ollama's ``/api/*``.
 - ``embeddings``: embeddings requests and replies (OpenAI's, reused by Ollama's).
 - ``exchange``: what every API's routes share (body, awaited outcome, disconnects, figures).
-- ``engine_access``: what the server reads of the engine beyond its request API.
 - ``models``: several models behind one server (on-demand loading, keep-alive, LRU).
 - ``schemas``: request checks (4xx naming the field).
 - ``responses``: OpenAI response shapes (replies, streamed chunks, usage).

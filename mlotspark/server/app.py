@@ -82,11 +82,6 @@ class ServerState:
         """What ``/v1/models`` shows: the models given at start and those in allowed folders."""
         return self.pool.servable()
 
-    @property
-    def persistence(self) -> Any:
-        """The default model's persistence, once a request used a conversation (runner.py)."""
-        return self.pool.default.persistence
-
     def find(self, name: Any) -> Slot | None:
         """The slot a request's ``model`` names; None when it names none (the parse says why).
 
@@ -180,7 +175,7 @@ class ServerState:
             with contextlib.suppress(RuntimeError):  # entries changed under us: skip this scrape's figure
                 out["prompt_cache"] = stats = pc.stats()
                 tiers["episodic_prompt_cache"] = stats.get("bytes", 0)
-        persistence = self.persistence  # set once a request used a conversation
+        persistence = self.engine.opened_persistence  # only once conversations are in use
         if persistence is not None:
             with contextlib.suppress(Exception):
                 t = persistence.stats()

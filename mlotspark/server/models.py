@@ -36,7 +36,7 @@ class Slot:
     """One servable model and, while loaded, its engine and prompt cache.
 
     It offers what a request's :class:`~mlotspark.server.runner.Job` reads of the server
-    (``engine``, ``prompt_cache``, ``persistence``).
+    (``engine``, ``prompt_cache``).
     """
 
     name: str  # the id requests use
@@ -44,7 +44,6 @@ class Slot:
     pinned: bool = False  # the default model: never unloaded for idleness or room
     engine: Any = None
     prompt_cache: Any = None
-    persistence: Any = None
     last_used: float = 0.0
     active: int = 0  # requests in flight
     loading: bool = False
@@ -204,7 +203,7 @@ class ModelPool:
     def unload(self, slot: Slot) -> None:
         """Close ``slot``'s engine (its prompt cache saved first)."""
         engine, cache = slot.engine, slot.prompt_cache
-        slot.engine = slot.prompt_cache = slot.persistence = None
+        slot.engine = slot.prompt_cache = None
         if engine is None:
             return
         if cache is not None:

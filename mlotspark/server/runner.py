@@ -26,7 +26,6 @@ from typing import Any, AsyncIterator
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
 from mlotspark.decoding.tools import parse_calls, require_format
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
-from mlotspark.server.engine_access import vocab_size
 from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
 
@@ -52,7 +51,7 @@ class Job:
 
     Args:
         server: the model the request runs on: a :class:`~mlotspark.server.models.Slot`
-            (``engine``, ``prompt_cache``, ``persistence``).
+            (``engine``, ``prompt_cache``).
         request: the checked request (``request.checked``: its validated options, except
             for a conversation, which validates them itself).
     """
@@ -133,7 +132,7 @@ class Job:
     def _prompt_ids(self) -> list[int]:
         req, engine = self.request, self.server.engine
         if req.prompt_ids is not None:
-            vocab = vocab_size(engine)
+            vocab = engine.vocab_size
             if vocab is not None and max(req.prompt_ids) >= vocab:
                 raise APIError(400, f"invalid 'prompt': token id {max(req.prompt_ids)} is not in the vocabulary "
                                     f"of {vocab} tokens", param="prompt")
@@ -205,7 +204,6 @@ class Job:
             conv = engine.conversation(req.conversation, system=system)
         except OptionError as e:
             raise APIError(400, str(e), param="conversation") from None
-        self.server.persistence = engine.persistence  # in use now: its tiers show in /health
         self._conversation = conv
         if self._cancel.is_set():
             conv.cancel()
