@@ -61,6 +61,9 @@ class RequestHandle:
     def finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
         """[engine thread] End the stream with ``result`` (or ``error``)."""
         self._result, self._error = result, error
+        # The generation points back at this handle (on_progress): unlinked, the pair is freed
+        # (with its KV) when the caller drops the handle, not at the next cyclic collection.
+        self.generation.on_progress = None
         self._put(_END)
         self._done.set()
 

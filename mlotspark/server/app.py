@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 import threading
@@ -71,6 +72,7 @@ class ServerState:
         self.closing = False
         self._lock = threading.Lock()
         self._mean_s = 5.0  # running mean of request durations (Retry-After estimate)
+        self._ended = 0  # requests ended since the last idle collection
 
     @property
     def served(self) -> list[str]:
@@ -154,6 +156,24 @@ class ServerState:
         slot = getattr(job, "server", None)
         if isinstance(slot, Slot):
             self.pool.release(slot)
+        self._ended += 1
+
+    def collect_when_idle(self) -> bool:
+        """A cyclic collection when nothing is in flight and requests ended since the last one.
+
+        A request's KV is referenced from its handle, which the HTTP stack's per-request
+        reference cycles (frames of a cut-off stream, tracebacks) keep alive until Python's
+        cyclic collector runs: measured, 64 streams left ~70 MB of MLX memory held until then.
+        Collecting when idle (the reaper's tick, every second) frees it and stalls no token.
+
+        Returns:
+            True when it collected.
+        """
+        if self.jobs or not self._ended:
+            return False
+        self._ended = 0
+        gc.collect()
+        return True
 
     def begin_shutdown(self) -> None:
         """Refuse new requests; end the ones in flight with an error event (thread-safe)."""
@@ -206,11 +226,13 @@ def _no_loading(spec: str) -> Any:
 
 
 async def _reap(state: ServerState, every_s: float = 1.0) -> None:
-    """Unload models idle past their keep-alive (an engine's close waits for its thread)."""
+    """Each tick: collect cycles if the server went idle; unload models idle past their
+    keep-alive (an engine's close waits for its thread, hence the executor)."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(every_s)
         try:
+            state.collect_when_idle()
             await loop.run_in_executor(None, state.pool.reap)
         except Exception:  # noqa: BLE001  the next round tries again
             log.exception("unloading idle models failed")
