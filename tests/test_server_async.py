@@ -29,15 +29,19 @@ def test_a_handle_is_iterated_from_asyncio_without_a_thread():
             handle.emit(piece)
         handle.finish(types.SimpleNamespace(stats=None))
 
-    async def read() -> list[str]:
-        threading.Thread(target=engine_thread).start()
+    producer = threading.Thread(target=engine_thread)
+
+    async def read(start: bool = True) -> list[str]:
+        if start:
+            producer.start()
         return [p async for p in handle.aiter()]
 
     before = threading.active_count()
     assert asyncio.run(read()) == ["early ", "a", "b", "c"]
+    producer.join()  # the stand-in engine thread itself, which may still be ending
     assert threading.active_count() <= before  # the reader added none
     with pytest.raises(RuntimeError, match="only once"):
-        asyncio.run(read())
+        asyncio.run(read(start=False))
 
 
 def test_an_engine_error_is_raised_from_the_async_iterator():

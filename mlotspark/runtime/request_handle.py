@@ -67,7 +67,6 @@ class RequestHandle:
         self._put(_END)
         self._done.set()
 
-    _emit, _finish = emit, finish  # the scheduler's names until it calls the public ones
 
     def _progressed(self, event: PrefillProgress) -> None:
         self.progress = event

@@ -425,7 +425,7 @@ class Scheduler:
                 continue
             piece = r.state.accept(tok)
             if piece:
-                r.handle._emit(piece)
+                r.handle.emit(piece)
             if r.state.finish is not None:
                 self._running.remove(r)
                 self._finish(r)
@@ -440,7 +440,7 @@ class Scheduler:
             self._fail(r, e)
             return
         if piece is not None:
-            r.handle._emit(piece)
+            r.handle.emit(piece)
             self._solo.append(r)
             return
         self._completed += 1
@@ -488,7 +488,7 @@ class Scheduler:
             g.fed_tokens[:] = g.prompt[: r.state.prefilled]  # what the cache really holds
         piece = r.state.close(reason)
         if piece:
-            r.handle._emit(piece)
+            r.handle.emit(piece)
         try:
             self.mirror.left(r)
         except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not
@@ -511,14 +511,14 @@ class Scheduler:
                 r.on_finish(r.generation)
             except Exception as e:  # noqa: BLE001  the caller sees it from result()
                 error = e
-        r.handle._finish(r.generation.result, error)
+        r.handle.finish(r.generation.result, error)
 
     def _fail(self, r: Request, error: BaseException) -> None:
         self.mirror.dropped(r)
         if r.owns_cache:
             r.generation.cache = []
         self._completed += 1
-        r.handle._finish(None, error)
+        r.handle.finish(None, error)
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -540,7 +540,7 @@ class Scheduler:
             jobs, self._jobs = self._jobs + self._running_jobs, []
             self._cond.notify_all()
         for r in failed:
-            r.handle._finish(None, error)
+            r.handle.finish(None, error)
         for job in jobs:
             if not job.done.is_set():
                 job.error = error
