@@ -26,6 +26,7 @@ from mlotspark.models import gguf, llama, sampling_defaults
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.models.loader import LoadedModel, choose_weight_format
+from mlotspark.models.materialize import materialize
 from mlotspark.models.loader import _convert as convert_weights  # the loader's one conversion rule
 from mlotspark.distributed.group import RankGroup, host_name, join
 from mlotspark.distributed.pipeline import PipelineModel
@@ -109,7 +110,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
     fmt = convert_weights(share, fmt)
     if mode == "tensor":
         shard_model(share, group.group)
-    mx.eval(share.parameters())
+    materialize(share)  # private arrays too (RoPE tables): the engine thread runs this share
     if mode == "pipeline":
         dtype = str(share.model.embed_tokens(mx.array([[0]])).dtype) if group.rank == 0 else None
         share.hidden_dtype = getattr(mx, group.broadcast_json(dtype).split(".")[-1])

@@ -22,6 +22,7 @@ from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
 from mlotspark.models import gguf, gguf_convert, llama, sampling_defaults, weight_formats
+from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
 from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
@@ -279,6 +280,8 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
             # q/k/v and gate/up in one buffer each: fewer products per CPU decode step
             # (cpu_step.py); memory-neutral, as nothing else holds the loaded arrays now.
             loaded.model.fuse_projections()
+        # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
+        materialize(loaded.model)
         return loaded
     except ModelFormatError as e:
         if str(source.path) in str(e) and "\n" not in str(e):
