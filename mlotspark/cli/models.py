@@ -62,12 +62,13 @@ def run_info(args: argparse.Namespace) -> int:
         from mlotspark.cli import distributed
 
         return distributed.run_info(args)
-    from mlotspark.models.catalogue import default_model_line
+    from mlotspark.models.catalogue import catalogue_line, default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
 
     info = device_info()
     info["default_model"] = default_model_line()
+    info["catalogue"] = catalogue_line()
     info["memory_embedder"] = _embedder_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:

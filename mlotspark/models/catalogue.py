@@ -354,12 +354,22 @@ __all__ = [
     "list_models",
     "model_fingerprint",
     "default_model_line",
+    "catalogue_line",
     "model_status",
     "progress_bar",
     "pull",
     "resolve",
     "show_progress",
 ]
+
+
+def catalogue_line() -> str:
+    """Every catalogue alias and whether it is pulled, one line for ``mlotspark info`` (never downloads)."""
+    try:
+        return ", ".join(f"{r['name']} ({'pulled' if r['pulled'] else 'not pulled'}, {r['size'] / 1e6:.0f} MB)"
+                         for r in (model_status(n) for n in ALIASES))
+    except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
+        return f"unknown: {e}"
 
 
 def default_model_line() -> str:
