@@ -71,3 +71,13 @@ def test_qwen_alias_is_in_the_catalogue(capsys):
     assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
     assert main(["info"]) == 0
     assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
+
+
+def test_the_default_model_follows_the_device(monkeypatch):
+    import mlx.core as mx
+
+    assert catalogue.default_model() == catalogue.DEFAULT_MODEL  # the CPU backend here
+    assert catalogue.DEFAULT_MODEL in catalogue.model_status()["name"]
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
+    assert catalogue.default_model() == "qwen2.5-coder-0.5b"
+    assert "smollm2" in catalogue.default_model_hint()

@@ -62,13 +62,14 @@ def run_info(args: argparse.Namespace) -> int:
         from mlotspark.cli import distributed
 
         return distributed.run_info(args)
-    from mlotspark.models.catalogue import catalogue_line, default_model_line
+    from mlotspark.models.catalogue import catalogue_line, default_model_hint, default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
 
     info = device_info()
     info["default_model"] = default_model_line()
     info["catalogue"] = catalogue_line()
+    info["default_hint"] = default_model_hint()
     info["memory_embedder"] = _embedder_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:
@@ -129,7 +130,8 @@ def _embedder_line() -> str:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
-                       description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
+                       description="Fetch a model (default: the device's default model, see `mlotspark info`) "
+                                   "into the models folder ($MLOTSPARK_MODELS, else $MLOTSPARK_HOME/models).")
     p.add_argument("model", nargs="?", default=None,
                    help="alias (all-minilm-l6-v2: sentence embeddings for memory) or Hugging Face repo id")
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")

@@ -58,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mlotspark.engine import Engine
-    from mlotspark.models.catalogue import DEFAULT_MODEL
+    from mlotspark.models.catalogue import default_model
     from mlotspark.server import PromptCache, ServerState, create_app
 
     engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(), **kwargs)
     cache = None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
     state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=cache,
-                        aliases=(args.model or DEFAULT_MODEL,))
+                        aliases=(args.model or default_model(),))
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=10, access_log=args.log_level == "debug")

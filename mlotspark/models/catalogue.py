@@ -31,6 +31,8 @@ from mlotspark.models.aliases import (
     ALIASES,
     DEFAULT_MODEL,
     ModelAlias,
+    default_model,
+    default_model_hint,
     ModelSource,
     alias_path,
     file_size,
@@ -53,7 +55,7 @@ def resolve(model: str | None = None, *, pull: bool = True, progress: bool = Tru
     """Turn a model name, path or repo id into a model on disk.
 
     Args:
-        model: an alias (default ``DEFAULT_MODEL``), a ``.gguf`` file, a model
+        model: an alias (default ``default_model()``), a ``.gguf`` file, a model
             directory, or a Hugging Face repo id ``org/name``.
         pull: fetch an alias or repo id that is not on disk yet (default True).
         progress: show a progress bar on stderr while fetching (default True;
@@ -100,7 +102,7 @@ def pull(model: str | None = None, *, progress: bool = True, force: bool = False
     """Fetch a model into ``$MLOTSPARK_HOME/models`` (no-op if already there).
 
     Args:
-        model: an alias (default ``DEFAULT_MODEL``) or a Hugging Face repo id; a
+        model: an alias (default ``default_model()``) or a Hugging Face repo id; a
             local path is only checked.
         progress: progress bar on stderr (default True; TTY only, see ``resolve``).
         force: re-check the sha256 of an alias already on disk and fetch it again
@@ -122,7 +124,7 @@ def pull(model: str | None = None, *, progress: bool = True, force: bool = False
 
 
 def _name(model: str | None) -> str:
-    name = DEFAULT_MODEL if model is None else str(model).strip()
+    name = default_model() if model is None else str(model).strip()
     if not name:
         raise ModelNotFoundError(f"empty model name {model!r}; known: {', '.join(sorted(ALIASES))}")
     return name
@@ -236,14 +238,14 @@ def _one_line(e: BaseException) -> str:
 # ---------------------------------------------------------------- listing, fingerprint
 
 
-def model_status(name: str = DEFAULT_MODEL) -> dict[str, Any]:
+def model_status(name: str | None = None) -> dict[str, Any]:
     """Whether an alias is on disk, without fetching anything.
 
     Returns:
         ``{"name", "kind", "pulled", "path", "size", "license", "default", "description"}``
         (``size`` is the expected size in bytes).
     """
-    alias = get_alias(name)
+    alias = get_alias(name or default_model())
     path = alias_path(alias)
     return {
         "name": alias.name,
@@ -252,7 +254,7 @@ def model_status(name: str = DEFAULT_MODEL) -> dict[str, Any]:
         "path": str(path),
         "size": alias.size,
         "license": alias.license,
-        "default": alias.name == DEFAULT_MODEL,
+        "default": alias.name == default_model(),
         "description": alias.description,
     }
 
@@ -354,6 +356,8 @@ __all__ = [
     "list_models",
     "model_fingerprint",
     "default_model_line",
+    "default_model",
+    "default_model_hint",
     "catalogue_line",
     "model_status",
     "progress_bar",
@@ -375,9 +379,9 @@ def catalogue_line() -> str:
 def default_model_line() -> str:
     """The default model and whether it is pulled, one line for ``mlotspark info`` (never downloads)."""
     try:
-        status = model_status(DEFAULT_MODEL)
+        status = model_status(default_model())
     except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
-        return f"{DEFAULT_MODEL} (unknown: {e})"
+        return f"{default_model()} (unknown: {e})"
     if status["pulled"]:
         return f"{status['name']} (pulled, {status['path']})"
     return f"{status['name']} (not pulled; run `mlotspark pull`)"
