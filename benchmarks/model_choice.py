@@ -5,9 +5,10 @@ greedily through ``Engine`` (chat template, the requests batched by the engine);
 reply is right when it matches one of the question's patterns. Decode speed is the
 median ``decode_tps`` of solo requests of a fixed prompt (``--reps``), in the same run.
 
-Usage (one benchmark at a time on a shared machine):
-    flock /tmp/mlotspark-bench.lock python benchmarks/model_choice.py \\
-        [-m smollm2-135m-instruct -m qwen2.5-coder-0.5b] [--max-tokens 32] [--reps 3] [--json out.json]
+Usage (the speed part runs one benchmark at a time on a shared machine; the scores
+do not depend on timing, so ``--part score`` may run beside other work):
+    python benchmarks/model_choice.py --part score [-m ALIAS ...] [--max-tokens 32] [--json scores.json]
+    flock /tmp/mlotspark-bench.lock python benchmarks/model_choice.py --part speed [--reps 3]
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write every reply here")
+    ap.add_argument("--part", choices=["all", "score", "speed"], default="all")
     args = ap.parse_args()
     questions = json.loads(DATA.read_text())["questions"]
     models = args.model or list(ALIASES)
@@ -60,8 +62,8 @@ def main() -> None:
         t0 = time.perf_counter()
         engine = Engine.load(name)
         try:
-            right, rows = score(engine, questions, args.max_tokens)
-            tps = decode_speed(engine, args.reps)
+            right, rows = score(engine, questions, args.max_tokens) if args.part != "speed" else (0, [])
+            tps = decode_speed(engine, args.reps) if args.part != "score" else 0.0
         finally:
             engine.close()
         results[name] = {"right": right, "of": len(questions), "decode_tps": round(tps, 1), "replies": rows,
