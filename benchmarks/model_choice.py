@@ -70,6 +70,8 @@ def main() -> None:
                          "weights": engine.loaded.weights, "seconds": round(time.perf_counter() - t0, 1)}
         print(f"{name}: {right}/{len(questions)} right, decode {tps:.1f} tok/s "
               f"({engine.loaded.weights}, {results[name]['seconds']} s)", flush=True)
+        if args.json:  # after each model: a long run that is stopped keeps what it measured
+            args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False))
     print("\n| model | right of %d | decode tok/s (this CPU) | weights |" % len(questions))
     print("|---|---|---|---|")
     for name, r in results.items():

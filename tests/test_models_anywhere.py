@@ -113,3 +113,24 @@ def test_list_shows_paths_used_before_and_rm_removes(fake_alias, tmp_path, tiny_
     assert str(mine) not in {r["name"] for r in inventory.on_disk()}
     with pytest.raises(ModelNotFoundError):
         inventory.remove("no-such-model")
+
+
+def test_list_shows_the_hugging_face_cache(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "hf-cache" / "models--mlx-community--tiny-llama"
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    hf = zoo.write_hf_dir(tmp_path / "src", "llama")
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        blob = repo / "blobs" / f"{f}.blob"
+        shutil.copy(hf / f, blob)
+        (snapshot / f).symlink_to(Path("../../blobs") / blob.name)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    rows = [r for r in inventory.on_disk() if r["where"] == "hf cache"]
+    assert [r["name"] for r in rows] == ["mlx-community/tiny-llama"]
+    engine = Engine.load(rows[0]["path"], progress=False, cascade=None)  # the path `list` shows loads
+    engine.close()
+    with pytest.raises(ModelNotFoundError, match="huggingface-cli"):
+        inventory.remove("mlx-community/tiny-llama")

@@ -16,6 +16,7 @@ forgotten (it is the user's), and the Hugging Face cache belongs to ``huggingfac
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import time
 from pathlib import Path
@@ -71,7 +72,8 @@ def hf_cache_models() -> list[dict[str, Any]]:
     try:
         from huggingface_hub import scan_cache_dir
 
-        info = scan_cache_dir()
+        # Read now, not at huggingface_hub's import: the variable may be set after it.
+        info = scan_cache_dir(os.environ.get("HF_HUB_CACHE") or None)
     except Exception:  # no cache yet, or one huggingface_hub cannot read: nothing to list
         return rows
     for repo in sorted(info.repos, key=lambda r: r.repo_id):
