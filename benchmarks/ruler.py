@@ -7,6 +7,10 @@ the reply.
 
     python benchmarks/ruler.py --multiples 1 2 4 8 --lengths 16384 32768 --trials 4 --out ruler.jsonl
 
+Every case runs through the engine as a user's request does (``bench.ruler.answer``:
+submitted to the scheduler, the engine's prefill chunks, the cascade's question pass
+between prefill and decode); each record counts the question passes that ran.
+
 Modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context, as the
 engine runs it, unless flags change it), ``streaming`` (the same with top_k 0:
 sinks + window), ``full`` (plain KV; only where prompt + answer fit the model's
@@ -145,8 +149,6 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
-    p.add_argument("--chunk", dest="forward", type=int, default=2048,
-                   help="prompt tokens per forward pass (the engine's prefill_chunk)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", type=int, nargs="*", default=None, help="run only these trial indices (split a long run)")
     p.add_argument("--out", type=Path, default=None, help="append JSON lines here")
@@ -165,7 +167,10 @@ def main() -> None:
     if args.resume and args.out is None:
         p.error("--resume needs --out")
 
-    from cascade_common import load_engine, make_cache, run_greedy
+    import mlx.core as mx
+    from cascade_common import load_engine
+
+    from mlotspark.bench.ruler import answer
 
     from mlotspark.memory.cascade import CascadeConfig
 
@@ -212,12 +217,14 @@ def main() -> None:
                     t0 = time.perf_counter()
                     if cap is not None:
                         cap.reset()
-                    run = run_greedy(engine, ids, make_cache(engine, mode, config), max_tokens=budget,
-                                     chunk=args.forward)
+                    mx.reset_peak_memory()
+                    result = answer(engine, ids, mode, config, budget)  # as a user's request runs
+                    passes = result.stats.extra.get("cascade", {}).get("question_passes")
                     rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
-                           "score": case.score(run.text), "answers": list(case.answers),
-                           "reply": run.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
-                           "peak_mb": round(run.peak_mb, 1)}
+                           "score": case.score(result.text), "answers": list(case.answers),
+                           "reply": result.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
+                           "peak_mb": round(mx.get_peak_memory() / 1e6, 1), "question_passes": passes,
+                           "ttft_s": round(result.stats.ttft_s, 2)}
                     emit(rec, args.out)
                     if cap is not None and mode == "cascade":
                         save(args.capture / f"{task}_{n}_{i}of{args.trials}_s{seed}.npz", cap, engine, ids, case,

@@ -1,10 +1,10 @@
 """Where mlotspark keeps its files, and how it writes them safely.
 
-Every write of state goes through ``atomic_write``: a temp file in the same
-directory, fsync, rename, fsync of the directory, so a kill at any instant leaves
-either the old or the new file (DESIGN §6). User data is private: directories
-0700, files 0600. ``FileLock`` serialises writers from several processes sharing
-one ``$MLOTSPARK_HOME``.
+Every write of state goes through ``atomic_path`` (``atomic_write`` for bytes and
+text): a temp file in the same directory, fsync, rename, fsync of the directory, so
+a kill at any instant leaves either the old or the new file (DESIGN §6). User data
+is private: directories 0700, files 0600. ``FileLock`` serialises writers from
+several processes sharing one ``$MLOTSPARK_HOME``.
 
 Writes never follow a symbolic link planted inside the data directory (a
 conversation directory pointing at ``~/Documents`` must not be written or pruned
@@ -165,7 +165,36 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` atomically, mode 0600.
+    """Write ``data`` to ``path`` atomically, mode 0600 (through :func:`atomic_path`).
+
+    Raises:
+        StoreError: the write failed (disk full, permissions); the old file is intact.
+    """
+    if isinstance(data, str):
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as e:  # a lone surrogate: refuse before touching the file
+            raise StoreError(f"cannot write {path}: text is not valid Unicode ({e.reason} at {e.start})") from e
+    with atomic_path(path, suffix=".tmp") as tmp, open(tmp, "wb") as f:
+        half = len(data) // 2
+        f.write(data[:half])
+        f.flush()
+        write_step("half", path)
+        f.write(data[half:])
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temp path next to ``path``; on success it replaces ``path`` atomically.
+
+    The one atomic writer: a temp file in the same directory, fsync, rename, fsync of
+    the directory; the temp file is removed on any failure. For writers that need a
+    file name (``mx.save_safetensors``, sqlite backups) and for :func:`atomic_write`.
+
+    Args:
+        path: the file to replace.
+        suffix: the temp file's suffix (default ``path``'s own, which some writers
+            need; ``.tmp`` for :func:`atomic_write`, whose leftovers readers sweep).
 
     Raises:
         StoreError: the write failed (disk full, permissions); the old file is intact.
@@ -173,49 +202,9 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     path = Path(path)
     ensure_dir(path.parent)
     check_no_symlinks(path)
-    if isinstance(data, str):
-        try:
-            data = data.encode("utf-8")
-        except UnicodeEncodeError as e:  # a lone surrogate: refuse before touching the file
-            raise StoreError(f"cannot write {path}: text is not valid Unicode ({e.reason} at {e.start})") from e
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_step("open", path)
-            half = len(data) // 2
-            f.write(data[:half])
-            f.flush()
-            write_step("half", path)
-            f.write(data[half:])
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        write_step("synced", path)
-        os.replace(tmp, path)
-        write_step("renamed", path)
-        _fsync_dir(path.parent)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
-        raise
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temp path next to ``path``; on success it replaces ``path`` atomically.
-
-    For writers that need a file name (``mx.save_safetensors``, sqlite backups).
-    """
-    path = Path(path)
-    ensure_dir(path.parent)
-    check_no_symlinks(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                   suffix=path.suffix if suffix is None else suffix)
     except OSError as e:
         raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
     os.close(fd)

@@ -179,7 +179,8 @@ def cancel(out: Path, tiny: str) -> None:
 TURNS = ["My sister is called Ilse and she lives in Ghent. Say hello to her.",
          "Where does my sister live, and what is her name?"]
 #: a cascade small enough that the default model's turns evict and retrieve blocks.
-SMALL_CASCADE = {"window": 64, "sinks": 16, "block_size": 16, "top_k": 2}
+#: The second turn leaves more blocks than top_k: its question pass runs on both ranks.
+SMALL_CASCADE = {"window": 32, "sinks": 16, "block_size": 16, "top_k": 1}
 TURN_TOKENS = 16
 
 
@@ -192,7 +193,8 @@ def converse(engine, name: str, turns: list[str]) -> list[dict]:
     for text in turns:
         r = conv.send(text, max_tokens=TURN_TOKENS, temperature=0)
         out.append({"tokens": r.tokens, "source": r.stats.extra.get("cache_source"),
-                    "ranks": r.stats.extra.get("rank_snapshots"), "replayed": r.stats.extra.get("rank_replayed")})
+                    "ranks": r.stats.extra.get("rank_snapshots"), "replayed": r.stats.extra.get("rank_replayed"),
+                    "passes": r.stats.extra.get("cascade", {}).get("question_passes")})
     return out
 
 

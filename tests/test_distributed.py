@@ -232,6 +232,9 @@ def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, 
             assert second["replayed"]["ranks"] == [1] and second["replayed"]["tokens"] > 20
         else:  # restored from rank 1's own snapshot
             assert second["replayed"] is None
+            # The question pass ran on the second turn's prompt, on both ranks (the consensus summed
+            # over them): the same tokens as one process, which ran it too.
+            assert second["passes"] == alone[1]["passes"] == 1
         # One snapshot per rank, each in its own rank's home, holding its own layers.
         homes = tmp_path / "homes"
         assert (homes / "rank0" / "conversations" / name / "snapshot" / "snapshot.json").is_file()

@@ -6,10 +6,21 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from test_cascade import greedy, model, tokens  # noqa: F401  (the tiny model fixture)
+from test_cascade import model, tokens  # noqa: F401  (the tiny model fixture)
 
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
+from mlotspark.decoding.prepared_step import prepared_generate_step
 from mlotspark.memory.cascade.question import consensus
+
+
+def greedy(model, cache, prompt, n, chunk):  # noqa: F811
+    """Greedy tokens and logprobs through the own-loop path (prefill, the caches'
+    ``prepare_decode`` step, then mlx-lm's generate_step), as the engine runs it."""
+    toks, logps = [], []
+    for t, lp in prepared_generate_step(prompt, model, max_tokens=n, prompt_cache=cache, prefill_step_size=chunk):
+        toks.append(t)
+        logps.append(lp)
+    return toks, logps
 
 
 def test_equals_full_attention_while_every_block_is_attended(model):  # noqa: F811

@@ -46,46 +46,52 @@ def test_bad_values_are_named():
         make_case("vt", 10, 0.5, 0, words)
 
 
+def test_the_suite_answers_through_the_engine_path():
+    """The RULER suite's answer is a user's request: the same tokens and the same number
+    of question passes as ``engine.submit`` with the engine's own cascade."""
+    from test_cache_interface import CASCADE, _cascade_engine, _prompt
+
+    from mlotspark.bench.ruler import answer
+
+    engine = _cascade_engine()
+    try:
+        ids = _prompt(150, seed=11)
+        suite = answer(engine, ids, "cascade", engine.cascade, 6)
+        user = engine.submit(prompt_ids=ids, max_tokens=6).result()  # the engine's cascade (forced)
+        assert suite.stats.extra["cascade"]["question_passes"] == user.stats.extra["cascade"]["question_passes"] == 1
+        assert suite.tokens == user.tokens
+        streaming = answer(engine, ids, "streaming", engine.cascade, 6)
+        assert streaming.stats.extra["cascade"]["question_passes"] == 0  # top_k 0: nothing to choose
+        assert CASCADE["window"] == engine.cascade.window
+        with pytest.raises(OptionError, match="full attention over 150 tokens"):
+            answer(engine, ids, "full", engine.cascade, 6)  # this engine forces the cascade
+        with pytest.raises(OptionError, match="unknown RULER mode 'fast'"):
+            answer(engine, ids, "fast", engine.cascade, 6)
+    finally:
+        engine.close()
+
+
 @pytest.mark.slow
 def test_real_model_multikey_at_twice_the_window(default_gguf):
     """niah_multikey at 2x the default window (2048 tokens), needle at depth 0.25:
-    found through the cascade, lost with sinks + window only.
-
-    A case full attention answers (measured: "7262589"); at depth 0.125 with the same
-    seed full attention itself answers "SyntaxError", so no cache could be asked to."""
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-
+    found through the cascade, lost with sinks + window only — through the engine, as
+    the RULER suite and a user run it."""
+    from mlotspark.bench.ruler import answer
     from mlotspark.engine import Engine
-    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
+    from mlotspark.memory.cascade import CascadeConfig
 
     engine = Engine.load(str(default_gguf), progress=False)
-    config = CascadeConfig()
-    case = make_case("niah_multikey", 2 * config.window, 0.25, seed=2048, count_tokens=lambda t: len(engine.encode(t)))
-    ids = engine.encode(case.text)
-    assert len(ids) > config.sinks + config.window + 512  # the needle is evicted from the window
-
-    def reply(cfg: CascadeConfig) -> str:
-        out = []
-        cache = make_cascade_cache(engine.loaded.model, cfg)
-        for t, _ in generate_step(mx.array(ids), engine.loaded.model, max_tokens=32, prompt_cache=cache, prefill_step_size=512):
-            if t in engine.tokenizer.eos_token_ids:
-                break
-            out.append(t)
-        return engine.tokenizer.decode(out)
-
-    got = reply(config)
-    assert case.score(got) == 1.0, got
-    assert case.score(reply(CascadeConfig(**{**config.to_dict(), "top_k": 0}))) == 0.0
-
-
-def test_every_task_has_room_for_its_whole_answer():
-    # Digits are one token each with the default model, and its replies open with ~20
-    # tokens of restated question: a list of four 7-digit values needs > 48 tokens.
-    from mlotspark.bench.ruler import ANSWER_TOKENS
-
-    assert set(ANSWER_TOKENS) == set(TASKS)
-    for task in TASKS:
-        case = make_case(task, 800, 0.5, seed=1, count_tokens=words)
-        need = sum(len(a) + 4 for a in case.answers) + 24  # each answer + a list marker, + the preamble
-        assert ANSWER_TOKENS[task] >= need, (task, need)
+    try:
+        config = CascadeConfig.for_model(engine.loaded.context_length)
+        case = make_case("niah_multikey", 2 * config.window, 0.25, seed=2048,
+                         count_tokens=lambda t: len(engine.encode(t)))
+        ids = engine.encode(case.text)
+        assert len(ids) > config.sinks + config.window + 512  # the needle is evicted from the window
+        got = answer(engine, ids, "cascade", config, 32)
+        # ~1k evicted tokens are at most top_k blocks: all attended, nothing for the question pass to choose.
+        assert got.stats.extra["cascade"]["tokens"]["episodic"] <= config.top_k * config.block_size
+        assert got.stats.extra["cascade"]["question_passes"] == 0
+        assert case.score(got.text) == 1.0, got.text
+        assert case.score(answer(engine, ids, "streaming", config, 32).text) == 0.0
+    finally:
+        engine.close()

@@ -26,7 +26,7 @@ import functools
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from mlotspark.errors import OptionError
 
@@ -259,3 +259,40 @@ def depths(n: int) -> list[float]:
 
 
 __all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "make_case"]
+
+
+#: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
+#: top_k 0: sinks + window only), ``full`` (the engine's plain KV cache).
+MODES = ("cascade", "streaming", "full")
+
+
+def answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int) -> Any:
+    """Answer one case greedily through ``engine`` as a user's request runs: submitted to
+    its scheduler (the engine's prefill chunks, the caches' ``prepare_decode`` step — the
+    cascade's question pass — and batched decode steps), with a cache of ``mode``.
+
+    Args:
+        engine: a loaded ``Engine``.
+        ids: the case's prompt token ids (chat template applied).
+        mode: one of ``MODES``.
+        config: the ``CascadeConfig`` of the ``cascade`` and ``streaming`` modes (the one
+            ``Engine.load(cascade=...)`` would make: ``CascadeConfig.for_model``).
+        max_tokens: answer budget.
+
+    Returns:
+        The request's ``GenerationResult`` (``text``; ``stats.extra["cascade"]`` counts
+        the question passes that ran).
+    """
+    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
+
+    if mode not in MODES:
+        raise OptionError(f"unknown RULER mode {mode!r}: expected one of {', '.join(MODES)}")
+    cache = None  # full: the engine's own choice, a KV cache within the trained context
+    if mode == "full":
+        if engine.cache_kind_for(len(ids), engine.options(max_tokens=max_tokens)) != "kv":
+            raise OptionError(f"full attention over {len(ids)} tokens needs an engine whose cascade is "
+                              f"'auto' or off, and a prompt within the model's context")
+    else:
+        cfg = config if mode == "cascade" else CascadeConfig(**{**config.to_dict(), "top_k": 0})
+        cache = make_cascade_cache(engine.loaded.model, cfg)
+    return engine.submit(prompt_ids=ids, cache=cache, max_tokens=max_tokens, temperature=0.0).result()

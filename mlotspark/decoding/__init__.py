@@ -1,8 +1,12 @@
 """How each next token is chosen: sampling, stop strings, and strategies beyond one
 sampled token per step.
 
-- ``sampling``: samplers and logits processors (*how a token is sampled*).
-- ``stops``: ``StopMatcher``, stop strings that never leak into the text.
+- ``sampling``: samplers and logits processors (*how a token is sampled*), and the
+  one loop running each row's processors (``process_logits``).
+- ``acceptance``: what a sampled token does (EOS, stop string, cancel, length): the
+  one rule of the solo, batched, beam and speculative paths.
+- ``text_stream``: ``TextStream``, a sequence's text (mlx-lm's streaming detokenizer,
+  cut at stop strings, held back while a stop may be starting); ``stops``: ``StopMatcher``.
 - ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``).
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
 - ``cache_kinds``: KV cache kinds ``float16 | q8 | q4``.
@@ -10,7 +14,8 @@ sampled token per step.
 
 ``Generation`` asks ``own_loop(options)`` whether a request needs its own decode loop
 (the scheduler then runs it alone), and ``select_step`` for the token-step function
-(mlx-lm's ``generate_step`` or ours, same contract).
+(mlx-lm's ``generate_step`` after our prefill and lifecycle step, ``prepared_step``, or
+speculative decoding; same contract).
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
 ``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in.
@@ -26,6 +31,7 @@ from mlotspark.options import GenerationOptions
 from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, sample_sequences
 from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
+from mlotspark.decoding.prepared_step import prepared_generate_step
 from mlotspark.decoding.cache_kinds import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
 from mlotspark.decoding.speculative import SpeculativeConfig, speculative_generate_step
 
@@ -67,7 +73,7 @@ def select_step(gen: Any) -> Callable[..., Any]:
     Speculative decoding on a cache that cannot be trimmed (the memory cascade) falls
     back to plain decoding, noted in ``stats.extra["speculative"]``.
     """
-    from mlx_lm.generate import generate_step
+    generate_step = prepared_generate_step  # mlx-lm's, with the caches' prepare_decode step
 
     opts = gen.options
     if not opts.speculative:

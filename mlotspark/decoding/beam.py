@@ -12,6 +12,10 @@ reordered by indexing the rows), after one prefill of the prompt:
 - **multiple returns with sampling** draws ``num_return_sequences`` independent
   samples with the request's sampler.
 
+Each beam or sample takes its tokens through ``decoding.acceptance`` like every other
+path: an EOS or a stop string in its text ends it (``stop``), and its text comes from
+the same ``TextStream``.
+
 Returned sequences come best first, so the best is the request's result.
 """
 
@@ -20,13 +24,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
+from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler
-from mlotspark.decoding.stops import StopMatcher
+from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 from mlotspark.errors import OptionError
 
 __all__ = ["Hypothesis", "beam_search", "sample_sequences", "run_sequences"]
@@ -37,11 +42,12 @@ class Hypothesis:
     """One returned sequence.
 
     Attributes:
-        tokens: generated token ids (the EOS not included).
+        tokens: generated token ids (the EOS not included; the token that completed a
+            stop string included).
         logprob: sum of the tokens' logprobs under the model (EOS included).
         score: ``logprob / length ** length_penalty`` (length counts the EOS).
-        finish_reason: ``stop`` (EOS), ``length`` or ``cancelled``.
-        text: the decoded text (set by ``run_sequences``).
+        finish_reason: ``stop`` (EOS or a stop string), ``length`` or ``cancelled``.
+        text: the decoded text, cut before a stop string (empty without a tokenizer).
     """
 
     tokens: list[int]
@@ -72,6 +78,7 @@ def _prefill(model: Any, prompt: list[int], cache: list, chunk: int,
         mx.eval([c.state for c in cache])
         i += n
         report(i, len(prompt))
+    prepare_decode(model, cache, prompt[:i])  # the lifecycle step before the first decode step
     report(len(prompt), len(prompt))
     if timings is not None:
         timings["prefill_s"] = time.perf_counter() - t0
@@ -83,18 +90,17 @@ def _first_token(timings: dict | None, t0: float) -> None:
         timings["first_token_s"] = time.perf_counter() - t0
 
 
-def _processed_logprobs(logits: mx.array, histories: list[list[int]], processors: list | None) -> mx.array:
-    """(B, V) logprobs after each row's logits processors."""
+def _logprobs(logits: mx.array, prompt: list[int], rows: list[Acceptance], processors: list | None) -> mx.array:
+    """(B, V) logprobs after the processors, each row over its own history."""
     if processors:
-        rows = []
-        for i, hist in enumerate(histories):
-            row = logits[i : i + 1]
-            h = mx.array(hist)
-            for p in processors:
-                row = p(h, row)
-            rows.append(row)
-        logits = mx.concatenate(rows, axis=0)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        logits = process_logits(logits, [prompt + a.tokens for a in rows], [processors] * len(rows))
+    return to_logprobs(logits)
+
+
+def _hypothesis(acc: Acceptance, logprob: float, length: int, length_penalty: float, reason: str) -> Hypothesis:
+    """A finished sequence from its acceptance record (its text flushed)."""
+    acc.close(reason)
+    return Hypothesis(list(acc.tokens), logprob, _score(logprob, length, length_penalty), reason, acc.text)
 
 
 def beam_search(
@@ -113,6 +119,8 @@ def beam_search(
     cancel: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
+    tokenizer: Any = None,
+    stop: Sequence[str] = (),
 ) -> list[Hypothesis]:
     """Beam search; returns the ``num_return`` best hypotheses, best first.
 
@@ -133,6 +141,8 @@ def beam_search(
         cancel: set it to stop; the best so far are returned as ``cancelled``.
         progress: hears ``(prompt tokens prefilled, prompt tokens)`` per chunk.
         timings: filled with ``prefill_s`` and ``first_token_s`` (seconds from the start).
+        tokenizer: makes each hypothesis' text (None: texts stay empty).
+        stop: stop strings; one in a beam's text ends it as an EOS would (needs ``tokenizer``).
 
     Raises:
         OptionError: ``num_return`` > ``num_beams``.
@@ -143,7 +153,7 @@ def beam_search(
     t0 = time.perf_counter()
     _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     beams = tile_cache(cache, B)
-    seqs: list[list[int]] = [[] for _ in range(B)]
+    accs = [Acceptance.of(tokenizer, stop, eos=eos, max_tokens=max_tokens)] * B  # a child is a copy
     sums = mx.array([0.0] + [-float("inf")] * (B - 1))  # only beam 0 is live at first
     sum_list = [0.0] * B
     finished: list[Hypothesis] = []
@@ -158,7 +168,7 @@ def beam_search(
             reason = "cancelled"
             break
         logits = model(y, cache=beams)[:, -1, :]  # (B, V)
-        logprobs = _processed_logprobs(logits, [prompt + s for s in seqs], logits_processors)
+        logprobs = _logprobs(logits, prompt, accs, logits_processors)
         V = logprobs.shape[-1]
         cand = (sums[:, None] + logprobs).reshape(-1)  # (B * V,)
         top = mx.argpartition(-cand, kth=2 * B - 1)[: 2 * B] if 2 * B < cand.size else mx.arange(cand.size)
@@ -167,16 +177,17 @@ def beam_search(
         top, top_scores = top[order].tolist(), top_scores[order].tolist()
         _first_token(timings, t0)
         length = step + 1
-        keep: list[tuple[int, int, float]] = []  # (beam, token, summed logprob)
+        keep: list[tuple[int, int, float, Acceptance]] = []  # (beam, token, summed logprob, its record)
         for rank, (flat, s) in enumerate(zip(top, top_scores)):
             if s == -float("inf"):
                 break
             b, tok = divmod(flat, V)
-            if tok in eos:
-                if rank < B:  # only EOS among the top B ends a hypothesis (as Hugging Face)
-                    finished.append(Hypothesis(list(seqs[b]), s, _score(s, length, length_penalty), "stop"))
+            child = accs[b].child(tok)
+            if child.finish == "stop":  # an EOS, or a stop string in the text
+                if rank < B:  # only an end among the top B ends a hypothesis (as Hugging Face)
+                    finished.append(_hypothesis(child, s, length, length_penalty, "stop"))
                 continue
-            keep.append((b, tok, s))
+            keep.append((b, tok, s, child))
             if len(keep) == B:
                 break
         finished.sort(key=lambda h: h.score, reverse=True)
@@ -185,23 +196,21 @@ def beam_search(
             reason = "stop"
             break
         while len(keep) < B:  # fewer live candidates than beams (tiny vocabularies)
-            keep.append((keep[0][0], keep[0][1], -float("inf")))
-        idx = mx.array([b for b, _, _ in keep])
-        reorder_cache(beams, idx)
-        seqs = [seqs[b] + [tok] for b, tok, _ in keep]
-        sum_list = [s for _, _, s in keep]
+            keep.append((*keep[0][:2], -float("inf"), keep[0][3]))
+        reorder_cache(beams, mx.array([b for b, _, _, _ in keep]))
+        accs = [a for _, _, _, a in keep]
+        sum_list = [s for _, _, s, _ in keep]
         sums = mx.array(sum_list)
-        y = mx.array([[tok] for _, tok, _ in keep])
+        y = mx.array([[tok] for _, tok, _, _ in keep])
         if len(finished) >= B:
             best_running = max(sum_list) / length**length_penalty
             if early_stopping or best_running <= worst_finished():
                 reason = "stop"
                 break
     if reason != "stop":  # running beams compete with the finished ones
-        length = len(seqs[0])
-        for s, total in zip(seqs, sum_list):
+        for a, total in zip(accs, sum_list):
             if total > -float("inf"):
-                finished.append(Hypothesis(list(s), total, _score(total, length, length_penalty), reason))
+                finished.append(_hypothesis(a, total, len(a.tokens), length_penalty, reason))
     finished.sort(key=lambda h: h.score, reverse=True)
     return finished[:num_return]
 
@@ -221,6 +230,8 @@ def sample_sequences(
     cancel: threading.Event | None = None,
     progress: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
+    tokenizer: Any = None,
+    stop: Sequence[str] = (),
 ) -> list[Hypothesis]:
     """``n`` independent samples decoded as one batch; returned best score first.
 
@@ -230,35 +241,30 @@ def sample_sequences(
     t0 = time.perf_counter()
     _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     rows = tile_cache(cache, n)
-    seqs: list[list[int]] = [[] for _ in range(n)]
+    accs = [Acceptance.of(tokenizer, stop, eos=eos, max_tokens=max_tokens) for _ in range(n)]
     sums = [0.0] * n
-    done: list[str | None] = [None] * n
     y = mx.array([[prompt[-1]]] * n)
     for _ in range(max_tokens):
         if cancel is not None and cancel.is_set():
             break
         logits = model(y, cache=rows)[:, -1, :]
-        logprobs = _processed_logprobs(logits, [prompt + s for s in seqs], logits_processors)
+        logprobs = _logprobs(logits, prompt, accs, logits_processors)
         toks = sampler(logprobs)
         picked = mx.take_along_axis(logprobs, toks[:, None], axis=-1)[:, 0]
         toks_l, picked_l = toks.tolist(), picked.tolist()
         _first_token(timings, t0)
         for i, (t, lp) in enumerate(zip(toks_l, picked_l)):
-            if done[i] is not None:
-                continue
-            sums[i] += lp
-            if t in eos:
-                done[i] = "stop"
-            else:
-                seqs[i].append(t)
-        if all(d is not None for d in done):
+            if accs[i].finish is None:
+                sums[i] += lp
+                accs[i].accept(t)
+        if all(a.finish is not None for a in accs):
             break
         y = mx.array([[t] for t in toks_l])
     reason = "cancelled" if cancel is not None and cancel.is_set() else "length"
     out = []
-    for s, total, d in zip(seqs, sums, done):
-        length = len(s) + (1 if d == "stop" else 0)
-        out.append(Hypothesis(s, total, _score(total, length, length_penalty), d or reason))
+    for a, total in zip(accs, sums):
+        length = len(a.tokens) + a.ended_on_eos
+        out.append(_hypothesis(a, total, length, length_penalty, a.finish or reason))
     out.sort(key=lambda h: h.score, reverse=True)
     return out
 
@@ -268,7 +274,7 @@ def run_sequences(gen: Any) -> Iterator[str]:
 
     Fills ``gen.tokens``, ``gen.text``, ``gen.stats`` and ``gen.result`` (with every
     sequence in ``result.sequences``, best first) and yields the best text once.
-    Stop strings cut each sequence's text after decoding.
+    A stop string ends a sequence as an EOS does.
     """
     opts = gen.options
     if opts.seed is not None:
@@ -284,6 +290,8 @@ def run_sequences(gen: Any) -> Iterator[str]:
         cancel=gen.cancel,
         progress=gen.prefill_meter(),
         timings=timings,
+        tokenizer=gen.tokenizer,
+        stop=opts.stop,
     )
     mx.reset_peak_memory()
     t0 = time.perf_counter()
@@ -294,17 +302,6 @@ def run_sequences(gen: Any) -> Iterator[str]:
         hyps = sample_sequences(gen.model, gen.prompt, gen.cache, n=opts.num_return_sequences,
                                 sampler=build_sampler(opts), **common)
     elapsed = time.perf_counter() - t0
-    stops = StopMatcher(opts.stop)
-    for h in hyps:
-        detok = gen.tokenizer.detokenizer
-        detok.reset()
-        for t in h.tokens:
-            detok.add_token(t)
-        detok.finalize()
-        h.text = detok.text
-        cut = stops.cut(h.text) if stops.stops else None
-        if cut is not None:
-            h.text, h.finish_reason = h.text[:cut], "stop"
     best = hyps[0]
     gen.tokens[:] = best.tokens
     gen.text = best.text

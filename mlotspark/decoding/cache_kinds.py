@@ -24,6 +24,7 @@ from mlx_lm.models.cache import KVCache as _MlxKVCache
 from mlx_lm.models.cache import QuantizedKVCache as _MlxQuantizedKVCache
 
 from mlotspark.errors import OptionError
+from mlotspark.models.cache_interface import NothingToPrepare
 from mlotspark.models.kv_cache import KVCache
 
 __all__ = [
@@ -50,26 +51,15 @@ class Float16KVCache(KVCache):
 
     kind = "float16"
 
-    def attend(
-        self,
-        q: mx.array,
-        k: mx.array,
-        v: mx.array,
-        *,
-        rope: Callable[..., mx.array],
-        scale: float,
-        mask: Any = None,
-    ) -> mx.array:
-        """Attend queries (B, H, L, D) to the cached keys plus the new ones (float16 storage)."""
-        q = rope(q, offset=self.offset)
-        k = rope(k, offset=self.offset)
+    def keep(self, k: mx.array, v: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
+        """Store in float16; attend in the query's dtype (float32 reaches BLAS on the CPU, f16 does not)."""
         keys, values = self.update_and_fetch(k.astype(mx.float16), v.astype(mx.float16))
-        if q.dtype != mx.float16:  # float32 attention reaches BLAS on the CPU; f16 does not
-            keys, values = keys.astype(q.dtype), values.astype(q.dtype)
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
+        if dtype != mx.float16:
+            keys, values = keys.astype(dtype), values.astype(dtype)
+        return keys, values
 
 
-class QuantizedKVCache(_MlxQuantizedKVCache):
+class QuantizedKVCache(NothingToPrepare, _MlxQuantizedKVCache):
     """mlx-lm's quantized KV cache plus ``attend`` (keys after RoPE, like the plain cache).
 
     Args:
@@ -83,6 +73,11 @@ class QuantizedKVCache(_MlxQuantizedKVCache):
     @property
     def kind(self) -> str:
         return f"q{self.bits}"
+
+    @property
+    def nbytes(self) -> int:
+        # mlx-lm's reads .nbytes of keys that are None until the first token (AttributeError).
+        return 0 if self.keys is None else super().nbytes
 
     def attend(
         self,

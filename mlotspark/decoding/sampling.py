@@ -1,8 +1,10 @@
-"""Samplers and logits processors: mlx-lm's, configured from our options."""
+"""Samplers and logits processors: mlx-lm's, configured from our options, and the one
+loop that runs each row's processors over its own history (batched rows, beams,
+speculative verify positions)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
@@ -14,6 +16,8 @@ from mlotspark.options import GenerationOptions
 REPETITION_CONTEXT = 64
 
 Sampler = Callable[[mx.array], mx.array]
+#: mlx-lm's logits-processor contract: (tokens seen (T,), logits (1, V)) -> logits (1, V).
+Processor = Callable[[mx.array, mx.array], mx.array]
 
 
 def build_sampler(options: GenerationOptions) -> Sampler:
@@ -65,3 +69,36 @@ def build_logits_processors(options: GenerationOptions, tokenizer: Any = None,
             raise ValueError("response_format needs the tokenizer: build_logits_processors(options, tokenizer)")
         out.append(JsonConstraint(tokenizer, options.response_format))
     return out
+
+
+def process_logits(logits: mx.array, histories: Sequence[Any], processors: Sequence[Sequence[Processor] | None]) -> mx.array:
+    """Each row's logits through its own processors, over its own token history.
+
+    mlx-lm's ``generate_step`` runs its processors on one row; a batch, a beam set or a
+    speculative verify pass has a row per sequence (or per draft position), each with
+    its own history, so the loop goes over rows here.
+
+    Args:
+        logits: (B, V) logits, one row per sequence or position.
+        histories: per row, the tokens seen before it (a list of ids or an (T,) array).
+        processors: per row, its processors in order (None or empty: left as is).
+
+    Returns:
+        (B, V) processed logits (``logits`` itself when no row has a processor).
+    """
+    if not any(processors):
+        return logits
+    rows = []
+    for i, (hist, procs) in enumerate(zip(histories, processors, strict=True)):
+        row = logits[i : i + 1]  # (1, V)
+        if procs:
+            h = hist if isinstance(hist, mx.array) else mx.array(hist)
+            for proc in procs:
+                row = proc(h, row)
+        rows.append(row)
+    return rows[0] if len(rows) == 1 else mx.concatenate(rows, axis=0)
+
+
+def to_logprobs(logits: mx.array) -> mx.array:
+    """Log-probabilities (B, V) of logits (B, V), as mlx-lm's ``generate_step`` makes them."""
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)

@@ -16,6 +16,10 @@ distributed exactly as plain sampling would draw it.
 
 The draft length adapts to the running acceptance rate; when acceptance stays low,
 drafting pauses for a while (plain decoding) and then tries again.
+
+Not mlx-lm's ``speculative_generate_step``: it takes only a draft model, with a fixed
+draft length, and keeps a draft when the sampler draws the same token (exact for
+greedy only). Tokens it yields go through ``decoding.acceptance`` like any other.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.drafters import Drafter
+from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = [
     "SpeculativeConfig",
@@ -173,16 +179,10 @@ def verify(
 
 def _logprobs(logits: mx.array, history: list[int], inputs: list[int], processors: list | None) -> mx.array:
     """Target logprobs (L, V) for positions of ``inputs``, with each position's history."""
-    if processors:
-        rows = []
-        for i in range(logits.shape[0]):
-            row = logits[i : i + 1]
-            hist = mx.array(history + inputs[1 : i + 1])
-            for proc in processors:
-                row = proc(hist, row)
-            rows.append(row)
-        logits = mx.concatenate(rows, axis=0)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    if processors:  # position i has seen the history, then inputs[1 .. i]
+        histories = [history + inputs[1 : i + 1] for i in range(logits.shape[0])]
+        logits = process_logits(logits, histories, [processors] * len(histories))
+    return to_logprobs(logits)
 
 
 def speculative_generate_step(
@@ -259,6 +259,7 @@ def speculative_generate_step(
         mx.clear_cache()
         done += n
         progress(done, total)
+    prepare_decode(model, prompt_cache, ids[:done])  # the caches' lifecycle step before decode
     progress(total, total)
 
     context = list(ids)  # every token fed or being fed, in order

@@ -69,6 +69,13 @@ class PipelineModel(nn.Module):
         """One plain KV cache per layer of this rank."""
         return [KVCache() for _ in self.layers]
 
+    def reduce_scores(self, scores: mx.array) -> mx.array:
+        """Sum per-block scores over every rank (``ScoreReducer``): each holds other layers,
+        so the question pass's consensus is the one a single process would take."""
+        if self.size == 1:
+            return scores
+        return _now(mx.distributed.all_sum(scores, group=self.group))
+
     def logits(self, hidden: mx.array) -> mx.array:
         """Rank 0: final hidden states (B, L, H) to logits (B, L, V)."""
         if self.args.tie_word_embeddings:

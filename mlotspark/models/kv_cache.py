@@ -1,9 +1,9 @@
 """The plain KV cache: full attention, RoPE applied at the cache offset.
 
 It is mlx-lm's ``KVCache`` (so its state, trimming and prompt-cache files work
-unchanged) plus ``attend``, the one method our attention calls. Any object with
-``attend(q, k, v, rope=, scale=, mask=)`` and ``offset`` can stand in for it: the
-memory cascade is such an object.
+unchanged) plus ``attend``, the one method our attention calls, and the lifecycle of
+``models/cache_interface.py`` (nothing to prepare). Any object with that interface can
+stand in for it: the memory cascade is such an object.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache as _MlxKVCache
 
 from mlotspark.models import prefill_ops
+from mlotspark.models.cache_interface import NothingToPrepare
 
 
-class KVCache(_MlxKVCache):
+class KVCache(NothingToPrepare, _MlxKVCache):
     """Full-attention KV cache; stores keys *after* RoPE, like mlx-lm."""
 
     def attend(
@@ -32,5 +33,10 @@ class KVCache(_MlxKVCache):
         """Attend new queries (B, H, L, D) to everything cached plus the new keys."""
         q = rope(q, offset=self.offset)
         k = rope(k, offset=self.offset)
-        keys, values = self.update_and_fetch(k, v)
+        keys, values = self.keep(k, v, q.dtype)
         return prefill_ops.attention(q, keys, values, scale=scale, mask=mask)
+
+    def keep(self, k: mx.array, v: mx.array, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
+        """Store rotated ``k, v`` and return every cached key and value for attention in
+        ``dtype`` (a subclass changes the stored form: ``Float16KVCache``)."""
+        return self.update_and_fetch(k, v)

@@ -224,11 +224,6 @@ class LlamaModel(nn.Module):
         self._set_matvec()
         if cache is None:
             cache = [None] * len(self.layers)
-        # A cache may need the token ids before they run (the cascade re-reads a
-        # prompt's question with the blocks it chose: memory/cascade/question.py).
-        before = getattr(cache[0], "before_call", None)
-        if before is not None and len(cache) == len(self.layers):
-            before(self, inputs, cache)
         # Caches that assemble their own context (the cascade) build their own mask.
         mask = create_attention_mask(h, cache[0])
         compiled = self.compiled_decode

@@ -12,9 +12,10 @@ Steps are pipelined as in mlx-lm's ``generate_step``: a step is launched with th
 previous step's sampled tokens before they are read back, so building one step
 overlaps the compute of the one before.
 
-:class:`SequenceState` is one request's decode state (detokenizer, stop strings,
-sampler, counters); it writes into the request's :class:`~mlotspark.runtime.generation.Generation`
-so callers read ``text``, ``tokens``, ``fed_tokens`` and ``result`` there as before.
+:class:`SequenceState` is one request's decode state (its ``decoding.acceptance``
+record: EOS, stop strings, text; sampler, counters); it writes into the request's
+:class:`~mlotspark.runtime.generation.Generation` so callers read ``text``, ``tokens``,
+``fed_tokens`` and ``result`` there as before.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as MlxKVCache
 
-from mlotspark.decoding.stops import StopMatcher
+from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.runtime.generation import Generation
 from mlotspark.models.kv_cache import KVCache
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler
+from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 
 #: On the CPU backend a row stepped on its own runs through NumPy (``models/cpu_step.py``),
 #: ~2x mlx-lm's decode; packed rows stay on MLX. Packing pays only from this many rows:
@@ -39,7 +40,7 @@ from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 #: round 5", batched decode), so fewer plain rows take NumPy steps one after another.
 NUMPY_PACK_FROM = 4
 
-__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "is_plain_kv", "supports_batching"]
+__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
 
 
 class BatchCache:
@@ -95,13 +96,28 @@ class BatchCache:
         if self.packed is not None:
             P = self.packed.offset.shape[0]
             qp, kp, vp = (q, k, v) if P == q.shape[0] else (q[:P], k[:P], v[:P])
-            pos = self.packed.offset  # (P,) each row's own position
-            qp, kp = rope(qp, offset=pos), rope(kp, offset=pos)
-            keys, values = self.packed.update_and_fetch(kp, vp)  # (P, Hkv, T, D), left-padded
-            outs.append(mx.fast.scaled_dot_product_attention(qp, keys, values, scale=scale, mask=self.mask))
+            outs.append(attend_packed(self.packed, qp, kp, vp, rope=rope, scale=scale, mask=self.mask))
         for i, c in enumerate(self.caches, start=P):
             outs.append(c.attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], rope=rope, scale=scale))
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=0)
+
+
+def attend_packed(kv: BatchKVCache, q: mx.array, k: mx.array, v: mx.array, *, rope: Callable[..., mx.array],
+                  scale: float, mask: Any) -> mx.array:
+    """Attention of rows packed in one left-padded buffer (a decode step's ``BatchCache``,
+    a batched prefill's ``PrefillCache``): each row rotated at its own position.
+
+    Args:
+        kv: the rows' merged buffer; q: un-rotated (P, Hq, L, D); k, v: (P, Hkv, L, D).
+        mask: the rows' mask (their left padding; causal over a prefill chunk).
+
+    Returns:
+        (P, Hq, L, D) attention output.
+    """
+    pos = kv.offset  # (P,) each row's position of its first new token
+    q, k = rope(q, offset=pos), rope(k, offset=pos)
+    keys, values = kv.update_and_fetch(k, v)  # (P, Hkv, T, D), left-padded
+    return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=mask)
 
 
 def is_plain_kv(cache: Sequence[Any]) -> bool:
@@ -134,18 +150,16 @@ class SequenceState:
     def __init__(self, gen: Generation, eos: set[int]):
         self.gen = gen
         self.eos = eos
-        self.detok = gen.tokenizer.detokenizer  # a fresh copy per request
-        self.detok.reset()
-        self.stops = StopMatcher(gen.options.stop)
         self.sampler = build_sampler(gen.options)
         self.greedy = gen.options.temperature == 0
         self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
         self.max_tokens = gen._max_tokens()
+        self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
+                                        cancel=gen.cancel, tokens=gen.tokens)
         self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
         self.decoded = False  # True once the whole prompt is in the cache
         self.plain = is_plain_kv(gen.cache)  # may be packed with other plain rows
         self.lazy_input: mx.array | None = None  # (1,) this step's input, fed unread
-        self.emitted = 0  # characters of text handed out
         self.finish: str | None = None
         self.t_start = time.perf_counter()
         self.t_first: float | None = None
@@ -178,29 +192,11 @@ class SequenceState:
 
         Sets ``finish`` when the sequence is done (stop, length or cancelled).
         """
-        g = self.gen
         if self.t_first is None:
             self.t_first = time.perf_counter()
-        if g.cancel.is_set():
-            self.finish = "cancelled"
-            return ""
-        if token in self.eos:
-            self.finish = "stop"
-            return ""
-        g.tokens.append(token)
-        self.detok.add_token(token)
-        g.text = self.detok.text
-        cut = self.stops.cut(g.text) if self.stops.stops else None
-        if cut is not None:
-            g.text = g.text[:cut]
-            self.finish = "stop"
-            return ""
-        if len(g.tokens) >= self.max_tokens:
-            self.finish = "length"
-            return ""
-        safe = self.stops.safe_length(g.text)
-        piece = g.text[self.emitted : safe] if safe > self.emitted else ""
-        self.emitted = max(self.emitted, safe)
+        piece = self.acceptance.accept(token)
+        self.gen.text = self.acceptance.text
+        self.finish = self.acceptance.finish
         return piece
 
     def close(self, reason: str | None = None) -> str:
@@ -213,13 +209,9 @@ class SequenceState:
             The last text piece to emit (may be empty).
         """
         g = self.gen
-        self.finish = reason or self.finish or "length"
-        if self.finish != "cancelled" or g.tokens:
-            self.detok.finalize()  # bytes the detokenizer held back (a split UTF-8 char)
-            cut = self.stops.cut(self.detok.text) if self.stops.stops else None
-            g.text = self.detok.text[:cut] if cut is not None else self.detok.text
-        piece = g.text[self.emitted :] if len(g.text) > self.emitted else ""
-        self.emitted = len(g.text)
+        piece = self.acceptance.close(reason)
+        self.finish = self.acceptance.finish
+        g.text = self.acceptance.text
         g.stats.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
         g.finalize(self.finish, self.t_start, self.t_first)
         return piece
@@ -241,10 +233,8 @@ def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:
     for i, s in enumerate(seqs):
         row = logits[i : i + 1]  # (1, V)
         if s.processors:
-            hist = s.history()
-            for p in s.processors:
-                row = p(hist, row)
-        logprobs = row - mx.logsumexp(row, axis=-1, keepdims=True)
+            row = process_logits(row, [s.history()], [s.processors])
+        logprobs = to_logprobs(row)
         if s.gen.options.seed is not None and not s.greedy:
             # The key is taken when the op is built, so the next row may reseed at once.
             mx.random.seed(_seed_for(s.gen.options.seed, s.steps))

@@ -1,8 +1,9 @@
 """One sequence's generation: prefill, decode, stop rules, streaming text, stats.
 
 The token loop is mlx-lm's ``generate_step`` (chunked prefill, async-eval decode
-pipeline, its samplers); around it we add what an engine reports and enforces: stop
-strings that never leak into the text, cancellation, the context limit, and stats.
+pipeline, its samplers); around it we add what an engine reports and enforces: each
+token goes through ``decoding.acceptance`` (EOS, stop strings that never leak into the
+text, cancellation, the length), the context limit, and stats.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import mlx.core as mx
 
 from mlotspark.decoding import own_loop, run_sequences, select_step
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
-from mlotspark.decoding.stops import StopMatcher
+from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.errors import PromptTooLongError
 from mlotspark.memory.cascade import is_cascade
 from mlotspark.options import GenerationOptions
@@ -123,13 +124,9 @@ class Generation:
             return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
-        eos = set(self.tokenizer.eos_token_ids or ())
-        detok = self.tokenizer.detokenizer
-        detok.reset()
-        stops = StopMatcher(opts.stop)
-        emitted = 0
-        finish = "length"
         max_tokens = self._max_tokens()
+        acc = Acceptance.of(self.tokenizer, opts.stop, max_tokens=max_tokens, cancel=self.cancel,
+                            tokens=self.tokens)
         mx.reset_peak_memory()
         t0 = time.perf_counter()
         t_first = None
@@ -149,35 +146,19 @@ class Generation:
                 if t_first is None:
                     t_first = time.perf_counter()
                 self.fed_tokens.append(token)
-                if self.cancel.is_set():
-                    finish = "cancelled"
+                piece = acc.accept(token)
+                self.text = acc.text
+                if piece:
+                    yield piece
+                if acc.finish is not None:
                     break
-                if token in eos:
-                    finish = "stop"
-                    break
-                self.tokens.append(token)
-                detok.add_token(token)
-                self.text = detok.text
-                cut = stops.cut(self.text) if stops.stops else None
-                if cut is not None:
-                    self.text = self.text[:cut]
-                    finish = "stop"
-                    break
-                safe = stops.safe_length(self.text)
-                if safe > emitted:
-                    yield self.text[emitted:safe]
-                    emitted = safe
-            else:
-                finish = "length"
-            # Flush bytes the detokenizer held back (a split UTF-8 character).
-            detok.finalize()
-            cut = stops.cut(detok.text) if stops.stops else None
-            self.text = detok.text[:cut] if cut is not None else detok.text
+            tail = acc.close()  # steps ran out: length
+            self.text = acc.text
         finally:
             steps.close()
-        if len(self.text) > emitted:
-            yield self.text[emitted:]
-        self.finalize(finish, t0, t_first)
+        if tail:
+            yield tail
+        self.finalize(acc.finish or "length", t0, t_first)
 
     def finalize(
         self,

@@ -12,7 +12,10 @@ tokens, so causality alone keeps it out of their attention; its keys end up in t
 left padding, which the mask hides.
 
 All prompt tokens but the last are prefilled here (as mlx-lm's ``generate_step``
-does); the last one is the sequence's first decode input.
+does); the last one is the sequence's first decode input. Between the two, each
+request's caches get their lifecycle step (``prepare_decode``,
+``models/cache_interface.py``), here, so every path that prefills through this module
+(solo and batched requests, conversations, the server, every distributed rank) runs it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache
 
-from mlotspark.runtime.batching import SequenceState
+from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.runtime.batching import SequenceState, attend_packed
 
 __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]
 
@@ -32,9 +36,13 @@ __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"
 MAX_PREFILL_BATCH = 8
 
 
-def _advance(seq: SequenceState, n: int) -> None:
-    """Count ``n`` more prompt tokens of ``seq`` as prefilled and report progress."""
+def _advance(model: Any, seq: SequenceState, n: int) -> None:
+    """Count ``n`` more prompt tokens of ``seq`` as prefilled and report progress; once
+    the prefill is done, run the caches' lifecycle step before the first decode step
+    (``prepare_decode``: the cascade's question pass)."""
     seq.prefilled += n
+    if seq.prefill_left == 0:
+        prepare_decode(model, seq.gen.cache, seq.gen.prompt[: seq.prefilled])
     if seq.meter is not None:
         # The last prompt token runs in the first decode step: the prompt counts as
         # prefilled once nothing else is left, as in mlx-lm's generate_step.
@@ -58,7 +66,7 @@ def prefill_chunk(model: Any, seq: SequenceState) -> int:
     chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
     model(chunk, cache=seq.gen.cache)  # the logits are never evaluated: only the cache is
     mx.eval([c.state for c in seq.gen.cache])
-    _advance(seq, n)
+    _advance(model, seq, n)
     return n
 
 
@@ -96,10 +104,7 @@ class PrefillCache:
         Returns:
             (B, Hq, L, D) attention output.
         """
-        pos = self.kv.offset  # (B,) each row's position of its chunk's first token
-        q, k = rope(q, offset=pos), rope(k, offset=pos)
-        keys, values = self.kv.update_and_fetch(k, v)
-        return mx.fast.scaled_dot_product_attention(q, keys, values, scale=scale, mask=self.mask)
+        return attend_packed(self.kv, q, k, v, rope=rope, scale=scale, mask=self.mask)
 
 
 def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
@@ -153,5 +158,5 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
             own.offset = end - pad
     mx.eval([c.state for s in seqs for c in s.gen.cache])
     for s, n in zip(seqs, lengths):
-        _advance(s, n)
+        _advance(model, s, n)
     return sum(lengths)

@@ -8,20 +8,19 @@ modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context),
 cache; only where prompt + answer fit the model's trained context). A figure is
 the score per case, in percent (share of expected answers in the reply). It
 measures accuracy, not speed: warm-up runs are skipped and ``--compare`` has no
-mlx-lm counterpart here.
+mlx-lm counterpart here. Every case runs through the engine as a user's request does
+(``bench.ruler.answer``: the engine's prefill chunks and the cascade's question pass).
 """
 
 from __future__ import annotations
 
-from typing import Any
 
 from mlotspark.bench.context import BenchContext
 from mlotspark.bench.figures import Figure
-from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
+from mlotspark.bench.ruler import ANSWER_TOKENS, MODES, TASKS, answer, depths, make_case
 
 CASES = TASKS
 DESCRIPTION = "long-context accuracy (RULER-style needles in Python's docs): cascade vs sinks+window vs full attention"
-MODES = ("cascade", "streaming", "full")
 
 
 def _tasks(cases: tuple[str, ...]) -> tuple[str, ...]:
@@ -34,28 +33,6 @@ def steps(ctx: BenchContext, cases: tuple[str, ...]) -> int:
 
 def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
     return None
-
-
-def _answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int) -> str:
-    """Greedy reply through a cache of ``mode`` (runs on the engine thread)."""
-    import mlx.core as mx
-    from mlx_lm.generate import generate_step
-
-    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-
-    model = engine.loaded.model
-    if mode == "full":
-        cache = model.make_cache()
-    else:
-        cfg = config if mode == "cascade" else CascadeConfig(**{**config.to_dict(), "top_k": 0})
-        cache = make_cascade_cache(model, cfg)
-    eos = set(engine.tokenizer.eos_token_ids or ())
-    out = []
-    for t, _ in generate_step(mx.array(ids), model, max_tokens=max_tokens, prompt_cache=cache, prefill_step_size=512):
-        if t in eos:
-            break
-        out.append(t)
-    return engine.tokenizer.decode(out)
 
 
 def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
@@ -75,7 +52,7 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                 for mode in MODES:
                     if mode == "full" and len(ids) + ANSWER_TOKENS[task] > ctx.context_length:
                         continue
-                    reply = engine.run_on_engine(_answer, engine, ids, mode, config, ANSWER_TOKENS[task])
+                    reply = answer(engine, ids, mode, config, ANSWER_TOKENS[task]).text
                     scores[mode].append(100.0 * case.score(reply))
                 ctx.progress.step(f"ruler {task} {length}")
             for mode, values in scores.items():

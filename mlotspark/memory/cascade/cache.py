@@ -104,12 +104,18 @@ class CascadeCache:
         self._since_route = 0  # decode steps since the blocks were last scored
         self._new_blocks = False  # blocks sealed since the last scoring
 
-    # ------------------------------------------------------- mlx-lm duck typing
-    def before_call(self, model: Any, inputs: mx.array, caches: Sequence[Any]) -> None:
-        """The model's forward calls this on its first layer's cache before running
-        ``inputs`` (token ids): the question pass (``question.py``) hooks in here."""
-        if self.question is not None:
-            self.question.before_call(model, inputs, caches)
+    # ----------------------------------------- the cache interface (cache_interface.py)
+    def prepare_decode(self, model: Any, caches: Sequence[Any], prompt: Sequence[int]) -> None:
+        """After the prompt's prefill, before its first decode step: the question pass
+        (``question.py``), once per request (from the first layer's cache)."""
+        if self.question is not None and caches and caches[0] is self:
+            self.question.run(model, caches, prompt)
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> Any:
+        """Not for the cascade: it keeps keys without RoPE and assembles its own rotated
+        context, so attention must go through ``attend`` (``check_cascade`` refuses
+        models whose attention does not)."""
+        raise NotImplementedError("the memory cascade is attended through attend(), not update_and_fetch()")
 
     def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
         """No model-level mask: ``attend`` builds its own (causal over the new tokens)."""
@@ -190,6 +196,8 @@ class CascadeCache:
         if q.shape[0] != 1:
             raise ValueError(f"the memory cascade runs one sequence per cache, got batch {q.shape[0]}")
         L, c = q.shape[2], self.config.max_chunk
+        if L > 1 and not (self.question is not None and self.question.running):
+            self.pinned = None  # a new prompt's prefill: its own question pass chooses again
         if L <= c:
             return self._attend(q, k, v, rope, scale)
         outs = []

@@ -24,8 +24,9 @@ So, once per prompt, between the last prefill chunk and the first decode step:
    tokens), until the next prefill chunk unpins it.
 
 Nothing happens while every block fits in ``top_k`` (then sinks + window + all
-blocks is exact attention). The pass needs the token ids, so it is driven from the
-model's forward (``LlamaModel.__call__`` asks ``cache[0].before_call``); it costs
+blocks is exact attention). The pass needs the token ids, so it is driven by the
+runtime as an explicit lifecycle step (``prepare_decode``, ``models/cache_interface.py``:
+after the prompt's prefill, before its first decode step, on every path); it costs
 ``question_pass`` tokens of prefill and one exact scoring of the question against
 every stored key (a read of the episodic store's keys, spilled blocks included, that
 leaves its residency and LRU order alone) once per prompt, and makes decode routing free.
@@ -33,7 +34,7 @@ leaves its residency and LRU order alone) once per prompt, and makes decode rout
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
@@ -76,7 +77,8 @@ def query_mass(cache: Any, n: int) -> mx.array:
     return w[:, :, n_sinks : n_sinks + n * B].reshape(H, G * M, n, B).sum(axis=-1)
 
 
-def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focus: float = 0.0) -> tuple[int, ...]:
+def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focus: float = 0.0,
+              reduce: Callable[[mx.array], mx.array] | None = None) -> tuple[int, ...]:
     """The blocks the question queries of all layers agree on.
 
     Each (layer, KV head)'s ``block_mass`` is raised to ``sharpen`` before the sum
@@ -98,6 +100,7 @@ def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focu
         follow: successors taken with each block (``top_blocks``).
         sharpen: exponent on each (layer, KV head)'s block mass (1 = plain sum).
         focus: keep blocks scoring >= ``focus`` x the best (0 = the ``k`` best).
+        reduce: sums the scores over the ranks that hold the other layers (None: one process).
 
     Returns:
         Sorted block ids (``k`` of them unless ``focus`` leaves fewer), or () when a
@@ -114,6 +117,8 @@ def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focu
         mass = mass.sum(axis=0)  # (n,)
         total = mass if total is None else total + mass
         mx.eval(total)  # one layer's scores at a time: bounded memory at any length
+    if reduce is not None:
+        total = reduce(total)
     if focus <= 0:
         return top_blocks(total[None], k, follow)[0]
     return focused(total, k, follow, focus)
@@ -145,52 +150,50 @@ class QuestionPass:
 
     def __init__(self, tokens: int):
         self.tokens = tokens
-        self.tail: mx.array | None = None  # the last ``tokens`` prompt ids seen in prefill
-        self.pending = False  # a prefill happened and its question was not re-read yet
-        self.running = False  # inside the re-read (its own forward must pass through)
+        self.running = False  # inside the re-read (its own prefill must not unpin)
         self.passes = 0  # re-reads done (stats, tests)
 
-    def before_call(self, model: Any, inputs: mx.array, caches: Sequence[Any]) -> None:
-        """Called by the model's forward before it runs ``inputs`` (1, L) on ``caches``.
+    def run(self, model: Any, caches: Sequence[Any], prompt: Sequence[int]) -> bool:
+        """Re-read the prompt's tail with the blocks its question chooses (see the module
+        docstring); the runtime calls this through ``prepare_decode`` once per request,
+        after the prefill and before the first decode step.
 
-        A prefill chunk (L > 1) is remembered and unpins the selection; the first
-        single-token call after it (the prompt's last token: mlx-lm's
-        ``generate_step`` and our scheduler prefill all but it) re-reads the tail first.
+        Args:
+            model: the model (or a rank's share of it: its ``reduce_scores`` sums the
+                consensus over ranks, so every rank pins the same blocks).
+            caches: one sequence's per-layer cascade caches.
+            prompt: the tokens prefilled by this request (the last ``tokens`` are re-read).
+
+        Returns:
+            True when a re-read ran.
         """
-        if self.running or inputs.ndim != 2 or inputs.shape[0] != 1:
-            return
-        if inputs.shape[1] > 1:
-            for c in caches:
-                c.pinned = None
-            seen = inputs[0] if self.tail is None else mx.concatenate([self.tail, inputs[0]])
-            self.tail = seen[-self.tokens :]
-            self.pending = True
-            return
-        if not self.pending:
-            return
-        self.pending = False
-        tail, self.tail = self.tail, None
+        if self.running or not prompt:
+            return False
+        tail = mx.array(list(prompt[-self.tokens :]))
         for c in caches:
             c.settle()  # what each layer's next call would do first: equal block counts
         first = caches[0]
         k = first.config.top_k
         n = tail.shape[0]
         if min(c.n_blocks for c in caches) <= k or any(c.n_window < n for c in caches):
-            return  # every block is attended anyway, or the tail already left the window
+            return False  # every block is attended anyway, or the tail already left the window
         cfg = first.config
-        chosen = consensus(caches, k, cfg.follow, cfg.question_sharpen, cfg.question_focus)
+        reduce = getattr(model, "reduce_scores", None)  # a ScoreReducer (cache_interface.py) when split over ranks
+        chosen = consensus(caches, k, cfg.follow, cfg.question_sharpen, cfg.question_focus, reduce)
         if not chosen:
-            return
+            return False
         for c in caches:
             if c.trim(n) != n:  # cannot happen after the check above; stay consistent if it does
                 raise RuntimeError(f"cascade layer {c.layer} could not drop {n} tokens for the question pass")
             c.pinned = chosen
         self.running = True
         try:
-            model(tail[None], caches)  # rewrites the tail's KV; its output is not needed
+            model(tail[None], cache=list(caches))  # rewrites the tail's KV; its output is not needed
+            mx.eval([c.state for c in caches])
         finally:
             self.running = False
         self.passes += 1
+        return True
 
 
 __all__ = ["QuestionPass", "consensus", "focused"]

@@ -19,6 +19,8 @@ def cascade_stats(caches: list) -> dict:
             blocks: {total, in_memory, on_disk}   (all layers)
             retrieval: {calls, routed_calls, blocks_per_call, selection_changes, rebuilds}
             store: {hits, loads, spills, hit_rate, bytes_written, bytes_read}
+            question_passes: question passes run on these caches (a conversation's carry
+                over from turn to turn: one per prompt at most)
     """
     layers = [c for c in caches if isinstance(c, CascadeCache)]
     if not layers:
@@ -62,4 +64,7 @@ def cascade_stats(caches: list) -> dict:
             "bytes_written": store.counters.bytes_written,
             "bytes_read": store.counters.bytes_read,
         },
+        # Re-reads of the prompt's question with the blocks it chose (question.py); 0 with
+        # another routing, or while every block fits in top_k.
+        "question_passes": first.question.passes if first.question is not None else 0,
     }
