@@ -82,10 +82,12 @@ def test_models_env_puts_models_elsewhere(fake_alias, tmp_path, monkeypatch):
 
 
 def test_models_dir_flag(fake_alias, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("MLOTSPARK_MODELS", raising=False)
+    # The flag wins over the variable (and monkeypatch then restores what the flag set).
+    monkeypatch.setenv("MLOTSPARK_MODELS", str(tmp_path / "not-here"))
     folder = tmp_path / "flagged"
     assert main(["--models-dir", str(folder), "pull", ALIAS]) == 0
     assert (folder / ALIAS / "tiny.gguf").is_file()
+    assert not (tmp_path / "not-here").exists()
     capsys.readouterr()
     assert main(["list", "--models-dir", str(folder), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
