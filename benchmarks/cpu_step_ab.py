@@ -3,7 +3,7 @@
 Both steps run a narrow twin of the default model's architecture (30 layers, 9 heads over 3
 KV heads, every width cut to 64 or 144, 256-token vocabulary: the arithmetic ~0, what is left is
 each step's per-call cost), interleaved repetition by repetition; the old one on the separate
-q/k/v and gate/up weights, the new one on the same values fused as ``Model.fuse_projections``
+q/k/v and gate/up weights, the new one on the same values fused as ``execution.fuse_projections``
 leaves them (the loader's form). Prints medians and the new/old ratio, and checks the logits agree.
 
     git worktree add /tmp/old-step <commit>
@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlotspark.models import cpu_step
+from mlotspark.models.execution import fuse_projections
 from mlotspark.models.llama import Model, ModelArgs
 
 NARROW = dict(num_hidden_layers=30, hidden_size=144, num_attention_heads=9, num_key_value_heads=3,
@@ -57,7 +58,7 @@ def main() -> None:
     fused = Model(ModelArgs.from_dict(NARROW))
     fused.update(separate.parameters())
     mx.eval(fused.parameters())
-    fused.fuse_projections()
+    fuse_projections(fused)
     if args.old_fused:
         separate = fused
     plans = old.CpuStep.build(separate), cpu_step.CpuStep.build(fused)

@@ -1,9 +1,10 @@
 """Issue 12: per-token cost of a float32 decode step, host (graph building) vs the whole step.
 
 Models sharing the same float32 weights in one process: mlx-lm's llama class (the
-yardstick) and ours: the NumPy step (``models/cpu_step.py``, the CPU default now), and on
-MLX one-token products as ``x @ W.T`` (round 2) or through ``models/matvec.py``, each op
-by op and with the compiled decode pieces (the default on a GPU). For each repetition,
+yardstick) and ours under each execution strategy (``models/execution.py``): cpu (the
+NumPy step, ``models/cpu_step.py``, the CPU default; and without it, one-token products
+through ``models/matvec.py``), plain (``x @ W.T`` op by op) and gpu (the compiled decode
+pieces, the default on a GPU). For each repetition,
 interleaved:
 
 - host ms/token: building one decode step's graph (model call + argmax), not evaluated;
@@ -36,6 +37,7 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 from mlotspark.models import catalogue, loader
+from mlotspark.models.execution import CpuStrategy, prepare, strategy_of
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 from mlotspark.platform import blas
 
@@ -73,10 +75,9 @@ def overhead_ms(make, loaded, steps: int = 24) -> float:
     model = make()
     if isinstance(model, Model):
         narrow = Model(ModelArgs.from_dict(cfg))
-        for flag in ("numpy_steps", "decode_matvec", "compiled_decode", "whole_step"):
-            setattr(narrow.model, flag, getattr(model.model, flag))
         mx.eval(narrow.parameters())
-        narrow.fuse_projections()  # as the loader leaves ours
+        ours = strategy_of(model)  # the same strategy, fused as the loader leaves ours
+        prepare(narrow, CpuStrategy(numpy_step=ours.numpy_step) if ours.name == "cpu" else ours.name)
     else:  # mlx-lm's class
         from mlx_lm.models import llama as mlx_lm_llama
 
@@ -135,24 +136,20 @@ def main() -> None:
     prompt = mx.array(loaded.tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
-    def ours_with(matvec: bool, compiled: bool, whole: bool = True, numpy_step: bool = False):
-        def make():
-            ours.model.decode_matvec, ours.model.compiled_decode = matvec, compiled
-            ours.model.whole_step, ours.model.numpy_steps = whole, numpy_step
+    def ours_with(strategy):
+        def make():  # the loader fused the weights already: they stay fused across strategies
+            prepare(ours, strategy() if callable(strategy) else strategy)
             return ours
         return make
 
     runs = {
         "mlx-lm": lambda: twin,
-        "ours, x@W.T": ours_with(False, False),  # round 2's CPU default
-        "ours, x@W.T pieces": ours_with(False, True, whole=False),  # the GPU default
-        "ours, x@W.T whole step": ours_with(False, True),  # compiled_step.py, opt-in
+        "ours, plain (x@W.T)": ours_with("plain"),  # round 2's CPU default
+        "ours, gpu (pieces)": ours_with("gpu"),  # the GPU strategy
     }
     if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
-        runs["ours, NumPy step"] = ours_with(False, False, numpy_step=True)  # the CPU default now
-        runs["ours, matvec"] = ours_with(True, False)  # round 3's CPU default
-        runs["ours, matvec pieces"] = ours_with(True, True, whole=False)
-        runs["ours, matvec whole step"] = ours_with(True, True)
+        runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuStrategy(fuse=False))  # the CPU default now
+        runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuStrategy(fuse=False, numpy_step=False))  # round 3's
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}

@@ -72,7 +72,7 @@ def profile(model, ids: mx.array, reps: int) -> dict[str, float]:
             h = op("residual", lambda x, y: x + y, h, o)
             x = op("RMSNorm", layer.post_attention_layernorm, h)
             g, u = op("GEMM gate", mlp.gate_proj, x), op("GEMM up", mlp.up_proj, x)
-            if prefill_ops.use_cpu_prefill_ops():
+            if prefill_ops.ENABLED:  # the CPU strategy's forms (this runs on the CPU backend)
                 s = op("silu * up", prefill_ops.silu_mul, g, u)
             else:
                 s = op("silu * up", lambda g, u: nn.silu(g) * u, g, u)
@@ -84,7 +84,7 @@ class _Rotated:
     """A stand-in cache for ``Attention.attend``: q, k arrive rotated, no past."""
 
     def attend(self, q, k, v, *, rope, scale, mask):
-        if prefill_ops.use_cpu_prefill_ops():
+        if prefill_ops.ENABLED:
             return prefill_ops.causal_attention(q, k, v, scale=scale)
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 

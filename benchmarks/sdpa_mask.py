@@ -1,12 +1,13 @@
 """Issue 12: what one-token attention costs over a padded KV buffer with a mask vs the exact slice.
 
-The whole-step compiled decode (``models/compiled_step.py``) attends over the cache's whole
-buffer and hides the positions past the offset with a mask, because a compiled step cannot
-slice at a data-dependent length. This times, for one token and the default model's shapes
+The whole-step compiled decode (``models/compiled_step.py``, deleted in issue 25: it measured
+slower than the per-layer pieces) attended over the cache's whole buffer and hid the
+positions past the offset with a mask, because a compiled step cannot slice at a
+data-dependent length. This times, for one token and the default model's shapes
 (9 query heads, 3 KV heads, head 64), per layer call:
 
 - ``slice``: ``mx.fast.scaled_dot_product_attention`` on ``keys[..., :n, :]`` (the op-by-op path);
-- ``additive``: the whole buffer with an additive float mask (what compiled_step does);
+- ``additive``: the whole buffer with an additive float mask (what compiled_step did);
 - ``bool``: the whole buffer with a boolean mask;
 - ``manual``: scores, softmax and the weighted sum written out, with the additive mask.
 

@@ -26,15 +26,17 @@ from mlotspark.steps import listen as listen_steps
 _LAZY = {
     "Engine": ".engine",
     "CascadeConfig": ".memory.cascade",
-    "Conversation": ".memory.conversations",
-    "ConversationInfo": ".memory.conversations",
-    "PersistenceConfig": ".memory.persistence",
+    "Conversation": ".conversations.conversation",
+    "ConversationInfo": ".conversations.record",
+    "PersistenceConfig": ".conversations.persistence",
     "SnapshotWarning": ".memory.snapshots",
     "GenerationResult": ".results",
     "GenerationStats": ".results",
     "RequestHandle": ".runtime.request_handle",
     "GenerationOptions": ".options",
     "PrefillProgress": ".runtime.progress",
+    "EngineProtocol": ".runtime.engine_api",
+    "ConversationProtocol": ".runtime.engine_api",
 }
 
 
@@ -57,7 +59,9 @@ __all__ = [
     "CascadeConfig",
     "Conversation",
     "ConversationInfo",
+    "ConversationProtocol",
     "Engine",
+    "EngineProtocol",
     "GenerationOptions",
     "GenerationResult",
     "GenerationStats",

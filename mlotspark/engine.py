@@ -4,6 +4,11 @@ An Engine owns one loaded model. Requests go to its scheduler (``scheduler.py``)
 one engine thread owns MLX, takes requests from a priority queue and decodes them
 in continuous batches under the thermal governor. Other MLX work (saving or
 restoring caches) goes through ``Engine.run_on_engine``.
+
+Which cache a request gets is ``runtime/cache_choice.py``; conversations and memory are
+``mlotspark/conversations/``. The engine's public names are declared once, as
+``runtime/engine_api.py``'s ``EngineProtocol``. One module past ~500 lines on purpose:
+it is that interface, each method a short delegate under the API's own docstring.
 """
 
 from __future__ import annotations
@@ -22,34 +27,46 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions, check_text
-from mlotspark.memory.cascade import CascadeConfig, cascade_stats, check_cascade, is_cascade, make_cascade_cache
-from mlotspark.runtime.scheduler import Request, Scheduler, SchedulerConfig
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade, make_cascade_cache
+from mlotspark.runtime.scheduled import Request
+from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
 
-from mlotspark.memory.conversations import Conversation
-from mlotspark.memory.persistence import Persistence, PersistenceConfig
+from mlotspark.conversations.conversation import Conversation
+from mlotspark.conversations.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
-from mlotspark.models.tokenizer import encode_chat, encode_raw
+from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
-from mlotspark.decoding.cache_policy import request_cache  # cache_kind: None|float16|q8|q4|auto
+from mlotspark.decoding.cache_policy import CacheDecision
+from mlotspark.runtime.cache_choice import CacheChoice, resolve_cascade
 
 Messages = Sequence[dict]
 
 
 class Engine:
-    """A loaded model ready to generate. Create it with ``Engine.load``."""
+    """A loaded model ready to generate. Create it with ``Engine.load``.
+
+    Its public names are ``runtime.engine_api.EngineProtocol``, what code above it calls.
+    """
 
     #: option name -> where its default came from (``models.sampling_defaults``); set by ``load``.
     sampling_sources: dict[str, str] = {}
+    loaded: loader.LoadedModel
+    defaults: GenerationOptions
+    device: str
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
                  cascade: "CascadeConfig | dict | str | None" = "auto"):
         self.loaded = loaded
         self.defaults = defaults
-        self.cascade = _resolve_cascade(loaded, cascade)
         self._lock = threading.RLock()  # the engine thread holds it around each step
-        self._device = device_info()["device"]
+        #: Where the model runs (``device_info()["device"]``, e.g. ``cpu``, ``gpu``).
+        self.device: str = device_info()["device"]
+        self._persistence: Persistence | None = None
         self.scheduling = scheduling or SchedulerConfig()
+        #: Which cache each request gets and why (``runtime/cache_choice.py``).
+        self.caches = CacheChoice(loaded, cascade, device=self.device, run=self.run_on_engine,
+                                  memory_limit=lambda: self.scheduling.memory_limit)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
         # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
@@ -136,12 +153,31 @@ class Engine:
 
     # ------------------------------------------------------------------ public
     @property
+    def cascade(self) -> "CascadeConfig | str | None":
+        """The memory cascade setting: ``"auto"``, a ``CascadeConfig`` (always), or None (never)."""
+        return self.caches.cascade
+
+    @cascade.setter
+    def cascade(self, value: "CascadeConfig | dict | str | None") -> None:
+        self.caches.cascade = resolve_cascade(self.loaded, value)
+
+    @property
+    def cache_decision(self) -> CacheDecision | None:
+        """The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one."""
+        return self.caches.decision
+
+    @property
     def model_name(self) -> str:
         return self.loaded.name
 
     @property
     def tokenizer(self) -> Any:
         return self.loaded.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the tokenizer knows (added tokens included): ids at or past it are invalid."""
+        return vocab_size(self.tokenizer)
 
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
         """Token ids of a prompt: the chat template applied unless ``raw``."""
@@ -188,7 +224,7 @@ class Engine:
         if cache is None:
             cache = self.make_cache(total, options)
         cascaded = is_cascade(cache)
-        facts = {"blas": BLAS_IN_USE, "cache": self._cache_story(cache, options, total, given)}
+        facts = {"blas": BLAS_IN_USE, "cache": self.caches.story(cache, options, total, given)}
         return Generation(
             self.loaded.model,
             self.tokenizer,
@@ -198,39 +234,19 @@ class Engine:
             cached_tokens=cached_tokens,
             context_limit=None if cascaded else self.loaded.context_length,
             cancel=cancel,
-            stats_base={"model": self.model_name, "device": self._device, "weights": self.loaded.weights,
+            stats_base={"model": self.model_name, "device": self.device, "weights": self.loaded.weights,
                         "extra": {**facts, "weight_formats": dict(self.loaded.extra.get("weight_formats", {}))}},
             extra_stats=cascade_stats if cascaded else None,
             constraint=constraint,
         )
 
-    def _cache_story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
-        """Which KV cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
-        if is_cascade(cache):
-            if isinstance(self.cascade, CascadeConfig):
-                return {"kind": "cascade", "why": "the memory cascade was asked for"}
-            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
-                                              f"pass the context of {self.loaded.context_length}"}
-        if given:
-            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
-        if options.cache_kind == "auto":
-            decision = getattr(self, "cache_decision", None)
-            return {"kind": getattr(decision, "kind", "?"), "why": f"auto: {getattr(decision, 'reason', '')}"}
-        if options.cache_kind:
-            return {"kind": options.cache_kind, "why": "asked for"}
-        return {"kind": "plain", "why": "default: the model's dtype"}
-
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
 
         The cascade when it is forced on, or in ``auto`` when prompt + max_tokens pass
-        the model's context; else the KV cache of ``options.cache_kind``.
+        the model's context; else the KV cache of ``options.cache_kind`` (``runtime/cache_choice.py``).
         """
-        options = options or self.defaults
-        cfg = self._cascade_for(total_tokens, options)
-        if cfg is not None:
-            return make_cascade_cache(self.loaded.model, cfg)
-        return request_cache(self, options, total_tokens)
+        return self.caches.make(total_tokens, options or self.defaults)
 
     def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
         """``cascade`` when ``make_cache(total_tokens, options)`` would make the memory
@@ -243,16 +259,7 @@ class Engine:
         Returns:
             ``"cascade"`` or ``"kv"``.
         """
-        return "kv" if self._cascade_for(total_tokens, options or self.defaults) is None else "cascade"
-
-    def _cascade_for(self, total_tokens: int, options: GenerationOptions) -> CascadeConfig | None:
-        """The cascade config a request of ``total_tokens`` runs under, or None (a KV cache)."""
-        cfg = self.cascade
-        if cfg == "auto":
-            cfg = None
-            if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
-                cfg = CascadeConfig.for_model(self.loaded.context_length)
-        return cfg
+        return "kv" if self.caches.cascade_for(total_tokens, options or self.defaults) is None else "cascade"
 
     def submit(
         self,
@@ -279,7 +286,9 @@ class Engine:
             prompt_ids: token ids instead of a prompt (those not yet in ``cache``).
             cache: per-layer caches to continue from (conversations, prefix cache).
             cached_tokens: how many tokens ``cache`` already holds.
-            on_finish: called with the finished Generation (on the engine's thread).
+            on_finish: called with the finished Generation on the engine thread: keep it to MLX
+                work and hand disk or database writes to a thread of your own, as
+                conversations do (``conversations/writer.py``): other requests wait meanwhile.
             on_progress: called with each ``PrefillProgress`` of the prompt, in order,
                 the last one at ``done == total`` (on the engine's thread: keep it quick).
                 ``handle.progress`` holds the latest event for callers that poll.
@@ -306,7 +315,7 @@ class Engine:
         meta: dict = {}
         if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
             self.ranks.check_request(opts, cache, cache_key)
-            p = self.__dict__.get("_persistence")
+            p = self._persistence
             save = cache_key is not None and p is not None and p.config.snapshots and not p.read_only
             meta = {"key": cache_key, "save": save, "context": None if cached_ids is None else list(cached_ids)}
         gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
@@ -428,7 +437,7 @@ class Engine:
 
     def close(self) -> None:
         """Cancel what is queued or running and stop the engine thread."""
-        persistence = self.__dict__.get("_persistence")
+        persistence = self._persistence
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
         stopped = True
@@ -466,7 +475,7 @@ class Engine:
         of the kind rank 0 chose, for this rank's layers."""
         if cache is None:
             if cascade is None:
-                cache = request_cache(self, opts, len(ids))
+                cache = self.caches.kv_cache(opts, len(ids))
             else:
                 cache = make_cascade_cache(self.loaded.model, cascade)
         return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
@@ -476,11 +485,17 @@ class Engine:
     def persistence(self) -> "Persistence":
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
         with self._lock:
-            if self.__dict__.get("_persistence") is None:
+            if self._persistence is None:
                 # Across ranks no prefix cache: a prefix hit is a cache of another conversation,
                 # which the other ranks would not find under this one's name.
                 self._persistence = Persistence(self, PersistenceConfig(prefix_cache_mb=0) if self.ranks else None)
             return self._persistence
+
+    @property
+    def opened_persistence(self) -> "Persistence | None":
+        """The persistence layer if this engine opened it already (a conversation, the memory
+        store or ``tier_stats`` was used), else None: reading it opens nothing."""
+        return self._persistence
 
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":
         """A persistent conversation (``send``, ``stream``, ``messages``, ``system``,
@@ -540,13 +555,3 @@ class Engine:
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info
 
-
-def _resolve_cascade(loaded: loader.LoadedModel, cascade: "CascadeConfig | dict | str | None") -> "CascadeConfig | str | None":
-    """A cascade argument made concrete for ``loaded``: a dict of overrides becomes
-    ``CascadeConfig.for_model`` of the model's own context; a config is checked to fit;
-    ``auto`` and None pass through."""
-    if isinstance(cascade, dict):
-        cascade = CascadeConfig.for_model(loaded.context_length, **cascade)
-    if isinstance(cascade, CascadeConfig):
-        check_cascade(loaded.model, cascade, loaded.name)
-    return cascade

@@ -14,15 +14,18 @@ from mlx.utils import tree_flatten
 from mlotspark.decoding.cache_kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models import cpu_step
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.models.execution import CpuStrategy, fuse_projections, prepare, strategy_of
 from tiny import greedy, tiny_model
 
 PROMPT = [5, 17, 42, 99, 3, 250, 7]
 
 
-def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT):
-    """Greedy tokens, the logits of each one-token step, and the cache."""
-    model.model.numpy_steps = numpy_step
+def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT, fuse: bool = True):
+    """Greedy tokens, the logits of each one-token step, and the cache: under the CPU
+    strategy (the NumPy step) or plain MLX."""
+    want = "cpu" if numpy_step else "plain"
+    if strategy_of(model).name != want:
+        prepare(model, CpuStrategy(fuse=fuse) if numpy_step else "plain")
     cache = model.make_cache() if cache is None else cache
     return (*greedy(model, cache, prompt, steps), cache)
 
@@ -45,12 +48,10 @@ def _fused(plan) -> bool:
 @pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant, fuse):
-    model = tiny_model(**variant)
+    model = tiny_model(execution="plain", **variant)
     ref_toks, ref, ref_cache = _decode(model, False, 24)
-    if fuse:  # as the loader leaves a float32 model
-        assert model.fuse_projections() == 2 * len(model.layers)
-    toks, got, cache = _decode(model, True, 24)
-    assert model.__dict__["_cpu_plan"] is not False, "the NumPy step did not take this model"
+    toks, got, cache = _decode(model, True, 24, fuse=fuse)  # fused: as the loader leaves a float32 model
+    assert strategy_of(model).numpy_steps == 24, "the NumPy step did not take this model"
     assert _fused(model.__dict__["_cpu_plan"]) == fuse
     assert toks == ref_toks
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -63,7 +64,7 @@ def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant, fuse):
 
 
 def test_across_buffer_growth_and_back_to_mlx_for_a_prefill():
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     ref_toks, ref, ref_cache = _decode(model, False, 300)  # past the 256-position buffer step
     toks, got, cache = _decode(model, True, 300)
     assert toks == ref_toks
@@ -94,7 +95,7 @@ def test_a_view_taken_before_a_trim_keeps_its_tokens():
 def test_a_softmax_that_overflows_runs_again_with_the_maximum(monkeypatch):
     """The step shifts scores by the new token's own score; when another score is ~88 or
     more above it, exp overflows and the step runs again with each row's maximum."""
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     for layer in model.layers:  # scores in the thousands: far past exp's float32 range
         at = layer.self_attn
         at.q_proj.weight = at.q_proj.weight * 40
@@ -111,13 +112,12 @@ def test_a_softmax_that_overflows_runs_again_with_the_maximum(monkeypatch):
 
 
 def test_fusing_keeps_the_weights_and_their_memory():
-    model = tiny_model()
-    model.model.numpy_steps = False
+    model = tiny_model(execution="plain")
     ref = np.array(model(mx.array([PROMPT])))
     before = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
     gc.collect()
     used = mx.get_active_memory()
-    model.fuse_projections()
+    assert fuse_projections(model) == 2 * len(model.layers)
     gc.collect()
     assert mx.get_active_memory() <= used  # the modules hold views of one buffer, no copies
     after = dict(tree_flatten(model.parameters()))
@@ -130,21 +130,20 @@ def test_fusing_keeps_the_weights_and_their_memory():
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
 def test_new_weights_are_seen(fuse):
-    model = tiny_model()
-    if fuse:
-        model.fuse_projections()
+    model = tiny_model(execution="plain")
+    strategy = prepare(model, CpuStrategy(fuse=fuse))
     _decode(model, True, 2)
     first = model.__dict__["_cpu_plan"]
     w = model.model.layers[0].mlp.up_proj.weight
     model.model.layers[0].mlp.update({"up_proj": {"weight": w * 2}})
-    ref_toks, ref, _ = _decode(model, False, 6)
     toks, got, _ = _decode(model, True, 6)
-    assert model.__dict__["_cpu_plan"] is not first
+    assert model.__dict__["_cpu_plan"] is not first and strategy.numpy_steps == 8
+    ref_toks, ref, _ = _decode(model, False, 6)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
 
 def _runs_numpy(model, cache, tokens) -> bool:
-    model.model.numpy_steps = True
+    prepare(model, "cpu")
     model(mx.array([PROMPT] * tokens.shape[0]), cache)
     return cpu_step.run(model, tokens, cache) is not None
 
@@ -158,8 +157,10 @@ def test_mlx_keeps_every_step_the_numpy_step_does_not_do():
     assert not _runs_numpy(wide, make_cache(wide, "q8"), mx.array([[3]]))
     cfg = CascadeConfig(sinks=4, window=16, block_size=4, top_k=2)
     assert not _runs_numpy(model, make_cascade_cache(model, cfg), mx.array([[3]]))
-    model.model.numpy_steps = False
-    assert cpu_step.run(model, mx.array([[3]]), model.make_cache()) is None
+    prepare(model, "plain")  # a plain strategy never asks the NumPy step
+    cache = model.make_cache()
+    model(mx.array([PROMPT]), cache)
+    assert not strategy_of(model).takes(model, cache)
     half = tiny_model()
     half.set_dtype(mx.float16)
     assert not _runs_numpy(half, half.make_cache(), mx.array([[3]]))
@@ -168,40 +169,8 @@ def test_mlx_keeps_every_step_the_numpy_step_does_not_do():
     assert not _runs_numpy(quant, quant.make_cache(), mx.array([[3]]))
 
 
-def test_off_the_cpu_backend_by_default(monkeypatch):
-    model = tiny_model()
-    assert cpu_step.enabled(model)
-    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.gpu))
-    assert not cpu_step.enabled(model)
-    model.model.numpy_steps = True
-    assert cpu_step.enabled(model)
-    assert isinstance(model.make_cache()[0], KVCache)
-
-
-def test_the_schedulers_one_row_batch_runs_the_numpy_step():
-    from mlotspark.runtime.batching import BatchCache
-
-    model = tiny_model()
-    ref_toks, ref, _ = _decode(model, False, 6)
-    model.model.numpy_steps = True
-    cache = model.make_cache()
-    logits = model(mx.array([PROMPT]), cache)
-    toks = []
-    for _ in range(6):
-        tok = mx.argmax(logits[:, -1, :], axis=-1)
-        toks.append(tok.item())
-        view = [BatchCache([c]) for c in cache]
-        assert cpu_step.run(model, tok[None], view) is not None  # the NumPy step took it
-        for c in cache:
-            c.trim(1)  # undo that step, then take the model's own way in
-        logits = model(tok[None], view)
-    assert toks == ref_toks
-    two = [BatchCache([c, c]) for c in cache]
-    assert cpu_step.run(model, mx.array([[3]]), two) is None
-
-
 def test_a_one_token_prompt_on_an_empty_cache():
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     ref_toks, ref, _ = _decode(model, False, 5, prompt=[9])
     toks, got, cache = _decode(model, True, 5, prompt=[9])
     assert toks == ref_toks and cache[0].offset == 6

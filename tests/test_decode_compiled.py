@@ -1,4 +1,5 @@
-"""The compiled decode step: same tokens and logits as the op-by-op forward, any cache."""
+"""The GPU strategy's compiled decode pieces: same tokens and logits as the op-by-op
+forward (the plain strategy), any cache; forced on the CPU here."""
 
 from __future__ import annotations
 
@@ -7,14 +8,8 @@ import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models import cpu_step
+from mlotspark.models.execution import prepare, strategy_of
 from tiny import tiny_model
-
-
-@pytest.fixture(autouse=True)
-def _mlx_path_only(monkeypatch):
-    """These tests are about the MLX one-token path; keep the NumPy step (cpu_step.py) out."""
-    monkeypatch.setattr(cpu_step, "enabled", lambda model: False)
 
 
 def _decode(model, cache, prompt, steps):
@@ -27,55 +22,31 @@ def _decode(model, cache, prompt, steps):
     return np.array(mx.stack(out))
 
 
-@pytest.mark.parametrize("whole", [True, False], ids=["whole-step", "pieces"])
 @pytest.mark.parametrize("variant", [{}, {"model_type": "qwen3", "tie_word_embeddings": False}])
-def test_compiled_step_equals_the_op_by_op_step(variant, whole):
-    model = tiny_model(**variant)
+def test_compiled_step_equals_the_op_by_op_step(variant):
+    model = tiny_model(execution="plain", **variant)
     prompt = [5, 17, 42, 99, 3, 250, 7]
-    model.model.compiled_decode = False
     ref = _decode(model, model.make_cache(), prompt, 12)
-    model.model.compiled_decode, model.model.whole_step = True, whole
+    gpu = prepare(model, "gpu")
     got = _decode(model, model.make_cache(), prompt, 12)
-    ran = model.model._step if whole else model.model._compiled
-    assert ran is not None  # the compiled path asked for ran
+    assert gpu.compiled  # the compiled path asked for ran
     np.testing.assert_allclose(got, ref, atol=1e-5)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
 
 
-def test_whole_step_grows_the_buffer_and_leaves_the_cache_as_op_by_op_would():
-    model = tiny_model()
-    prompt = [(7 * i) % 250 + 3 for i in range(250)]  # the 256-position buffer fills while decoding
-    model.model.compiled_decode = False
-    ref_cache = model.make_cache()
-    ref = _decode(model, ref_cache, prompt, 12)
-    model.model.compiled_decode = model.model.whole_step = True
-    cache = model.make_cache()
-    got = _decode(model, cache, prompt, 12)
-    assert model.model._step is not None
-    np.testing.assert_allclose(got, ref, atol=1e-5)
-    for c, r in zip(cache, ref_cache):
-        assert c.offset == r.offset == 262
-        for a, b in ((c.keys, r.keys), (c.values, r.values)):
-            np.testing.assert_allclose(np.array(a[..., :262, :]), np.array(b[..., :262, :]), atol=1e-5)
-    # A later multi-token turn continues from the same cache (what a conversation does).
-    nxt = mx.array([[11, 12, 13]])
-    np.testing.assert_allclose(np.array(model(nxt, cache)), np.array(model(nxt, ref_cache)), atol=1e-4)
-
-
 def test_cascade_window_decodes_through_the_compiled_pieces():
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     cfg = CascadeConfig(window=120, sinks=4, block_size=8, top_k=2, chunk=16)
     prompt = list(range(3, 90))
-    model.model.compiled_decode = False
     ref = _decode(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses block evictions
-    model.model.compiled_decode = True
+    gpu = prepare(model, "gpu")
     got = _decode(model, make_cascade_cache(model, cfg), prompt, 40)
+    assert gpu.compiled
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
 
 def test_updated_weights_reach_the_compiled_step():
-    model = tiny_model()
-    model.model.compiled_decode = True
+    model = tiny_model(execution="gpu")
     cache = model.make_cache()
     model(mx.array([[5, 6, 7]]), cache)
     before = model(mx.array([[8]]), cache)
@@ -86,10 +57,7 @@ def test_updated_weights_reach_the_compiled_step():
     assert not mx.allclose(before, after).item()  # not frozen into the compiled graph
 
 
-def test_default_is_compiled_on_a_gpu_only():
+def test_the_strategy_by_default_is_the_devices():
     model = tiny_model()
-    assert model.model.compiled_decode is None
-    model(mx.array([[5, 6]]), cache := model.make_cache())
-    model(mx.array([[7]]), cache)
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
-    assert (model.model._compiled is not None) == on_gpu
+    assert strategy_of(model).name == ("gpu" if on_gpu else "cpu")

@@ -27,8 +27,9 @@ LAYERS = {
     "mlotspark.memory": 2,
     "mlotspark.decoding": 3,
     "mlotspark.runtime": 4, "mlotspark.distributed": 4,
-    "mlotspark.engine": 5,
-    "mlotspark.bench": 6, "mlotspark.cli": 6, "mlotspark.server": 6, "mlotspark.__main__": 6,
+    "mlotspark.conversations": 5,
+    "mlotspark.engine": 6,
+    "mlotspark.bench": 7, "mlotspark.cli": 7, "mlotspark.server": 7, "mlotspark.__main__": 7,
 }
 
 
@@ -159,3 +160,117 @@ def test_tui_uses_only_the_public_api():
 def test_every_package_says_what_it_owns(name):
     doc = ast.get_docstring(ast.parse(MODULES[name].read_text()))
     assert doc and len(doc) > 40, f"{name}/__init__.py needs a docstring: what it owns and what it may import"
+
+
+# -- private names ----------------------------------------------------------------------
+# A unit is a top-level room of the package (a LAYERS entry, or ``tui``): its modules may
+# share private names among themselves, never with another unit.
+_BY_NAME = {"getattr", "hasattr", "setattr", "delattr", "__setattr__"}
+#: Private names of third-party objects a unit must reach, each with the reason.
+THIRD_PARTY_PRIVATE = {
+    "mlotspark.models": {
+        "_tokenizer": "mlx-lm's TokenizerWrapper has no public name for its Hugging Face tokenizer",
+        "_detokenizer": "mlx-lm's TokenizerWrapper takes a streaming detokenizer of ours only there",
+    },
+}
+
+
+def _unit(module: str) -> str:
+    if module.startswith("tui"):
+        return "tui"
+    for prefix in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return prefix
+    return module
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own(node: ast.expr) -> bool:
+    """``self``, ``cls`` or ``super()``: the object's own names, whoever defined them."""
+    if isinstance(node, ast.Name):
+        return node.id in ("self", "cls")
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+
+
+def _by_name(node: ast.Call) -> tuple[ast.expr, str, bool] | None:
+    """``getattr(x, "_n")``-like calls, ``object.__setattr__(x, "_n", v)`` and
+    ``x.__dict__.get("_n")``: (x, "_n", whether it sets)."""
+    f, args = node.func, node.args
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+    if name in _BY_NAME and len(args) >= 2 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str):
+        return args[0], args[1].value, name in ("setattr", "__setattr__")
+    if (name == "get" and isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
+            and f.value.attr == "__dict__" and args and isinstance(args[0], ast.Constant)):
+        return f.value.value, str(args[0].value), False
+    return None
+
+
+def _defines(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """Private names a module defines: (its own: functions, classes, names it binds,
+    attributes of ``self``/``cls`` and class-body annotations; markers: names it sets
+    on other objects)."""
+    own: set[str] = set()
+    markers: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            (own if _own(node.value) else markers).add(node.attr)
+        elif isinstance(node, ast.Call) and (reach := _by_name(node)) and reach[2]:
+            (own if _own(reach[0]) else markers).add(reach[1])
+    return {n for n in own if _private(n)}, {n for n in markers if _private(n)}
+
+
+def _reaches(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, private name, how) of every reach into an object that is not ``self``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and not _own(node.value):
+            out.append((node.lineno, node.attr, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and (reach := _by_name(node)) and _private(reach[1]) and not _own(reach[0]):
+            out.append((node.lineno, reach[1], ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGES):
+            out += [(node.lineno, a.name, f"from {node.module} import {a.name}") for a in node.names if _private(a.name)]
+    return sorted(out)
+
+
+def _defined_per_unit() -> dict[str, set[str]]:
+    """Private names each unit defines; a marker counts for the unit that sets it
+    unless another unit defines the name as its own (then setting it is a reach too)."""
+    own: dict[str, set[str]] = {}
+    markers: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        o, m = _defines(ast.parse(path.read_text(), str(path)))
+        own.setdefault(_unit(name), set()).update(o)
+        markers.setdefault(_unit(name), set()).update(m)
+    out = {}
+    for unit in own:
+        others = set().union(*(names for u, names in own.items() if u != unit))
+        out[unit] = own[unit] | (markers[unit] - others) | set(THIRD_PARTY_PRIVATE.get(unit, ()))
+    return out
+
+
+def test_no_module_reads_another_units_private_names():
+    """``obj._name``, ``getattr(obj, "_name")``, ``obj.__dict__.get("_name")`` and
+    ``from x import _name`` only for names the reader's own unit defines (dunders are
+    public). The check reads no types: a name the unit defines itself counts as its own."""
+    defined = _defined_per_unit()
+    wrong = []
+    for name, path in MODULES.items():
+        mine = defined[_unit(name)]
+        for line, attr, how in _reaches(ast.parse(path.read_text(), str(path))):
+            if attr not in mine:
+                owners = sorted(u for u, names in defined.items() if attr in names) or ["a third-party library"]
+                wrong.append(f"{name}:{line} {how} (private to {', '.join(owners)})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_private_name_check_sees_each_kind_of_reach():
+    tree = ast.parse("import x\nx.engine._persistence\ngetattr(e, '_lock')\ne.__dict__.get('_p')\n"
+                     "from mlotspark.models.loader import _convert\nself._mine\nsuper()._also\nx.__len__")
+    assert [n for _, n, _ in _reaches(tree)] == ["_persistence", "_lock", "_p", "_convert"]

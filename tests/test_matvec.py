@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models.matvec import Linear, block_rows, matvec
-from mlotspark.models import cpu_step
+from mlotspark.models.execution import CpuStrategy, prepare
+from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear, block_rows, matvec
 from tiny import greedy, tiny_model
 
 
-@pytest.fixture(autouse=True)
-def _mlx_path_only(monkeypatch):
-    """These tests are about the MLX one-token path; keep the NumPy step (cpu_step.py) out."""
-    monkeypatch.setattr(cpu_step, "enabled", lambda model: False)
+def _cpu_on_mlx() -> CpuStrategy:
+    """The CPU strategy with its one-token steps left on MLX (the NumPy step out): what these tests are about."""
+    return CpuStrategy(numpy_step=False)
 
 
 def test_block_rows_stay_under_the_small_kernel_limit():
@@ -38,49 +38,44 @@ def test_matvec_equals_x_times_w_transposed(shape):
 
 def test_linear_uses_matvec_for_one_token_only_and_keeps_its_bias():
     mx.random.seed(2)
-    lin = Linear(32, 48, bias=True)
-    lin.matvec = True
+    lin = MatvecLinear(32, 48, bias=True)
     one, many = mx.random.normal((1, 1, 32)), mx.random.normal((2, 3, 32))
     ref = lambda x: x @ lin.weight.T + lin.bias  # noqa: E731
     np.testing.assert_allclose(np.array(lin(one)), np.array(ref(one)), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.array(lin(many)), np.array(ref(many)), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("variant", [{}, {"model_type": "qwen2", "tie_word_embeddings": False}])
-def test_decode_with_matvec_gives_the_reference_tokens(variant, compiled):
-    model = tiny_model(**variant)
-    model.model.compiled_decode = compiled
+def test_decode_with_matvec_gives_the_reference_tokens(variant):
+    model = tiny_model(execution="plain", **variant)
     prompt = [5, 17, 42, 99, 3, 250, 7]
-    model.model.decode_matvec = False
     ref_toks, ref = greedy(model, model.make_cache(), prompt, 16)
-    model.model.decode_matvec = True
+    prepare(model, _cpu_on_mlx())
     toks, got = greedy(model, model.make_cache(), prompt, 16)
-    assert model.model.matvec_on and model.model.layers[0].mlp.up_proj.matvec
+    assert type(model.model.layers[0].mlp.up_proj) is MatvecLinear
     if "tie_word_embeddings" in variant:
-        assert model.lm_head.matvec  # the untied head too
+        assert type(model.lm_head) is MatvecLinear  # the untied head too
+    else:
+        assert type(model.model.embed_tokens) is MatvecEmbedding  # the tied head
     np.testing.assert_allclose(got, ref, atol=1e-4)
     assert toks == ref_toks
 
 
 def test_cascade_window_decodes_with_matvec():
-    model = tiny_model()
+    model = tiny_model(execution="plain")
     cfg = CascadeConfig(window=120, sinks=4, block_size=8, top_k=2, chunk=16)
     prompt = list(range(3, 90))
-    model.model.decode_matvec = False
     ref_toks, ref = greedy(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses evictions
-    model.model.decode_matvec = True
+    prepare(model, _cpu_on_mlx())
     toks, got = greedy(model, make_cascade_cache(model, cfg), prompt, 40)
     np.testing.assert_allclose(got, ref, atol=1e-4)
     assert toks == ref_toks
 
 
-def test_default_is_on_for_the_cpu_backend_only():
-    model = tiny_model()
-    assert model.model.decode_matvec is None
-    model(mx.array([[5, 6]]), model.make_cache())
-    on_cpu = mx.default_device().type == mx.DeviceType.cpu
-    assert model.model.matvec_on == on_cpu
-    model.model.decode_matvec = False
-    model(mx.array([[5, 6]]), model.make_cache())
-    assert not model.model.layers[1].self_attn.q_proj.matvec
+def test_only_the_cpu_strategy_swaps_the_layers_and_back():
+    model = tiny_model(execution="cpu")
+    assert type(model.model.layers[1].self_attn.q_proj) is MatvecLinear
+    for name in ("gpu", "plain"):
+        prepare(model, name)
+        assert type(model.model.layers[1].self_attn.q_proj) is nn.Linear
+        assert type(model.model.embed_tokens) is nn.Embedding

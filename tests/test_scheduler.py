@@ -18,6 +18,7 @@ from mlotspark.errors import OptionError
 from mlotspark.thermal.governor import ThermalGovernor
 from mlotspark.models.loader import LoadedModel
 from mlotspark.models import llama
+from mlotspark.models.execution import prepare
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.options import GenerationOptions
 from mlotspark.thermal.probes import Reading, ScriptedProbe
@@ -79,6 +80,7 @@ def tiny_engine(governor: ThermalGovernor | None = None, **sched) -> Engine:
     # Peaky logits: no near-ties, so greedy is well defined.
     model.update({"model": {"embed_tokens": {"weight": model.model.embed_tokens.weight * 8}}})
     mx.eval(model.parameters())
+    prepare(model)  # the device's execution strategy, as the loader does
     loaded = LoadedModel(model=model, tokenizer=CharTokenizer(), config={},
                          source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
                          fingerprint="tiny", context_length=4096, supports_cascade=True)
@@ -113,8 +115,8 @@ def test_batched_greedy_equals_solo_with_mixed_caches_and_a_late_joiner():
 
 @pytest.mark.parametrize("rows", [3, 4])
 def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, monkeypatch):
-    """On the CPU backend fewer than NUMPY_PACK_FROM plain rows each run the NumPy step
-    (models/cpu_step.py); from that many they are packed into one MLX batch. Either way a
+    """Under the CPU strategy fewer than NUMPY_PACK_FROM plain rows each run the NumPy step
+    (models/execution.py); from that many they are packed into one MLX batch. Either way a
     row's greedy tokens are its tokens alone."""
     from mlotspark.models import cpu_step
     from mlotspark.runtime import batching

@@ -24,7 +24,8 @@ class FakeEngine:
     """What the app reads of an Engine; requests never reach it in these tests."""
 
     model_name = MODEL
-    _device = "cpu"
+    device = "cpu"
+    opened_persistence = None
 
     def __init__(self, cap: int = 1):
         self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16)

@@ -16,7 +16,7 @@ import pytest
 import mlotspark  # noqa: F401
 import mlx.core as mx
 from mlotspark.memory.kv_state import CacheState, capture, prefix_state, restore, trim_to
-from mlotspark.memory.conversations import ConversationFiles, ConversationRecord
+from mlotspark.conversations.record import ConversationFiles, ConversationRecord
 from mlotspark.errors import SnapshotError
 from mlotspark.memory.snapshots import MAX_SEGMENTS, SnapshotStore, parse_safetensors, write_safetensors
 

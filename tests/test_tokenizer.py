@@ -197,7 +197,7 @@ def test_added_tokens_match_whole_and_stream_as_text():
 
 
 def test_unknown_pre_tokenizer_warns_and_falls_back_to_gpt2(caplog):
-    with caplog.at_level(logging.WARNING, logger="mlotspark.models.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="mlotspark.models.gguf_tokenizer"):
         tok = load_gguf_tokenizer(_tiny_byte_level("some-future-model"))
     assert "some-future-model" in caplog.text
     assert tok.decode(tok.encode("12345 a", add_special_tokens=False)) == "12345 a"

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 from test_tui_fakes import FakeEngine, fake_with_history, until
 
-from mlotspark.errors import ModelNotFoundError, StoreError
+from mlotspark.errors import MlotsparkError, ModelNotFoundError, StoreError
 from tui import ChatApp
 from tui.commands import CommandError, parse
 from tui.screens import HelpScreen
@@ -448,7 +448,7 @@ def test_logged_warnings_from_the_engine_become_notifications():
     app = make_app(FakeEngine())
 
     async def script(pilot: Any) -> None:
-        logging.getLogger("mlotspark.memory.conversations").warning("snapshot of %r refused", "chat-1")
+        logging.getLogger("mlotspark.conversations.conversation").warning("snapshot of %r refused", "chat-1")
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.warn("conversation 'chat-1': snapshot not used", UserWarning)
@@ -506,12 +506,15 @@ def test_a_first_time_conversion_shows_under_the_loading_line():
     asyncio.run(main())
 
 
-def test_missing_api_pieces_show_a_dash():
-    class Minimal(FakeEngine):
-        tier_stats = None  # type: ignore[assignment]
-        scheduler_status = None  # type: ignore[assignment]
+def test_figures_that_cannot_be_read_show_a_dash():
+    class Broken(FakeEngine):
+        def tier_stats(self) -> dict:
+            raise StoreError("the store is unreadable")
 
-    app = ChatApp(Minimal(), memory_probe=lambda: None)
+        def scheduler_status(self) -> dict:
+            raise MlotsparkError("the engine thread is gone")
+
+    app = ChatApp(Broken(), memory_probe=lambda: None)
 
     async def script(pilot: Any) -> None:
         await pilot.pause(0.05)

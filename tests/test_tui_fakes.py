@@ -1,9 +1,9 @@
 """A small fake engine for the TUI's widget and snapshot tests (no model, no timing),
 and the ``until`` helper they share.
 
-It follows the public API the TUI uses (``options``, ``conversation``,
-``conversations``, ``scheduler_status``, ``tier_stats``, ``info``, ``remember``,
-``forget``, ``memory``); option values are checked by the real ``GenerationOptions``.
+It implements the engine's declared interface, ``EngineProtocol`` (checked in
+test_engine_api.py), so the TUI calls it as it calls an ``Engine``; option values
+are checked by the real ``GenerationOptions``.
 Replies are scripted: each turn yields the words of ``reply`` one by one, waiting
 on ``gate`` before each when the test wants to hold a reply mid-stream.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from mlotspark.errors import OptionError, StoreError
-from mlotspark import GenerationStats
+from mlotspark import GenerationResult, GenerationStats
 from mlotspark.options import GenerationOptions
 
 REPLY = "The capital of France is **Paris**. It is on the Seine."
@@ -85,6 +85,8 @@ class FakeMemory:
 
 
 class FakeConversation:
+    name: str
+
     def __init__(self, engine: "FakeEngine", name: str) -> None:
         self.engine, self.name = engine, name
         self._cancel = threading.Event()
@@ -130,6 +132,21 @@ class FakeConversation:
     def cancel(self) -> None:
         self._cancel.set()
 
+    def info(self) -> FakeInfo:
+        rec = self._rec
+        return FakeInfo(self.name, rec["title"], rec["updated"], sum(m["role"] == "assistant" for m in rec["messages"]), 0)
+
+    def render(self, text: str | None = None) -> list[dict]:
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return system + self.messages + ([{"role": "user", "content": text}] if text is not None else [])
+
+    def add(self, role: str, content: str) -> None:
+        self._touch()["messages"].append({"role": role, "content": content})
+
+    def send(self, text: str, **options: Any) -> GenerationResult:
+        *pieces, stats = list(self.stream(text, **options))
+        return GenerationResult(text="".join(pieces), tokens=[], stats=stats)
+
     @property
     def progress(self) -> Any:
         """The scripted prefill progress (``FakeEngine.prefill``) until the first piece."""
@@ -168,7 +185,7 @@ class FakeConversation:
 
 @dataclass
 class FakeEngine:
-    """The public API of ``Engine`` the TUI uses, with scripted replies."""
+    """``EngineProtocol`` with scripted replies (no model: ``loaded`` and ``tokenizer`` are None)."""
 
     reply: str = REPLY
     gate: threading.Semaphore | None = None
@@ -180,21 +197,75 @@ class FakeEngine:
     clock: float = 0.0
     closed: bool = False
     prefill: Any = None  # a PrefillProgress the next turn reports until its first piece
+    sampling_sources: dict = field(default_factory=dict)
+    defaults: GenerationOptions = field(default_factory=GenerationOptions)
+    device: str = "cpu"
+    cache_decision: Any = None
+    loaded: Any = None
+    tokenizer: Any = None
+    vocab_size: int = 0
+    rank: int = 0
+    persistence: Any = None
+    opened_persistence: Any = None
 
     def options(self, **overrides: Any) -> GenerationOptions:
-        return GenerationOptions().merged(**overrides)
+        return self.defaults.merged(**overrides)
 
-    def conversation(self, name: str) -> FakeConversation:
+    # -- requests: the scripted reply, word by word (the TUI itself talks through conversations)
+    def encode(self, prompt_or_messages: Any, raw: bool = False) -> list[int]:
+        text = prompt_or_messages if isinstance(prompt_or_messages, str) else " ".join(
+            m["content"] for m in prompt_or_messages)
+        return list(range(len(text.split())))
+
+    def submit(self, prompt_or_messages: Any = None, *, raw: bool = False, priority: int = 0,
+               prompt_ids: list[int] | None = None, cache: list | None = None, cached_tokens: int = 0,
+               on_finish: Any = None, on_progress: Any = None, progress: bool = False,
+               cache_key: str | None = None, cached_ids: list[int] | None = None, **options: Any) -> Any:
+        raise NotImplementedError("the TUI submits through conversations")
+
+    def stream(self, prompt_or_messages: Any, raw: bool = False, *, progress: bool = False,
+               **options: Any) -> Iterator[Any]:
+        words = self.reply.split(" ")[: self.options(**options).max_tokens]
+        yield from (w if i == 0 else " " + w for i, w in enumerate(words))
+        yield GenerationStats(prompt_tokens=27, generation_tokens=len(words), finish_reason="stop")
+
+    def generate(self, prompt_or_messages: Any, raw: bool = False, **options: Any) -> GenerationResult:
+        *pieces, stats = list(self.stream(prompt_or_messages, raw, **options))
+        return GenerationResult(text="".join(pieces), tokens=[], stats=stats)
+
+    def generate_batch(self, prompts: Any, raw: bool = False, priority: int = 0, **options: Any) -> list[str]:
+        return [self.generate(p, raw, **options).text for p in prompts]
+
+    def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
+        return []
+
+    def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
+        return "kv"
+
+    def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def ranks_status(self) -> list[dict]:
+        return []
+
+    def set_budgets(self, **budgets: Any) -> Any:
+        return budgets
+
+    # -- conversations and memory
+    def conversation(self, name: str, *, system: str | None = None) -> FakeConversation:
         if "/" in name or name.startswith("."):
             raise OptionError(f"invalid conversation name {name!r}")
-        return FakeConversation(self, name)
+        conv = FakeConversation(self, name)
+        if system is not None:
+            conv.system = system
+        return conv
 
     def conversations(self) -> list[FakeInfo]:
         rows = [FakeInfo(n, r["title"], r["updated"], sum(m["role"] == "assistant" for m in r["messages"]), 0)
                 for n, r in self.store.items()]
         return sorted(rows, key=lambda r: -r.updated)
 
-    def remember(self, text: str) -> int:
+    def remember(self, text: str, **kwargs: Any) -> int:
         return self.memory.remember(text)
 
     def forget(self, entry_id: int) -> bool:

@@ -8,6 +8,7 @@ import mlotspark  # noqa: F401
 import mlx.core as mx
 import numpy as np
 
+from mlotspark.models.execution import prepare
 from mlotspark.models.llama import Model, ModelArgs
 
 TINY = dict(
@@ -25,11 +26,13 @@ TINY = dict(
 )
 
 
-def tiny_model(seed: int = 0, **overrides) -> Model:
-    """A random llama-family model with TINY's shapes (float32)."""
+def tiny_model(seed: int = 0, execution: str | None = None, **overrides) -> Model:
+    """A random llama-family model with TINY's shapes (float32), prepared as the loader
+    prepares a model: the device's execution strategy, or ``execution`` (cpu | gpu | plain)."""
     mx.random.seed(seed)
     model = Model(ModelArgs.from_dict({**TINY, **overrides}))
     mx.eval(model.parameters())
+    prepare(model, execution)
     return model
 
 

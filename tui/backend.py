@@ -1,8 +1,9 @@
 """Everything the TUI asks of the engine, through mlotspark's public API only.
 
-One room for it so that the widgets never touch the engine, and so that a piece of
-the API that is missing (an older engine, a fake in tests) degrades to "—" in one
-place instead of failing in many. Calls that can wait on the engine thread
+One room for it so that the widgets never touch the engine. The engine is any
+``EngineProtocol`` (``Engine``, or the fake of the tests: tests/test_tui_fakes.py),
+called directly; a figure that cannot be read (a broken store) degrades to "—" here
+instead of failing in many places. Calls that can wait on the engine thread
 (``tier_stats``, ``scheduler_status``) are made from worker threads by the app.
 """
 
@@ -13,9 +14,12 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from mlotspark import MlotsparkError, active_steps, blas_warning
+
+if TYPE_CHECKING:  # the TUI starts before MLX loads: the Protocol only for annotations
+    from mlotspark import ConversationProtocol, EngineProtocol
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ class MachineFigures:
     blas_warning: str | None = field(default_factory=blas_warning)
 
 
-def load_engine(model: str | None, **defaults: Any) -> Any:
+def load_engine(model: str | None, **defaults: Any) -> "EngineProtocol":
     """Load the engine (no stderr progress bar: it would tear the screen).
 
     Raises:
@@ -83,33 +87,25 @@ def load_engine(model: str | None, **defaults: Any) -> Any:
     return Engine.load(model, progress=False, **defaults)
 
 
-def model_name(engine: Any) -> str:
-    return str(getattr(engine, "model_name", None) or "model")
+def model_name(engine: "EngineProtocol") -> str:
+    return engine.model_name
 
 
-def default_options(engine: Any) -> dict[str, Any]:
+def default_options(engine: "EngineProtocol") -> dict[str, Any]:
     """The engine's default generation options as a dict."""
-    opts = engine.options()
-    return opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts))
+    return engine.options().to_dict()
 
 
-def sampling_sources(engine: Any) -> dict[str, str]:
+def sampling_sources(engine: "EngineProtocol") -> dict[str, str]:
     """Where each default sampling option came from (the model's file, the catalogue,
-    the global default, the caller); {} if the engine does not say."""
-    return dict(getattr(engine, "sampling_sources", None) or {})
+    the global default, the caller)."""
+    return dict(engine.sampling_sources)
 
 
 # -- conversations ----------------------------------------------------------------------
-def list_conversations(engine: Any) -> list[ConversationRow]:
-    """Stored conversations, newest first ([] if the engine has no conversations API)."""
-    listing = getattr(engine, "conversations", None)
-    if listing is None:
-        return []
-    return [
-        ConversationRow(str(c.name), str(getattr(c, "title", "") or ""),
-                        int(getattr(c, "turns", 0) or 0), int(getattr(c, "tokens", 0) or 0))
-        for c in listing()
-    ]
+def list_conversations(engine: "EngineProtocol") -> list[ConversationRow]:
+    """Stored conversations, newest first."""
+    return [ConversationRow(c.name, c.title, c.turns, c.tokens) for c in engine.conversations()]
 
 
 def next_name(existing: Iterable[str]) -> str:
@@ -121,7 +117,7 @@ def next_name(existing: Iterable[str]) -> str:
     return NEW_NAME.format(n)
 
 
-def create_conversation(engine: Any, name: str) -> Any:
+def create_conversation(engine: "EngineProtocol", name: str) -> "ConversationProtocol":
     """Open conversation ``name`` and store it at once, so it is listed before its first turn.
 
     The API stores a conversation on its first turn; writing its system prompt back
@@ -132,14 +128,14 @@ def create_conversation(engine: Any, name: str) -> Any:
     return conv
 
 
-def messages(conv: Any) -> list[dict]:
+def messages(conv: "ConversationProtocol") -> list[dict]:
     return [m for m in conv.messages if m.get("role") in ("user", "assistant")]
 
 
-def prefill_progress(conv: Any) -> Any:
+def prefill_progress(conv: "ConversationProtocol | None") -> Any:
     """The running turn's latest ``PrefillProgress`` (None when unknown or none yet)."""
     try:
-        return getattr(conv, "progress", None) if conv is not None else None
+        return conv.progress if conv is not None else None
     except Exception:  # noqa: BLE001  a progress read must never take the UI down
         return None
 
@@ -154,23 +150,17 @@ def running_step() -> str | None:
     return running[-1].describe(time.perf_counter()) if running else None
 
 
-def cancel_turn(conv: Any) -> bool:
-    """Ask the conversation to stop its reply; False when the API has no way to."""
-    cancel = getattr(conv, "cancel", None)
-    if cancel is None:
-        return False
-    cancel()
+def cancel_turn(conv: "ConversationProtocol") -> bool:
+    """Ask the conversation to stop its reply; True once asked."""
+    conv.cancel()
     return True
 
 
 # -- figures ----------------------------------------------------------------------------
-def machine(engine: Any) -> MachineFigures | None:
+def machine(engine: "EngineProtocol") -> MachineFigures | None:
     """Scheduler/governor figures, or None if the engine cannot say."""
-    status = getattr(engine, "scheduler_status", None)
-    if status is None:
-        return None
     try:
-        s = status()
+        s = engine.scheduler_status()
     except Exception as e:  # noqa: BLE001  a status read must never take the UI down
         log.warning("scheduler status unavailable: %s", e)
         return None
@@ -181,19 +171,16 @@ def machine(engine: Any) -> MachineFigures | None:
     )
 
 
-def tiers(engine: Any) -> dict | None:
+def tiers(engine: "EngineProtocol") -> dict | None:
     """``engine.tier_stats()``, or None if the engine cannot say."""
-    stats = getattr(engine, "tier_stats", None)
-    if stats is None:
-        return None
     try:
-        return stats()
+        return engine.tier_stats()
     except Exception as e:  # noqa: BLE001
         log.warning("tier stats unavailable: %s", e)
         return None
 
 
-def memory_texts(engine: Any, ids: Iterable[int]) -> list[str]:
+def memory_texts(engine: "EngineProtocol", ids: Iterable[int]) -> list[str]:
     """The texts of semantic memory entries (``#id text``); ids it cannot read stay bare."""
     out = []
     store = None
@@ -208,7 +195,7 @@ def memory_texts(engine: Any, ids: Iterable[int]) -> list[str]:
     return out
 
 
-def turn_figures(engine: Any, stats: Any) -> TurnFigures:
+def turn_figures(engine: "EngineProtocol", stats: Any) -> TurnFigures:
     """Figures of a finished turn from its ``GenerationStats``."""
     extra = dict(getattr(stats, "extra", None) or {})
     memory = extra.get("memory") or {}
@@ -228,7 +215,7 @@ def turn_figures(engine: Any, stats: Any) -> TurnFigures:
     )
 
 
-def model_facts(engine: Any) -> dict:
+def model_facts(engine: "EngineProtocol") -> dict:
     """``engine.info()`` without the scheduler part ({} if unavailable)."""
     try:
         info = dict(engine.info())

@@ -7,7 +7,6 @@ error note (and nothing changes); it never ends the app.
 
 from __future__ import annotations
 
-from typing import Any
 
 from mlotspark import MlotsparkError, OptionError
 
@@ -95,24 +94,12 @@ class SlashCommands:
         await self.action_undo_delete()
 
     # -- semantic memory --------------------------------------------------------------
-    def _memory(self) -> Any:
-        store = getattr(self.engine, "memory", None)
-        if store is None:
-            raise CommandError("this engine has no semantic memory")
-        return store
-
     async def command_remember(self, cmd: Command) -> None:
-        if not hasattr(self.engine, "remember"):
-            await self.say("/remember: this engine has no semantic memory", error=True)
-            return
         entry = self.engine.remember(cmd.argument)
         self.tiers_stale = True
         await self.say(f"remembered #{entry}: {cmd.argument}")
 
     async def command_forget(self, cmd: Command) -> None:
-        if not hasattr(self.engine, "forget"):
-            await self.say("/forget: this engine has no semantic memory", error=True)
-            return
         if self.engine.forget(cmd.value):
             self.tiers_stale = True
             await self.say(f"forgot #{cmd.value}")
@@ -120,11 +107,7 @@ class SlashCommands:
             await self.say(f"/forget: no memory entry #{cmd.value}", error=True)
 
     async def command_memory(self, cmd: Command) -> None:
-        try:
-            store = self._memory()
-        except CommandError as e:
-            await self.say(f"/memory: {e}", error=True)
-            return
+        store = self.engine.memory
         if cmd.argument:
             hits = store.search(cmd.argument, k=10)
             lines = [f"#{h.entry.id}  {h.score:.2f}  {h.entry.text}" for h in hits]
@@ -132,7 +115,7 @@ class SlashCommands:
         else:
             entries = store.list(limit=MEMORY_LIST)
             lines = [f"#{e.id}  {e.text}" for e in entries]
-            head = f"memory ({len(store)} entries):" if hasattr(store, "__len__") else "memory:"
+            head = f"memory ({len(store)} entries):"
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
 
     # -- the model --------------------------------------------------------------------

@@ -18,7 +18,8 @@ sampled token per step.
 speculative decoding; same contract).
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
-``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in.
+``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in,
+as a ``request.DecodeRequest``.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ from mlotspark.options import GenerationOptions
 from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, sample_sequences
 from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
+from mlotspark.decoding.request import DecodeRequest
 from mlotspark.decoding.prepared_step import prepared_generate_step
 from mlotspark.decoding.cache_kinds import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
 from mlotspark.decoding.speculative import SpeculativeConfig, speculative_generate_step
 
 __all__ = [
+    "DecodeRequest",
     "own_loop",
     "select_step",
     "run_sequences",
@@ -66,7 +69,7 @@ def own_loop(options: GenerationOptions) -> bool:
     return bool(options.speculative) or options.num_beams > 1 or options.num_return_sequences > 1
 
 
-def select_step(gen: Any) -> Callable[..., Any]:
+def select_step(gen: DecodeRequest) -> Callable[..., Any]:
     """The token-step function for a Generation: ``generate_step``'s signature and
     contract (yield ``(token, logprobs)``), chosen from ``gen.options``.
 
@@ -89,7 +92,7 @@ def select_step(gen: Any) -> Callable[..., Any]:
     if opts.speculative == "draft":
         from mlotspark.decoding.drafters import load_draft_model
 
-        draft = getattr(gen, "draft_model", None) or load_draft_model(opts.draft_model, gen.model, gen.tokenizer)
+        draft = load_draft_model(opts.draft_model, gen.model, gen.tokenizer)
         drafter: Any = DraftModelDrafter(draft, prefill_step_size=opts.prefill_chunk)
     else:
         drafter = PromptLookupDrafter()

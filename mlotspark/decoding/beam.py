@@ -30,6 +30,7 @@ import mlx.core as mx
 
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
+from mlotspark.decoding.request import DecodeRequest
 from mlotspark.models.cache_interface import prepare_decode
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 from mlotspark.errors import OptionError
@@ -269,7 +270,7 @@ def sample_sequences(
     return out
 
 
-def run_sequences(gen: Any) -> Iterator[str]:
+def run_sequences(gen: DecodeRequest) -> Iterator[str]:
     """Run a Generation whose options ask for beams or several returns.
 
     Fills ``gen.tokens``, ``gen.text``, ``gen.stats`` and ``gen.result`` (with every
@@ -282,7 +283,7 @@ def run_sequences(gen: Any) -> Iterator[str]:
     eos = set(gen.tokenizer.eos_token_ids or ())
     timings: dict = {}  # prefill_s, first_token_s: beams report TTFT and prefill speed too
     common = dict(
-        max_tokens=gen._max_tokens(),
+        max_tokens=gen.max_new_tokens(),
         eos=eos,
         length_penalty=opts.length_penalty,
         logits_processors=build_logits_processors(opts) or None,

@@ -302,40 +302,47 @@ def decide_cache_kind(
     return decision
 
 
-def kv_budget(engine: Any) -> int:
-    """Bytes the KV of one request may take: the engine's memory limit less the
-    weights, or half the memory available now when no limit is set."""
-    limit = getattr(getattr(engine, "scheduling", None), "memory_limit", None)
-    if limit:
-        return max(int(limit) - engine.loaded.nbytes(), 0)
+def kv_budget(memory_limit: int | None, weights_bytes: int) -> int:
+    """Bytes the KV of one request may take: ``memory_limit`` less the weights, or half
+    the memory available now when no limit is set."""
+    if memory_limit:
+        return max(int(memory_limit) - weights_bytes, 0)
     import psutil
 
     return int(psutil.virtual_memory().available * 0.5)
 
 
-def request_cache(engine: Any, options: Any, prompt_tokens: int) -> list:
-    """A fresh cache for a request of ``engine`` with ``options.cache_kind``.
+def request_cache(
+    loaded: Any, options: Any, prompt_tokens: int, *, device: str, budget_bytes: int,
+    run: Callable[..., Any] | None = None,
+) -> tuple[list, CacheDecision | None]:
+    """A fresh cache for a request of ``loaded`` (a ``LoadedModel``) with ``options.cache_kind``.
 
-    ``auto`` is decided for prompt + ``max_tokens`` tokens (capped at the context) on
-    the engine thread; the decision is kept on the engine as ``cache_decision``.
+    Args:
+        loaded: the model, its tokenizer, fingerprint and weight format.
+        options: the request's options (``cache_kind``, ``max_tokens``).
+        prompt_tokens: tokens of the prompt (cached ones included).
+        device: where it runs (part of the probe's key: ``device_info()["device"]``).
+        budget_bytes: what one request's KV may take (``kv_budget``).
+        run: runs the decision's MLX work on the engine thread (``Engine.run_on_engine``);
+            None calls it here.
+
+    Returns:
+        The per-layer cache, and the ``auto`` decision (None for a kind asked for by name).
 
     Raises:
         OptionError: ``auto`` with nothing that fits the budget and keeps quality.
     """
-    loaded = engine.loaded
     kind = options.cache_kind
     if kind != "auto":
-        return make_cache(loaded.model, kind)
+        return make_cache(loaded.model, kind), None
     tokens = min(prompt_tokens + options.max_tokens, loaded.context_length)
-    device = getattr(engine, "_device", None)
-    if not device:
-        from mlotspark.platform.device import device_info
-
-        device = device_info().get("device", "unknown")
-    setup = f"{loaded.weights}@{device}"
-    decision = engine.run_on_engine(
+    decision = (run or _call)(
         decide_cache_kind, loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint,
-        setup=setup, budget_bytes=kv_budget(engine), tokens=tokens,
+        setup=f"{loaded.weights}@{device}", budget_bytes=budget_bytes, tokens=tokens,
     )
-    engine.cache_decision = decision
-    return make_cache(loaded.model, None if decision.kind == PLAIN else decision.kind)
+    return make_cache(loaded.model, None if decision.kind == PLAIN else decision.kind), decision
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return fn(*args, **kwargs)

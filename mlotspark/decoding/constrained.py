@@ -26,6 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlotspark.errors import OptionError
+from mlotspark.models.tokenizer import hf_tokenizer
 from mlotspark.options import validate_response_format
 
 _LL_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
@@ -65,7 +66,7 @@ def ll_tokenizer(tokenizer: Any, vocab_size: int | None = None) -> Any:
     """
     import llguidance.hf
 
-    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    hf = hf_tokenizer(tokenizer)
     with _LL_LOCK:
         cached = _LL_TOKENIZERS.get(hf)
         if cached is not None:

@@ -22,12 +22,12 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import DistributedError, ModelFormatError, OptionError
-from mlotspark.models import gguf, llama, sampling_defaults
+from mlotspark.models import execution, gguf, llama, sampling_defaults
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.models.loader import LoadedModel, choose_weight_format
+from mlotspark.models.loader import convert_weights  # the loader's one conversion rule
 from mlotspark.models.materialize import materialize
-from mlotspark.models.loader import _convert as convert_weights  # the loader's one conversion rule
 from mlotspark.distributed.group import RankGroup, host_name, join
 from mlotspark.distributed.pipeline import PipelineModel
 from mlotspark.distributed.split import SPLITS, plan_layers
@@ -110,6 +110,8 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
     fmt = convert_weights(share, fmt)
     if mode == "tensor":
         shard_model(share, group.group)
+    mx.eval(share.parameters())
+    execution.prepare(share)  # how this rank's steps run (models/execution.py), as a single process
     materialize(share)  # private arrays too (RoPE tables): the engine thread runs this share
     if mode == "pipeline":
         dtype = str(share.model.embed_tokens(mx.array([[0]])).dtype) if group.rank == 0 else None

@@ -7,13 +7,12 @@
   cascade), the form snapshots and the prefix cache store.
 - ``snapshots``: KV snapshots on disk (safetensors + JSON, fingerprint-checked).
 - ``prefix_cache``: shared prompt prefixes (LFU with aging), kept across restarts.
-- ``conversations``: ``Conversation``: one turn = retrieve, render, reuse the longest
-  cached prefix, submit, then store (*where a turn is persisted*: ``_finish``).
-- ``persistence``: ``Persistence``: the budgets and eviction of all of the above.
 - ``semantic/``: the semantic tier (SQLite + FTS5 + vectors).
-- ``host``: Protocols for what memory needs from the engine above it.
+
+Conversations and the persistence that budgets all of the above live above the
+runtime, in ``mlotspark.conversations``.
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``.
-Never ``decoding``, ``runtime`` or ``engine``: a turn reaches the engine through
-``host.EngineLike``. ``import mlotspark.memory.semantic`` must not import MLX.
+Never ``decoding``, ``runtime``, ``conversations`` or ``engine``.
+``import mlotspark.memory.semantic`` must not import MLX.
 """

@@ -20,6 +20,8 @@ The most used entries are saved under ``$MLOTSPARK_HOME/prefix_cache/<model>/``
 file lock shared by processes) and preloaded at start-up.
 
 Methods that take or return caches touch MLX: call them on the engine's thread.
+``save`` only writes evaluated arrays, so the conversation writer runs it beside
+that thread (``memory/writer.py``).
 """
 
 from __future__ import annotations
@@ -233,9 +235,19 @@ class PrefixCache:
         if self.directory is None or not self._dirty:
             return
         ensure_dir(self.directory)
+        self._dirty = False  # before the copy: a change made meanwhile is saved next time
+        entries = list(self.entries.items())  # the engine thread may add or evict meanwhile
+        try:
+            self._write(entries)
+        except BaseException:
+            self._dirty = True
+            raise
+
+    def _write(self, entries: list[tuple[tuple[int, ...], PrefixEntry]]) -> None:
+        assert self.directory is not None
         with self._lock():
             disk = {tuple(it.get("tokens", ())): it for it in self._read_index()}
-            for key, e in self.entries.items():
+            for key, e in entries:
                 it = disk.get(key)
                 if it is None or not (self.directory / str(it.get("file", ""))).is_file():
                     e.file = e.file or f"prefix-{len(key)}-{secrets.token_hex(4)}.safetensors"
@@ -256,7 +268,6 @@ class PrefixCache:
             for p in self.directory.iterdir():
                 if p.name not in live:
                     p.unlink(missing_ok=True)
-        self._dirty = False
 
     def load(self) -> int:
         """Preload saved entries, most used first, within the budget. Returns how many."""

@@ -253,6 +253,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 # --------------------------------------------------------------------- store
+@dataclass
+class PendingSave:
+    """A snapshot captured on the engine thread, waiting to be written (``SnapshotStore.prepare``)."""
+
+    state: CacheState
+    keep: list[Segment]
+
+
 class SnapshotStore:
     """A snapshot directory (see the module docstring).
 
@@ -321,13 +329,23 @@ class SnapshotStore:
             SnapshotError: the cache does not hold ``len(tokens)`` tokens, or cannot be saved.
             StoreError: a write failed; the previous snapshot stays readable.
         """
+        pending = self.prepare(cache, tokens, fingerprint=fingerprint, weights=weights)
+        return self.write(pending.state, tokens, pending.keep, fingerprint=fingerprint, weights=weights, model=model)
+
+    def prepare(self, cache: Sequence[Any], tokens: Sequence[int], *, fingerprint: str, weights: str) -> "PendingSave":
+        """[engine thread] The MLX half of ``save``: the new segment's arrays, evaluated, and
+        the segments that stay; ``write`` (no MLX call) can then run on any thread.
+
+        Raises:
+            SnapshotError: the cache does not hold ``len(tokens)`` tokens, or cannot be saved.
+        """
         kind = cache_kind(cache)
         keep, start = self.plan(tokens, kind, fingerprint, weights)
         state = capture(cache, start)
         if state.end != len(tokens):
             raise SnapshotError(f"the cache holds {state.end} tokens, the conversation {len(tokens)}")
         evaluate(state)
-        return self.write(state, tokens, keep, fingerprint=fingerprint, weights=weights, model=model)
+        return PendingSave(state, keep)
 
     def write(
         self, state: CacheState, tokens: Sequence[int], keep: list[Segment], *, fingerprint: str, weights: str, model: str = ""
@@ -426,6 +444,7 @@ class SnapshotStore:
 __all__ = [
     "FORMAT",
     "MAX_SEGMENTS",
+    "PendingSave",
     "Segment",
     "SnapshotMeta",
     "SnapshotStore",

@@ -2,7 +2,9 @@
 
 - ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
   attention calls ``cache.attend``, so the memory cascade plugs in.
-- ``matvec``: one-token products in the form OpenBLAS runs fastest (CPU decode).
+- ``execution``: how a loaded model's steps run here, one strategy chosen at load: the
+  CPU backend's (``cpu_step`` NumPy decode, ``matvec`` one-token products,
+  ``prefill_ops`` prefill forms) or the GPU's (compiled decode pieces).
 - ``kv_cache``: the plain KV cache behind that interface.
 - ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures

@@ -10,14 +10,15 @@ with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5"). Prefill
 MLX (``prefill_ops.py``): a NumPy prefill of the same chunks measured 1.44x mlx-lm against
 1.85x for MLX with those forms, its GEMMs being the same OpenBLAS calls.
 
-It runs only where it is exact and cheap: our llama-family ``Model`` with dense float32
-weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in every layer.
-Batches, the memory cascade, float16/quantized KV, float16/quantized weights, other
-model classes and GPUs stay on MLX (``run`` returns None). Metal has GEMV kernels and
-cheap dispatch; nothing here runs there.
+It is part of the CPU execution strategy (``execution.py``), which calls ``run`` for each
+one-token step, and it runs only where it is exact and cheap: our llama-family ``Model``
+with dense float32 weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in
+every layer. Batches, the memory cascade, float16/quantized KV, float16/quantized
+weights and other model classes stay on MLX (``run`` returns None). Metal has GEMV
+kernels and cheap dispatch; nothing here runs there.
 
-The loader leaves q/k/v and gate/up of each layer as row views of one buffer each
-(``llama.Model.fuse_projections``), so a layer is five sgemv calls, not seven, and q and
+That strategy leaves q/k/v and gate/up of each layer as row views of one buffer each
+(``execution.fuse_projections``), so a layer is five sgemv calls, not seven, and q and
 k rotate in one pass: per token that is the step's host time (~38 NumPy calls a layer).
 
 KV writes go in place into the cache's MLX buffer through a NumPy view, as MLX's own
@@ -39,20 +40,12 @@ import mlx.nn as nn
 import numpy as np
 
 from mlotspark.models.kv_cache import KVCache
-from mlotspark.models.matvec import Linear
+from mlotspark.models.llama import FactorRoPE
+from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
 from mlotspark.platform import blas
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
-
-
-def enabled(model: Any) -> bool:
-    """Whether steps may go through NumPy: ``model.model.numpy_steps`` True, or None (the
-    default) on the CPU backend."""
-    on = getattr(model.model, "numpy_steps", None)
-    if on is None:
-        return mx.default_device().type == mx.DeviceType.cpu
-    return bool(on)
 
 
 def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optional[mx.array]:
@@ -60,11 +53,8 @@ def run(model: Any, inputs: mx.array, cache: Optional[Sequence[Any]]) -> Optiona
     this step must run on MLX (see the module docstring for when)."""
     if cache is None or inputs.shape != (1, 1):
         return None
-    found = _plan(model, cache)
-    if found is None:
-        return None
-    plan, cache = found
-    return plan(int(inputs.item()), cache)
+    plan = _plan(model, cache)
+    return None if plan is None else plan(int(inputs.item()), cache)
 
 
 def takes(model: Any, cache: Sequence[Any]) -> bool:
@@ -72,13 +62,9 @@ def takes(model: Any, cache: Sequence[Any]) -> bool:
     return bool(cache) and _plan(model, cache) is not None
 
 
-def _plan(model: Any, cache: Sequence[Any]) -> Optional[tuple["CpuStep", Sequence[Any]]]:
-    """The model's step (built or rebuilt as needed) and the per-layer caches it would run
-    on, or None when it does not run this model or this cache."""
-    if not enabled(model):
-        return None
-    if getattr(cache[0], "sole", None) is not None:  # the scheduler's one-row batch view
-        cache = [c.sole for c in cache]
+def _plan(model: Any, cache: Sequence[Any]) -> Optional["CpuStep"]:
+    """The model's step (built or rebuilt as needed), or None when it does not run this
+    model or this cache."""
     plan = model.__dict__.get("_cpu_plan")
     if plan is None or (plan is not False and not plan.current()):
         plan = CpuStep.build(model) or False
@@ -87,7 +73,7 @@ def _plan(model: Any, cache: Sequence[Any]) -> Optional[tuple["CpuStep", Sequenc
             blas.set_numpy_blas_threads(1)  # sgemv is bandwidth-bound; 2 threads collapse under load
     if plan is False or not plan.fits(cache):
         return None
-    return plan, cache
+    return plan
 
 
 def _dense(a: Any) -> Optional[np.ndarray]:
@@ -100,7 +86,7 @@ def _dense(a: Any) -> Optional[np.ndarray]:
 
 def _span(views: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """One read-only (rows, in) view over weight views that lie back to back in memory,
-    as ``llama.Model.fuse_projections`` leaves q/k/v and gate/up; None when they do not.
+    as ``execution.fuse_projections`` leaves q/k/v and gate/up; None when they do not.
     (The views stay referenced by the step, so the memory they span stays alive.)"""
     first, end = views[0], views[0].ctypes.data + views[0].nbytes
     for v in views[1:]:
@@ -119,7 +105,7 @@ def _rope_angles(rope: Any) -> Optional[tuple[int, bool, np.ndarray]]:
     if type(rope) is nn.RoPE:
         inv = rope.base ** (-np.arange(0, rope.dims, 2, dtype=np.float32) / rope.dims)
         return rope.dims, rope.traditional, (rope.scale * inv).astype(np.float32)
-    if type(rope) is Llama3RoPE or getattr(type(rope), "plain_periods", False):  # periods in _freqs, scale 1
+    if type(rope) in (Llama3RoPE, FactorRoPE):  # mx.fast.rope with the periods in _freqs, scale 1
         return rope.dims, rope.traditional, (1.0 / np.array(rope._freqs, dtype=np.float32)).astype(np.float32)
     return None
 
@@ -174,7 +160,7 @@ class CpuStep:
     @staticmethod
     def _products(weights: Sequence[np.ndarray]) -> list:
         """(weight, first row, end row) of one layer's group of products into its buffer:
-        a single product when ``fuse_projections`` put the group in one buffer."""
+        a single product when ``execution.fuse_projections`` put the group in one buffer."""
         whole = _span(weights)
         if whole is not None:
             return [(whole, 0, whole.shape[0])]
@@ -200,7 +186,7 @@ class CpuStep:
 
         def linear(m: Any) -> Optional[tuple]:
             """(weight, bias or None) views, or None for anything but a dense float32 Linear."""
-            if type(m) not in (nn.Linear, Linear):  # a dequantized load gives nn.Linear
+            if type(m) not in (nn.Linear, MatvecLinear):  # the CPU strategy's, or a plain one
                 return None
             w, b = take(m), (take(m, "bias") if "bias" in m else None)
             return None if w is None or ("bias" in m and b is None) else (w, b)
@@ -231,7 +217,7 @@ class CpuStep:
             # Products are (weight, rows of the step's buffer): one for a fused group.
             layers.append((cls._products((q[0], k[0], v[0])), cls._products((gate[0], up[0])),
                            o[0], down[0], n1, n2, bqkv, qn, kn))
-        if type(model.model.embed_tokens) is not nn.Embedding:
+        if type(model.model.embed_tokens) not in (nn.Embedding, MatvecEmbedding):
             return None
         embed, fnorm = take(model.model.embed_tokens), norm(model.model.norm)
         head = embed if args.tie_word_embeddings else linear(getattr(model, "lm_head", None))

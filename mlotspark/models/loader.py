@@ -21,7 +21,7 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import gguf, gguf_convert, inventory, llama, sampling_defaults, weight_formats
+from mlotspark.models import execution, gguf, gguf_convert, inventory, llama, sampling_defaults, weight_formats
 from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
@@ -54,6 +54,11 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.source.name
+
+    @property
+    def execution(self) -> execution.ExecutionStrategy:
+        """How the model's steps run (``models/execution.py``), chosen when it was loaded."""
+        return execution.strategy_of(self.model)
 
     def nbytes(self) -> int:
         """Bytes held by the weights."""
@@ -98,7 +103,7 @@ def _count_params(weights: dict[str, mx.array], qmods: dict[str, tuple[int, int]
     return n
 
 
-def _convert(model: nn.Module, fmt: str) -> str:
+def convert_weights(model: nn.Module, fmt: str) -> str:
     """Convert a loaded model in place to ``fmt``; return the format in use."""
     quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())
     if fmt in ("quantized", "stored"):
@@ -205,7 +210,7 @@ def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], nati
     except ValueError as e:
         raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
     if native:
-        fmt = _convert(model, fmt)
+        fmt = convert_weights(model, fmt)
     elif fmt == "stored":  # a float-only file (BF16, F16) on a GPU: run it as stored
         stored = weight_formats.FLOAT_TYPES[max(set(types.values()), key=list(types.values()).count)]
         model.set_dtype(_DTYPES[stored])
@@ -243,7 +248,7 @@ def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
     if quantized:
         bits = config["quantization"].get("bits", 4)
         n_params = n_params * 32 // bits  # packed uint32 -> elements (upper bound)
-    fmt = _convert(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params))
+    fmt = convert_weights(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params))
     mx.eval(model.parameters())
     ours = isinstance(model, llama.Model)
     ctx = config.get("max_position_embeddings") or config.get("max_seq_len") or 4096
@@ -276,10 +281,7 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
         loaded = _load_gguf(source, weights, progress) if source.kind == "gguf" else _load_hf_dir(source, weights)
-        if isinstance(loaded.model, llama.Model):
-            # q/k/v and gate/up in one buffer each: fewer products per CPU decode step
-            # (cpu_step.py); memory-neutral, as nothing else holds the loaded arrays now.
-            loaded.model.fuse_projections()
+        execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
         materialize(loaded.model)
         inventory.remember(source)  # a path opened by hand shows in `mlotspark list`

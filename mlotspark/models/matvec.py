@@ -19,7 +19,7 @@ back into one large sgemm. Numerics differ from ``x @ W.T`` only in summation or
 (~1e-5 on logits).
 
 Metal and CUDA have real GEMV kernels for one-row matmuls in either orientation, so
-this form is used on the CPU only (``Linear.matvec``, set by the model).
+this form is used on the CPU only (the CPU execution strategy, ``models/execution.py``).
 """
 
 from __future__ import annotations
@@ -83,17 +83,27 @@ def matvec(weight: mx.array, x: mx.array) -> mx.array:
     return out.reshape(*lead, n)
 
 
-class Linear(nn.Linear):
-    """``nn.Linear`` whose one-token calls go through ``matvec`` while ``matvec`` is set.
+class MatvecLinear(nn.Linear):
+    """``nn.Linear`` whose one-token calls go through ``matvec``.
 
     Same parameters as ``nn.Linear`` (so weights, ``nn.quantize`` and sharding see a
-    Linear); the model sets ``matvec`` on the CPU backend (``LlamaModel.decode_matvec``).
+    Linear). The model never builds one: the CPU execution strategy turns a loaded
+    model's ``nn.Linear`` layers into these (``models/execution.py``).
     """
 
-    matvec: bool = False
-
     def __call__(self, x: mx.array) -> mx.array:
-        if self.matvec and x.size == x.shape[-1]:
+        if x.size == x.shape[-1]:
             y = matvec(self.weight, x)
             return y + self.bias if "bias" in self else y
         return super().__call__(x)
+
+
+class MatvecEmbedding(nn.Embedding):
+    """``nn.Embedding`` whose tied output layer (``as_linear``) takes one token through
+    ``matvec``: that 49152x576 weight (113 MB, a fifth of the default model) is past
+    OpenBLAS's small-kernel limit in either orientation. Set by the CPU strategy too."""
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        if x.size == x.shape[-1]:
+            return matvec(self.weight, x)
+        return super().as_linear(x)

@@ -31,11 +31,12 @@ from mlx_lm.models.cache import KVCache as MlxKVCache
 
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.runtime.generation import Generation
+from mlotspark.models.execution import strategy_of
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 
-#: On the CPU backend a row stepped on its own runs through NumPy (``models/cpu_step.py``),
-#: ~2x mlx-lm's decode; packed rows stay on MLX. Packing pays only from this many rows:
+#: Under the CPU execution strategy a row stepped on its own runs through NumPy
+#: (``models/execution.py``), ~2x mlx-lm's decode; packed rows stay on MLX. Packing pays only from this many rows:
 #: two packed rows gave 0.71x the tokens/s of one NumPy row, four 1.22x (RESULTS "Issue 12,
 #: round 5", batched decode), so fewer plain rows take NumPy steps one after another.
 NUMPY_PACK_FROM = 4
@@ -62,8 +63,7 @@ class BatchCache:
 
     @property
     def sole(self) -> Any:
-        """The row's own cache when the batch is one unpacked row, else None (a
-        one-sequence step, ``models/cpu_step.py``, then runs on that cache directly)."""
+        """The row's own cache when the batch is one unpacked row, else None."""
         return self.caches[0] if self.packed is None and len(self.caches) == 1 else None
 
     def make_mask(self, N: int, return_array: bool = False, window_size: Any = None) -> None:
@@ -153,7 +153,7 @@ class SequenceState:
         self.sampler = build_sampler(gen.options)
         self.greedy = gen.options.temperature == 0
         self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
-        self.max_tokens = gen._max_tokens()
+        self.max_tokens = gen.max_new_tokens()
         self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
                                         cancel=gen.cancel, tokens=gen.tokens)
         self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
@@ -363,17 +363,15 @@ class DecodeBatch:
 
     def _one_by_one(self, rows: Sequence[SequenceState]) -> bool:
         """Whether ``rows`` (fewer than ``NUMPY_PACK_FROM``) are better stepped one by one,
-        each through the NumPy step (``cpu_step.takes`` every row's cache), than packed."""
-        from mlotspark.models import cpu_step, llama
-
-        return (len(rows) < NUMPY_PACK_FROM and isinstance(self.model, llama.Model)
-                and all(cpu_step.takes(self.model, s.gen.cache) for s in rows))
+        each through the NumPy step (the model's execution strategy takes every row's cache), than packed."""
+        strategy = strategy_of(self.model)
+        return len(rows) < NUMPY_PACK_FROM and all(strategy.takes(self.model, s.gen.cache) for s in rows)
 
     def _sync(self, seqs: Sequence[SequenceState]) -> None:
         """Pack the plain rows of ``seqs`` (two or more, unless they go one by one through
         the NumPy step: ``_one_by_one``), unpack rows no longer wanted."""
         plain = [s for s in seqs if s.plain]
-        self._singles = 1 < len(plain) == len(seqs) and self._one_by_one(plain)
+        self._singles = 0 < len(plain) == len(seqs) and self._one_by_one(plain)
         if len(plain) < 2 or self._singles:
             plain = []
         leaving = [s for s in self.packed if s not in plain]

@@ -105,7 +105,8 @@ class Generation:
                                        cached=self.cached_tokens)
         return self._meter
 
-    def _max_tokens(self) -> int:
+    def max_new_tokens(self) -> int:
+        """Tokens this request may generate: ``max_tokens``, cut to what the context leaves."""
         n = self.options.max_tokens
         if self.context_limit is not None:
             n = min(n, self.context_limit - self.cached_tokens - len(self.prompt))
@@ -124,7 +125,7 @@ class Generation:
             return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
-        max_tokens = self._max_tokens()
+        max_tokens = self.max_new_tokens()
         acc = Acceptance.of(self.tokenizer, opts.stop, max_tokens=max_tokens, cancel=self.cancel,
                             tokens=self.tokens)
         mx.reset_peak_memory()

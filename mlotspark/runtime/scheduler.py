@@ -24,7 +24,8 @@ does not go through ``cache.attend`` (mlx-lm's classes), run alone: one text pie
 of one of them per turn, between the batch's steps, so they share the thread.
 
 One module past ~500 lines on purpose: the engine thread's loop, admission and
-cancellation share one lock and one queue; the batch step itself lives in ``batching.py``.
+cancellation share one lock and one queue; the batch step lives in ``batching.py``,
+what the thread holds (requests, jobs, step records) in ``scheduled.py``.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -48,7 +48,7 @@ from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_
 from mlotspark.platform.device import is_metal
 from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.results import GenerationResult
-from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.scheduled import Job, Request, StepRecord, cache_bytes
 from mlotspark.runtime.scheduler_config import (
     SchedulerConfig,
     ThroughputMeter,
@@ -60,7 +60,7 @@ from mlotspark.thermal.governor import ThermalGovernor
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SchedulerConfig", "Scheduler", "StepRecord", "governor_snapshot", "parse_memory_limit",
+__all__ = ["SchedulerConfig", "Scheduler", "governor_snapshot", "parse_memory_limit",
            "kv_bytes_per_token"]
 
 _KV_STEP = 256  # mlx-lm's KVCache grows in steps of this many tokens
@@ -75,49 +75,6 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()
 def _stop_engine_threads() -> None:
     for scheduler in list(_LIVE):
         scheduler.close(timeout=2.0)
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One turn of the engine thread that decoded or paused (``Scheduler.timeline``)."""
-
-    t: float  # scheduler clock at the end of the turn
-    state: str  # governor state
-    cap: int  # batch cap in force
-    batch: int  # sequences decoded (0 in a pause)
-    step_s: float  # seconds the decode step (or the pause wait) took
-    queued: int  # requests waiting in the queue
-    paused: bool = False
-    cpu_s: float = 0.0  # process CPU seconds of the step (contention shows as cpu_s << step_s)
-
-
-@dataclass
-class Request:
-    """A submitted request as the scheduler holds it."""
-
-    generation: Generation
-    handle: Any  # RequestHandle
-    priority: int = 0
-    on_finish: Callable[[Generation], None] | None = None
-    owns_cache: bool = True  # the engine made the cache, so it may drop it on cancel
-    projected_bytes: int = 0
-    seq_no: int = 0
-    submitted_at: float = field(default_factory=time.perf_counter)
-    state: SequenceState | None = None
-    stepper: Iterator[str] | None = None  # a request that runs alone: its own loop
-    meta: dict = field(default_factory=dict)  # what the StepMirror needs (distributed: the conversation)
-
-    @property
-    def sort_key(self) -> tuple[int, int]:
-        return (self.priority, self.seq_no)
-
-
-@dataclass
-class _Job:
-    fn: Callable[[], Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    value: Any = None
-    error: BaseException | None = None
 
 
 class Scheduler:
@@ -165,7 +122,7 @@ class Scheduler:
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: list[tuple[tuple[int, int], Request]] = []  # heap by (priority, seq_no)
-        self._jobs: list[_Job] = []
+        self._jobs: list[Job] = []
         self._prefilling: list[Request] = []
         self._running: list[Request] = []
         self._solo: list[Request] = []  # requests that decode in their own loop
@@ -173,7 +130,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._aborted: BaseException | None = None
-        self._running_jobs: list[_Job] = []
+        self._running_jobs: list[Job] = []
         self._batch_size = 0
         self._paused_until = 0.0
         self._admission = "no request yet"
@@ -194,8 +151,8 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("the engine's scheduler is closed")
         g = request.generation
-        new_tokens = len(g.prompt) + g._max_tokens()
-        held = _cache_bytes(g.cache)
+        new_tokens = len(g.prompt) + g.max_new_tokens()
+        held = cache_bytes(g.cache)
         request.projected_bytes = held + self.kv_per_token * (-(-new_tokens // _KV_STEP) * _KV_STEP)
         request.seq_no = next(self._counter)
         with self._cond:
@@ -214,7 +171,7 @@ class Scheduler:
         """
         if threading.current_thread() is self._thread:
             return fn(*args, **kwargs)
-        job = _Job(lambda: fn(*args, **kwargs))
+        job = Job(lambda: fn(*args, **kwargs))
         with self._cond:
             if self._aborted is not None:
                 raise self._aborted
@@ -282,7 +239,7 @@ class Scheduler:
                 "decode_tps": round(self._meter.last_tps, 2),
                 "batching": self.batching,
             }
-        out["kv_bytes"] = self._batch.nbytes + sum(_cache_bytes(r.generation.cache) for r in in_flight)
+        out["kv_bytes"] = self._batch.nbytes + sum(cache_bytes(r.generation.cache) for r in in_flight)
         out["governor"] = gov
         return out
 
@@ -322,7 +279,7 @@ class Scheduler:
                 clear()
 
     @staticmethod
-    def _run_job(job: _Job) -> None:
+    def _run_job(job: Job) -> None:
         try:
             job.value = job.fn()
         except BaseException as e:  # noqa: BLE001  handed to the caller
@@ -585,13 +542,3 @@ class Scheduler:
             if not job.done.is_set():
                 job.error = error
                 job.done.set()
-
-def _cache_bytes(cache: list | None) -> int:
-    total = 0
-    for c in cache or ():
-        try:
-            n = getattr(c, "nbytes", 0)
-            total += int(n() if callable(n) else n or 0)
-        except (AttributeError, NotImplementedError, TypeError):
-            continue  # a cache that cannot tell its size
-    return total

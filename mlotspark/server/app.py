@@ -113,7 +113,7 @@ class ServerState:
             with contextlib.suppress(RuntimeError):  # entries changed under us: skip this scrape's figure
                 out["prompt_cache"] = stats = pc.stats()
                 tiers["episodic_prompt_cache"] = stats.get("bytes", 0)
-        persistence = self.engine.__dict__.get("_persistence")  # only once conversations are in use
+        persistence = self.engine.opened_persistence  # only once conversations are in use
         if persistence is not None:
             with contextlib.suppress(Exception):
                 t = persistence.stats()

@@ -109,7 +109,7 @@ def build(state: Any) -> list[Route]:
         return JSONResponse({
             "status": "shutting_down" if state.closing else "ok",
             "model": state.model_id,
-            "device": getattr(engine, "_device", None),
+            "device": engine.device,
             "weights": engine.loaded.weights,
             "context_length": engine.loaded.context_length,
             "thermal_state": s.get("state"),

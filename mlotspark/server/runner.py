@@ -111,7 +111,7 @@ class Job:
     def _prompt_ids(self) -> list[int]:
         req, engine = self.request, self.server.engine
         if req.prompt_ids is not None:
-            vocab = len(engine.tokenizer._tokenizer) if hasattr(engine.tokenizer, "_tokenizer") else None
+            vocab = engine.vocab_size
             if vocab is not None and max(req.prompt_ids) >= vocab:
                 raise APIError(400, f"invalid 'prompt': token id {max(req.prompt_ids)} is not in the vocabulary "
                                     f"of {vocab} tokens", param="prompt")

@@ -49,7 +49,7 @@ def zygote(model: str) -> None:
     from mlotspark import storage
 
     import mlotspark.engine  # noqa: F401
-    import mlotspark.memory.persistence  # noqa: F401
+    import mlotspark.conversations.persistence  # noqa: F401
 
     for line in sys.stdin:
         parts = line.split()

@@ -44,7 +44,7 @@ def check_home(home: Path, completed: list[tuple[str, str]]) -> Counter:
         ``snapshots_ok`` / ``snapshots_refused``, ``prefix_refused``.
     """
     from mlotspark.errors import MlotsparkError, SnapshotError
-    from mlotspark.memory.conversations import ConversationFiles
+    from mlotspark.conversations.record import ConversationFiles
     from mlotspark.memory.prefix_cache import PrefixCache
     from mlotspark.memory.semantic import SemanticStore
 

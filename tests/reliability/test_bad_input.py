@@ -80,7 +80,7 @@ def test_count_options_refuse_non_positive_and_non_integers(engine, name):
 
 def test_other_settings_records_refuse_bad_values():
     from mlotspark.memory.cascade import CascadeConfig
-    from mlotspark.memory.persistence import PersistenceConfig
+    from mlotspark.conversations.persistence import PersistenceConfig
     from mlotspark.runtime.scheduler_config import SchedulerConfig
 
     checks = [

@@ -25,7 +25,7 @@ def run_processes(model, home, n: int, turns: int) -> list[str]:
 
 
 def check(home, n: int, turns: int) -> dict:
-    from mlotspark.memory.conversations import ConversationFiles
+    from mlotspark.conversations.record import ConversationFiles
     from mlotspark.memory.semantic import SemanticStore
 
     lost = 0

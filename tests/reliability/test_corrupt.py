@@ -91,7 +91,7 @@ def stores(tmp_path_factory) -> Path:
     a memory store, written by the real writers (numpy states: no model needed)."""
     import os
 
-    from mlotspark.memory.conversations import ConversationFiles, ConversationRecord
+    from mlotspark.conversations.record import ConversationFiles, ConversationRecord
     from mlotspark.memory.kv_state import CacheState
     from mlotspark.memory.semantic import SemanticStore
     from mlotspark.memory.snapshots import write_state
@@ -132,7 +132,7 @@ def stores(tmp_path_factory) -> Path:
 
 
 def _open(kind: str, home: Path) -> None:
-    from mlotspark.memory.conversations import ConversationFiles
+    from mlotspark.conversations.record import ConversationFiles
     from mlotspark.memory.prefix_cache import PrefixCache
     from mlotspark.memory.semantic import SemanticStore
 

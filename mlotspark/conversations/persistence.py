@@ -11,7 +11,8 @@
 | semantic | SQLite store | ``memory_token_budget`` per prompt | entries are kept until forgotten |
 
 MLX work (restoring, trimming, copying caches) runs through ``run_exclusive`` so
-that it is serialised with the engine's own requests (DESIGN §5).
+that it is serialised with the engine's own requests (DESIGN §5); file and SQLite
+writes of a finished turn run on the ``writer`` beside the engine thread.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mlotspark.memory.kv_state import cache_kind, prefix_state
-from mlotspark.memory.host import EngineLike
-from mlotspark.memory.conversations import Conversation, ConversationFiles, ConversationInfo
+from mlotspark.conversations.conversation import Conversation
+from mlotspark.conversations.record import ConversationFiles, ConversationInfo
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
-from mlotspark.memory.snapshots import common_prefix
+from mlotspark.memory.snapshots import PendingSave, common_prefix
+from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
+from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
 log = logging.getLogger(__name__)
@@ -97,7 +100,7 @@ class Persistence:
         config: budgets and switches (default ``PersistenceConfig()``).
     """
 
-    def __init__(self, engine: EngineLike, config: PersistenceConfig | None = None):
+    def __init__(self, engine: EngineProtocol, config: PersistenceConfig | None = None):
         self.engine = engine
         self.config = config or PersistenceConfig()
         self.counters: Counter = Counter()
@@ -108,17 +111,13 @@ class Persistence:
         self._memory: SemanticStore | None = None
         self._system_ids: dict[str, list[int]] = {}
         self._read_only: bool | None = None
+        #: Stores finished turns beside the engine thread (``writer.py``).
+        self.writer = Writer()
 
     # -- plumbing ---------------------------------------------------------------------
     def run_exclusive(self, fn: Callable[[], T]) -> T:
-        """Run MLX work ``fn`` on the engine thread (``Engine.run_on_engine``) and return
-        its result; engines without a scheduler serialise it with their request lock."""
-        run = getattr(self.engine, "run_on_engine", None)
-        if callable(run):
-            return run(fn)
-        lock = getattr(self.engine, "_lock", None)
-        with lock if lock is not None else contextlib.nullcontext():
-            return fn()
+        """Run MLX work ``fn`` on the engine thread (``Engine.run_on_engine``) and return its result."""
+        return self.engine.run_on_engine(fn)
 
     def model_identity(self) -> tuple[str, str]:
         """(fingerprint, weight format): what a snapshot must match."""
@@ -185,7 +184,7 @@ class Persistence:
                 out.append(record.info())
         return sorted(out, key=lambda c: -c.updated)
 
-    def _forget_conversation(self, name: str) -> None:
+    def forget_conversation(self, name: str) -> None:
         with self._lock:
             self._conversations.pop(name, None)
             self._warm.pop(name, None)
@@ -207,20 +206,35 @@ class Persistence:
                     del self._warm[name]
 
     # -- snapshots ----------------------------------------------------------------------
-    def save_snapshot(self, conv: Conversation, cache: list, tokens: list[int]) -> dict:
-        """[engine thread] Save ``conv``'s snapshot; a failure is a warning, never lost messages."""
+    def prepare_snapshot(self, conv: Conversation, cache: list, tokens: list[int]) -> PendingSave | dict:
+        """[engine thread] Capture ``conv``'s snapshot for ``write_snapshot``; a dict says
+        why there is nothing to write (off, read-only, or the cache cannot be saved)."""
         if not self.config.snapshots or self.read_only:
             return {"saved": False}
         fp, weights = self.model_identity()
         try:
-            meta = conv.files.snapshots.save(cache, tokens, fingerprint=fp, weights=weights, model=self.engine.model_name)
+            return conv.files.snapshots.prepare(cache, tokens, fingerprint=fp, weights=weights)
         except (SnapshotError, StoreError) as e:
-            log.warning("conversation %r: snapshot not saved: %s", conv.name, e)
-            self.counters["snapshot_failures"] += 1
-            return {"saved": False, "error": str(e)}
+            return self._snapshot_failed(conv, e)
+
+    def write_snapshot(self, conv: Conversation, pending: PendingSave | dict, tokens: list[int]) -> dict:
+        """[writer] Write what ``prepare_snapshot`` captured; a failure is a warning, never lost messages."""
+        if not isinstance(pending, PendingSave):
+            return pending
+        fp, weights = self.model_identity()
+        try:
+            meta = conv.files.snapshots.write(pending.state, tokens, pending.keep, fingerprint=fp, weights=weights,
+                                              model=self.engine.model_name)
+        except (SnapshotError, StoreError) as e:
+            return self._snapshot_failed(conv, e)
         self.counters["snapshots_saved"] += 1
         self._enforce_snapshot_budget(keep=conv.name)
         return {"saved": True, "tokens": len(meta.tokens), "segments": len(meta.segments), "revision": meta.revision}
+
+    def _snapshot_failed(self, conv: Conversation, error: Exception) -> dict:
+        log.warning("conversation %r: snapshot not saved: %s", conv.name, error)
+        self.counters["snapshot_failures"] += 1
+        return {"saved": False, "error": str(error)}
 
     def _snapshot_sizes(self) -> list[tuple[float, str, int]]:
         sizes = []
@@ -241,7 +255,7 @@ class Persistence:
             if total <= budget:
                 break
             live = self._conversations.get(name)
-            if name == keep or (live is not None and live._turn is not None):
+            if name == keep or (live is not None and live.busy):
                 continue
             with contextlib.suppress(StoreError):
                 ConversationFiles(self.root / name).snapshots.delete()
@@ -280,8 +294,9 @@ class Persistence:
             self._system_ids[system] = ids[: common_prefix(ids, gen)]
         return self._system_ids[system]
 
-    def add_prefix(self, conv: Conversation, cache: list, tokens: list[int]) -> None:
-        """[engine thread] Keep the conversation's shared system-prompt prefix, if not cached yet."""
+    def keep_prefix(self, conv: Conversation, cache: list, tokens: list[int]) -> None:
+        """[engine thread] Keep the conversation's shared system-prompt prefix in memory,
+        if not cached yet (``save_prefix`` writes it)."""
         pc = self.prefix_cache
         if pc.budget_bytes == 0:
             return
@@ -291,9 +306,15 @@ class Persistence:
                 state = prefix_state(cache, n)
                 if state is not None and pc.add(tokens[:n], state):
                     self.counters["prefixes_added"] += 1
-            pc.save()
         except (SnapshotError, StoreError) as e:
             log.warning("prefix cache not updated: %s", e)
+
+    def save_prefix(self) -> None:
+        """[writer] Save the prefix cache's most used entries (their arrays are evaluated)."""
+        try:
+            self.prefix_cache.save()
+        except (SnapshotError, StoreError) as e:
+            log.warning("prefix cache not saved: %s", e)
 
     # -- semantic memory ----------------------------------------------------------------
     @property
@@ -364,7 +385,7 @@ class Persistence:
             "hit_rate": c["warm"] / turns if turns else 0.0,  # turns continued from memory
         }
         for conv in reversed(self._warm.values()):
-            cache = conv._cache
+            cache = conv.warm_cache
             if cache:
                 with contextlib.suppress(SnapshotError):
                     if cache_kind(cache) == "cascade":
@@ -396,7 +417,8 @@ class Persistence:
         }
 
     def close(self) -> None:
-        """Save the prefix cache and close the memory store."""
+        """Store the turns handed over, save the prefix cache and close the memory store."""
+        self.writer.close()
         if self._prefix is not None:
             with contextlib.suppress(StoreError, SnapshotError):
                 self.run_exclusive(self._prefix.save)

@@ -1,18 +1,15 @@
 """Conversations that survive restarts: messages on disk, KV snapshots, memory per turn.
 
 ``engine.conversation(name)`` gives a ``Conversation``; its files live in
-``$MLOTSPARK_HOME/conversations/<name>/``::
-
-    conversation.json   name, title, system prompt, messages (the ground truth)
-    snapshot/           the KV / cascade state after the last turn (snapshots.py)
-    .lock               held for a whole turn, so processes sharing the home take turns
+``$MLOTSPARK_HOME/conversations/<name>/`` (``record.py``).
 
 A turn: retrieve semantic memory for the user's text; render the messages with the
 chat template; take the cache that shares the longest token prefix with the prompt
 (this conversation's warm cache, its snapshot on disk, or the shared prefix cache),
-cut it to that prefix, and submit only the rest; when the turn finishes (on the
-engine's thread) store the messages first, then the snapshot, then what the user
-stated about themselves. A snapshot that cannot be used is refused with a
+cut it to that prefix, and submit only the rest; when the turn finishes, the engine
+thread captures the snapshot's arrays and hands the rest to the writer (``writer.py``),
+which stores the messages first, then the snapshot, then what the user stated about
+themselves, while other requests go on decoding. A snapshot that cannot be used is refused with a
 ``SnapshotWarning`` and the turn re-prefills from the stored messages.
 
 Where retrieved memory goes: into the system prompt on a conversation's first turn
@@ -29,111 +26,28 @@ import shutil
 import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
-from mlotspark.memory.host import ConversationHost, FinishedGeneration
+from mlotspark.conversations.host import ConversationHost
+from mlotspark.runtime.generation import Generation
 from mlotspark.results import GenerationResult, GenerationStats
-from mlotspark.memory.snapshots import SnapshotStore, SnapshotWarning, common_prefix
-from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
+from mlotspark.memory.snapshots import SnapshotWarning, common_prefix
+from mlotspark.conversations.record import (
+    ROLES,
+    TITLE_CHARS,
+    ConversationFiles,
+    ConversationInfo,
+    ConversationRecord,
+    render,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT = "mlotspark-conversation"
-TITLE_CHARS = 60
-ROLES = ("system", "user", "assistant")
-
-
-@dataclass
-class ConversationInfo:
-    """One line of ``engine.conversations()``."""
-
-    name: str
-    title: str
-    updated: float
-    turns: int
-    tokens: int
-
-
-@dataclass
-class ConversationRecord:
-    """What ``conversation.json`` holds. ``messages`` are dicts with ``role``,
-    ``content``, ``time`` and, on user turns, the ``memory`` section shown with them."""
-
-    name: str
-    system: str
-    messages: list[dict] = field(default_factory=list)
-    title: str = ""
-    created: float = 0.0
-    updated: float = 0.0
-    tokens: int = 0  # tokens in the model's context after the last turn
-    revision: int = 0
-
-    @property
-    def turns(self) -> int:
-        return sum(m.get("role") == "assistant" for m in self.messages)
-
-    def info(self) -> ConversationInfo:
-        return ConversationInfo(self.name, self.title, self.updated, self.turns, self.tokens)
-
-    @classmethod
-    def from_json(cls, doc: Any, where: Path) -> "ConversationRecord":
-        """Raises: StoreError when ``doc`` is not a conversation."""
-        try:
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-                raise ValueError("not a conversation file")
-            messages = [dict(m) for m in doc["messages"]]
-            if any(m.get("role") not in ROLES or not isinstance(m.get("content"), str) for m in messages):
-                raise ValueError("a message lacks a role or text")
-            return cls(
-                name=str(doc["name"]), system=str(doc.get("system", "")), messages=messages,
-                title=str(doc.get("title", "")), created=float(doc.get("created", 0)), updated=float(doc.get("updated", 0)),
-                tokens=int(doc.get("tokens", 0)), revision=int(doc.get("revision", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise StoreError(f"cannot read conversation {where}: {e}") from e
-
-
-class ConversationFiles:
-    """A conversation's directory: the record, its snapshot and its lock (no MLX here)."""
-
-    def __init__(self, directory: Path):
-        self.directory = Path(directory)
-        self.path = self.directory / "conversation.json"
-        self.lock = FileLock(self.directory / ".lock")
-        self.snapshots = SnapshotStore(self.directory / "snapshot")
-
-    def load(self) -> ConversationRecord | None:
-        """The stored record, or None if there is none. Raises StoreError if unreadable."""
-        doc = read_json(self.path, default=None)
-        return None if doc is None else ConversationRecord.from_json(doc, self.path)
-
-    def save(self, record: ConversationRecord) -> None:
-        """Write the record atomically (revision + 1)."""
-        ensure_dir(self.directory)
-        record.revision += 1
-        write_json(self.path, {"format": FORMAT, "version": 1, **asdict(record)})
-        # Temp files of a writer killed mid-write (callers hold the lock: none is in flight).
-        for stale in self.directory.glob(f".{self.path.name}.*.tmp"):
-            stale.unlink(missing_ok=True)
-
-
-def render(record: ConversationRecord, user: dict | None = None) -> list[dict]:
-    """The messages as the model sees them (memory sections placed, see module docstring)."""
-    messages = [*record.messages, *([user] if user else [])]
-    system = record.system
-    out: list[dict] = []
-    for i, m in enumerate(messages):
-        content, memory = m["content"], m.get("memory") or ""
-        if memory and i == 0 and system:
-            system = f"{system}\n\n{memory}"
-        elif memory:
-            content = f"{memory}\n\n{content}"
-        out.append({"role": m["role"], "content": content})
-    return ([{"role": "system", "content": system}] if system else []) + out
 
 
 def _kind_of(cache: list) -> str:
@@ -156,14 +70,24 @@ class _Turn:
     handle: Any = None
     first_piece: float | None = None
     error: BaseException | None = None
+    stored: Future | None = None  # the writer's job storing the turn, once it finished
+
+
+def _wait_stored(turn: _Turn) -> None:
+    """Wait for the writer to store ``turn`` (a request that failed is never handed over)."""
+    if turn.stored is not None:
+        turn.stored.result()
 
 
 class Conversation:
     """A named, persistent conversation. Get one with ``engine.conversation(name)``.
 
     Methods are safe to call from several threads (turns queue) and processes
-    sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock).
+    sharing ``$MLOTSPARK_HOME`` (turns take the conversation's file lock). It implements
+    ``runtime.engine_api.ConversationProtocol``.
     """
+
+    name: str
 
     def __init__(self, persistence: ConversationHost, name: str, directory: Path, system: str):
         self._p = persistence
@@ -260,7 +184,7 @@ class Conversation:
         with self._mutex, self.files.lock:
             self._drop_cache()
             shutil.rmtree(self.files.directory, ignore_errors=True)
-            self._p._forget_conversation(self.name)
+            self._p.forget_conversation(self.name)
 
     @property
     def progress(self) -> Any:
@@ -282,6 +206,16 @@ class Conversation:
 
     def _drop_cache(self) -> None:
         self._cache, self._cache_tokens, self._snapshot_revision = None, [], ""
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running (its snapshot must not be evicted meanwhile)."""
+        return self._turn is not None
+
+    @property
+    def warm_cache(self) -> list | None:
+        """The cache kept in memory after the last turn (None when there is none)."""
+        return self._cache
 
     @property
     def warm_bytes(self) -> int:
@@ -337,6 +271,7 @@ class Conversation:
                     turn.first_piece = time.perf_counter()
                 yield piece
             result = turn.handle.result()
+            _wait_stored(turn)
             if turn.error is not None:
                 raise turn.error
             # What the user waits for: memory lookup, cache restore, queue and prefill.
@@ -349,6 +284,9 @@ class Conversation:
                 turn.handle.cancel()
                 with contextlib.suppress(Exception):
                     turn.handle.result()
+            if turn is not None:
+                with contextlib.suppress(Exception):
+                    _wait_stored(turn)  # the lock is held until the turn is on disk
             self._turn = None
             self.files.lock.__exit__(None, None, None)
             self._mutex.release()
@@ -385,7 +323,7 @@ class Conversation:
         turn = _Turn(user, prompt_ids, cached, started, extra)
         turn.handle = self.engine.submit(
             prompt_ids=prompt_ids[cached:], cache=cache, cached_tokens=cached,
-            on_finish=lambda gen: self._finish(turn, gen), cache_key=self.name, cached_ids=prompt_ids[:cached],
+            on_finish=lambda gen: self._finished(turn, gen), cache_key=self.name, cached_ids=prompt_ids[:cached],
             **options,
         )
         self._turn = turn
@@ -455,14 +393,33 @@ class Conversation:
             self.files.snapshots.delete()
         return str(error)
 
-    def _finish(self, turn: _Turn, gen: FinishedGeneration) -> None:
-        """[engine thread] Store the turn: messages first, then the snapshot and memory."""
+    def _finished(self, turn: _Turn, gen: Generation) -> None:
+        """[engine thread] Capture what needs MLX (the snapshot's new arrays, the shared
+        prefix's KV), then hand the storing to the writer (``writer.py``)."""
         p = self._p
         result = gen.result
         assert result is not None
-        stats = result.stats
         tokens = turn.prompt_ids[: turn.cached] + list(gen.fed_tokens)
         cache = gen.cache
+        if not cache or (result.stats.finish_reason == "cancelled" and cache_offset(cache) != len(tokens)):
+            cache = None  # a cancelled request's cache may be gone: the next turn restores the snapshot
+        elif cache_offset(cache) != len(tokens):
+            log.warning("conversation %r: cache holds %d tokens, expected %d; not kept", self.name, cache_offset(cache), len(tokens))
+            cache = None
+        pending = None
+        if cache is not None:
+            try:
+                pending = p.prepare_snapshot(self, cache, tokens)
+                p.keep_prefix(self, cache, tokens)
+            except Exception:  # noqa: BLE001  the messages must still be stored
+                log.exception("conversation %r: snapshot not captured; the cache is not kept", self.name)
+                cache = None
+        turn.stored = p.writer.submit(lambda: self._store(turn, result, tokens, cache, pending))
+
+    def _store(self, turn: _Turn, result: GenerationResult, tokens: list[int], cache: list | None, pending: Any) -> None:
+        """[writer thread] Store the turn: messages first, then the snapshot and memory."""
+        p = self._p
+        stats = result.stats
         now = time.time()
         try:
             self._reload()
@@ -479,18 +436,14 @@ class Conversation:
             turn.error = e  # raised in the caller's thread once the turn ends
             return
         extra = turn.extra
-        if not cache or (stats.finish_reason == "cancelled" and cache_offset(cache) != len(tokens)):
-            pass  # a cancelled request's cache may be gone: the next turn restores the snapshot
-        elif cache_offset(cache) != len(tokens):
-            log.warning("conversation %r: cache holds %d tokens, expected %d; not kept", self.name, cache_offset(cache), len(tokens))
-        else:
+        if cache is not None:
             self._cache, self._cache_tokens = cache, tokens
-            extra["snapshot"] = info = p.save_snapshot(self, cache, tokens)
+            extra["snapshot"] = info = p.write_snapshot(self, pending, tokens)
             self._snapshot_revision = info.get("revision", "")
-            p.add_prefix(self, cache, tokens)
+            p.save_prefix()
             p.note_warm(self)
         extra["memory"]["learned"] = p.learn(turn.user["content"], self.name)
         stats.extra.update(extra)
 
 
-__all__ = ["Conversation", "ConversationFiles", "ConversationInfo", "ConversationRecord", "render"]
+__all__ = ["Conversation"]

@@ -1,0 +1,92 @@
+"""Which cache a request gets, and why: the memory cascade or a KV cache of some kind.
+
+The cascade when it is forced on (a ``CascadeConfig``), or under ``auto`` when
+prompt + ``max_tokens`` pass the model's context (llama-family models only); else a
+KV cache of ``options.cache_kind``, where ``auto`` is decided by
+``decoding/cache_policy.py`` on the engine thread. ``story`` tells a request which it
+got and why (``stats.extra["cache"]``, shown by ``-v``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache
+from mlotspark.memory.cascade import CascadeConfig, check_cascade, is_cascade, make_cascade_cache
+from mlotspark.options import GenerationOptions
+
+__all__ = ["CacheChoice", "resolve_cascade"]
+
+
+class CacheChoice:
+    """The cache choice of one engine.
+
+    Args:
+        loaded: the ``LoadedModel`` (model, context length, weights).
+        cascade: ``"auto"``, a ``CascadeConfig``, a dict of its fields, or None (never).
+        device: where the model runs (part of the ``auto`` probe's key).
+        memory_limit: the engine's memory limit now (bytes, or None).
+        run: runs MLX work on the engine thread (``Engine.run_on_engine``).
+    """
+
+    def __init__(self, loaded: Any, cascade: "CascadeConfig | dict | str | None", *, device: str,
+                 memory_limit: Callable[[], int | None], run: Callable[..., Any]):
+        self.loaded = loaded
+        self.cascade = resolve_cascade(loaded, cascade)
+        self.device = device
+        self.memory_limit = memory_limit
+        self.run = run
+        #: The last ``cache_kind="auto"`` decision, None before one.
+        self.decision: CacheDecision | None = None
+
+    def cascade_for(self, total_tokens: int, options: GenerationOptions) -> CascadeConfig | None:
+        """The cascade config a request of ``total_tokens`` runs under, or None (a KV cache)."""
+        cfg = self.cascade
+        if cfg == "auto":
+            cfg = None
+            if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
+                cfg = CascadeConfig.for_model(self.loaded.context_length)
+        return cfg  # type: ignore[return-value]
+
+    def make(self, total_tokens: int, options: GenerationOptions) -> list:
+        """A fresh per-layer cache for a request of about ``total_tokens`` prompt tokens."""
+        cfg = self.cascade_for(total_tokens, options)
+        if cfg is not None:
+            return make_cascade_cache(self.loaded.model, cfg)
+        return self.kv_cache(options, total_tokens)
+
+    def kv_cache(self, options: GenerationOptions, total_tokens: int) -> list:
+        """A KV cache of ``options.cache_kind``; ``auto`` decided on the engine thread."""
+        budget = kv_budget(self.memory_limit(), self.loaded.nbytes())
+        cache, decision = request_cache(self.loaded, options, total_tokens, device=self.device,
+                                        budget_bytes=budget, run=self.run)
+        if decision is not None:
+            self.decision = decision
+        return cache
+
+    def story(self, cache: list, options: GenerationOptions, total_tokens: int, given: bool) -> dict:
+        """Which cache a request got and why (``stats.extra["cache"]``, told by ``-v``)."""
+        if is_cascade(cache):
+            if isinstance(self.cascade, CascadeConfig):
+                return {"kind": "cascade", "why": "the memory cascade was asked for"}
+            return {"kind": "cascade", "why": f"prompt + max_tokens ({total_tokens + options.max_tokens}) "
+                                              f"pass the context of {self.loaded.context_length}"}
+        if given:
+            return {"kind": type(cache[0]).__name__, "why": "continued from the caller's cache"}
+        if options.cache_kind == "auto":
+            decision = self.decision
+            return {"kind": decision.kind if decision else "?", "why": f"auto: {decision.reason if decision else ''}"}
+        if options.cache_kind:
+            return {"kind": options.cache_kind, "why": "asked for"}
+        return {"kind": "plain", "why": "default: the model's dtype"}
+
+
+def resolve_cascade(loaded: Any, cascade: "CascadeConfig | dict | str | None") -> "CascadeConfig | str | None":
+    """A cascade argument made concrete for ``loaded``: a dict of overrides becomes
+    ``CascadeConfig.for_model`` of the model's own context; a config is checked to fit;
+    ``auto`` and None pass through."""
+    if isinstance(cascade, dict):
+        cascade = CascadeConfig.for_model(loaded.context_length, **cascade)
+    if isinstance(cascade, CascadeConfig):
+        check_cascade(loaded.model, cascade, loaded.name)
+    return cascade

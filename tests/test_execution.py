@@ -1,0 +1,142 @@
+"""The execution seam (models/execution.py): each strategy, forced on the CPU, gives plain
+MLX's greedy tokens through the Engine; the device chooses the default; an override wins."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import mlx.core as mx
+import pytest
+
+from mlotspark.engine import Engine
+from mlotspark.errors import OptionError
+from mlotspark.models import execution
+from mlotspark.models.execution import choose_strategy, prepare, strategy_of
+from mlotspark.models.loader import LoadedModel
+from mlotspark.options import GenerationOptions
+from tiny import tiny_model
+
+#: A short prompt, one past the CPU prefill's 64-query attention block, one single token.
+PROMPTS = [[5, 9, 14, 3], [(7 * i) % 290 + 3 for i in range(150)], [7]]
+
+
+class _Tokenizer:
+    """Token t -> one character; EOS outside the vocabulary, so replies run to max_tokens."""
+
+    eos_token_ids = [1000]
+    bos_token_id = None
+
+    class _Detokenizer:
+        def __init__(self) -> None:
+            self.tokens: list[int] = []
+
+        def reset(self) -> None:
+            self.tokens = []
+
+        def add_token(self, t: int) -> None:
+            self.tokens.append(t)
+
+        def finalize(self) -> None:
+            pass
+
+        @property
+        def text(self) -> str:
+            return "".join(chr(33 + t % 90) for t in self.tokens)
+
+    @property
+    def detokenizer(self) -> "_Tokenizer._Detokenizer":
+        return self._Detokenizer()
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [1 + ord(c) % 120 for c in text]
+
+
+def _engine(strategy: str) -> Engine:
+    model = tiny_model(seed=3, execution="plain")
+    # Peaky logits: no near-ties, so greedy is well defined across summation orders.
+    model.update({"model": {"embed_tokens": {"weight": model.model.embed_tokens.weight * 8}}})
+    mx.eval(model.parameters())
+    prepare(model, strategy)
+    loaded = LoadedModel(model=model, tokenizer=_Tokenizer(), config={},
+                         source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
+                         fingerprint="tiny", context_length=4096, supports_cascade=True)
+    return Engine(loaded, GenerationOptions(temperature=0.0))
+
+
+def _tokens(engine: Engine) -> tuple[list, list]:
+    """Each prompt alone, then all three decoding together."""
+    solo = [engine.submit(prompt_ids=p, max_tokens=20).result().tokens for p in PROMPTS]
+    handles = [engine.submit(prompt_ids=p, max_tokens=20) for p in PROMPTS]
+    return solo, [h.result().tokens for h in handles]
+
+
+@pytest.fixture(scope="module")
+def plain_tokens():
+    return _tokens(_engine("plain"))
+
+
+@pytest.mark.parametrize("strategy", ["cpu", "gpu"])
+def test_each_strategy_forced_on_the_cpu_gives_plain_mlx_greedy_tokens(strategy, plain_tokens):
+    engine = _engine(strategy)
+    assert engine.loaded.execution.name == strategy
+    solo, together = _tokens(engine)
+    assert solo == plain_tokens[0] and together == plain_tokens[1]
+    assert together == solo
+    ran = engine.loaded.execution
+    if strategy == "cpu":
+        assert ran.numpy_steps >= 3 * 19  # the one-token steps of solo rows went through NumPy
+    else:
+        assert ran.compiled  # the compiled decode pieces ran
+
+
+def test_the_device_chooses_and_an_override_wins(monkeypatch):
+    monkeypatch.delenv(execution.ENV, raising=False)
+    assert choose_strategy(mx.Device(mx.cpu)).name == "cpu"
+    assert choose_strategy(mx.Device(mx.gpu)).name == "gpu"
+    assert choose_strategy(mx.Device(mx.gpu), override="plain").name == "plain"
+    monkeypatch.setenv(execution.ENV, "gpu")
+    assert choose_strategy(mx.Device(mx.cpu)).name == "gpu"
+    with pytest.raises(OptionError, match="'fast'"):
+        choose_strategy(override="fast")
+
+
+def test_a_model_never_prepared_runs_plain_and_keeps_its_class():
+    from mlotspark.models import llama
+
+    model = tiny_model(execution="cpu")
+    assert isinstance(model, llama.Model) and type(model).__name__ == "Model"
+    prepare(model, "plain")
+    assert type(model) is llama.Model and strategy_of(model).name == "plain"
+    assert strategy_of(object()).name == "plain"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["gpu", "plain"])
+def test_real_model_forced_strategy_gives_the_default_tokens(strategy, default_gguf, monkeypatch):
+    """The default model loaded with MLOTSPARK_EXECUTION forcing a strategy: the same greedy
+    tokens as the device's default (the CPU strategy here)."""
+    prompt = "Name three rivers of Europe."
+    monkeypatch.delenv(execution.ENV, raising=False)
+    default = Engine.load(str(default_gguf))
+    want = default.generate(prompt, temperature=0, max_tokens=24).tokens
+    monkeypatch.setenv(execution.ENV, strategy)
+    forced = Engine.load(str(default_gguf))
+    assert forced.loaded.execution.name == strategy
+    assert forced.generate(prompt, temperature=0, max_tokens=24).tokens == want
+
+
+@pytest.mark.parametrize("strategy", ["cpu", "gpu", "plain"])
+def test_only_the_cpu_strategy_prefills_with_the_cpu_forms(strategy, monkeypatch):
+    from mlotspark.models import prefill_ops
+
+    ran = []
+    for name in ("causal_attention", "silu_mul"):
+        real = getattr(prefill_ops, name)
+        monkeypatch.setattr(prefill_ops, name, lambda *a, _n=name, _f=real, **k: ran.append(_n) or _f(*a, **k))
+    model = tiny_model(execution=strategy)
+    model(mx.array([PROMPTS[1]]), model.make_cache())  # 150 tokens: past one attention block
+    assert prefill_ops.use_cpu_prefill_ops() is False  # on only while the CPU strategy's step runs
+    if strategy == "cpu":
+        assert ran.count("causal_attention") == ran.count("silu_mul") == 2  # each layer
+    else:
+        assert not ran
