@@ -48,17 +48,25 @@ from pathlib import Path
 
 import numpy as np
 
-from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, SemanticStore, extract_facts
+from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore, extract_facts
 from mlotspark.memory.semantic.calibration import about_user, calibration_for
 from mlotspark.models import bundles, catalogue
+
+sys.path.insert(0, str(Path(__file__).parent))
+from embed_cache import Precomputed  # noqa: E402
 
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
 FRESH = Path(__file__).with_name("data") / "memory_eval_fresh.json"
 FIT_EXTRA = Path(__file__).with_name("data") / "memory_eval_fit_extra.json"  # first-person requests, fit set only
 
 
-def make_embedder(name: str, minilm_dir: Path):
-    return HashingEmbedder() if name == "hashing" else MiniLMEmbedder(minilm_dir)
+BUNDLE = {"minilm": bundles.EMBEDDER_MODEL, "mpnet": bundles.MPNET_MODEL}
+
+
+def make_embedder(name: str, dirs: dict[str, Path]):
+    if name == "hashing":
+        return HashingEmbedder()
+    return (MiniLMEmbedder if name == "minilm" else MPNetEmbedder)(dirs[name])
 
 
 def split(n: int, seed: int) -> tuple[list[int], list[int]]:
@@ -174,10 +182,48 @@ def print_misses(store: SemanticStore, cal: Calibration, pairs: list[dict], ids:
             print(f"    {cal.score(h.vector, h.lexical):.3f} ({h.vector:.3f}, {h.lexical:.3f}) {h.entry.text!r}")
 
 
-def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Path, seed: int, misses: str | None = None) -> dict:
+RERANK_PROMPT = ("Question: {q}\n\nNotes:\n{notes}\n\nWhich note answers the question? "
+                 "Reply with the note's number only, or 0 if no note answers it.")
+
+
+def rerank(engine, store: SemanticStore, cal: Calibration, items: list[tuple[str, list]], golds: list[int | None], k: int = 5) -> dict:
+    """The chat model as a reranker of the top ``k`` candidates (through ``Engine.generate``, greedy).
+
+    For each question, the model reads its top ``k`` notes (calibrated order) and names
+    the one that answers it (or 0). Figures, before and after: the fact first (recall@1),
+    and what would be injected if the named note alone were (the fact; for prompts about
+    nothing stored, ``gold`` None, anything)."""
+    before1 = after1 = named_gold = named_any_unrelated = 0
+    n_q = sum(g is not None for g in golds)
+    n_u = len(golds) - n_q
+    rows = []
+    for (text, cands), gold in zip(items, golds):
+        ranked = [i for _, i in sorted(((cal.score(v, lx), i) for i, v, lx in cands), key=lambda t: (-t[0], -t[1]))][:k]
+        notes = "\n".join(f"{j + 1}. {store.get(i).text}" for j, i in enumerate(ranked))
+        reply = engine.generate(RERANK_PROMPT.format(q=text, notes=notes), temperature=0.0, max_tokens=4).text
+        digits = [c for c in reply if c.isdigit()]
+        pick = int(digits[0]) if digits else 0
+        named = ranked[pick - 1] if 1 <= pick <= len(ranked) else None
+        if gold is None:
+            named_any_unrelated += named is not None
+        else:
+            before1 += ranked[:1] == [gold]
+            after1 += (named == gold) if named is not None else (ranked[:1] == [gold])
+            named_gold += named == gold
+        rows.append({"question": text, "reply": reply, "named": named, "gold": gold})
+    return {"questions": n_q, "unrelated": n_u, "recall@1_before": before1 / max(1, n_q),
+            "recall@1_after": after1 / max(1, n_q), "named_the_fact": named_gold / max(1, n_q),
+            "unrelated_named_a_note": named_any_unrelated / max(1, n_u), "rows": rows}
+
+
+def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Path, seed: int, misses: str | None = None,
+              reranker=None, rerank_n: int = 0) -> dict:
     t0 = time.perf_counter()
-    store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
     pairs = doc["pairs"] + fresh["pairs"]
+    embedder = Precomputed(embedder)  # every text embedded once, in batches: same vectors, less time
+    embedder.prime([p["fact"] for p in pairs] + [p["question"] for p in pairs] + doc["distractors"] + fresh["distractors"]
+                   + doc["unrelated"] + fresh["unrelated"] + extra)
+    store = SemanticStore(directory / f"{embedder.name}.db", embedder, near_duplicate=None)
     ids = [store.remember(p["fact"]) for p in pairs]
     for d in doc["distractors"] + fresh["distractors"]:
         store.remember(d)
@@ -185,6 +231,7 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
     unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"] + extra]
     entries = len(store)
+    superseded = store.stats()["superseded"]  # updates marked among the eval's 420 distinct facts and notes
     shipped = calibration_for(embedder.name)
     parts = sets(doc, fresh, seed, len(extra))
     pick = lambda xs, idx: [xs[i] for i in idx]  # noqa: E731
@@ -196,9 +243,16 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]))
     if misses:
         print_misses(store, shipped, pairs, ids, parts[misses][0], f"{embedder.name}, {misses} set")
+    reranked = None
+    if reranker is not None:  # held out only: a seeded sample of its questions and of its unrelated prompts
+        rng = random.Random(seed)
+        hq, hu = parts["held_out"]
+        sq, su = rng.sample(hq, min(rerank_n, len(hq))), rng.sample(hu, min(rerank_n // 2, len(hu)))
+        reranked = rerank(reranker, store, shipped, pick(qs, sq) + pick(unrelated, su), pick(ids, sq) + [None] * len(su))
     store.close()
     first_person = [t for t, _ in pick(unrelated, parts["all"][1]) if about_user(t)]
     out = {"embedder": embedder.name, "entries": entries, "fill_s": round(filled, 1),
+           "superseded_in_store": superseded,
            **on(shipped, "all"),
            "about_user": {"questions": sum(about_user(t) for t, _ in qs) / len(qs),
                           "unrelated": len(first_person) / len(parts["all"][1])},
@@ -206,6 +260,8 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
            "fit_half": on(fitted, "fit"), "fit_half_shipped": on(shipped, "fit"),
            "held_out_shipped": on(shipped, "held_out"), "held_out_fitted": on(fitted, "held_out"),
            "fresh_shipped": on(shipped, "fresh")}
+    if reranked is not None:
+        out["rerank"] = reranked
     return out
 
 
@@ -226,14 +282,14 @@ def extraction(doc: dict) -> dict:
     }
 
 
-def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, minilm_dir: Path) -> dict:
+def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path]) -> dict:
     """``n`` held-out questions (seeded sample), each in a new conversation of an engine whose memory holds every entry."""
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
     os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
-    if embedder_name == "minilm":  # the embedder in this home: a link to the pulled copy
-        link = home / "models" / bundles.EMBEDDER_MODEL
+    if embedder_name in BUNDLE:  # the embedder in this home: a link to the pulled copy
+        link = home / "models" / BUNDLE[embedder_name]
         link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(minilm_dir, target_is_directory=True)
+        link.symlink_to(dirs[embedder_name], target_is_directory=True)
     from mlotspark import Engine
 
     engine = Engine.load(str(gguf))
@@ -261,9 +317,12 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--embedder", nargs="+", default=["hashing", "minilm"], choices=["hashing", "minilm"])
+    ap.add_argument("--embedder", nargs="+", default=["hashing", "minilm", "mpnet"], choices=["hashing", "minilm", "mpnet"])
     ap.add_argument("--e2e", type=int, default=0, help="questions asked end to end per embedder (0: none)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rerank", type=int, default=0,
+                    help="held-out questions (and half as many unrelated prompts) reranked by the chat model (0: none)")
+    ap.add_argument("--model", default=None, help="chat model for --e2e and --rerank (default: the default model)")
     ap.add_argument("--out", type=Path, default=None, help="write every figure as JSON here")
     ap.add_argument("--misses", choices=["fit", "held_out", "fresh", "all"], default=None,
                     help="print the questions of this set whose fact is not in the top 3, with ranks and scores")
@@ -274,14 +333,21 @@ def main() -> None:
     print("command: python " + " ".join(sys.argv))
     results: dict = {"extraction": extraction(doc)}
     # Both models come from the user's home (pulled there if missing), before any switch.
-    minilm_dir = bundles.pull(bundles.EMBEDDER_MODEL, progress=False) if "minilm" in args.embedder else Path()
-    gguf = catalogue.resolve(progress=False).path if args.e2e else Path()
+    dirs = {name: bundles.pull(BUNDLE[name], progress=False) for name in args.embedder if name in BUNDLE}
+    gguf = catalogue.resolve(args.model, progress=False).path if (args.e2e or args.rerank) else Path()
+    reranker = None
+    if args.rerank:
+        from mlotspark import Engine
+
+        reranker = Engine.load(str(gguf))
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.embedder:
-            r = retrieval(doc, fresh, extra, make_embedder(name, minilm_dir), Path(tmp), args.seed, args.misses)
+            r = retrieval(doc, fresh, extra, make_embedder(name, dirs), Path(tmp), args.seed, args.misses, reranker, args.rerank)
             results[name] = r
             if args.e2e:
-                results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, minilm_dir)
+                results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, dirs)
+    if reranker is not None:
+        reranker.close()
     print("\n| embedder | recall@1 | recall@3 | fact injected | unrelated prompts injected | wrong-only | injected not the fact | end to end (key in reply) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.embedder:
@@ -305,6 +371,12 @@ def main() -> None:
                                    ("fresh only", "shipped", r["fresh_shipped"], shipped_th)):
             print(f"| {r['embedder']} | {part} | {label} | {th[0]:.2f} / {th[1]:.2f} | {f['n']} | {f['recall@1']:.1%} | "
                   f"{f['recall@3']:.1%} | {f['injected']:.1%} | {f['wrong_unrelated']:.1%} ({f['n_unrelated']}) |")
+    for name in args.embedder:
+        rr = results[name].get("rerank")
+        if rr:
+            print(f"\nrerank by the chat model ({results[name]['embedder']}, held out, top 5): recall@1 "
+                  f"{rr['recall@1_before']:.1%} -> {rr['recall@1_after']:.1%} of {rr['questions']} (named the fact "
+                  f"{rr['named_the_fact']:.1%}); unrelated prompts where it named a note {rr['unrelated_named_a_note']:.1%} of {rr['unrelated']}")
     x = results["extraction"]
     print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
           f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")

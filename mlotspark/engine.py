@@ -36,6 +36,8 @@ from mlotspark.conversations.persistence import Persistence, PersistenceConfig
 from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
+from mlotspark.decoding.processors import constraint_for
+from mlotspark.decoding.tools import with_tool_calls
 from mlotspark.decoding.cache_policy import CacheDecision
 from mlotspark.runtime.cache_choice import CacheChoice, resolve_cascade
 
@@ -135,7 +137,6 @@ class Engine:
                 raise OptionError(f"the memory cascade runs across ranks with distributed='pipeline' only, "
                                   f"not {distributed!r}: cascade={cascade!r}")
         source = catalogue.resolve(model, pull=pull, progress=progress)
-        configure_metal_limits()
         if distributed is None:
             loaded = loader.load(source, weights=weights, progress=progress)
         else:
@@ -144,6 +145,9 @@ class Engine:
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
         engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
+        # Wire the weights and the most KV they can use (not the whole working set); close() restores.
+        engine._metal_limits = configure_metal_limits(
+            loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))
         engine.sampling_sources = sources
         if distributed is not None:
             engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
@@ -179,8 +183,9 @@ class Engine:
         """Token ids the tokenizer knows (added tokens included): ids at or past it are invalid."""
         return vocab_size(self.tokenizer)
 
-    def encode(self, prompt_or_messages: str | Messages, raw: bool = False) -> list[int]:
-        """Token ids of a prompt: the chat template applied unless ``raw``."""
+    def encode(self, prompt_or_messages: str | Messages, raw: bool = False,
+               tools: Sequence[dict] | None = None) -> list[int]:
+        """Token ids of a prompt: the chat template applied unless ``raw`` (shown ``tools``)."""
         if isinstance(prompt_or_messages, str):
             check_text(prompt_or_messages)
             if raw:
@@ -194,7 +199,7 @@ class Engine:
                 if not isinstance(m, dict) or "role" not in m or "content" not in m:
                     raise OptionError(f"invalid message {m!r}: need a dict with 'role' and 'content'")
                 check_text(m["content"], f"{m['role']} message")
-        return encode_chat(self.tokenizer, list(messages))
+        return encode_chat(self.tokenizer, list(messages), tools=tools)
 
     def options(self, **overrides: Any) -> GenerationOptions:
         """The engine's default options with ``overrides`` applied (validated)."""
@@ -275,6 +280,7 @@ class Engine:
         progress: bool = False,
         cache_key: str | None = None,
         cached_ids: list[int] | None = None,
+        validated: GenerationOptions | None = None,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -299,17 +305,18 @@ class Engine:
             cached_ids: the token ids ``cache`` holds (its first ``cached_tokens``). Across
                 ranks a rank that lost its share of the conversation (no snapshot, a
                 damaged one) rebuilds it from them instead of failing the request.
+            validated: options already made by ``Engine.options`` (not checked again; ``**options``
+                are merged over them).
             **options: generation options.
         """
-        opts = self.options(**options)
-        constraint = None
-        if opts.response_format is not None:  # a bad schema fails here, not on the engine thread;
-            # the compiled grammar goes on to the generation (compiled once per request)
-            constraint = JsonConstraint(self.tokenizer, opts.response_format)
+        opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
+        # A bad schema fails here, not on the engine thread; the compiled grammar
+        # (response_format or tools) goes on to the generation, compiled once per request.
+        constraint = constraint_for(self.tokenizer, opts)
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
-            prompt_ids = self.encode(prompt_or_messages, raw=raw)
+            prompt_ids = self.encode(prompt_or_messages, raw=raw, tools=opts.tools)
         if isinstance(priority, bool) or not isinstance(priority, int):
             raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
         meta: dict = {}
@@ -353,12 +360,15 @@ class Engine:
             **options: ``max_tokens``, ``temperature`` (0 = greedy), ``top_k``,
                 ``top_p``, ``min_p``, ``repetition_penalty``, ``seed``, ``stop``,
                 ``response_format`` (``{"type": "json_object"}`` or ``{"type": "json_schema",
-                "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates).
+                "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates),
+                ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's: the calls come back in
+                ``result.tool_calls``, each valid for its tool's schema).
 
         Returns:
             GenerationResult with ``.text``, ``.tokens`` and ``.stats``.
         """
-        return self.submit(prompt_or_messages, raw=raw, **options).result()
+        handle = self.submit(prompt_or_messages, raw=raw, **options)
+        return with_tool_calls(handle.result(), self.tokenizer, handle.generation.options)
 
     def generate_batch(self, prompts: Sequence[str | Messages], raw: bool = False,
                        priority: int = 0, **options: Any) -> list[str]:
@@ -448,6 +458,9 @@ class Engine:
             # The stop goes out once the engine thread is done with its steps (cancelled
             # requests leave every rank first); a thread still stuck inside MLX is left alone.
             self.ranks.close()
+        limits, self._metal_limits = self.__dict__.get("_metal_limits"), None
+        if limits is not None and stopped:
+            limits.restore()  # the wired and cache limits found before load
 
     @property
     def rank(self) -> int:
@@ -514,6 +527,11 @@ class Engine:
     def memory(self) -> "SemanticStore":
         """The semantic memory store (search, list, export_json, import_json ...)."""
         return self.persistence.memory
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Sentence vectors of ``texts`` from the semantic memory's encoder (MiniLM when
+        pulled, else word hashing): a float32 array (N, dim), rows L2-normalised."""
+        return self.memory.embedder.embed([check_text(t, "input") for t in texts])
 
     def remember(self, text: str, **kwargs: Any) -> int:
         """Add ``text`` to semantic memory; returns its entry id (see ``SemanticStore.remember``)."""

@@ -15,6 +15,7 @@ TEXT_PREVIEW = 40  # characters of a bad text shown in its error
 # std::bad_cast or a TypeError, found by tests/reliability); seeds as uint64.
 MAX_COUNT = 2**31 - 1
 MAX_SEED = 2**64 - 1
+MAX_TOP_LOGPROBS = 20  # as OpenAI
 
 
 def check_text(value: object, what: str = "prompt") -> str:
@@ -80,6 +81,14 @@ class GenerationOptions:
         response_format: constrain the reply to JSON, as OpenAI's field: ``{"type": "json_object"}``
             or ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}``;
             None or ``{"type": "text"}`` = free text (``decoding/constrained.py``).
+        tools: functions the model may call, as OpenAI's field (``[{"type": "function", "function":
+            {"name", "description", "parameters"}}]``); the calls come back in
+            ``GenerationResult.tool_calls``, their arguments valid for ``parameters`` (``decoding/tools.py``).
+        tool_choice: ``auto`` (default with tools), ``none``, ``required``, or
+            ``{"type": "function", "function": {"name": ...}}`` to force one function.
+        parallel_tool_calls: allow several calls in one reply (default True).
+        logprobs: record each generated token's log-probability and this many most likely
+            alternatives (0-20); None = off (``decoding/logprobs.py``).
     """
 
     max_tokens: int = 512
@@ -98,6 +107,10 @@ class GenerationOptions:
     draft_model: str | None = None
     cache_kind: str | None = None
     response_format: dict | None = None
+    tools: tuple | list | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool = True
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         given: dict[str, Any] = {}  # values as the caller wrote them, for messages
@@ -148,7 +161,11 @@ class GenerationOptions:
             raise bad("speculative", f"choose one of {', '.join(str(k) for k in SPECULATIVE)}")
         if self.cache_kind not in CACHE_KINDS:
             raise bad("cache_kind", f"choose one of {', '.join(str(k) for k in CACHE_KINDS)}")
-        object.__setattr__(self, "response_format", validate_response_format(self.response_format))
+        try:
+            rf = validate_response_format(self.response_format)
+        except OptionError as e:  # name the option, so each surface can point at its own field
+            raise OptionError(str(e), options=("response_format",)) from None
+        object.__setattr__(self, "response_format", rf)
         if self.response_format is not None:
             # The grammar mask follows one sequence; beams and drafts branch it.
             for other, on in (("num_beams", self.num_beams > 1), ("num_return_sequences", self.num_return_sequences > 1),
@@ -156,6 +173,27 @@ class GenerationOptions:
                 if on:
                     raise OptionError.about("{0} conflicts with {1}: the JSON grammar follows one sequence, "
                                             "which beams, several returns and drafts branch", "response_format", other)
+        if self.logprobs is not None:
+            v = self.logprobs
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOP_LOGPROBS:
+                raise bad("logprobs", f"must be an integer from 0 to {MAX_TOP_LOGPROBS} (alternatives per token)")
+            for other, on in (("num_beams", self.num_beams > 1), ("num_return_sequences", self.num_return_sequences > 1),
+                              ("speculative", bool(self.speculative))):
+                if on:
+                    raise OptionError.about("{0} conflicts with {1}: log-probabilities are recorded along "
+                                            "one sampled sequence", "logprobs", other)
+        tools, choice = validate_tools(self.tools, self.tool_choice)
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "tool_choice", choice)
+        if not isinstance(self.parallel_tool_calls, bool):
+            raise bad("parallel_tool_calls", "must be true or false")
+        if tools is not None:
+            for other, on in (("response_format", self.response_format is not None), ("num_beams", self.num_beams > 1),
+                              ("num_return_sequences", self.num_return_sequences > 1),
+                              ("speculative", bool(self.speculative))):
+                if on:
+                    raise OptionError.about("{0} conflicts with {1}: the tool-call grammar follows one sequence "
+                                            "of its own", "tools", other)
         self._check_conflicts()
 
     def _check_conflicts(self) -> None:
@@ -265,3 +303,52 @@ def validate_response_format(value: Any) -> dict | None:
                 'invalid response_format.json_schema: use {"name": ..., "schema": {...a JSON schema...}}'
             )
     return value
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def validate_tools(tools: Any, choice: Any) -> tuple[tuple | None, Any]:
+    """Check ``tools`` and ``tool_choice`` (OpenAI's shapes).
+
+    Returns:
+        ``(tools, choice)``: tools as a tuple of ``{"type": "function", "function": {...}}``
+        and the choice, or ``(None, None)`` when no tool may be called (none given, or
+        ``tool_choice="none"``).
+
+    Raises:
+        OptionError: naming ``tools`` or ``tool_choice``, and the bad part.
+    """
+    def bad(name: str, why: str) -> OptionError:
+        return OptionError.about(f"invalid {{0}}: {why}", name)
+
+    if choice is not None and not (choice in TOOL_CHOICES or isinstance(choice, dict)):
+        raise bad("tool_choice", f"{literal(choice)} is none of {', '.join(TOOL_CHOICES)} or "
+                                 "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
+    if tools is None or len(tools) == 0 or choice == "none":
+        if choice not in (None, "none", "auto"):
+            raise bad("tool_choice", f"{literal(choice)} needs tools")
+        return None, None
+    if not isinstance(tools, (list, tuple)):
+        raise bad("tools", "use a list of {{\"type\": \"function\", \"function\": {{...}}}}")
+    names = []
+    for i, t in enumerate(tools):
+        f = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(f, dict):
+            raise bad("tools", f"tools[{i}] is not {{{{\"type\": \"function\", \"function\": {{{{...}}}}}}}}")
+        name = f.get("name")
+        if not isinstance(name, str) or not name or len(name) > 64:
+            raise bad("tools", f"tools[{i}].function.name must be a non-empty string of at most 64 characters")
+        params = f.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise bad("tools", f"tools[{i}].function.parameters must be a JSON schema object")
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise bad("tools", "two tools share a name")
+    if isinstance(choice, dict):
+        f = choice.get("function")
+        name = f.get("name") if isinstance(f, dict) else None
+        if name not in names:
+            raise bad("tool_choice", f"names no given tool ({literal(name)}; tools: {literal(names)})")
+    tools = tuple({"type": "function", "function": t["function"]} for t in tools)
+    return tools, choice or "auto"

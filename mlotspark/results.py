@@ -6,9 +6,10 @@ strategies, the memory tiers and the API all share them without importing each o
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["FINISH_REASONS", "GenerationResult", "GenerationStats"]
+__all__ = ["FINISH_REASONS", "GenerationResult", "GenerationStats", "ToolCall"]
 
 FINISH_REASONS = ("stop", "length", "cancelled")
 
@@ -90,15 +91,32 @@ def _cascade_phrase(c: dict | None) -> str:
 
 
 @dataclass
+class ToolCall:
+    """One tool call the model made (``tools=``): the function's ``name`` and its
+    ``arguments`` (parsed JSON, valid for the tool's schema)."""
+
+    id: str
+    name: str
+    arguments: dict
+
+    def arguments_json(self) -> str:
+        """The arguments as OpenAI sends them: a JSON string."""
+        return json.dumps(self.arguments, ensure_ascii=False)
+
+
+@dataclass
 class GenerationResult:
     """A finished generation: ``text``, generated ``tokens`` and ``stats``; with beams or
     ``num_return_sequences`` > 1, every sequence in ``sequences`` (best first, as
-    ``mlotspark.decoding.beam.Hypothesis``: ``text``, ``tokens``, ``score``, ``logprob``)."""
+    ``mlotspark.decoding.beam.Hypothesis``: ``text``, ``tokens``, ``score``, ``logprob``).
+    With ``tools``, the calls the reply made are in ``tool_calls`` and ``text`` keeps
+    only the words outside them."""
 
     text: str
     tokens: list[int]
     stats: GenerationStats
     sequences: list = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
     def __str__(self) -> str:
         return self.text

@@ -13,6 +13,7 @@ Scenarios (argv[1]):
   meanwhile); rank 0's outcome goes to OUT.
 - ``cancel OUT TINY_GGUF``: rank 0 cancels a reply mid-way, then generates again.
 - ``mismatch OUT A.gguf,B.gguf``: rank r loads the r-th file; rank 0's refusal goes to OUT.
+- ``quantized OUT TINY,MODEL``: a pipeline over quantized weights (see ``quantized``).
 - ``conversation OUT MODEL,BASE``: conversations whose caches every rank keeps and saves
   for its own layers, continued by a new engine on every rank (see ``conversation``).
 """
@@ -179,8 +180,9 @@ def cancel(out: Path, tiny: str) -> None:
 TURNS = ["My sister is called Ilse and she lives in Ghent. Say hello to her.",
          "Where does my sister live, and what is her name?"]
 #: a cascade small enough that the default model's turns evict and retrieve blocks.
-#: The second turn leaves more blocks than top_k: its question pass runs on both ranks.
-SMALL_CASCADE = {"window": 32, "sinks": 16, "block_size": 16, "top_k": 1}
+#: The second turn leaves more blocks than top_k and its question (16 tokens) is in the
+#: window: its question pass runs, on both ranks.
+SMALL_CASCADE = {"window": 32, "sinks": 16, "block_size": 16, "top_k": 1, "question_pass": 16}
 TURN_TOKENS = 16
 
 
@@ -240,6 +242,43 @@ def mismatch(out: Path, tinies: str) -> None:
         out.write_text(json.dumps({"error": error}))
 
 
+QUANT_TEXTS = ["the harbour at dawn", "three ships and a lighthouse keeper", "a long quiet road"]
+QUANT_MESSAGE = "What is the capital of France?"
+
+
+def quantized(out: Path, spec: str) -> None:
+    """``spec`` = ``TINY,MODEL``: a two-rank pipeline over quantized weights. The tiny
+    model with the GPU dtype rule forced (half-precision activations and KV, as on
+    Metal), QUANT_TEXTS submitted together; then MODEL's stored quantized weights as the
+    CPU runs them (float32 activations). Rank 0 writes the greedy tokens."""
+    from mlotspark import Engine
+    from mlotspark.runtime.scheduler_config import activation_dtype
+
+    tiny, model = spec.split(",")
+    report: dict = {}
+    os.environ["MLOTSPARK_GPU_DTYPES"] = "1"
+    engine = Engine.load(tiny, weights="quantized", distributed="pipeline", split="even", cascade=None,
+                         progress=False, rank_timeout=120)
+    dtypes = engine.ranks.setup.group.gather_json(str(activation_dtype(engine.loaded.model)))
+    if engine.rank == 0:
+        handles = [engine.submit(t, raw=True, max_tokens=8, temperature=0) for t in QUANT_TEXTS]
+        report["tiny"] = [h.result().tokens for h in handles]
+        report["tiny_dtypes"] = dtypes
+        engine.close()
+    else:
+        engine.follow()
+    os.environ["MLOTSPARK_GPU_DTYPES"] = "0"
+    engine = Engine.load(model, weights="quantized", distributed="pipeline", split="even", cascade=None,
+                         progress=False, rank_timeout=300)
+    if engine.rank == 0:
+        report["model"] = engine.generate(QUANT_MESSAGE, max_tokens=8, temperature=0).tokens
+        report["weights"] = engine.loaded.weights
+        engine.close()
+        out.write_text(json.dumps(report))
+    else:
+        engine.follow()
+
+
 def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None = None,
                 **popen) -> list[subprocess.Popen]:
     """Start ``n`` local ranks of this script as ``mlx.launch --backend ring`` does
@@ -258,7 +297,7 @@ if __name__ == "__main__":
     import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 
     {"suite": suite, "wait": wait, "mismatch": mismatch, "cancel": cancel,
-     "conversation": conversation}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
+     "conversation": conversation, "quantized": quantized}[sys.argv[1]](Path(sys.argv[2]), sys.argv[3])
     # As the CLI ranks do: once another thread has run MLX over the ring, the interpreter's
     # teardown can abort ("terminate called without an active exception"; a known limit,
     # README's distributed section). The results are written: leave without the teardown.

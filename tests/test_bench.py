@@ -23,6 +23,7 @@ from mlotspark.bench.progress import Progress
 from mlotspark.bench.suites.long import cascade_supported
 from mlotspark.cli import main
 from mlotspark.errors import OptionError
+from mlotspark.platform.device import device_info
 
 from tiny import tiny_model, write_tiny_gguf
 
@@ -141,7 +142,8 @@ def test_table_format_with_ratio_column(capsys, tiny_gguf):
     assert code == 0, err
     lines = out.splitlines()
     text = "\n".join(lines[:6])
-    for needle in ("tiny", "float32", "device cpu", "BLAS", "MLX", "mlx-lm", "thermal:", "→"):
+    device = device_info()["device"]  # "cpu" here, "gpu (Metal)" on a Mac, "gpu (CUDA)" on the lent GPU
+    for needle in ("tiny", "float32", f"device {device}", "BLAS", "MLX", "mlx-lm", "thermal:", "→"):
         assert needle in text, needle
     table = [ln for ln in lines if ln.startswith("|")]
     assert table[0].split("|")[1:-1] == [" suite ", " case ", " metric ", " mlotspark ", " mlx-lm ", " ratio ", " notes "]

@@ -219,6 +219,19 @@ def test_a_named_conversation_continues_from_its_warm_cache(server, model_id):
     assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
 
 
+def test_tools_on_a_template_without_tool_support_are_a_400_naming_tools(server, model_id):
+    tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    for stream in (False, True):
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=60,
+                       json={"model": model_id, "messages": FRANCE, "tools": [tool], "stream": stream})
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == "tools" and "no tool support" in err["message"]
+    # tool_choice "none": the tools are not used, the request is served
+    r = server.client().chat.completions.create(model=model_id, messages=FRANCE, tools=[tool], tool_choice="none",
+                                                temperature=0, max_tokens=8)
+    assert "Paris" in r.choices[0].message.content
+
+
 def test_generate_json_schema_flag(tmp_path, default_gguf, capsys, monkeypatch):
     from mlotspark.cli import main
     from mlotspark.decoding.constrained import JsonConstraint
@@ -251,7 +264,7 @@ def _malformed(model_id: str) -> list[tuple[str, object]]:
         {**ok, "max_tokens": -5}, {**ok, "max_tokens": 0}, {**ok, "max_tokens": 1.5}, {**ok, "max_tokens": True},
         {**ok, "n": 10**9}, {**ok, "n": 0}, {**ok, "temperature": -1}, {**ok, "temperature": "hot"},
         {**ok, "top_p": 7}, {**ok, "stop": [1]}, {**ok, "stream": 1}, {**ok, "stream_options": []},
-        {**ok, "seed": "x"}, {**ok, "logprobs": True}, {**ok, "frequency_penalty": 1},
+        {**ok, "seed": "x"}, {**ok, "logprobs": True, "top_logprobs": 99}, {**ok, "frequency_penalty": 1},
         {**ok, "response_format": {"type": "json_schema", "json_schema": {"schema": 5}}},
         {**ok, "response_format": "json"}, {**ok, "tools": [{"type": "function"}], "tool_choice": "auto"},
     ]

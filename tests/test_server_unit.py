@@ -28,7 +28,8 @@ class FakeEngine:
     opened_persistence = None
 
     def __init__(self, cap: int = 1):
-        self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16)
+        self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16,
+                                            nbytes=lambda: 0)
         self.scheduling = types.SimpleNamespace(max_batch=cap)
         gov = types.SimpleNamespace(status=lambda last=0: {"cap": cap})
         self.scheduler = types.SimpleNamespace(governor=gov)
@@ -37,6 +38,9 @@ class FakeEngine:
     def scheduler_status(self) -> dict:
         return {"state": "nominal", "cap": 1, "mode": "balanced", "batch_size": 0, "running": 0,
                 "prefilling": 0, "queued": 0, "decode_tps": 0.0, "kv_bytes": 0}
+
+    def options(self, **overrides) -> GenerationOptions:
+        return GenerationOptions().merged(**overrides)
 
     def close(self) -> None:
         self.closed.set()
@@ -67,7 +71,15 @@ def client(**kw) -> tuple[TestClient, ServerState]:
     ({**OK, "n": 2, "stream": True}, "n"),
     ({**OK, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({**OK, "presence_penalty": 0.5}, "presence_penalty"),
-    ({**OK, "logprobs": True}, "logprobs"),
+    ({**OK, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({**OK, "top_logprobs": 2}, "top_logprobs"),
+    ({**OK, "logprobs": 3}, "logprobs"),
+    ({**OK, "tools": [{"type": "function"}]}, "tools"),
+    ({**OK, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "always"}, "tool_choice"),
+    ({**OK, "tool_choice": "required"}, "tool_choice"),
+    ({**OK, "messages": [{"role": "assistant", "content": None,
+                          "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}]},
+     "messages[0].tool_calls[0].function.arguments"),
     ({**OK, "stream": "yes"}, "stream"),
     ({**OK, "response_format": {"type": "xml"}}, "response_format"),
     ({**OK, "seed": -4}, "seed"),

@@ -236,17 +236,23 @@ def test_scrolling_up_while_streaming_is_not_undone_by_new_pieces():
         chat = None
         await type_line(pilot, "Tell me everything")
         chat = app.chat
-        for _ in range(300):
-            gate.release()
-        await until(pilot, lambda: chat.reply is not None and chat.reply.pieces >= 300, "300 pieces")
-        await until(pilot, lambda: chat.max_scroll_y > 0 and chat.scroll_y == chat.max_scroll_y, "following")
-        chat.scroll_home(animate=False)
-        await until(pilot, lambda: chat.scroll_y == 0, "scrolled up")
-        for _ in range(100):
-            gate.release()
-        await until(pilot, lambda: chat.reply is None, "finished")
-        await pilot.pause()
-        assert chat.scroll_y == 0  # the reader stays where they scrolled to
+        try:
+            for _ in range(300):
+                gate.release()
+            # Counted in event-loop pauses: a loaded machine renders 300 pieces slowly.
+            await until(pilot, lambda: chat.reply is not None and chat.reply.pieces >= 300, "300 pieces", steps=20000)
+            await until(pilot, lambda: chat.max_scroll_y > 0 and chat.scroll_y == chat.max_scroll_y, "following",
+                        steps=20000)
+            chat.scroll_home(animate=False)
+            await until(pilot, lambda: chat.scroll_y == 0, "scrolled up")
+            for _ in range(100):
+                gate.release()
+            await until(pilot, lambda: chat.reply is None, "finished", steps=20000)
+            await pilot.pause()
+            assert chat.scroll_y == 0  # the reader stays where they scrolled to
+        finally:
+            for _ in range(500):  # a failed wait must not leave the reply's worker gated: the app could not close
+                gate.release()
 
     drive(app, script)
 

@@ -212,7 +212,7 @@ class FakeEngine:
         return self.defaults.merged(**overrides)
 
     # -- requests: the scripted reply, word by word (the TUI itself talks through conversations)
-    def encode(self, prompt_or_messages: Any, raw: bool = False) -> list[int]:
+    def encode(self, prompt_or_messages: Any, raw: bool = False, tools: Any = None) -> list[int]:
         text = prompt_or_messages if isinstance(prompt_or_messages, str) else " ".join(
             m["content"] for m in prompt_or_messages)
         return list(range(len(text.split())))
@@ -220,7 +220,8 @@ class FakeEngine:
     def submit(self, prompt_or_messages: Any = None, *, raw: bool = False, priority: int = 0,
                prompt_ids: list[int] | None = None, cache: list | None = None, cached_tokens: int = 0,
                on_finish: Any = None, on_progress: Any = None, progress: bool = False,
-               cache_key: str | None = None, cached_ids: list[int] | None = None, **options: Any) -> Any:
+               cache_key: str | None = None, cached_ids: list[int] | None = None, validated: Any = None,
+               **options: Any) -> Any:
         raise NotImplementedError("the TUI submits through conversations")
 
     def stream(self, prompt_or_messages: Any, raw: bool = False, *, progress: bool = False,
@@ -235,6 +236,9 @@ class FakeEngine:
 
     def generate_batch(self, prompts: Any, raw: bool = False, priority: int = 0, **options: Any) -> list[str]:
         return [self.generate(p, raw, **options).text for p in prompts]
+
+    def embed(self, texts: Any) -> Any:
+        raise NotImplementedError("the TUI does not embed")
 
     def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
         return []

@@ -69,8 +69,9 @@ _NAMES = {
 }
 
 
-def write_tiny_gguf(path: Path, model: Model) -> Path:
-    """Save ``model`` (TINY shapes) as a GGUF llama file with a byte-level vocabulary."""
+def write_tiny_gguf(path: Path, model: Model, chat_template: str | None = None) -> Path:
+    """Save ``model`` (TINY shapes) as a GGUF llama file with a byte-level vocabulary
+    (and ``chat_template`` instead of the plain ChatML one when given)."""
     from mlx.utils import tree_flatten
 
     arrays = {}
@@ -109,7 +110,7 @@ def write_tiny_gguf(path: Path, model: Model) -> Path:
         "tokenizer.ggml.merges": [],
         "tokenizer.ggml.eos_token_id": u32(2),
         "tokenizer.ggml.bos_token_id": u32(1),
-        "tokenizer.chat_template": (
+        "tokenizer.chat_template": chat_template or (
             "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
         ),

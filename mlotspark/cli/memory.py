@@ -1,9 +1,11 @@
 """``mlotspark memory list|search|add|forget|export|import|reindex``: the semantic memory store.
 
 No chat model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db``
-and its vectors come from all-MiniLM-L6-v2 when it is pulled, else from the hashing
-embedder (``semantic/minilm.py``). Only actions that compare meanings (search, add,
-import, reindex) load the embedder; list, forget and export never touch MLX.
+and its vectors come from all-mpnet-base-v2 or all-MiniLM-L6-v2 when pulled, else
+from the hashing embedder (``semantic/choice.py``). Only actions that compare
+meanings (search, add, import, reindex) load the embedder; list, forget and export
+never touch MLX. ``list`` shows superseded entries too, marked with the entry that
+replaced them and when.
 """
 
 from __future__ import annotations
@@ -19,13 +21,20 @@ from mlotspark.cli.common import positive_int
 
 
 def _entry_dict(e: Any) -> dict:
-    return {"id": e.id, "text": e.text, "source": e.source, "conversation": e.conversation, "created": e.created}
+    return {"id": e.id, "text": e.text, "source": e.source, "conversation": e.conversation, "created": e.created,
+            "superseded_by": e.superseded_by, "superseded": e.superseded}
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
 def _line(e: Any, score: float | None = None) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.created)) if e.created else "-"
-    head = f"{e.id:>5}  {when}  {e.source:<6}"
-    return f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
+    head = f"{e.id:>5}  {_when(e.created)}  {e.source:<6}"
+    line = f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
+    if e.superseded_by is not None:
+        line += f"  [superseded by #{e.superseded_by} on {_when(e.superseded)}]"
+    return line
 
 
 _EMBEDDING_ACTIONS = ("search", "add", "import", "reindex")
@@ -89,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"already remembered as #{entry_id}: {existing.text if existing else args.text}")
             else:
                 print(f"remembered #{entry_id}: {args.text.strip()}")
+                for old in store.superseded_by(entry_id):
+                    print(f"  supersedes #{old.id}: {old.text}")
         elif action == "forget":
             forget(store, args.ids)
         elif action == "export":
@@ -108,7 +119,7 @@ def register(sub: Any) -> None:
                        description="The semantic memory store: what the assistant remembers across conversations.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    a = actions.add_parser("list", help="entries, newest first")
+    a = actions.add_parser("list", help="entries, newest first (superseded ones marked)")
     a.add_argument("--limit", type=positive_int, default=None, help="at most this many")
     a.add_argument("--json", action="store_true", help="print JSON")
 

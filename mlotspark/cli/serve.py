@@ -11,15 +11,17 @@ import argparse
 import ipaddress
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.common import add_model_args
 from mlotspark.errors import OptionError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+# server.models.DEFAULT_KEEP_ALIVE_S, not imported: the server's modules load only when serving.
+DEFAULT_KEEP_ALIVE_S = 300.0
 
 
 def is_loopback(host: str) -> bool:
@@ -54,17 +56,36 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"invalid --max-queue {args.max_queue}: use an integer >= 0")
     if args.prompt_cache_mb < 0:
         raise OptionError(f"invalid --prompt-cache-mb {args.prompt_cache_mb}: use a number >= 0")
+    if args.max_models < 1:
+        raise OptionError(f"invalid --max-models {args.max_models}: use an integer >= 1")
+    if args.keep_alive < 0 and args.keep_alive != -1:
+        raise OptionError(f"invalid --keep-alive {args.keep_alive}: use seconds >= 0, or -1 (never unload)")
+    folders = tuple(Path(d).expanduser() for d in args.allow_load or ())
+    for d in folders:
+        if not d.is_dir():
+            raise OptionError(f"invalid --allow-load {str(d)!r}: not a directory")
     kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
     import uvicorn
 
     from mlotspark.engine import Engine
     from mlotspark.models.catalogue import default_model
-    from mlotspark.server import PromptCache, ServerState, create_app
+    from mlotspark.server import ModelPool, PromptCache, ServerState, create_app
 
-    engine = Engine.load(args.model, weights=args.weights, progress=sys.stderr.isatty(), **kwargs)
-    cache = None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
-    state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=cache,
-                        aliases=(args.model or default_model(),))
+    def load(spec: str) -> Engine:
+        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), **kwargs)
+
+    def make_cache(engine: Engine) -> PromptCache | None:
+        return None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
+
+    specs = args.model or [default_model()]
+    engine = load(specs[0])
+    pool = ModelPool(load, make_cache, keep_alive_s=args.keep_alive, max_models=args.max_models,
+                     allow_load=folders, allow_pull=args.allow_pull)
+    pool.add(engine.model_name, specs[0], engine)
+    for spec in specs[1:]:  # loaded on first use
+        pool.add(spec, spec)
+    state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=make_cache(engine),
+                        aliases=(specs[0],), pool=pool)
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=10, access_log=args.log_level == "debug")
@@ -92,11 +113,25 @@ class _Server:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "serve", help="serve the model over an OpenAI-compatible HTTP API",
-        description="Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, "
-                    "/v1/completions, /v1/models, /health, /metrics).",
+        "serve", help="serve models over OpenAI's, Anthropic's and Ollama's HTTP APIs",
+        description="Serve models over OpenAI's (/v1/chat/completions, /v1/completions, /v1/embeddings, "
+                    "/v1/models), Anthropic's (/v1/messages) and Ollama's (/api/*) HTTP APIs, "
+                    "with /health and /metrics.",
     )
-    add_model_args(p)
+    p.add_argument("--model", "-m", action="append", default=None, metavar="MODEL",
+                   help="alias, .gguf file or mlx-lm directory to serve; repeat for several (the first is the "
+                        "default, loaded at start; the others on first use) (default: smollm2-135m-instruct)")
+    p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
+                   help="weight format to run in (default: auto)")
+    p.add_argument("--allow-load", action="append", default=None, metavar="DIR",
+                   help="a folder whose .gguf files and model directories a request may name (loaded on demand); "
+                        "repeatable; no other path is ever opened")
+    p.add_argument("--allow-pull", action="store_true",
+                   help="pull catalogue aliases a request names that are not on disk yet")
+    p.add_argument("--keep-alive", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",
+                   help=f"unload a model idle this long, the default one excepted; -1 = never "
+                        f"(default {DEFAULT_KEEP_ALIVE_S:g})")
+    p.add_argument("--max-models", type=int, default=3, help="most models resident at once, by LRU (default 3)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}; another needs --api-key)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")

@@ -33,7 +33,7 @@ from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
 from mlotspark.conversations.writer import Writer
-from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, extract_facts, format_memory_section
+from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, format_memory_section, learn_turn
 from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
@@ -352,7 +352,7 @@ class Persistence:
         if not self.config.learn or self.read_only:
             return []
         try:
-            return [self.memory.remember(f, source="turn", conversation=conversation) for f in extract_facts(user_text)]
+            return learn_turn(self.memory, user_text, conversation).remembered  # retractions, then facts
         except (StoreError, OptionError) as e:
             log.warning("semantic memory not updated: %s", e)
             return []

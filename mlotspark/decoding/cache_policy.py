@@ -303,13 +303,13 @@ def decide_cache_kind(
 
 
 def kv_budget(memory_limit: int | None, weights_bytes: int) -> int:
-    """Bytes the KV of one request may take: ``memory_limit`` less the weights, or half
-    the memory available now when no limit is set."""
-    if memory_limit:
-        return max(int(memory_limit) - weights_bytes, 0)
-    import psutil
+    """Bytes the KV of one request may take (``platform.memory.memory_budget``):
+    ``memory_limit`` less the weights; on Metal the recommended working set less the
+    weights; elsewhere half the memory available now (the weights, resident, are
+    already out of it: not subtracted twice)."""
+    from mlotspark.platform.memory import memory_budget
 
-    return int(psutil.virtual_memory().available * 0.5)
+    return memory_budget(weights_bytes, memory_limit).kv_bytes
 
 
 def request_cache(

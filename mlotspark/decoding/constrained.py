@@ -51,7 +51,7 @@ def grammar_for(response_format: dict) -> str:
             json.dumps(schema), defaults={"whitespace_flexible": False}
         )
     except (ValueError, RuntimeError, TypeError) as e:
-        raise OptionError(f"invalid response_format.json_schema.schema: {e}") from None
+        raise OptionError(f"invalid response_format.json_schema.schema: {e}", options=("response_format",)) from None
 
 
 def ll_tokenizer(tokenizer: Any, vocab_size: int | None = None) -> Any:
@@ -101,7 +101,7 @@ class JsonConstraint:
         self.matcher = llguidance.LLMatcher(ll, grammar_for(response_format))
         self.eos = int(ll.eos_token)
         if self.matcher.is_error():
-            raise OptionError(f"invalid response_format: {self.matcher.get_error()}")
+            raise OptionError(f"invalid response_format: {self.matcher.get_error()}", options=("response_format",))
         self._seen: int | None = None  # history length at the last call
 
     def __call__(self, tokens: mx.array | None, logits: mx.array) -> mx.array:

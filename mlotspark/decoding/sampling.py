@@ -10,6 +10,7 @@ import mlx.core as mx
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlotspark.decoding.constrained import JsonConstraint
+from mlotspark.decoding.processors import constraint_for
 from mlotspark.options import GenerationOptions
 
 # Tokens the repetition penalty looks back over.
@@ -62,12 +63,13 @@ def build_logits_processors(options: GenerationOptions, tokenizer: Any = None,
             repetition_penalty=options.repetition_penalty,
             repetition_context_size=REPETITION_CONTEXT,
         )
-    if options.response_format is not None and constraint is not None:
-        out.append(constraint)
-    elif options.response_format is not None:
+    if constraint is None and (options.response_format is not None or options.tools is not None
+                               or options.logprobs is not None):
         if tokenizer is None:
-            raise ValueError("response_format needs the tokenizer: build_logits_processors(options, tokenizer)")
-        out.append(JsonConstraint(tokenizer, options.response_format))
+            raise ValueError("response_format and tools need the tokenizer: build_logits_processors(options, tokenizer)")
+        constraint = constraint_for(tokenizer, options)
+    if constraint is not None:
+        out.append(constraint)
     return out
 
 

@@ -1,7 +1,10 @@
 """The rank group: MLX's ``mx.distributed`` group, and small JSON messages over it.
 
-Ranks are started by ``mlx.launch`` (ring backend over TCP or Thunderbolt, or MPI);
-this module only joins the group MLX sets up from the launcher's environment. Control
+Ranks are started by ``mlx.launch`` (ring backend over TCP or Thunderbolt, JACCL over
+RDMA on Thunderbolt 5, or MPI); this module only joins the group MLX sets up from the
+launcher's environment. MLX 0.32's ``any`` tries JACCL first when its launcher set
+``MLX_IBV_DEVICES`` / ``MLX_JACCL_COORDINATOR`` (``mlx.launch --backend jaccl``, macOS 26.2+
+with RDMA over Thunderbolt enabled), then the ring (``MLX_HOSTFILE``), then MPI. Control
 messages (load handshake, the requests rank 0 hands to the other ranks) travel as
 JSON bytes through collectives, never pickles: a message from another machine is data.
 """
@@ -18,8 +21,13 @@ import mlx.core as mx
 
 from mlotspark.errors import DistributedError
 
-#: backends tried by ``join``, in MLX's own order of preference.
-BACKENDS = ("any", "ring", "mpi")
+#: backends ``join`` accepts; ``any`` lets MLX pick in its own order (jaccl, ring, mpi).
+BACKENDS = ("any", "jaccl", "ring", "mpi")
+#: what each launcher sets in every rank's environment.
+_LAUNCH_ENV = {"jaccl": ("MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "JACCL_IBV_DEVICES", "JACCL_COORDINATOR"),
+               "ring": ("MLX_HOSTFILE",),
+               "mpi": ("OMPI_COMM_WORLD_RANK", "PMI_RANK")}
+_FAILURE_TAGS = ("[ring]", "[mpi]", "[jaccl]", "peer")
 _JOINED: "RankGroup | None" = None
 
 
@@ -104,23 +112,40 @@ class _collective:
 
 
 def is_rank_failure(exc: BaseException) -> bool:
-    """True for MLX's errors of a lost peer (``[ring] connection to a peer was lost``)."""
+    """True for MLX's errors of a lost peer or link (``[ring] connection to a peer was
+    lost``, any ``[jaccl]`` or ``[mpi]`` error)."""
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("[ring]" in text or "[mpi]" in text or "peer" in text)
+    return isinstance(exc, RuntimeError) and any(tag in text for tag in _FAILURE_TAGS)
+
+
+def launched_backend() -> str | None:
+    """The backend whose launcher started this process as one rank of several, or None.
+
+    JACCL's launcher sets ``MLX_IBV_DEVICES`` and ``MLX_JACCL_COORDINATOR`` (no hostfile);
+    the ring's sets ``MLX_RANK`` and ``MLX_HOSTFILE``; mpirun its ``OMPI_``/``PMI_`` rank.
+    """
+    env = os.environ
+    ranked = "MLX_RANK" in env or "JACCL_RANK" in env  # JACCL reads either (jaccl.h)
+    if ranked and any(env.get(k) for k in _LAUNCH_ENV["jaccl"]):
+        return "jaccl"
+    if any(k in env for k in _LAUNCH_ENV["mpi"]):
+        return "mpi"
+    if "MLX_RANK" in env and env.get("MLX_HOSTFILE"):
+        return "ring"
+    return None
 
 
 def launched() -> bool:
-    """True when a launcher (``mlx.launch``, mpirun) started this process as one rank of several."""
-    if any(k in os.environ for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK")):
-        return True
-    return "MLX_RANK" in os.environ and bool(os.environ.get("MLX_HOSTFILE"))
+    """True when a launcher (``mlx.launch``, mpirun) started this process as one rank of
+    several: then a group that cannot form is an error, never a quiet group of one."""
+    return launched_backend() is not None
 
 
 def join(backend: str = "any") -> RankGroup:
     """Join the group the launcher set up.
 
     Args:
-        backend: ``any`` (MLX picks), ``ring`` or ``mpi``.
+        backend: ``any`` (MLX picks), ``jaccl``, ``ring`` or ``mpi``.
 
     Returns:
         The RankGroup; a group of one when no launcher started this process.

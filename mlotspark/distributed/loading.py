@@ -25,6 +25,7 @@ from mlotspark.errors import DistributedError, ModelFormatError, OptionError
 from mlotspark.models import execution, gguf, llama, sampling_defaults
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
+from mlotspark.platform.dtypes import activation_dtype, settle_quantized_activations
 from mlotspark.models.loader import LoadedModel, choose_weight_format
 from mlotspark.models.loader import convert_weights  # the loader's one conversion rule
 from mlotspark.models.materialize import materialize
@@ -108,13 +109,17 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
     choices = group.gather_json(choose_weight_format(weights, stored_quantized=stored_quantized, n_params=n_params))
     fmt = choices[0] if len(set(choices)) == 1 else next(c for c in choices if c != "float32")
     fmt = convert_weights(share, fmt)
+    if fmt == "quantized":  # as loader.load: half-precision activations on a GPU
+        settle_quantized_activations(share)
     if mode == "tensor":
         shard_model(share, group.group)
     mx.eval(share.parameters())
     execution.prepare(share)  # how this rank's steps run (models/execution.py), as a single process
     materialize(share)  # private arrays too (RoPE tables): the engine thread runs this share
     if mode == "pipeline":
-        dtype = str(share.model.embed_tokens(mx.array([[0]])).dtype) if group.rank == 0 else None
+        # What rank 0's layers send on, not what its embedding makes: a quantized embedding
+        # gives float16 (its scales) while F32 norms promote the layers' output to float32.
+        dtype = str(activation_dtype(share)) if group.rank == 0 else None
         share.hidden_dtype = getattr(mx, group.broadcast_json(dtype).split(".")[-1])
     group.barrier()
     setup = DistributedSetup(mode=mode, group=group, layers=layers, ranks=ranks)

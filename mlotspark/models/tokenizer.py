@@ -78,18 +78,22 @@ def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
     return wrapper
 
 
-def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool = True,
+                tools: Any = None) -> list[int]:
     """Token ids of a conversation rendered with the model's chat template.
 
     Args:
         tokenizer: a ``TokenizerWrapper`` (or HF tokenizer).
         messages: ``[{"role": ..., "content": ...}, ...]``.
         add_generation_prompt: end with the assistant's turn opener (default True).
+        tools: OpenAI-shaped tools the template shows the model (None: none).
 
     Returns:
         The prompt's token ids, BOS first if the model wants it.
     """
     kwargs: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "tokenize": False}
+    if tools:
+        kwargs["tools"] = list(tools)
     has_template = getattr(tokenizer, "has_chat_template", None)  # a TokenizerWrapper knows
     if has_template is None:
         has_template = getattr(tokenizer, "chat_template", None) is not None

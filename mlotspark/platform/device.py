@@ -9,10 +9,12 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from mlotspark.platform import blas  # the package __init__ has already resolved BLAS before mlx
+from mlotspark.platform.memory import kernel_pressure, memory_budget
 
 import psutil  # noqa: E402
 
@@ -52,17 +54,73 @@ def _metal_info() -> dict[str, Any]:
         return {}
 
 
-def configure_metal_limits() -> None:
-    """Let MLX keep up to the recommended working set wired in memory (Metal only).
+#: the buffer cache keeps this share of what is wired, within [CACHE_MIN, CACHE_MAX]: steps free
+#: and reallocate buffers of the same shapes, so a slice covers a batch's temporaries and KV
+#: growth; the rest of MLX's default (its whole memory limit) would sit idle in unified memory.
+CACHE_SHARE, CACHE_MIN, CACHE_MAX = 1 / 8, 256 * _MB, 2048 * _MB
 
-    Wired buffers are not paged out between requests, which keeps the first token
-    fast after a pause; on the CPU backend this does nothing.
+
+@dataclass
+class MetalLimits:
+    """The wired and cache limits an engine set, and what they were before (``restore``)."""
+
+    wired_bytes: int
+    cache_bytes: int
+    previous_wired: int | None
+    previous_cache: int | None
+
+    def restore(self) -> None:
+        """Put back the limits found before (at engine close); waits for queued work first,
+        as mlx-lm does: the wired limit must not change under a running step."""
+        mx = _mx()
+        try:
+            mx.synchronize()
+        except Exception:  # noqa: BLE001  nothing to wait for on some builds
+            pass
+        if self.previous_wired is not None:
+            mx.set_wired_limit(int(self.previous_wired))
+        if self.previous_cache is not None:
+            mx.set_cache_limit(int(self.previous_cache))
+
+
+def configure_metal_limits(weights_bytes: int = 0, kv_bytes: int | None = None) -> MetalLimits | None:
+    """Wire what the model and its KV need, and bound MLX's buffer cache (Metal only).
+
+    Wired buffers are not paged out between requests, which keeps the first token fast
+    after a pause; wiring the whole recommended working set (what this did before) keeps
+    gigabytes from every other app for the engine's life. Like mlx-lm's ``wired_limit``,
+    the previous limits come back with :meth:`MetalLimits.restore`.
+
+    Args:
+        weights_bytes: the model's bytes.
+        kv_bytes: the most KV the engine may hold (None with no weights: the whole
+            recommended working set, the old behaviour).
+
+    Returns:
+        The limits set, or None off Metal (where this does nothing).
     """
     if not is_metal():
-        return
-    limit = _metal_info().get("max_recommended_working_set_size")
-    if limit:
-        _mx().set_wired_limit(int(limit))
+        return None
+    working_set = int(_metal_info().get("max_recommended_working_set_size") or 0)
+    if not working_set:
+        return None
+    need = weights_bytes + (kv_bytes or 0)
+    # MLX refuses a wired limit above the recommended working set.
+    wired = working_set if need <= 0 else min(working_set, need)
+    cache = int(min(max(wired * CACHE_SHARE, CACHE_MIN), CACHE_MAX))
+    mx = _mx()
+    previous_wired = mx.set_wired_limit(wired)
+    previous_cache = mx.set_cache_limit(cache) if hasattr(mx, "set_cache_limit") else None
+    return MetalLimits(wired, cache, previous_wired, previous_cache)
+
+
+def release_idle_memory() -> None:
+    """Give MLX's cached buffers back to the system (the engine went idle): on a unified-
+    memory Mac other apps get them; the next request reallocates what it needs."""
+    try:
+        _mx().clear_cache()
+    except Exception:  # noqa: BLE001  an MLX without clear_cache: nothing is held back then
+        pass
 
 
 def _device_name() -> str:
@@ -122,8 +180,10 @@ def device_info() -> dict[str, Any]:
     Returns:
         A flat dict with ``device``, ``metal_available``, ``blas``, ``mlx_version``,
         ``mlx_lm_version``, ``python``, ``platform``, ``cpu``, ``cores_logical``,
-        ``cores_physical``, ``memory_total_mb`` and ``memory_available_mb``; on
-        Metal also ``gpu`` and ``gpu_working_set_mb``.
+        ``cores_physical``, ``memory_total_mb``, ``memory_available_mb``,
+        ``memory_signal`` and ``kv_budget`` (which signal and budget are in force,
+        ``platform.memory``); on Metal also ``gpu`` and ``gpu_working_set_mb``; on
+        macOS ``memory_pressure`` (the kernel's level and free percentage).
     """
     vm = psutil.virtual_memory()
     loaded = "mlx.core" in sys.modules
@@ -146,6 +206,15 @@ def device_info() -> dict[str, Any]:
         metal = _metal_info()
         info["gpu"] = metal.get("device_name") or metal.get("architecture") or "Metal GPU"
         info["gpu_working_set_mb"] = int(metal.get("max_recommended_working_set_size", 0)) // _MB
+    budget = memory_budget(metal=bool(info["metal_available"]), available=int(vm.available),
+                           working_set=(info.get("gpu_working_set_mb") or 0) * _MB or None)
+    info["memory_signal"] = budget.signal
+    level, free = kernel_pressure().read()
+    if level is not None or free is not None:
+        from mlotspark.platform.memory import PRESSURE_NAMES
+
+        info["memory_pressure"] = f"{PRESSURE_NAMES.get(level, level)}, {free}% free (kernel)"
+    info["kv_budget"] = budget.describe().split("; memory signal")[0] + " (before a model is loaded)"
     return info
 
 
@@ -161,4 +230,5 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["configure_metal_limits", "device_info", "format_info", "is_metal", "peak_memory_mb"]
+__all__ = ["MetalLimits", "configure_metal_limits", "device_info", "format_info", "is_metal", "peak_memory_mb",
+           "release_idle_memory"]

@@ -1,10 +1,17 @@
-"""A submitted request: iterate it for text pieces, wait on it, or cancel it."""
+"""A submitted request: iterate it for text pieces, wait on it, or cancel it.
+
+The engine thread hands pieces over through a queue. A thread iterates the handle
+(``for piece in handle``); an asyncio caller iterates it without a thread of its own
+(``async for piece in handle.aiter()``): the engine thread then also schedules a
+wake-up on the caller's loop with ``call_soon_threadsafe`` after each piece.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
@@ -44,22 +51,35 @@ class RequestHandle:
         self._result: GenerationResult | None = None
         self._error: BaseException | None = None
         self._started = False
+        self._waker: Callable[[], None] | None = None  # set by aiter(): wakes the asyncio reader
 
     # ------------------------------------------------------- engine thread
-    def _emit(self, piece: str) -> None:
-        self._pieces.put(piece)
+    def emit(self, piece: str) -> None:
+        """[engine thread] Hand a text piece to the reader."""
+        self._put(piece)
+
+    def finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
+        """[engine thread] End the stream with ``result`` (or ``error``)."""
+        self._result, self._error = result, error
+        # The generation points back at this handle (on_progress): unlinked, the pair is freed
+        # (with its KV) when the caller drops the handle, not at the next cyclic collection.
+        self.generation.on_progress = None
+        self._put(_END)
+        self._done.set()
+
 
     def _progressed(self, event: PrefillProgress) -> None:
         self.progress = event
         if self._progress_events:
-            self._pieces.put(event)
+            self._put(event)
         if self._on_progress is not None:
             self._on_progress(event)
 
-    def _finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
-        self._result, self._error = result, error
-        self._pieces.put(_END)
-        self._done.set()
+    def _put(self, item: Any) -> None:
+        self._pieces.put(item)
+        waker = self._waker
+        if waker is not None:
+            waker()
 
     # -------------------------------------------------------------- caller
     def __iter__(self) -> Iterator[Any]:
@@ -73,6 +93,42 @@ class RequestHandle:
             if piece is _END:
                 break
             yield piece
+        if self._error is not None:
+            raise self._error
+
+    async def aiter(self) -> AsyncIterator[Any]:
+        """Iterate the pieces from asyncio, without a thread: ``async for p in handle.aiter()``.
+
+        Yields what ``for p in handle`` yields; raises what it raises. Leaving the loop
+        early does not cancel the request (call ``cancel()``).
+        """
+        if self._started:
+            raise RuntimeError("a request handle can be iterated only once")
+        self._started = True
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+
+        def wake() -> None:  # engine thread
+            try:
+                loop.call_soon_threadsafe(ready.set)
+            except RuntimeError:  # the loop closed: nobody reads any more
+                pass
+
+        self._waker = wake  # pieces put before this are in the queue already
+        try:
+            while True:
+                try:
+                    piece = self._pieces.get_nowait()
+                except queue.Empty:
+                    ready.clear()
+                    if self._pieces.empty():  # a put after the clear sets it again
+                        await ready.wait()
+                    continue
+                if piece is _END:
+                    break
+                yield piece
+        finally:
+            self._waker = None
         if self._error is not None:
             raise self._error
 

@@ -45,7 +45,7 @@ import mlx.core as mx
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
-from mlotspark.platform.device import is_metal
+from mlotspark.platform.device import is_metal, release_idle_memory
 from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.results import GenerationResult
 from mlotspark.runtime.scheduled import Job, Request, StepRecord, cache_bytes
@@ -268,6 +268,8 @@ class Scheduler:
                         for job in jobs:
                             self._run_job(job)
                         self._turn()
+                        if self._idle():
+                            release_idle_memory()  # gone idle: MLX's buffer cache back to the system
                 except Exception as e:  # noqa: BLE001  fail the requests, keep the thread alive
                     log.exception("engine step failed")
                     self._fail_all(e)
@@ -412,7 +414,8 @@ class Scheduler:
             step_s = now - max(step.t_launch, self._last_collect)
             cpu_s = self.cpu_clock() - c0
             state, cap = step.tag
-            self._meter.add(b, step_s, cpu_s)
+            self._meter.add(b, step_s, cpu_s, context=max(  # a longer context is slower, not hotter
+                (r.generation.cached_tokens + len(r.generation.prompt) + r.state.steps for r in self._running), default=0))
             self.timeline.append(StepRecord(now, state, cap, b, step_s, len(self._queue), cpu_s=cpu_s))
             self._tokens += b
         self._last_collect = now
@@ -422,7 +425,7 @@ class Scheduler:
                 continue
             piece = r.state.accept(tok)
             if piece:
-                r.handle._emit(piece)
+                r.handle.emit(piece)
             if r.state.finish is not None:
                 self._running.remove(r)
                 self._finish(r)
@@ -437,7 +440,7 @@ class Scheduler:
             self._fail(r, e)
             return
         if piece is not None:
-            r.handle._emit(piece)
+            r.handle.emit(piece)
             self._solo.append(r)
             return
         self._completed += 1
@@ -485,7 +488,7 @@ class Scheduler:
             g.fed_tokens[:] = g.prompt[: r.state.prefilled]  # what the cache really holds
         piece = r.state.close(reason)
         if piece:
-            r.handle._emit(piece)
+            r.handle.emit(piece)
         try:
             self.mirror.left(r)
         except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not
@@ -508,14 +511,14 @@ class Scheduler:
                 r.on_finish(r.generation)
             except Exception as e:  # noqa: BLE001  the caller sees it from result()
                 error = e
-        r.handle._finish(r.generation.result, error)
+        r.handle.finish(r.generation.result, error)
 
     def _fail(self, r: Request, error: BaseException) -> None:
         self.mirror.dropped(r)
         if r.owns_cache:
             r.generation.cache = []
         self._completed += 1
-        r.handle._finish(None, error)
+        r.handle.finish(None, error)
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
@@ -537,7 +540,7 @@ class Scheduler:
             jobs, self._jobs = self._jobs + self._running_jobs, []
             self._cond.notify_all()
         for r in failed:
-            r.handle._finish(None, error)
+            r.handle.finish(None, error)
         for job in jobs:
             if not job.done.is_set():
                 job.error = error

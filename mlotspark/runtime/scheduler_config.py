@@ -5,6 +5,7 @@
 - ``ThroughputMeter``: turns decode steps into the ~1 s throughput samples the
   governor's ``ThroughputProbe`` reads as throttle evidence.
 - ``governor_snapshot``: a fresh governor's decision, for ``mlotspark info``.
+- ``memory_status``: which memory signal and KV budget are in force (``platform.memory``).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlotspark.errors import OptionError
+from mlotspark.platform.dtypes import activation_dtype
+from mlotspark.platform.memory import memory_budget
 from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor, apply_memory_limit
 
-__all__ = ["SchedulerConfig", "ThroughputMeter", "governor_snapshot", "kv_bytes_per_token",
-           "parse_memory_limit"]
+__all__ = ["SchedulerConfig", "ThroughputMeter", "activation_dtype", "governor_snapshot", "kv_bytes_per_token",
+           "memory_status", "parse_memory_limit"]
 
 WINDOW_S = 1.0  # decode time per throughput sample (ThroughputProbe wants ~1 s)
 FAIR_SHARE = 0.8  # a window with less CPU time than this share of the best is contention
@@ -49,14 +52,14 @@ def parse_memory_limit(value: int | str | None) -> int | None:
 
 
 def kv_bytes_per_token(model: Any) -> int:
-    """KV bytes one token costs in a plain cache (keys + values over all layers)."""
+    """KV bytes one token costs in a plain cache (keys + values over all layers), at
+    the activation dtype (:func:`activation_dtype`)."""
     args = getattr(model, "args", None)
     try:
         layers = len(model.layers)
         heads = args.num_key_value_heads or args.num_attention_heads
         head_dim = args.head_dim or args.hidden_size // args.num_attention_heads
-        dtype = model.model.embed_tokens.weight.dtype
-        itemsize = 2 if dtype.size < 4 else 4  # quantized models keep float16 KV
+        itemsize = activation_dtype(model).size
     except (AttributeError, TypeError):
         return 0
     return 2 * layers * heads * head_dim * itemsize
@@ -108,15 +111,22 @@ class SchedulerConfig:
             return self.governor
         if self.memory_limit is not None:
             apply_memory_limit(self.memory_limit)
+        # On Metal with no limit given, weights + KV stay inside the recommended working
+        # set (the pool both live in); elsewhere the system's available memory decides.
+        limit = memory_budget(limit_bytes=self.memory_limit).admission_limit_bytes
         return ThermalGovernor(mode=self.mode, max_batch=self.max_batch,
-                               memory_limit_bytes=self.memory_limit)
+                               memory_limit_bytes=limit)
+
+    def kv_ceiling(self, model: Any, context_length: int) -> int:
+        """The most KV the engine can hold: ``max_batch`` full contexts (what to wire)."""
+        return kv_bytes_per_token(model) * int(context_length) * max(self.max_batch, 1)
 
 
 class ThroughputMeter:
     """Aggregate decode rate per batch size, handed to the governor about once a second.
 
     Args:
-        governor: receives ``record_throughput(batch, tok/s)``.
+        governor: receives ``record_throughput(batch, tok/s, context)``.
         cpu_backend: True on MLX's CPU backend, where windows in which other
             processes took the cores are left out (see :meth:`had_the_cpu`).
     """
@@ -126,14 +136,18 @@ class ThroughputMeter:
         self.cpu_backend = cpu_backend
         self.batch = 0
         self.tokens, self.time_s, self.cpu_s = 0, 0.0, 0.0
+        self.context: int | None = None  # the longest context decoded in the window
         self.last_tps = 0.0  # the last window's rate, recorded or not
         self.best_share = 0.0  # most CPU seconds per second of decoding seen
 
-    def add(self, batch: int, step_s: float, cpu_s: float) -> None:
-        """Count one decode step of ``batch`` sequences (one token each)."""
+    def add(self, batch: int, step_s: float, cpu_s: float, context: int | None = None) -> None:
+        """Count one decode step of ``batch`` sequences (one token each), the longest
+        of them ``context`` tokens long (a longer context is slower, not hotter)."""
         if batch != self.batch:
             self.flush(force=True)  # a sample covers one batch size only
             self.batch = batch
+        if context is not None:
+            self.context = max(self.context or 0, int(context))
         self.tokens += batch
         self.time_s += step_s
         self.cpu_s += cpu_s
@@ -145,7 +159,7 @@ class ThroughputMeter:
         if enough and self.tokens:
             self.last_tps = self.tokens / self.time_s
             if self.had_the_cpu():
-                self.governor.record_throughput(self.batch, self.last_tps)
+                self.governor.record_throughput(self.batch, self.last_tps, self.context)
         if enough or force:
             self.reset()
 
@@ -165,6 +179,7 @@ class ThroughputMeter:
     def reset(self) -> None:
         """Drop the current window (after a pause: it says nothing about speed)."""
         self.tokens, self.time_s, self.cpu_s = 0, 0.0, 0.0
+        self.context = None
 
 
 def governor_snapshot(mode: str = "auto", max_batch: int = 8) -> dict[str, Any]:
@@ -175,3 +190,26 @@ def governor_snapshot(mode: str = "auto", max_batch: int = 8) -> dict[str, Any]:
     """
     d = ThermalGovernor(mode=mode, max_batch=max_batch).update(force=True)
     return {"state": d.state, "cap": d.cap, "mode": d.mode, "reason": d.reason}
+
+
+def memory_status(model: Any = None, weights_bytes: int = 0, memory_limit: int | None = None,
+                  platform: str | None = None) -> dict[str, Any]:
+    """Which memory signal and budget are in force, for ``info`` and the engine's status.
+
+    Args:
+        model: the loaded model (for the KV dtype and bytes per token), or None.
+        weights_bytes: its weights' bytes.
+        memory_limit: the user's limit, if any.
+        platform: ``sys.platform`` by default.
+
+    Returns:
+        ``signal``, ``source``, ``kv_budget_bytes``, ``admission_limit_bytes``, ``line``
+        and, with a model, ``kv_dtype`` and ``kv_bytes_per_token``.
+    """
+    b = memory_budget(weights_bytes, memory_limit, platform=platform)
+    out: dict[str, Any] = {"signal": b.signal, "source": b.source, "kv_budget_bytes": b.kv_bytes,
+                           "admission_limit_bytes": b.admission_limit_bytes, "line": b.describe()}
+    if model is not None:
+        out["kv_dtype"] = str(activation_dtype(model)).split(".")[-1]
+        out["kv_bytes_per_token"] = kv_bytes_per_token(model)
+    return out

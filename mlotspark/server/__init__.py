@@ -1,15 +1,22 @@
-"""``mlotspark serve``: the engine behind an OpenAI-compatible HTTP API.
+"""``mlotspark serve``: the engine behind OpenAI's, Anthropic's and Ollama's HTTP APIs.
 
-- ``app``: the Starlette app, shared state, API-key check, errors, shutdown.
-- ``routes``: chat/completions, completions, models, health, metrics.
-- ``schemas``: request checks (4xx naming the field) and OpenAI response shapes.
+- ``app``: the Starlette app, shared state, API-key check, errors (each API's shape), shutdown.
+- ``routes``: OpenAI's chat/completions, completions, embeddings, models; health, metrics.
+- ``anthropic_api``: Anthropic's ``/v1/messages``.
+- ``ollama_api``: Ollama's ``/api/*``.
+- ``embeddings``: embeddings requests and replies (OpenAI's, reused by Ollama's).
+- ``exchange``: what every API's routes share (body, awaited outcome, disconnects, figures).
+- ``models``: several models behind one server (on-demand loading, keep-alive, LRU).
+- ``schemas``: request checks (4xx naming the field).
+- ``responses``: OpenAI response shapes (replies, streamed chunks, usage).
 - ``runner``: one request on the engine (``Engine.submit``), events for asyncio.
 - ``prompt_cache``: resent histories matched by token prefix (kept across restarts).
 - ``metrics``: Prometheus text.
 """
 
 from mlotspark.server.app import DEFAULT_MAX_QUEUE, ServerState, create_app
+from mlotspark.server.models import ModelPool
 from mlotspark.server.prompt_cache import PromptCache
 from mlotspark.server.schemas import EXTENSION_KEY, APIError
 
-__all__ = ["APIError", "DEFAULT_MAX_QUEUE", "EXTENSION_KEY", "PromptCache", "ServerState", "create_app"]
+__all__ = ["APIError", "DEFAULT_MAX_QUEUE", "EXTENSION_KEY", "ModelPool", "PromptCache", "ServerState", "create_app"]

@@ -1,8 +1,9 @@
-"""The endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``,
-``/health`` and ``/metrics``.
+"""The OpenAI endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``,
+``/v1/models``; and ``/health`` and ``/metrics``.
 
-A completion request is parsed (``schemas.py``), admitted (queue bound), run as a
-:class:`~mlotspark.server.runner.Job` through ``Engine.submit`` and answered whole
+A completion request is parsed and its options validated once (``schemas.py``),
+admitted (queue bound), run as a :class:`~mlotspark.server.runner.Job` through
+``Engine.submit`` (the handle iterated asynchronously, no thread per request) and answered whole
 or streamed as server-sent events (``data: {...}`` lines, then ``data: [DONE]``).
 A client that goes away cancels its request at the next token: a stream notices
 when its next write fails, a waiting non-stream request by watching the
@@ -20,52 +21,40 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mlotspark.server.embeddings import embeddings_response, parse_embeddings
+from mlotspark.server.exchange import MAX_BODY_BYTES, count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.metrics import CONTENT_TYPE
-from mlotspark.server.runner import Job, Outcome
-from mlotspark.server.schemas import (
-    APIError,
-    ParsedRequest,
+from mlotspark.server.runner import Job
+from mlotspark.decoding.tools import CallSplitter, require_format
+from mlotspark.server.responses import (
+    chat_logprobs,
     chat_response,
     chunk,
+    completion_logprobs,
     completion_response,
     extension,
     finish_reason,
     new_id,
-    parse_chat,
-    parse_completion,
+    tool_call_json,
     usage,
 )
+from mlotspark.server.schemas import APIError, ParsedRequest, parse_chat, parse_completion
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
 CONVERSATION_HEADER = "x-mlotspark-conversation"
 
 
 def build(state: Any) -> list[Route]:
     """The routes for a :class:`~mlotspark.server.app.ServerState`."""
 
-    async def read_json(request: Request) -> Any:
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body of {size} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise APIError(413, f"request body of {len(body)} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
-        try:
-            return json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
-
     async def completions(request: Request, kind: str) -> Response:
         t0 = time.perf_counter()
         endpoint = request.url.path
         body = await read_json(request)
-        parsed = parse_chat(body, state.served) if kind == "chat" else parse_completion(body, state.served)
         header = request.headers.get(CONVERSATION_HEADER)
-        if header and kind == "chat" and parsed.conversation is None:
-            parsed.conversation = header
-        job = Job(state, parsed, asyncio.get_running_loop())
-        state.admit(job)
-        job.start()
+        if header and kind == "chat" and isinstance(body, dict) and body.get("conversation") is None:
+            body = {**body, "conversation": header}
+        job = await start_job(state, body, parse_chat if kind == "chat" else parse_completion)
+        parsed = job.request
         rid, created = new_id(kind), int(time.time())
         if parsed.stream:
             return StreamingResponse(
@@ -73,17 +62,17 @@ def build(state: Any) -> list[Route]:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        watcher = asyncio.create_task(_watch_disconnect(request, job))
+        watcher = asyncio.create_task(watch_disconnect(request, job))
         try:
-            outcome = await _wait(job)
+            outcome = await wait_outcome(job)
         finally:
             watcher.cancel()
             state.release(job, time.perf_counter() - t0)
-        _count(state, endpoint, outcome, t0)
+        count(state, endpoint, outcome, t0)
         use = usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
-        texts = [(t, finish_reason(f)) for t, f in outcome.texts]
         make = chat_response if kind == "chat" else completion_response
-        return JSONResponse(make(rid, parsed.model, texts, use, extension(outcome.stats)))
+        return JSONResponse(make(rid, parsed.model, outcome.choices, use, extension(outcome.stats),
+                                 token_text=job.server.token_text))
 
     async def chat(request: Request) -> Response:
         return await completions(request, "chat")
@@ -91,14 +80,21 @@ def build(state: Any) -> list[Route]:
     async def text_completions(request: Request) -> Response:
         return await completions(request, "completion")
 
+    async def embeddings(request: Request) -> Response:
+        body = await read_json(request)
+        req = parse_embeddings(body, state.served)
+        vectors, tokens = await state.embed(req.texts)
+        state.metrics.requests.labels("/v1/embeddings", "200").inc()
+        return JSONResponse(embeddings_response(req, vectors, tokens))
+
     async def models(request: Request) -> Response:
         state.metrics.requests.labels("/v1/models", "200").inc()
         return JSONResponse({"object": "list", "data": [_model(state, m) for m in state.listed]})
 
     async def model(request: Request) -> Response:
         name = request.path_params["model"]
-        if name not in state.served:
-            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(state.served)}",
+        if name not in state.served and name not in state.listed:
+            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(state.listed)}",
                            param="model", code="model_not_found")
         return JSONResponse(_model(state, name))
 
@@ -124,6 +120,8 @@ def build(state: Any) -> list[Route]:
             "decode_tps": s.get("decode_tps"),
             "kv_bytes": s.get("kv_bytes"),
             "prompt_cache": live.get("prompt_cache"),
+            "models": models_status(state),
+            "process": _process_memory(),
         })
 
     async def metrics(request: Request) -> Response:
@@ -133,6 +131,7 @@ def build(state: Any) -> list[Route]:
     return [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", text_completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model:path}", model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
@@ -141,35 +140,33 @@ def build(state: Any) -> list[Route]:
 
 
 def _model(state: Any, name: str) -> dict:
-    return {"id": name, "object": "model", "created": state.created, "owned_by": "mlotspark",
-            "context_length": state.engine.loaded.context_length}
+    out = {"id": name, "object": "model", "created": state.created, "owned_by": "mlotspark"}
+    slot = state.pool.slots.get(name)
+    if slot is not None and slot.loaded:
+        out["context_length"] = slot.engine.loaded.context_length
+    return out
 
 
-async def _wait(job: Job) -> Outcome:
-    """The job's outcome (pieces are dropped: the result carries the whole text)."""
-    while True:
-        kind, value = await job.queue.get()
-        if kind == "done":
-            return value
-        if kind == "error":
-            raise value
+def _process_memory() -> dict:
+    """The process's resident set and MLX's active and peak memory, in bytes."""
+    import mlx.core as mx
+    import psutil
+
+    return {"rss_bytes": psutil.Process().memory_info().rss, "mlx_active_bytes": int(mx.get_active_memory()),
+            "mlx_peak_bytes": int(mx.get_peak_memory())}
 
 
-async def _watch_disconnect(request: Request, job: Job) -> None:
-    """Cancel ``job`` when the client closes the connection (body already read)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            job.cancel()
-            return
-
-
-def _count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
-    s = outcome.stats
-    if s.finish_reason == "cancelled":
-        state.metrics.cancelled.inc()
-    state.metrics.finished(endpoint, outcome.prompt_tokens, outcome.cached_tokens, outcome.completion_tokens,
-                           s.ttft_s, s.decode_tps, time.perf_counter() - t0)
+def models_status(state: Any) -> list[dict]:
+    """Each model the server knows: loaded or loading, requests in flight, idle time, expiry."""
+    pool, now = state.pool, state.pool.clock()
+    out = []
+    for s in pool.slots.values():
+        expires = pool.expires_in(s) if s.loaded else None
+        out.append({"name": s.name, "default": s is pool.default, "loaded": s.loaded, "loading": s.loading,
+                    "requests_in_flight": s.active, "idle_s": round(now - s.last_used, 3) if s.loaded else None,
+                    "expires_in_s": None if expires is None else round(expires, 3), "loads": s.loads,
+                    "bytes": int(s.engine.loaded.nbytes()) if s.loaded else None, "error": s.error})
+    return out
 
 
 def _event(obj: dict) -> str:
@@ -181,31 +178,68 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     """The event stream of one request; a client gone cancels it (``finally``)."""
     kind, model = parsed.kind, parsed.model
     ended = False
+    tools = parsed.checked is not None and parsed.checked.tools is not None
+    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if tools else None
+    calls_sent = 0
+    logprobs_sent = 0
+    offset = 0  # completions' text_offset
+
+    def piece_chunk(text: str, calls: list, entries: list | None) -> str | None:
+        nonlocal calls_sent, logprobs_sent, offset
+        deltas = [tool_call_json(c, calls_sent + i) for i, c in enumerate(calls)]
+        calls_sent += len(calls)
+        lp = None
+        if entries:
+            logprobs_sent += len(entries)
+            if kind == "chat":
+                lp = chat_logprobs(entries, job.server.token_text)
+            else:
+                lp = completion_logprobs(entries, job.server.token_text, offset)
+                offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
+        if not (text or deltas or lp):
+            return None
+        return _event(chunk(kind, rid, model, created, text=text if text or kind != "chat" else None,
+                            calls=deltas, logprobs=lp))
+
+    def new_entries() -> list | None:
+        rec = job.recorder
+        return rec.entries[logprobs_sent:] if rec is not None else None
+
     try:
         if kind == "chat":
             yield _event(chunk(kind, rid, model, created, text="", role=True))
-        while True:
-            what, value = await job.queue.get()
-            if what == "piece":
-                yield _event(chunk(kind, rid, model, created, text=value))
-            elif what == "done":
+        events = job.events()
+        try:
+            async for what, value in events:
+                if what == "piece":
+                    text, calls = splitter.feed(value) if splitter is not None else (value, [])
+                    out = piece_chunk(text, calls, new_entries())
+                    if out is not None:
+                        yield out
+                    continue
                 ended = True
-                _count(state, endpoint, value, t0)
+                count(state, endpoint, value, t0)
+                choice = value.choices[0]
+                text, calls = splitter.close() if splitter is not None else ("", [])
+                entries = choice.logprobs[logprobs_sent:] if choice.logprobs is not None else None
+                out = piece_chunk(text, calls, entries)
+                if out is not None:
+                    yield out
                 use = usage(value.prompt_tokens, value.completion_tokens, value.cached_tokens)
                 ext = extension(value.stats)
-                reason = finish_reason(value.texts[0][1])
+                reason = "tool_calls" if calls_sent else finish_reason(choice.finish)
                 yield _event(chunk(kind, rid, model, created, finish=reason, ext=ext,
                                    text=None if kind == "chat" else ""))
                 if parsed.include_usage:
                     yield _event(chunk(kind, rid, model, created, use=use, no_choices=True))
                 yield "data: [DONE]\n\n"
-                return
-            else:  # an error after the 200 went out: an error event ends the stream
-                ended = True
-                state.metrics.requests.labels(endpoint, str(value.status)).inc()
-                yield _event(value.body())
-                yield "data: [DONE]\n\n"
-                return
+        except APIError as e:  # an error after the 200 went out: an error event ends the stream
+            ended = True
+            state.metrics.requests.labels(endpoint, str(e.status)).inc()
+            yield _event(e.body())
+            yield "data: [DONE]\n\n"
+        finally:
+            await events.aclose()
     finally:
         if not ended:  # the client went away (or the server is closing the connection)
             job.cancel()

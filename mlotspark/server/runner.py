@@ -1,15 +1,18 @@
 """One HTTP request on the engine: prompt cache, ``Engine.submit``, events for asyncio.
 
 The engine thread owns MLX and decodes in continuous batches (``runtime/scheduler``);
-the HTTP side is asyncio. A :class:`Job` bridges them: a worker thread prepares the
-request (prompt-cache lookup on the engine thread), submits it, and forwards every
-text piece to an ``asyncio.Queue`` with ``loop.call_soon_threadsafe``; the route
-reads the queue. ``cancel()`` (a client that went away, a server shutting down)
-stops the request at its next token and frees its batch slot.
+the HTTP side is asyncio. A :class:`Job` runs one checked request: it looks the
+prompt up in the server's prompt cache (one call on the engine thread, awaited), submits
+it and iterates the request handle asynchronously (``RequestHandle.aiter``: the engine
+thread wakes the event loop per piece), so a request holds no thread of its own.
+``cancel()`` (a client that went away) stops the request at its next token and frees
+its batch slot; ``fail()`` (a server shutting down) also ends its events with an error.
 
 Requests naming a ``conversation`` go through ``Engine.conversation(name)``: its
 stored history, snapshots and semantic memory are used, and the request's last
-message is the new user turn.
+message is the new user turn. A conversation's turn is a blocking generator that
+holds the conversation's lock for the turn (an ``RLock``: one thread), so that path
+alone runs its turn on a worker thread and forwards the pieces to the loop.
 """
 
 from __future__ import annotations
@@ -18,19 +21,24 @@ import asyncio
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
+from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
+from mlotspark.decoding.tools import parse_calls, require_format
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
+from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
 
 log = logging.getLogger(__name__)
+
+_END = object()
 
 
 @dataclass
 class Outcome:
     """What a finished job hands back: one entry per choice, and the stats."""
 
-    texts: list[tuple[str, str]]  # (text, our finish reason) per choice
+    choices: list[Choice]
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -39,75 +47,88 @@ class Outcome:
 
 
 class Job:
-    """Runs one parsed request on the engine and streams its events.
-
-    Events put on ``queue``: ``("piece", str)`` per text piece, then
-    ``("done", Outcome)`` or ``("error", APIError)``.
+    """Runs one checked request on the engine; ``events()`` streams it.
 
     Args:
-        server: the :class:`~mlotspark.server.app.ServerState` (engine, prompt cache, metrics).
-        request: the checked request.
-        loop: the event loop the queue belongs to.
+        server: the model the request runs on: a :class:`~mlotspark.server.models.Slot`
+            (``engine``, ``prompt_cache``).
+        request: the checked request (``request.checked``: its validated options, except
+            for a conversation, which validates them itself).
     """
 
-    def __init__(self, server: Any, request: ParsedRequest, loop: asyncio.AbstractEventLoop):
+    def __init__(self, server: Any, request: ParsedRequest):
         self.server = server
         self.request = request
-        self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
+        self.failure: APIError | None = None
         self._cancel = threading.Event()
         self._handle: Any = None
-        self._thread = threading.Thread(target=self._run, name="mlotspark-http-job", daemon=True)
-
-    def start(self) -> "Job":
-        self._thread.start()
-        return self
+        self._conversation: Any = None
+        self.recorder: LogprobRecorder | None = None  # the request's logprobs, as they are recorded
+        self.prompt_tokens = 0  # known once begin() has run
 
     def cancel(self) -> None:
         """Stop the request at its next token (thread-safe, idempotent)."""
         self._cancel.set()
-        handle = self._handle
-        if handle is not None:
-            handle.cancel()
-        # A conversation's turn is cancelled by the worker at its next piece: the
-        # conversation may be running another request's turn before ours starts.
+        for target in (self._handle, self._conversation):
+            if target is not None:
+                target.cancel()
 
     def fail(self, error: APIError) -> None:
         """End the request with ``error`` (its stream gets an error event); thread-safe."""
-        self._put("error", error)
+        self.failure = error
         self.cancel()
 
     @property
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
-    # ---------------------------------------------------------------- worker
-    def _put(self, kind: str, value: Any) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, (kind, value))
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            pass
+    async def begin(self) -> None:
+        """Prompt, prompt cache and ``Engine.submit`` of a plain request, before any byte of
+        the reply is sent (so a bad schema or too long a prompt is a 4xx, even streamed).
 
-    def _run(self) -> None:
+        Raises:
+            APIError: the request cannot run.
+        """
+        if self.request.conversation is not None:
+            return  # a conversation's turn runs whole in events()
         try:
-            if self.request.conversation is not None:
-                outcome = self._run_conversation()
-            else:
-                outcome = self._run_plain()
-            self._put("done", outcome)
-        except APIError as e:
-            self._put("error", e)
-        except PromptTooLongError as e:
-            self._put("error", APIError(400, str(e), param="messages" if self.request.kind == "chat" else "prompt",
-                                        code="context_length_exceeded"))
-        except OptionError as e:
-            self._put("error", APIError(400, str(e), param=_param_of(str(e))))
-        except MlotsparkError as e:
-            self._put("error", APIError(500, str(e), type="server_error"))
-        except Exception as e:  # noqa: BLE001  one request fails, the server keeps serving
-            log.exception("request failed")
-            self._put("error", APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
+            await self._submit()
+        except Exception as e:  # noqa: BLE001  mapped to the API's error
+            raise self._api_error(e) from None
 
+    async def events(self) -> AsyncIterator[tuple[str, Any]]:
+        """``("piece", str)`` per text piece, then ``("done", Outcome)``.
+
+        Raises:
+            APIError: the request failed (4xx/5xx), or the server is shutting down.
+        """
+        try:
+            run = self._run_conversation if self.request.conversation is not None else self._run_plain
+            async for event in run():
+                if self.failure is not None:
+                    raise self.failure
+                yield event
+            if self.failure is not None:
+                raise self.failure
+        except Exception as e:  # noqa: BLE001  mapped to the API's error
+            raise self._api_error(e) from None
+
+    def _api_error(self, e: Exception) -> APIError:
+        if isinstance(e, APIError):
+            return e
+        if isinstance(e, PromptTooLongError):
+            return APIError(400, str(e), param="messages" if self.request.kind == "chat" else "prompt",
+                            code="context_length_exceeded")
+        if isinstance(e, OptionError):  # a conversation's options, a schema, tools the template lacks
+            name = e.options[0] if e.options else None
+            field = self.request.fields.get(name, name) if name else None
+            return APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field)
+        if isinstance(e, MlotsparkError):
+            return APIError(500, str(e), type="server_error")
+        log.error("request failed", exc_info=e)  # one request fails, the server keeps serving
+        return APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error")
+
+    # ------------------------------------------------------------- plain requests
     def _prompt_ids(self) -> list[int]:
         req, engine = self.request, self.server.engine
         if req.prompt_ids is not None:
@@ -117,43 +138,64 @@ class Job:
                                     f"of {vocab} tokens", param="prompt")
             return list(req.prompt_ids)
         if req.kind == "chat":
-            return engine.encode(req.messages)
+            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None)
         return engine.encode(req.prompt, raw=True)
 
-    def _run_plain(self) -> Outcome:
+    async def _submit(self) -> None:
         req, engine, pc = self.request, self.server.engine, self.server.prompt_cache
-        opts = engine.options(**req.options)  # bad values fail here, before any MLX work
+        opts = req.checked
+        assert opts is not None, "parse_chat / parse_completion validate the options"
+        if opts.tools is not None:
+            require_format(engine.tokenizer, req.model)
         ids = self._prompt_ids()
+        self.prompt_tokens = len(ids)
         cache, cached = None, 0
         if pc is not None and pc.enabled and opts.num_return_sequences == 1:
-            cache, cached = engine.run_on_engine(pc.take, ids, opts.max_tokens)
+            # One engine call between decode steps; awaited on the loop's executor.
+            loop = asyncio.get_running_loop()
+            cache, cached = await loop.run_in_executor(None, engine.run_on_engine, pc.take, ids, opts.max_tokens)
         if self._cancel.is_set():
-            raise APIError(499, "client closed the request", code="cancelled")
+            raise self.failure or APIError(499, "client closed the request", code="cancelled")
 
         def on_finish(gen: Any) -> None:  # engine thread: keep what the model consumed
             if pc is not None and gen.result is not None and gen.result.stats.finish_reason != "cancelled":
                 pc.add(ids[:cached] + list(gen.fed_tokens), gen.cache)
 
         handle = engine.submit(prompt_ids=ids[cached:], cache=cache, cached_tokens=cached,
-                               on_finish=on_finish, **req.options)
+                               on_finish=on_finish, validated=opts)
         self._handle = handle
+        self.recorder = recorder_of(handle.generation.constraint)
         if self._cancel.is_set():
             handle.cancel()
-        for piece in handle:
-            self._put("piece", piece)
+
+    async def _run_plain(self) -> AsyncIterator[tuple[str, Any]]:
+        if self._handle is None:
+            await self._submit()
+        handle, opts = self._handle, self.request.checked
+        async for piece in handle.aiter():
+            yield "piece", piece
         result = handle.result()
         stats = result.stats
         if result.sequences:  # n > 1
-            texts = [(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
+            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
             completion = sum(len(h.tokens) for h in result.sequences)
         else:
-            texts = [(result.text, stats.finish_reason)]
+            text, calls = result.text, []
+            if opts.tools is not None:
+                text, calls = parse_calls(require_format(self.server.engine.tokenizer), text)
+            entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
+            choices = [Choice(text, stats.finish_reason, calls, entries)]
             completion = stats.generation_tokens
-        return Outcome(texts, stats.prompt_tokens, completion, stats.cached_tokens, stats)
+        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
 
-    def _run_conversation(self) -> Outcome:
+    # ------------------------------------------------------------- conversations
+    async def _run_conversation(self) -> AsyncIterator[tuple[str, Any]]:
         req, engine = self.request, self.server.engine
         msgs = list(req.messages or [])
+        for name in ("tools", "logprobs"):
+            if req.options.get(name) is not None:
+                raise APIError(400, f"invalid '{name}': not supported with a conversation (send the history "
+                                    "without 'conversation')", param=name)
         if msgs[-1]["role"] != "user":
             raise APIError(400, "with a conversation, the last message must be the user's new turn",
                            param="messages")
@@ -162,35 +204,61 @@ class Job:
             conv = engine.conversation(req.conversation, system=system)
         except OptionError as e:
             raise APIError(400, str(e), param="conversation") from None
-        if not conv.messages:  # a new conversation starts from the history the client sent
-            for m in msgs[:-1]:
-                if m["role"] in ("user", "assistant"):
-                    conv.add(m["role"], m["content"])
+        self._conversation = conv
+        if self._cancel.is_set():
+            conv.cancel()
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def put(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+        def turn() -> None:  # worker thread: the conversation's turn holds its lock throughout
+            stats = None
+            try:
+                if not conv.messages:  # a new conversation starts from the history the client sent
+                    for m in msgs[:-1]:
+                        if m["role"] in ("user", "assistant"):
+                            conv.add(m["role"], m["content"])
+                stream = conv.stream(msgs[-1]["content"], **req.options)
+                try:
+                    for piece in stream:
+                        if isinstance(piece, str):
+                            put(("piece", piece))
+                        else:
+                            stats = piece
+                        if self._cancel.is_set():
+                            conv.cancel()
+                finally:
+                    stream.close()
+            except BaseException as e:  # noqa: BLE001  handed to the loop, raised there
+                put(("error", e))
+            else:
+                put(("stats", stats))
+            put(_END)
+
+        worker = threading.Thread(target=turn, name="mlotspark-http-conversation", daemon=True)
+        worker.start()
         stats = None
-        stream = conv.stream(msgs[-1]["content"], **req.options)
-        try:
-            for piece in stream:
-                if isinstance(piece, str):
-                    self._put("piece", piece)
-                else:
-                    stats = piece
-                if self._cancel.is_set():
-                    conv.cancel()
-        finally:
-            stream.close()
+        while True:
+            item = await queue.get()
+            if item is _END:
+                break
+            kind, value = item
+            if kind == "piece":
+                yield "piece", value
+            elif kind == "error":
+                raise value
+            else:
+                stats = value
         if stats is None:
-            raise APIError(499, "client closed the request", code="cancelled")
+            raise self.failure or APIError(499, "client closed the request", code="cancelled")
         text = conv.messages[-1]["content"] if conv.messages and conv.messages[-1]["role"] == "assistant" else ""
-        return Outcome([(text, stats.finish_reason)], stats.prompt_tokens, stats.generation_tokens,
-                       stats.cached_tokens, stats)
-
-
-def _param_of(message: str) -> str | None:
-    """The option an OptionError names (``invalid max_tokens 0: ...`` -> ``max_tokens``)."""
-    words = message.split()
-    if len(words) > 1 and words[0] == "invalid":
-        return words[1].strip("'\"")
-    return None
+        yield "done", Outcome([Choice(text, stats.finish_reason)], stats.prompt_tokens, stats.generation_tokens,
+                              stats.cached_tokens, stats)
 
 
 __all__ = ["Job", "Outcome"]

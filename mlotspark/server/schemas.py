@@ -4,7 +4,7 @@ Requests are checked field by field before anything reaches the engine; a bad on
 raises :class:`APIError`, which the app turns into OpenAI's error object
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status, naming the
 field. Fields OpenAI defines that the engine cannot honour are refused when set to
-a value that would change the reply (``logprobs``, non-zero penalties, ``echo``),
+a value that would change the reply (non-zero penalties, ``echo``),
 rather than silently ignored. Unknown fields are ignored, as clients add their own.
 
 mlotspark's own figures travel under the ``mlotspark`` key of a response or chunk
@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import json
 import math
-import time
-import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from mlotspark.errors import OptionError
-from mlotspark.options import validate_response_format
+from mlotspark.options import GenerationOptions
 
 EXTENSION_KEY = "mlotspark"
 MAX_N = 8  # replies per request: each is its own sequence in the engine
@@ -70,6 +68,8 @@ class ParsedRequest:
     prompt: str | None = None  # completions (text)
     prompt_ids: list[int] | None = None  # completions (token ids)
     options: dict[str, Any] = field(default_factory=dict)  # GenerationOptions overrides
+    checked: GenerationOptions | None = None  # the overrides validated by the engine (check_options)
+    fields: dict[str, str] = field(default_factory=dict)  # option name -> the request field that set it
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -150,11 +150,39 @@ def _messages(body: dict) -> list[dict]:
             content = ""  # an assistant turn that only called tools
         text = _content(content, f"messages[{i}].content")
         # The chat templates know system/user/assistant; developer is OpenAI's new system.
-        out.append({"role": "system" if role == "developer" else role, "content": text})
+        msg: dict = {"role": "system" if role == "developer" else role, "content": text}
+        if role == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _history_calls(m["tool_calls"], f"messages[{i}].tool_calls")
+        if role == "tool":
+            for key in ("tool_call_id", "name"):
+                if isinstance(m.get(key), str):
+                    msg[key] = m[key]
+        out.append(msg)
+    return out
+
+
+def _history_calls(calls: Any, where: str) -> list[dict]:
+    """An assistant turn's earlier tool calls, arguments as objects (what templates render)."""
+    if not isinstance(calls, list):
+        raise bad(where, "expected a list of tool calls")
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise bad(f"{where}[{j}]", 'expected {"id": ..., "type": "function", "function": {"name", "arguments"}}')
+        args = f.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise bad(f"{where}[{j}].function.arguments", "is not valid JSON") from None
+        out.append({"id": c.get("id"), "type": "function", "function": {"name": f["name"], "arguments": args}})
     return out
 
 
 def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
+    """The fields chat and completions share, checked for their JSON types and OpenAI's
+    own bounds; the values' meaning is checked once, by the engine (:func:`check_options`)."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad("model", "expected the model's id (GET /v1/models lists it)")
@@ -162,24 +190,27 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         raise APIError(404, f"model '{model}' does not exist; this server serves {', '.join(served)}",
                        param="model", code="model_not_found")
     req = ParsedRequest(kind=kind, model=model)
-    opts = req.options
+    opts, fields = req.options, req.fields
     limit = _int(body, "max_completion_tokens", 1) if kind == "chat" else None
-    mt = _int(body, "max_tokens", 1)
-    if limit is None:
-        limit = mt
+    if limit is not None:
+        fields["max_tokens"] = "max_completion_tokens"
+    else:
+        limit = _int(body, "max_tokens", 1)
     if limit is None and kind == "completion":
         limit = COMPLETIONS_DEFAULT_MAX_TOKENS
     if limit is not None:
         opts["max_tokens"] = limit
-    t = _number(body, "temperature", 0.0, 2.0)
+    t = _number(body, "temperature", 0.0, 2.0)  # OpenAI's bound; the engine takes any t >= 0
     if t is not None:
         opts["temperature"] = t
-    p = _number(body, "top_p", 0.0, 1.0, lo_open=True)
-    if p is not None:
-        opts["top_p"] = p
-    seed = _int(body, "seed", 0, 2**63 - 1)
-    if seed is not None:
-        opts["seed"] = seed
+    for name in ("top_p", "min_p", "repetition_penalty"):
+        v = _number(body, name, -math.inf, math.inf)
+        if v is not None:
+            opts[name] = v
+    for name in ("seed", "top_k"):
+        v = _int(body, name, -(2**63))
+        if v is not None:
+            opts[name] = v
     stops = _stop(body)
     if stops:
         opts["stop"] = tuple(stops)
@@ -187,16 +218,6 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         v = _number(body, name, -2.0, 2.0)
         if v:  # 0 is what most clients send by default: accepted
             raise bad(name, "not supported by this server (use 0, or the 'repetition_penalty' extension)")
-    rp = _number(body, "repetition_penalty", 0.0, 10.0, lo_open=True)
-    if rp is not None:
-        opts["repetition_penalty"] = rp
-    for name in ("top_k",):
-        v = _int(body, name, 0)
-        if v is not None:
-            opts[name] = v
-    mp = _number(body, "min_p", 0.0, 0.999)
-    if mp is not None:
-        opts["min_p"] = mp
     n = _int(body, "n", 1)
     if n is not None and n > MAX_N:
         raise bad("n", f"{n} replies asked; this server returns at most {MAX_N}")
@@ -211,15 +232,14 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         if req.stream:
             raise bad("n", "n > 1 is not supported with stream=true")
         opts["num_return_sequences"] = req.n
-    lp = body.get("logprobs")
-    if lp not in (None, False, 0):
-        raise bad("logprobs", "log-probabilities are not returned by this server")
-    if body.get("tools") and body.get("tool_choice") not in (None, "none"):
-        raise bad("tools", "tool calling is not supported by this server")
-    try:
-        rf = validate_response_format(body.get("response_format"))
-    except OptionError as e:
-        raise APIError(400, str(e), param="response_format") from None
+        fields["num_return_sequences"] = "n"
+    _logprobs(body, kind, req)
+    for name in ("tools", "tool_choice", "parallel_tool_calls"):
+        if body.get(name) is not None:
+            if kind != "chat":
+                raise bad(name, "tools are for /v1/chat/completions")
+            opts[name] = body[name]
+    rf = body.get("response_format")
     if rf is not None:
         opts["response_format"] = rf
     conv = body.get("conversation")
@@ -230,12 +250,51 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
     return req
 
 
-def parse_chat(body: Any, served: list[str]) -> ParsedRequest:
+def _logprobs(body: dict, kind: str, req: ParsedRequest) -> None:
+    """OpenAI's two shapes: chat's ``logprobs: true`` + ``top_logprobs: k``, completions'
+    ``logprobs: k``."""
+    if kind == "chat":
+        on = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", -(2**31))
+        if top is not None and not on:
+            raise bad("top_logprobs", "needs logprobs: true")
+        if on:
+            req.options["logprobs"] = top or 0
+            if top is not None:
+                req.fields["logprobs"] = "top_logprobs"
+    else:
+        top = _int(body, "logprobs", -(2**31))
+        if top is not None:
+            req.options["logprobs"] = top
+
+
+def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions]) -> GenerationOptions:
+    """Validate ``req.options`` once, by the engine's own rules, into ``req.checked``.
+
+    Args:
+        req: a parsed request.
+        options: the engine's ``Engine.options`` (defaults merged with the overrides).
+
+    Raises:
+        APIError: 400 naming the request field the engine's ``OptionError.options`` names.
+    """
+    try:
+        req.checked = options(**req.options)
+    except OptionError as e:
+        name = e.options[0] if e.options else None
+        field = req.fields.get(name, name) if name else None
+        raise APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field) from None
+    return req.checked
+
+
+def parse_chat(body: Any, served: list[str], options: Callable[..., GenerationOptions] | None = None) -> ParsedRequest:
     """Check a ``POST /v1/chat/completions`` body.
 
     Args:
         body: the decoded JSON body.
         served: model ids this server answers to.
+        options: validates the generation options (``Engine.options``; default
+            ``GenerationOptions().merged``).
 
     Raises:
         APIError: the first bad field (400), or an unknown model (404).
@@ -244,10 +303,13 @@ def parse_chat(body: Any, served: list[str]) -> ParsedRequest:
         raise APIError(400, "the request body must be a JSON object")
     req = _common(body, "chat", served)
     req.messages = _messages(body)
+    if req.conversation is None:  # a conversation validates its options itself, before its turn
+        check_options(req, options or GenerationOptions().merged)
     return req
 
 
-def parse_completion(body: Any, served: list[str]) -> ParsedRequest:
+def parse_completion(body: Any, served: list[str],
+                     options: Callable[..., GenerationOptions] | None = None) -> ParsedRequest:
     """Check a ``POST /v1/completions`` body (``prompt``: a string, one string in a
     list, or a list of token ids).
 
@@ -277,94 +339,9 @@ def parse_completion(body: Any, served: list[str]) -> ParsedRequest:
         raise bad("best_of", "best_of > 1 is not supported by this server")
     if req.conversation is not None:
         raise bad("conversation", "conversations are for /v1/chat/completions")
+    check_options(req, options or GenerationOptions().merged)
     return req
 
 
-# ----------------------------------------------------------------- responses
-def new_id(kind: str) -> str:
-    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-
-
-def finish_reason(reason: str) -> str:
-    """OpenAI's finish reason for ours (``cancelled`` ends as ``stop`` on the wire)."""
-    return "length" if reason == "length" else "stop"
-
-
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    }
-
-
-def extension(stats: Any) -> dict:
-    """mlotspark's figures for a finished request (the ``mlotspark`` key)."""
-    extra = dict(getattr(stats, "extra", {}) or {})
-    out = {
-        "ttft_s": round(stats.ttft_s, 6),
-        "prefill_tps": round(stats.prefill_tps, 2),
-        "decode_tps": round(stats.decode_tps, 2),
-        "cached_tokens": stats.cached_tokens,
-        "prefilled_tokens": stats.prefilled_tokens,
-        "finish_reason": stats.finish_reason,
-        "queue_s": extra.get("queue_s"),
-        "mean_batch": extra.get("mean_batch"),
-    }
-    for key in ("cache_source", "conversation", "cascade", "memory"):
-        if key in extra:
-            out[key] = extra[key]
-    return out
-
-
-def chat_response(rid: str, model: str, texts: list[tuple[str, str]], use: dict, ext: dict) -> dict:
-    """A ``chat.completion`` object; ``texts`` are (text, finish_reason) per choice."""
-    return {
-        "id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "system_fingerprint": None,
-        "choices": [
-            {"index": i, "message": {"role": "assistant", "content": t}, "logprobs": None, "finish_reason": f}
-            for i, (t, f) in enumerate(texts)
-        ],
-        "usage": use, EXTENSION_KEY: ext,
-    }
-
-
-def completion_response(rid: str, model: str, texts: list[tuple[str, str]], use: dict, ext: dict) -> dict:
-    """A ``text_completion`` object; ``texts`` are (text, finish_reason) per choice."""
-    return {
-        "id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-        "system_fingerprint": None,
-        "choices": [{"index": i, "text": t, "logprobs": None, "finish_reason": f} for i, (t, f) in enumerate(texts)],
-        "usage": use, EXTENSION_KEY: ext,
-    }
-
-
-def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
-          finish: str | None = None, use: dict | None = None, ext: dict | None = None,
-          no_choices: bool = False) -> dict:
-    """One streamed chunk (``chat.completion.chunk`` or ``text_completion``)."""
-    if kind == "chat":
-        delta: dict = {}
-        if role:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        obj = "text_completion"
-    out: dict = {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
-                 "choices": [] if no_choices else [choice]}
-    if use is not None:
-        out["usage"] = use
-    if ext is not None:
-        out[EXTENSION_KEY] = ext
-    return out
-
-
-__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "chat_response", "chunk",
-           "completion_response", "extension", "finish_reason", "new_id", "parse_chat", "parse_completion",
-           "usage"]
+__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "check_options", "parse_chat",
+           "parse_completion"]

@@ -4,38 +4,13 @@ The scheduler calls ``update()`` between decode steps (it reads the probes at mo
 once per ``min_interval_s``), keeps its batch ≤ ``Decision.cap``, sleeps
 ``Decision.pause_s`` when positive, and asks ``admit()`` before starting a request.
 
-States (the names macOS uses) from signals; the worst signal wins:
-
-| signal | fair | serious | critical | leaving a state needs |
-|---|---|---|---|---|
-| temperature_c (hottest CPU sensor) | ≥ 70 °C | ≥ 80 °C | ≥ 90 °C | 3 °C below |
-| speed_limit (pmset CPU_Speed_Limit) | < 100 % | ≤ 80 % | ≤ 50 % | the limit lifted |
-| thermal_pressure (macOS notify) | moderate | heavy | trapping, sleeping | the level dropped |
-| thermal_warning (pmset) | other > 0 | 5 or 100 | 10 or 110 | the level dropped |
-| throttle_evidence (throughput) | ≥ 0.2 | ≥ 0.5 | ≥ 0.9 | 0.1 below the threshold |
-| memory_pressure | ≥ 93 % | ≥ 97 % | — | 2 points below |
-| swap_used_ratio | ≥ 80 % while memory ≥ 85 % | — | — | |
-
-CPU load and frequency are shown but not graded: both follow our own work and
-power-saving policy more than heat. Swap alone is not graded either, because
-macOS keeps swap files mostly full in normal use.
+Which signal puts the machine in which state is in ``grading.py``; how each mode
+reacts is the table in ``policies.py``; this module is the state machine.
 
 Batch cap (AIMD): +1 per calm update at most once per ``increase_s``; halved when
 the state gets worse (and again every ``repeat_decrease_s`` while it stays serious);
 the floor ``min_batch`` in critical, with a cool-down pause, then ``work_s`` of
-work before the next pause. Modes:
-
-| mode | cap ≤ | halves on | grows in | critical pause | serious pause | +1 every |
-|---|---|---|---|---|---|---|
-| performance | max_batch | serious | nominal, fair | 1 s | — | 2 s |
-| balanced | max_batch | fair | nominal | 2 s | — | 5 s |
-| efficiency | max(1, max_batch // 4) | fair | nominal | 4 s | 1 s | 10 s |
-
-``auto`` is balanced on AC power and efficiency on battery; an explicit mode is
-kept on battery. This module never imports mlx at import time.
-
-One module past ~500 lines on purpose: most of it is the table of thresholds and the
-state machine that reads it; the probes are in ``probes.py``.
+work before the next pause. This module never imports mlx at import time.
 """
 
 from __future__ import annotations
@@ -48,15 +23,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlotspark.errors import OptionError
+from mlotspark.thermal.admission import apply_memory_limit, check_int, fmt_bytes
+from mlotspark.thermal.grading import CRITICAL, NOMINAL, SERIOUS, STATES, Thresholds
+from mlotspark.thermal.policies import MODES, POLICIES, ModePolicy
 from mlotspark.thermal.probes import Probe, Reading, ThroughputProbe, default_probes
 
 __all__ = ["STATES", "MODES", "Decision", "Thresholds", "ModePolicy", "POLICIES",
            "ThermalGovernor", "apply_memory_limit"]
-
-STATES = ("nominal", "fair", "serious", "critical")
-MODES = ("performance", "balanced", "efficiency", "auto")
-NOMINAL, FAIR, SERIOUS, CRITICAL = range(4)
-_PRESSURE_NAMES = ("nominal", "moderate", "heavy", "trapping", "sleeping")
 
 
 @dataclass(frozen=True)
@@ -80,134 +53,6 @@ class Decision:
     reason: str
     t: float = 0.0
 
-
-def _grade(
-    value: float, cuts: Sequence[float | None], higher_is_worse: bool = True
-) -> tuple[int, float | None]:
-    level, hit = NOMINAL, None
-    for i, cut in enumerate(cuts, start=1):
-        if cut is not None and (value >= cut if higher_is_worse else value <= cut):
-            level, hit = i, cut
-    return level, hit
-
-
-def _warning_level(w: int) -> int:
-    # IOKit: 0 normal, 5 / 100 danger or warning, 10 / 110 crisis or critical.
-    if w <= 0 or w in (5, 100):
-        return NOMINAL if w <= 0 else SERIOUS
-    return CRITICAL if w >= 10 else FAIR
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Where each signal crosses into fair / serious / critical (None: never).
-
-    The ``*_hysteresis`` margins apply only when leaving a state, so a reading that
-    hovers at a threshold does not make the cap flap.
-    """
-
-    temperature_c: tuple[float | None, float | None, float | None] = (70.0, 80.0, 90.0)
-    temperature_hysteresis: float = 3.0
-    speed_limit: tuple[float | None, float | None, float | None] = (99.0, 80.0, 50.0)
-    throttle_evidence: tuple[float | None, float | None, float | None] = (0.2, 0.5, 0.9)
-    evidence_hysteresis: float = 0.1
-    memory_pressure: tuple[float | None, float | None, float | None] = (0.93, 0.97, None)
-    memory_hysteresis: float = 0.02
-    swap_used_ratio: float = 0.80
-    swap_with_memory: float = 0.85
-
-    def assess(self, r: Reading, relax: bool = False) -> tuple[int, str]:
-        """Grade a reading.
-
-        Args:
-            r: the merged reading.
-            relax: lower the thresholds by their hysteresis margins (used when cooling).
-
-        Returns:
-            (level 0..3, a short phrase naming the worst signal and its threshold).
-        """
-        found: list[tuple[int, str]] = []
-
-        def graded(value: float | None, cuts: Sequence[float | None], margin: float,
-                   text: Callable[[float], str]) -> None:
-            if value is not None:
-                m = margin if relax else 0.0
-                lvl, cut = _grade(value, [None if c is None else c - m for c in cuts])
-                if lvl:
-                    found.append((lvl, text(cut)))
-
-        graded(r.temperature_c, self.temperature_c, self.temperature_hysteresis,
-               lambda c: f"temperature {r.temperature_c:.0f}°C ≥ {c:g}")
-        if r.speed_limit is not None:
-            lvl, cut = _grade(r.speed_limit, self.speed_limit, higher_is_worse=False)
-            if lvl:
-                found.append((lvl, f"CPU speed limited to {r.speed_limit:g}% (≤ {cut:g})"))
-        if r.thermal_pressure is not None and r.thermal_pressure > 0:
-            p = r.thermal_pressure
-            name = _PRESSURE_NAMES[p] if p < len(_PRESSURE_NAMES) else str(p)
-            found.append((min(p, CRITICAL), f"thermal pressure {name}"))
-        if r.thermal_warning is not None and _warning_level(r.thermal_warning):
-            w = r.thermal_warning
-            found.append((_warning_level(w), f"thermal warning level {w}"))
-        graded(r.throttle_evidence, self.throttle_evidence, self.evidence_hysteresis,
-               lambda c: f"throughput down at equal batch size "
-                         f"(evidence {r.throttle_evidence:.2f} ≥ {c:g})")
-        graded(r.memory_pressure, self.memory_pressure, self.memory_hysteresis,
-               lambda c: f"memory {r.memory_pressure:.0%} used ≥ {c:.0%}")
-        swap, mem = r.swap_used_ratio, r.memory_pressure
-        if (swap is not None and mem is not None
-                and swap >= self.swap_used_ratio and mem >= self.swap_with_memory):
-            found.append((FAIR, f"swap {swap:.0%} used with memory {mem:.0%} used"))
-        if found:
-            return max(found, key=lambda f: f[0])  # max keeps the first of the worst
-        return NOMINAL, _calm_phrase(r)
-
-
-def _calm_phrase(r: Reading) -> str:
-    parts = [
-        (r.temperature_c, "{:.0f}°C"),
-        (r.speed_limit, "speed limit {:g}%"),
-        (r.throttle_evidence, "throughput steady ({:.2f})"),
-        (r.memory_pressure, "memory {:.0%} used"),
-    ]
-    known = [fmt.format(v) for v, fmt in parts if v is not None]
-    return "calm (" + (", ".join(known) or "no sensor reports here") + ")"
-
-
-@dataclass(frozen=True)
-class ModePolicy:
-    """How one mode reacts; see the module docstring's table."""
-
-    cap_divisor: int  # mode max = max(1, max_batch // cap_divisor)
-    decrease_from: int  # lowest state whose arrival halves the cap
-    calm_upto: int  # highest state in which the cap may grow
-    pause_s: float  # cool-down pause in critical
-    serious_pause_s: float  # pause in serious (0: none)
-    work_s: float  # decoding allowed between two pauses
-    increase_s: float  # at most one +1 per this many seconds
-    repeat_decrease_s: float  # halve again while serious or worse this long
-
-
-# Positional fields: cap_divisor, decrease_from, calm_upto, pause_s, serious_pause_s,
-# work_s, increase_s, repeat_decrease_s.
-POLICIES: dict[str, ModePolicy] = {
-    "performance": ModePolicy(1, SERIOUS, FAIR, 1.0, 0.0, 4.0, 2.0, 30.0),
-    "balanced": ModePolicy(1, FAIR, NOMINAL, 2.0, 0.0, 3.0, 5.0, 15.0),
-    "efficiency": ModePolicy(4, FAIR, NOMINAL, 4.0, 1.0, 2.0, 10.0, 10.0),
-}
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _check_int(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise OptionError(f"{name} must be an integer ≥ {lo}, got {value!r}")
-    return value
 
 
 class ThermalGovernor:
@@ -245,12 +90,12 @@ class ThermalGovernor:
         admit_pressure: float = 0.85,
         history_len: int = 500,
     ) -> None:
-        self.max_batch = _check_int("max_batch", max_batch, 1)
-        self.min_batch = _check_int("min_batch", min_batch, 1)
+        self.max_batch = check_int("max_batch", max_batch, 1)
+        self.min_batch = check_int("min_batch", min_batch, 1)
         if min_batch > max_batch:
             raise OptionError(f"min_batch {min_batch!r} is larger than max_batch {max_batch!r}")
         if memory_limit_bytes is not None:
-            _check_int("memory_limit_bytes", memory_limit_bytes, 1)
+            check_int("memory_limit_bytes", memory_limit_bytes, 1)
         if not min_interval_s >= 0:
             raise OptionError(f"min_interval_s must be ≥ 0, got {min_interval_s!r}")
         if not 0 < admit_pressure <= 1:
@@ -274,7 +119,7 @@ class ThermalGovernor:
         self._last_decrease_t = float("-inf")
         self._pause_until = float("-inf")
         self._probe_errors: list[str] = []
-        self._history: deque[Decision] = deque(maxlen=_check_int("history_len", history_len, 1))
+        self._history: deque[Decision] = deque(maxlen=check_int("history_len", history_len, 1))
 
     @staticmethod
     def _check_mode(mode: Any) -> str:
@@ -301,11 +146,11 @@ class ThermalGovernor:
         """The ThroughputProbe among the probes (the engine records into it), if any."""
         return next((p for p in self.probes if isinstance(p, ThroughputProbe)), None)
 
-    def record_throughput(self, batch_size: int, tokens_per_s: float) -> None:
-        """Pass a decode-rate sample to the ThroughputProbe, if there is one."""
+    def record_throughput(self, batch_size: int, tokens_per_s: float, context: int | None = None) -> None:
+        """Pass a decode-rate sample (at ``context`` tokens, if known) to the ThroughputProbe."""
         probe = self.throughput
         if probe is not None:
-            probe.record(batch_size, tokens_per_s)
+            probe.record(batch_size, tokens_per_s, context)
 
     def _read_probes(self) -> Reading:
         readings, errors = [], []
@@ -361,6 +206,8 @@ class ThermalGovernor:
             eff, why = self.mode, ""
         elif reading.on_battery:
             eff, why = "efficiency", "on battery: "
+        elif reading.low_power_mode:
+            eff, why = "efficiency", "Low Power Mode: "
         else:
             eff, why = "balanced", "on AC power: "
         if eff == self._eff_mode:
@@ -436,6 +283,11 @@ class ThermalGovernor:
         Args:
             projected_bytes: the new request's KV + working memory.
             in_use_bytes: what the engine holds now (weights + running requests' KV).
+                It is compared with ``memory_limit_bytes`` only (the user's limit, or
+                Metal's recommended working set, pools the weights live in); the system
+                readings (psutil's available bytes, macOS's kernel level) already see
+                the resident weights, so only ``projected_bytes`` meets them: the
+                weights are counted once.
             active_requests: running requests; with 0, system memory pressure is
                 waived (there is nothing to wait for), so a refusal then means the
                 request cannot fit under ``memory_limit_bytes`` at all.
@@ -443,24 +295,27 @@ class ThermalGovernor:
         Returns:
             (admitted, one-line reason).
         """
-        _check_int("projected_bytes", projected_bytes, 0)
-        _check_int("in_use_bytes", in_use_bytes, 0)
+        check_int("projected_bytes", projected_bytes, 0)
+        check_int("in_use_bytes", in_use_bytes, 0)
         with self._lock:
             limit, r = self.memory_limit_bytes, self._reading
-        need, total = _fmt_bytes(projected_bytes), projected_bytes + in_use_bytes
+        need, total = fmt_bytes(projected_bytes), projected_bytes + in_use_bytes
         if limit is not None and total > limit:
             alone = " even with nothing else running" if active_requests == 0 else ""
-            return False, (f"needs {need} + {_fmt_bytes(in_use_bytes)} in use > memory limit "
-                           f"{_fmt_bytes(limit)}{alone}: waits")
+            return False, (f"needs {need} + {fmt_bytes(in_use_bytes)} in use > memory limit "
+                           f"{fmt_bytes(limit)}{alone}: waits")
         wait = "waits for a running request to finish"
         pressure, available = r.memory_pressure, r.memory_available_bytes
         if active_requests != 0 and pressure is not None and pressure >= self.admit_pressure:
             return False, f"system memory {pressure:.0%} used ≥ {self.admit_pressure:.0%}: {wait}"
+        if active_requests != 0 and r.memory_pressure_level:
+            name = ("warn", "critical")[min(r.memory_pressure_level, 2) - 1]
+            return False, f"kernel memory pressure {name}: {wait}"
         if active_requests != 0 and available is not None and projected_bytes > available:
-            return False, f"needs {need} > {_fmt_bytes(available)} available: {wait}"
-        limit_text = "" if limit is None else f" of limit {_fmt_bytes(limit)}"
+            return False, f"needs {need} > {fmt_bytes(available)} available: {wait}"
+        limit_text = "" if limit is None else f" of limit {fmt_bytes(limit)}"
         mem_text = "" if pressure is None else f", system memory {pressure:.0%} used"
-        return True, f"fits: {_fmt_bytes(total)}{limit_text}{mem_text}"
+        return True, f"fits: {fmt_bytes(total)}{limit_text}{mem_text}"
 
     @property
     def history(self) -> list[tuple[float, str, int, str]]:
@@ -504,27 +359,3 @@ class ThermalGovernor:
                 "history": [{"t": h.t, "state": h.state, "cap": h.cap, "reason": h.reason}
                             for h in recent],
             }
-
-
-def apply_memory_limit(limit_bytes: int) -> int | None:
-    """Tell MLX's allocator to stay under a limit (``mx.set_memory_limit``).
-
-    Args:
-        limit_bytes: the limit in bytes (> 0).
-
-    Returns:
-        The previous limit, or None where MLX or the call is unavailable.
-    """
-    _check_int("memory limit", limit_bytes, 1)
-    try:
-        import mlotspark  # noqa: F401  resolves OpenBLAS before mlx loads
-        import mlx.core as mx
-
-        # Top-level since MLX 0.2x; older releases had it under mx.metal.
-        setter = getattr(mx, "set_memory_limit", None)
-        setter = setter or getattr(getattr(mx, "metal", None), "set_memory_limit", None)
-        if setter is None:
-            return None
-        return int(setter(limit_bytes))
-    except Exception:  # noqa: BLE001  an allocator without limits is not an error here
-        return None

@@ -3,24 +3,30 @@
 Text entries in SQLite (WAL, FTS5 for words, float32 vector blobs for meaning),
 found by a hybrid search and put into the system prompt at the start of a turn.
 
-- ``store``: ``SemanticStore`` and its search score; ``lexical`` its BM25 half,
+- ``store``: ``SemanticStore``; ``search`` its score and what goes into a prompt,
+  ``lexical`` the BM25 half, ``duplicates``, ``transfer`` (export/import),
   ``reembed`` the vectors table (loading, re-embedding for a new embedder).
 - ``database``: the SQLite file (schema, upgrades, WAL, durability, permissions).
 - ``records``: ``Entry``, ``Hit``, value checks, the export JSON form.
 - ``prompt``: ``format_memory_section``, the section put into the system prompt.
 - ``embedding``: the ``Embedder`` protocol and ``HashingEmbedder``, the fallback
   (why not the chat model's hidden states: see that module).
-- ``minilm`` and ``bert``: ``MiniLMEmbedder``, all-MiniLM-L6-v2 sentence vectors in
-  MLX (loaded on first use), and ``default_embedder`` (MiniLM when pulled).
+- ``mpnet_embedder`` and ``mpnet``: ``MPNetEmbedder``, all-mpnet-base-v2 sentence
+  vectors in MLX (the default when pulled); ``minilm`` and ``bert``:
+  ``MiniLMEmbedder``, all-MiniLM-L6-v2 (the fallback); ``sentence``: what both
+  share (loading on first use, batching, the runner); ``choice``:
+  ``default_embedder`` (MPNet, else MiniLM, else hashing).
 - ``calibration``: how cosine and lexical scores combine, and the injection
   thresholds, per embedder.
-- ``facts``: ``extract_facts``, the sentences of a user turn worth remembering.
+- ``facts``: ``extract_facts``, the sentences of a user turn worth remembering;
+  ``learning``: ``learn_turn``, a turn's retractions then its facts; ``updates``
+  and ``history``: when a newer fact supersedes an older one, and marking it.
 - ``text`` and ``index``: word helpers and the in-memory vector matrix.
 
 Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` →
 ``format_memory_section(hits)`` into the system prompt, hit ids into the turn's
-stats; after the turn, ``remember(f, source="turn", conversation=name)`` for each
-``f`` in ``extract_facts(user_text)``.
+stats; after the turn, ``learn_turn(store, user_text, name)`` (retractions, then
+``remember(f, source="turn", conversation=name)`` for each ``f`` in ``extract_facts(user_text)``).
 
 May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (the
 ``memory`` commands stay light).
@@ -28,8 +34,11 @@ May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (
 
 from mlotspark.memory.semantic.calibration import Calibration, about_user, calibration_for, is_request
 from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
-from mlotspark.memory.semantic.minilm import MiniLMEmbedder, default_embedder, describe_embedder
+from mlotspark.memory.semantic.choice import default_embedder, describe_embedder
+from mlotspark.memory.semantic.minilm import MiniLMEmbedder
+from mlotspark.memory.semantic.mpnet_embedder import MPNetEmbedder
 from mlotspark.memory.semantic.facts import extract_facts
+from mlotspark.memory.semantic.learning import Learned, learn_turn
 from mlotspark.memory.semantic.database import SCHEMA_VERSION
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import Entry, Hit
@@ -44,7 +53,9 @@ __all__ = [
     "Entry",
     "HashingEmbedder",
     "MiniLMEmbedder",
+    "MPNetEmbedder",
     "Hit",
+    "Learned",
     "SemanticStore",
     "about_user",
     "approx_tokens",
@@ -54,4 +65,5 @@ __all__ = [
     "extract_facts",
     "format_memory_section",
     "is_request",
+    "learn_turn",
 ]

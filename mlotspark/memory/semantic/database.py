@@ -3,7 +3,8 @@
 Layout of ``semantic.db`` (schema version in ``PRAGMA user_version``):
 
 - ``entries``: id (never reused), text, dedupe key, source, conversation, meta
-  (JSON), created (Unix time).
+  (JSON), created (Unix time); since version 2 ``superseded_by`` (the id of the
+  newer entry about the same thing, NULL while current) and ``superseded`` (when).
 - ``entries_fts``: FTS5 over ``entries.text`` (external content, kept in sync by
   triggers), porter-stemmed, diacritics folded.
 - ``vectors``: one float32 blob per (entry, embedder), with the embedder's name
@@ -28,10 +29,12 @@ import os
 import sqlite3
 from pathlib import Path
 
-from mlotspark.errors import StoreError
-from mlotspark.storage import ensure_dir
+from typing import Any, Callable, TypeVar
 
-SCHEMA_VERSION = 1
+from mlotspark.errors import OptionError, StoreError
+from mlotspark.storage import ensure_dir, subdir
+
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 15000
 
 # Each migration brings the schema from version-1 to version. Statements run one by
@@ -69,6 +72,12 @@ _MIGRATIONS: dict[int, list[str]] = {
             INSERT INTO entries_fts(entries_fts, rowid, text) VALUES ('delete', old.id, old.text);
             INSERT INTO entries_fts(rowid, text) VALUES (new.id, new.text);
         END""",
+    ],
+    # Knowledge updates (issue 27): an older fact is marked, not deleted, when a newer one replaces it.
+    2: [
+        "ALTER TABLE entries ADD COLUMN superseded_by INTEGER",
+        "ALTER TABLE entries ADD COLUMN superseded REAL",
+        "CREATE INDEX entries_superseded_by ON entries(superseded_by)",
     ],
 }
 
@@ -178,3 +187,32 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def default_path() -> Path:
+    """``$MLOTSPARK_HOME/memory/semantic.db`` (the directory created 0700)."""
+    directory = subdir("memory")
+    secure(directory, 0o700)  # ours: tighten it even if something made it 0755
+    return directory / "semantic.db"
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def guarded(method: F) -> F:
+    """Serialise threads, refuse a closed store, turn SQLite errors into StoreError."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"memory store {self.path} is closed")
+            try:
+                return method(self, *args, **kwargs)
+            except (OptionError, StoreError):
+                raise
+            except (sqlite3.Error, UnicodeError, ValueError) as e:
+                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
+                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
+
+    return wrapper  # type: ignore[return-value]

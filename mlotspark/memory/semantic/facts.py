@@ -50,6 +50,7 @@ _ABBREV = ("mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "e.g.", "i.e.", "etc.", 
 _LEAD_IN = re.compile(
     r"^(?:(?:oh|ah|well|also|and|so|but|btw|by the way|fyi|actually|anyway|anyways|"
     r"just so you know|for the record|for your information|hi there|hello there|hi|hello|hey|"
+    r"big news|news|guess what|update|quick update|correction|sorry|"
     r"ok|okay|yes|yeah|no|ps|p\.s\.)(?=\W)[\s,:;.!-]*)+",
     re.I,
 )
@@ -79,6 +80,7 @@ _DURABLE_VERBS = frozenset(
     cook bake run swim cycle ride support collect moved married graduated retired
     volunteer practise practice wear go visit celebrate wake sleep keep raise vote
     listen read watch write am are was were
+    moved changed switched sold quit renamed joined became turned
     """.split()
 )
 _SKIP = frozenset(
@@ -105,12 +107,26 @@ def _sentences(text: str) -> list[str]:
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(">")]  # quoted replies
     pieces = [p.strip() for p in _SPLIT.split("\n".join(lines)) if p and p.strip()]
     merged: list[str] = []
-    for piece in pieces:  # "Dr. Peeters" must not end a sentence
-        if merged and merged[-1].lower().endswith(_ABBREV):
+    for piece in pieces:  # "Dr. Peeters" must not end a sentence (but "... in August." does)
+        if merged and merged[-1].lower().split()[-1].endswith(_ABBREV) and (
+            merged[-1].lower().split()[-1] in _ABBREV or merged[-1].lower().split()[-1].endswith(("e.g.", "i.e."))
+        ):
             merged[-1] += " " + piece
         else:
             merged.append(piece)
     return merged
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a user turn, code and quoted lines left out (what ``extract_facts`` reads).
+
+    Args:
+        text: a user's message.
+
+    Returns:
+        Sentences in order.
+    """
+    return _sentences(text)
 
 
 def _tidy(sentence: str) -> str:

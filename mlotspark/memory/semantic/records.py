@@ -28,6 +28,9 @@ class Entry:
         conversation: the conversation it came from, if any.
         meta: free JSON-serialisable metadata.
         created: Unix time it was first remembered.
+        superseded_by: the id of a newer entry about the same thing ("I moved to
+            Porto" after "I live in Utrecht"), None while this one is current.
+        superseded: Unix time it was superseded, None while current.
     """
 
     id: int
@@ -36,6 +39,13 @@ class Entry:
     conversation: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
+    superseded_by: int | None = None
+    superseded: float | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether no newer entry has replaced this one."""
+        return self.superseded_by is None
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ class NewEntry:
     created: float
 
 
-ENTRY_COLUMNS = "id, text, source, conversation, meta, created"
+ENTRY_COLUMNS = "id, text, source, conversation, meta, created, superseded_by, superseded"
 
 
 def entry_from_row(row: tuple[Any, ...]) -> Entry:
@@ -83,7 +93,8 @@ def entry_from_row(row: tuple[Any, ...]) -> Entry:
         meta = json.loads(row[4]) if row[4] else {}
     except ValueError:
         meta = {}  # one hand-edited row must not make the whole store unreadable
-    return Entry(id=row[0], text=row[1], source=row[2], conversation=row[3], meta=meta, created=row[5])
+    return Entry(id=row[0], text=row[1], source=row[2], conversation=row[3], meta=meta, created=row[5],
+                 superseded_by=row[6], superseded=row[7])
 
 
 def check_int(value: Any, what: str, low: int = 0) -> int:

@@ -1,23 +1,8 @@
 """``SemanticStore``: the semantic tier on disk, and how it is searched.
 
-Search score (each part in [0, 1]), combined as the embedder's calibration says
-(``calibration.py``: a sum for the hashing embedder, ``max(cosine, sum)`` for
-MiniLM)::
-
-    score    = 0.5 * cosine + 0.5 * lexical
-
-``cosine`` is between the query's and the entry's vectors (current embedder
-only); ``lexical`` is FTS5 BM25 scaled by IDF-weighted coverage of the query's
-words (``lexical.py``).
-
-Hashing calibration (20 personal facts): unrelated pairs score < 0.2;
-a question about a stored fact ("What's my dog called?" / "My dog is called
-Rex.") 0.75–0.9; one shared word out of two ("What car do I drive?" / "I drive
-a blue Volvo.", but also "What is my sister's name?" / "My name is Anna." when
-no sister is stored) 0.3–0.4. ``DEFAULT_THRESHOLD`` = 0.35 leans to recall.
-MiniLM's thresholds depend on whether the message is about the user (see
-``calibration.py``); ``retrieve_for_prompt`` uses the calibration of the store's
-embedder unless given a threshold.
+How entries are scored and chosen for a prompt: ``search.py`` (and
+``calibration.py``, per embedder); ``retrieve_for_prompt`` uses the calibration of
+the store's embedder unless given a threshold.
 
 Vectors of one embedder are never compared with another's; entries without a
 vector from the current embedder are re-embedded on open or by ``reembed()``
@@ -27,30 +12,30 @@ Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
 durability settings); ``FileLock`` serialises imports and exports between
 processes.
 
-A little past ~500 lines: what is left are the methods that share the store's
-connection, lock and vector cache; the schema is ``database.py``, thresholds
-``calibration.py``, the lexical score ``lexical.py``, re-embedding ``reembed.py``.
+What is here are the methods that share the store's connection, lock and vector
+cache; the schema is ``database.py``, searching ``search.py``, duplicates
+``duplicates.py``, export and import ``transfer.py``, re-embedding ``reembed.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from mlotspark.errors import OptionError, StoreError
-from mlotspark.storage import FileLock, read_json, subdir, write_json
-from mlotspark.memory.semantic.database import SCHEMA_VERSION, open_database, secure, sidecar
+from mlotspark.errors import OptionError
+from mlotspark.storage import FileLock
+from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, guarded as _guarded, open_database, sidecar
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
+from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids
 from mlotspark.memory.semantic.index import VectorIndex
-from mlotspark.memory.semantic.lexical import lexical_scores
-from mlotspark.memory.semantic.minilm import default_embedder
+from mlotspark.memory.semantic.choice import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import (
@@ -62,49 +47,11 @@ from mlotspark.memory.semantic.records import (
     check_int,
     check_unit,
     entry_from_row,
-    export_document,
-    parse_import,
 )
-from mlotspark.memory.semantic.text import dedupe_key, words
-
-DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
-
-
-def default_path() -> Path:
-    """``$MLOTSPARK_HOME/memory/semantic.db`` (the directory created 0700)."""
-    directory = subdir("memory")
-    secure(directory, 0o700)  # ours: tighten it even if something made it 0755
-    return directory / "semantic.db"
-
-
-def _signature(text: str) -> tuple[tuple[str, ...], int]:
-    # Near-duplicates must agree on numbers and negations: "I am 34" vs "I am 43",
-    # "I like tea" vs "I do not like tea" differ in exactly what matters.
-    toks = words(text)
-    numbers = tuple(sorted(t for t in toks if any(c.isdigit() for c in t)))
-    return numbers, sum(t in ("not", "no", "never", "nor") for t in toks)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _guarded(method: F) -> F:
-    """Serialise threads, refuse a closed store, turn SQLite errors into StoreError."""
-
-    @functools.wraps(method)
-    def wrapper(self: "SemanticStore", *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            if self._conn is None:
-                raise StoreError(f"memory store {self.path} is closed")
-            try:
-                return method(self, *args, **kwargs)
-            except (OptionError, StoreError):
-                raise
-            except (sqlite3.Error, UnicodeError, ValueError) as e:
-                # A damaged file can hold text that is not UTF-8 or JSON that does not parse.
-                raise StoreError(f"memory store {self.path}: {type(e).__name__}: {e}") from e
-
-    return wrapper  # type: ignore[return-value]
+from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
+from mlotspark.memory.semantic.text import dedupe_key
+from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import
+from mlotspark.memory.semantic.updates import retraction
 
 
 class SemanticStore:
@@ -148,7 +95,7 @@ class SemanticStore:
         self._file_lock = FileLock(sidecar(self.path, ".lock"))
         self._index: VectorIndex | None = None
         self._index_version: int | None = None
-        self._searches = self._hits = self._deduplicated = 0
+        self._searches = self._hits = self._deduplicated = self._superseded = 0
         self._last_retrieval: list[int] = []
         self._conn: sqlite3.Connection | None = open_database(self.path)
         if reembed:
@@ -189,19 +136,7 @@ class SemanticStore:
     # -- writing ----------------------------------------------------------------------------
 
     def _duplicate_of(self, conn: sqlite3.Connection, text: str, vec: np.ndarray) -> int | None:
-        row = conn.execute("SELECT id FROM entries WHERE key = ?", (dedupe_key(text),)).fetchone()
-        if row is not None:
-            return int(row[0])
-        if self.near_duplicate is None or not vec.any():
-            return None
-        ids, sims = self._vectors().similarities(vec)
-        close = np.flatnonzero(sims >= self.near_duplicate - 1e-6)
-        signature = _signature(text)
-        for j in close[np.argsort(-sims[close])]:
-            other = conn.execute("SELECT text FROM entries WHERE id = ?", (int(ids[j]),)).fetchone()
-            if other is not None and _signature(other[0]) == signature:
-                return int(ids[j])
-        return None
+        return duplicate_of(conn, self._vectors(), text, vec, self.near_duplicate)
 
     def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray) -> tuple[int, bool]:
         """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted)."""
@@ -214,6 +149,10 @@ class SemanticStore:
         )
         entry_id = int(cur.lastrowid)
         insert_vector(conn, entry_id, self.embedder, vec)
+        # A newer fact about the same thing replaces older ones (kept, marked): updates.py.
+        old = replaced_by(conn, self._vectors(), entry_id, new.text, vec, self.calibration.supersede)
+        mark_superseded(conn, old, entry_id, new.created)
+        self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
         return entry_id, True
 
@@ -226,7 +165,11 @@ class SemanticStore:
         conversation: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> int:
-        """Store ``text``, unless it duplicates an entry.
+        """Store ``text``, unless it duplicates an entry; older entries it updates become superseded.
+
+        "I moved to Porto." after "I live in Utrecht." marks the Utrecht entry as
+        superseded by the new one (``updates.py`` says when): search and prompts
+        then see only the newer one, ``list`` shows both.
 
         Args:
             text: the fact, at most ``records.MAX_TEXT_CHARS`` characters (stripped).
@@ -252,6 +195,9 @@ class SemanticStore:
     def forget(self, entry_id: int) -> bool:
         """Delete an entry, its vectors and its index terms.
 
+        Entries it had superseded become current again: forgetting "I moved to
+        Porto." undoes that update, and "I live in Utrecht." is found again.
+
         Args:
             entry_id: the entry's id.
 
@@ -262,9 +208,36 @@ class SemanticStore:
         with self._write() as conn:
             conn.execute("DELETE FROM vectors WHERE entry_id = ?", (entry_id,))
             deleted = conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,)).rowcount > 0
+            revive(conn, entry_id)
         if self._index is not None:
             self._index.remove(entry_id)
         return deleted
+
+    @_guarded
+    def retract(self, text: str, threshold: float | None = None) -> list[Entry]:
+        """Act on a retraction: "Forget that my cat is called Mochi." deletes the entry it names.
+
+        The sentence must name what to forget (``updates.retraction``); the entry that
+        best matches it, superseded ones included, is forgotten if it scores at least
+        ``threshold``.
+
+        Args:
+            text: one sentence of the user's.
+            threshold: minimum search score (default: the calibration's threshold for
+                messages about the user).
+
+        Returns:
+            The forgotten entries ([] when ``text`` is no retraction or names nothing stored).
+        """
+        what = retraction(text) if isinstance(text, str) else None
+        if what is None:
+            return []
+        threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
+        hits = self._search(what, 1, threshold, current_only=False)
+        if not hits:
+            return []
+        self.forget(hits[0].id)
+        return [hits[0].entry]
 
     @_guarded
     def reembed(self, batch: int = 256) -> int:
@@ -307,18 +280,29 @@ class SemanticStore:
         return None if row is None else entry_from_row(row)
 
     @_guarded
-    def list(self, limit: int | None = None) -> list[Entry]:
-        """Entries, newest first.
+    def list(self, limit: int | None = None, *, current_only: bool = False) -> list[Entry]:
+        """Entries, newest first, superseded ones included (``Entry.superseded_by``) unless ``current_only``.
 
         Args:
             limit: at most this many (default: all).
+            current_only: leave out superseded entries.
 
         Returns:
             The entries.
         """
         limit = -1 if limit is None else check_int(limit, "limit")
+        where = "WHERE superseded_by IS NULL " if current_only else ""
         rows = self._conn.execute(  # type: ignore[union-attr]
-            f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY id DESC LIMIT ?", (limit,)
+            f"SELECT {ENTRY_COLUMNS} FROM entries {where}ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [entry_from_row(r) for r in rows]
+
+    @_guarded
+    def superseded_by(self, entry_id: int) -> list[Entry]:
+        """The older entries that ``entry_id`` replaced (``Entry.superseded_by == entry_id``)."""
+        entry_id = check_int(entry_id, "memory id")
+        rows = self._conn.execute(  # type: ignore[union-attr]
+            f"SELECT {ENTRY_COLUMNS} FROM entries WHERE superseded_by = ? ORDER BY id", (entry_id,)
         ).fetchall()
         return [entry_from_row(r) for r in rows]
 
@@ -326,43 +310,15 @@ class SemanticStore:
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM entries").fetchone()[0])  # type: ignore[union-attr]
 
-    def _search(self, query: str, k: int, threshold: float) -> list[Hit]:
-        if not isinstance(query, str):
-            raise OptionError(f"invalid memory query {query!r}: use a string")
-        if k == 0 or not query.strip():
-            return []
-        lexical = lexical_scores(self._conn, query)  # type: ignore[arg-type]
-        vector: dict[int, float] = {}
-        qvec = checked_embed(self.embedder, [query])[0]
-        if qvec.any():
-            ids, sims = self._vectors().similarities(qvec)
-            # Top k by cosine plus every lexical match is exact: an entry outside both
-            # has no lexical part, so it scores at most its cosine, below k others.
-            top = np.argpartition(-sims, k - 1)[:k] if len(ids) > k else np.arange(len(ids))
-            wanted = np.isin(ids, np.fromiter(lexical, dtype=np.int64, count=len(lexical)))
-            wanted[top] = True
-            vector = {int(i): max(0.0, float(s)) for i, s in zip(ids[wanted], sims[wanted])}
-        scored = []
-        for entry_id in lexical.keys() | vector.keys():
-            v, lx = vector.get(entry_id, 0.0), lexical.get(entry_id, 0.0)
-            score = self.calibration.score(v, lx)
-            if score > 0.0 and score >= threshold:
-                scored.append((score, entry_id, v, lx))
-        scored.sort(key=lambda s: (-s[0], -s[1]))  # ties: newer first
-        hits: list[Hit] = []
-        for score, entry_id, v, lx in scored:
-            row = self._conn.execute(  # type: ignore[union-attr]
-                f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)
-            ).fetchone()
-            if row is not None:  # None: forgotten by another process since the index was read
-                hits.append(Hit(entry_from_row(row), round(score, 6), round(v, 6), round(lx, 6)))
-            if len(hits) == k:
-                break
-        return hits
+    def _search(self, query: str, k: int, threshold: float, current_only: bool = True) -> list[Hit]:
+        conn = self._conn
+        assert conn is not None
+        replaced = successors(conn) if current_only else {}
+        return search_entries(conn, self.embedder, self.calibration, self._vectors, query, k, threshold, replaced)
 
     @_guarded
     def search(self, query: str, k: int = 5, threshold: float = 0.0) -> list[Hit]:
-        """Entries relevant to ``query``, best first (score: module docstring).
+        """Current entries relevant to ``query``, best first (score: ``search.py``; superseded ones left out).
 
         Any text is a valid query: its words are quoted before they reach FTS5, so
         quotes, ``*``, ``AND``/``OR``/``NOT``, ``NEAR`` or parentheses never raise.
@@ -420,15 +376,8 @@ class SemanticStore:
         threshold = self.calibration.threshold(query) if threshold is None else check_unit(threshold, "threshold")
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
-        chosen: list[Hit] = []
-        if top_k:
-            for hit in self._search(query, 3 * top_k, threshold):
-                if chosen and hit.score < chosen[0].score - self.calibration.margin:
-                    break  # far below the best: another fact of the same kind, not the one asked
-                if count(format_memory_section([*chosen, hit], header)) <= token_budget:
-                    chosen.append(hit)
-                    if len(chosen) == top_k:
-                        break
+        hits = self._search(query, 3 * top_k, threshold) if top_k else []
+        chosen = choose_for_prompt(hits, top_k, self.calibration.margin, token_budget, count, header)
         self._searches += 1
         self._hits += bool(chosen)
         self._last_retrieval = [h.id for h in chosen]
@@ -437,13 +386,6 @@ class SemanticStore:
     format_memory_section = staticmethod(format_memory_section)
 
     # -- export / import ----------------------------------------------------------------------
-
-    def _not_own_file(self, path: Path, what: str) -> Path:
-        path = Path(path).expanduser()
-        own = {sidecar(self.path, s).resolve() for s in ("", "-wal", "-shm", ".lock")}
-        if path.resolve() in own:
-            raise OptionError(f"cannot {what} {path}: it is the memory store's own file")
-        return path
 
     @_guarded
     def export_json(self, path: Path) -> int:
@@ -457,18 +399,11 @@ class SemanticStore:
         Returns:
             How many entries were written.
         """
-        path = self._not_own_file(path, "export to")
+        path = not_own_file(self.path, path, "export to")
         conn = self._conn
         assert conn is not None
         with self._file_lock:
-            conn.execute("BEGIN")  # one snapshot, whatever other processes write meanwhile
-            try:
-                rows = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries ORDER BY id").fetchall()
-            finally:
-                conn.execute("COMMIT")
-            entries = [entry_from_row(r) for r in rows]
-            write_json(path, export_document(entries))
-        return len(entries)
+            return export_entries(conn, path)
 
     @_guarded
     def import_json(self, path: Path) -> int:
@@ -487,12 +422,9 @@ class SemanticStore:
             StoreError: missing file, bad JSON, or a bad entry (its index is named);
                 nothing is added then.
         """
-        path = self._not_own_file(path, "import from")
+        path = not_own_file(self.path, path, "import from")
         with self._file_lock:
-            doc = read_json(path)
-            if doc is None:
-                raise StoreError(f"cannot import {path}: no such file (or it holds null)")
-            items = parse_import(path, doc)
+            items = read_import(path)
             vecs = checked_embed(self.embedder, [it.text for it in items])
             added = 0
             with self._write() as conn:
@@ -513,7 +445,9 @@ class SemanticStore:
             how many found at least one entry) and ``hit_rate``; ``last_retrieval``
             (ids put into the last prompt); ``deduplicated`` (remembers and imports
             that matched an existing entry); ``embedder``; ``stale_vectors``
-            (entries without a vector from it); ``schema_version``; ``path``.
+            (entries without a vector from it); ``superseded`` (entries replaced by a
+            newer one, kept) and ``superseded_now`` (marked by this object);
+            ``schema_version``; ``path``.
         """
         conn = self._conn
         assert conn is not None
@@ -529,6 +463,8 @@ class SemanticStore:
             "deduplicated": self._deduplicated,
             "embedder": self.embedder.name,
             "stale_vectors": max(0, entries - len(self._vectors())),
+            "superseded": len(superseded_ids(conn)),
+            "superseded_now": self._superseded,
             "schema_version": SCHEMA_VERSION,
             "path": str(self.path),
         }

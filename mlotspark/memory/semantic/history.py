@@ -1,0 +1,92 @@
+"""Superseded entries in the database: marking, reviving, and which ones search leaves out.
+
+The rules for *when* a fact replaces another are in ``updates.py``; this module
+applies them to the store's rows, inside the caller's write transaction. An older
+entry is never deleted by an update: ``superseded_by`` names the newer entry and
+``superseded`` the time, so ``mlotspark memory list`` shows both with dates.
+Forgetting the newer entry revives the older one (the update is undone).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+
+from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.updates import supersedes
+
+CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
+NEAREST_MARGIN = 0.1  # besides the nearest passing entry, others this close to its cosine (one slot stated twice)
+
+
+def superseded_ids(conn: sqlite3.Connection) -> set[int]:
+    """Ids of every superseded entry (left out of search)."""
+    return {int(r[0]) for r in conn.execute("SELECT id FROM entries WHERE superseded_by IS NOT NULL")}
+
+
+def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
+    """Every superseded entry -> the current entry at the end of its chain (None if there is none)."""
+    links = {int(a): int(b) for a, b in conn.execute("SELECT id, superseded_by FROM entries WHERE superseded_by IS NOT NULL")}
+    out: dict[int, int | None] = {}
+    for start in links:
+        seen, cur = {start}, links[start]
+        while cur in links and cur not in seen:  # Utrecht -> Porto -> Lisbon: Lisbon
+            seen.add(cur)
+            cur = links[cur]
+        out[start] = None if cur in seen else cur
+    return out
+
+
+def replaced_by(
+    conn: sqlite3.Connection, vectors: VectorIndex, new_id: int, text: str, vec: np.ndarray, threshold: float
+) -> list[int]:
+    """Current entries that the entry ``new_id`` (``text``, ``vec``) replaces.
+
+    Args:
+        conn: the store's connection.
+        vectors: the current embedder's vectors.
+        new_id: the new entry (never a candidate itself).
+        text: its text.
+        vec: its vector.
+        threshold: the calibration's ``supersede`` cosine.
+
+    Returns:
+        The ids of the older current entries it supersedes: the nearest that passes
+        ``updates.supersedes``, and others that pass within ``NEAREST_MARGIN`` of its
+        cosine ("I work at Philips." and "I'm an engineer at Philips." both replaced
+        by "I changed jobs and now work at ASML."; but "I go to the gym on Mondays."
+        at 0.51 is not replaced with "I take the train to work." at 0.68 by "I cycle
+        to work now instead of taking the train.").
+    """
+    if not vec.any() or not len(vectors):
+        return []
+    ids, sims = vectors.similarities(vec)
+    gone = superseded_ids(conn)
+    out: list[int] = []
+    nearest = None
+    for j in np.argsort(-sims)[: CANDIDATES + len(gone) + 1]:
+        entry_id, cosine = int(ids[j]), float(sims[j])
+        if nearest is not None and cosine < nearest - NEAREST_MARGIN:
+            break
+        if entry_id == new_id or entry_id in gone or cosine < threshold:
+            continue
+        row = conn.execute("SELECT text FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is not None and supersedes(text, row[0], cosine, threshold):
+            out.append(entry_id)
+            nearest = cosine if nearest is None else nearest
+    return out
+
+
+def mark_superseded(conn: sqlite3.Connection, old_ids: list[int], new_id: int, when: float) -> None:
+    """Mark ``old_ids`` as superseded by ``new_id`` at ``when`` (inside a write transaction)."""
+    conn.executemany("UPDATE entries SET superseded_by = ?, superseded = ? WHERE id = ?",
+                     [(new_id, when, i) for i in old_ids])
+
+
+def revive(conn: sqlite3.Connection, newer_id: int) -> None:
+    """Make current again the entries ``newer_id`` superseded (inside a write transaction)."""
+    conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE superseded_by = ?", (newer_id,))
+
+
+__all__ = ["mark_superseded", "replaced_by", "revive", "successors", "superseded_ids"]

@@ -1,0 +1,54 @@
+"""What a finished user turn changes in semantic memory: retractions, then new facts.
+
+"Forget that my cat is called Mochi." deletes the entry it names
+(``SemanticStore.retract``); the turn's lasting statements (``extract_facts``) are
+remembered, and a newer one about the same thing supersedes the older entry
+(``updates.py``). Retractions go first, so "Forget that I live in Ghent. I live
+in Porto." leaves only Porto.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlotspark.memory.semantic.facts import extract_facts, sentences
+from mlotspark.memory.semantic.records import Entry
+from mlotspark.memory.semantic.updates import retraction
+
+
+@dataclass
+class Learned:
+    """What one turn changed.
+
+    Attributes:
+        remembered: ids of the entries the turn's facts became (or already were).
+        forgotten: the entries its retractions removed.
+    """
+
+    remembered: list[int] = field(default_factory=list)
+    forgotten: list[Entry] = field(default_factory=list)
+
+
+def learn_turn(store, user_text: str, conversation: str | None = None) -> Learned:  # store: SemanticStore
+    """Apply a user turn to ``store``: retractions, then remembered facts.
+
+    Args:
+        store: a ``SemanticStore``.
+        user_text: the user's message.
+        conversation: the conversation it came from (kept with new entries).
+
+    Returns:
+        What changed.
+    """
+    out = Learned()
+    if not isinstance(user_text, str) or not user_text.strip():
+        return out
+    for s in sentences(user_text):
+        if retraction(s) is not None:
+            out.forgotten += store.retract(s)
+    for fact in extract_facts(user_text):
+        out.remembered.append(store.remember(fact, source="turn", conversation=conversation))
+    return out
+
+
+__all__ = ["Learned", "learn_turn"]

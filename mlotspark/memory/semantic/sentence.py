@@ -1,0 +1,179 @@
+"""``SentenceEmbedder``: what every sentence-transformers model we run in MLX shares.
+
+A subclass names its architecture (``_build``), its bundle, dimension and token
+limit; this class reads the tokenizer, loads the weights on first use (a step the
+UI shows), sorts texts by length into batches, and runs the MLX work through the
+engine's runner. Vectors are sentence-transformers' recipe: tokens truncated at the
+model's ``max_seq_length``, the encoder, mean pooling over real tokens, L2 norm.
+
+Nothing here imports MLX until the first ``embed``: ``mlotspark memory list`` and
+other light commands open the store without paying for MLX or the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from mlotspark import steps
+from mlotspark.errors import ModelFormatError
+
+BATCH = 32  # texts per forward pass: padding waste stays small once sorted by length
+
+Runner = Callable[[Callable[[], Any]], Any]
+
+
+class SentenceEmbedder:
+    """A sentence-embedding model as an ``Embedder``, loaded on first use.
+
+    Args:
+        model_dir: a directory with ``config.json``, ``model.safetensors`` and
+            ``tokenizer.json``.
+        runner: runs MLX work, ``runner(fn) -> fn()``; the engine passes its
+            ``run_exclusive`` so that MLX is only used from the engine thread.
+            Default: run in the calling thread, serialised by a lock.
+    """
+
+    dim = 0
+    name = ""  # changes if the recipe changes: stored vectors are then re-embedded
+    title = ""  # the model's usual name, for messages
+    bundle = ""  # what `mlotspark pull` calls it
+    max_tokens = 0  # sentence-transformers' max_seq_length
+
+    def __init__(self, model_dir: Path, runner: Runner | None = None):
+        self.model_dir = Path(model_dir)
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.model_dir)!r})"
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the weights are in memory yet."""
+        return self._model is not None
+
+    def _load(self) -> None:
+        """Read config, weights and tokenizer (once); MLX is imported here, not before."""
+        if self._model is not None:
+            return
+        with steps.step(f"loading the sentence-embedding model ({self.title})"):
+            self._load_files()
+
+    def _build(self, config: dict[str, Any]) -> Any:
+        """The architecture's MLX module for a parsed ``config.json`` (subclasses)."""
+        raise NotImplementedError
+
+    def _load_files(self) -> None:
+        """Read and check the model's files (``_load`` reports it as a step)."""
+        import mlx.core as mx
+
+        paths = {n: self.model_dir / n for n in ("config.json", "model.safetensors", "tokenizer.json")}
+        missing = [n for n, p in paths.items() if not p.is_file()]
+        if missing:
+            raise ModelFormatError(f"embedding model {self.model_dir} is missing {', '.join(missing)}: "
+                                   f"run `mlotspark pull {self.bundle}`")
+        try:
+            model = self._build(json.loads(paths["config.json"].read_text(encoding="utf-8")))
+            weights = mx.load(str(paths["model.safetensors"]))
+        except (OSError, ValueError, RuntimeError, TypeError) as e:
+            raise ModelFormatError(f"cannot load embedding model {self.model_dir}: {e}") from e
+        # The checkpoint also has the unused pooler and a position_ids buffer.
+        wanted = [(k, v) for k, v in weights.items()
+                  if k.startswith(("embeddings.", "encoder.")) and k != "embeddings.position_ids"]
+        try:
+            model.load_weights(wanted, strict=True)
+        except ValueError as e:
+            raise ModelFormatError(f"embedding model {self.model_dir}: weights do not match "
+                                   f"{type(model).__name__}: {e}") from e
+        model.eval()
+        mx.eval(model.parameters())
+        self._load_tokenizer()
+        self._model = model
+
+    def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and mask, right-padded to the longest text.
+
+        Args:
+            texts: N strings.
+
+        Returns:
+            (ids (N, T) int32, mask (N, T) float32).
+        """
+        encs = self._load_tokenizer().encode_batch(texts)
+        width = max(len(e.ids) for e in encs)
+        pad = self._pad_id()
+        ids = np.full((len(texts), width), pad, dtype=np.int32)
+        mask = np.zeros((len(texts), width), dtype=np.float32)
+        for i, e in enumerate(encs):
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1.0
+        return ids, mask
+
+    def _pad_id(self) -> int:
+        return 0
+
+    def _load_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from tokenizers import Tokenizer
+
+            path = self.model_dir / "tokenizer.json"
+            try:
+                tokenizer = Tokenizer.from_file(str(path))
+            except Exception as e:  # tokenizers raises its own Exception type
+                raise ModelFormatError(f"cannot read embedding tokenizer {path}: {e}") from e
+            tokenizer.no_padding()  # the file may pad every text to a fixed width; we pad per batch
+            tokenizer.enable_truncation(self.max_tokens)
+            self._tokenizer = tokenizer
+        return self._tokenizer
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        import mlx.core as mx
+
+        from mlotspark.memory.semantic.bert import mean_pool_normalize
+
+        ids, mask = self.tokenize(texts)
+        m = mx.array(mask)
+        vecs = mean_pool_normalize(self._model(mx.array(ids), m), m)
+        return np.array(vecs.astype(mx.float32))
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Sentence vectors.
+
+        Args:
+            texts: N strings.
+
+        Returns:
+            float32 (N, dim), rows L2-normalised.
+
+        Raises:
+            ModelFormatError: the model files are missing or unreadable.
+        """
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch
+
+        def work() -> None:
+            self._load()
+            for start in range(0, len(order), BATCH):
+                rows = order[start : start + BATCH]
+                out[rows] = self._forward([texts[i] for i in rows])
+
+        if self._runner is not None:
+            # The runner serialises MLX work itself; holding our lock while it waits for
+            # the engine thread could deadlock with an embed made on that thread.
+            self._runner(work)
+        else:
+            with self._lock:
+                work()
+        return out
+
+
+__all__ = ["BATCH", "Runner", "SentenceEmbedder"]

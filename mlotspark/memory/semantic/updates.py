@@ -1,0 +1,194 @@
+"""Knowledge updates and retractions: when a new fact replaces an old one, and what "forget that ..." names.
+
+"I moved to Porto last month." after "I live in Utrecht." is about the same thing,
+so the newer entry wins at retrieval and the older one is marked superseded (kept,
+with the time, for ``mlotspark memory list``). Sentence vectors alone cannot tell
+this from two facts of the same kind: with all-mpnet-base-v2, "I live in Utrecht" /
+"I moved to Porto" score 0.51 while "My dog is called Rex" / "My cat is called Tom"
+score 0.56. So a newer text supersedes an older one when all of these hold:
+
+0. both are about the user (first person: "I", "my", "we", "our"): notes such as
+   "The pottery studio has a new kiln." never replace one another;
+1. they are about the same holder: the same people named by "my <relation>"
+   ("my sister", "my husband's ...") — "I live in Porto" never replaces "My
+   mother lives in Lyon";
+2. they are about the same thing: cosine at or above the calibration's
+   ``supersede`` threshold when they share a content word, ``NO_OVERLAP`` more when
+   they share none ("I live in Utrecht" / "I moved to Porto"); and either the newer
+   one says it is an update ("now", "moved", "switched", "no longer", "instead",
+   "actually", "sorry", "new", ...) or both give the same "my <thing> is" the same
+   kind of value ("My favourite colour is ..." twice; but "My dog is called Biscuit"
+   and "My dog is a border collie" are two facts);
+3. the newer one says something the older did not (a content word of its own),
+   and does not say it is an addition ("also", "too", "another", "as well").
+
+Retractions are explicit: "Forget that my cat is called Mochi.", "Please forget my
+age.", "Forget what I said about my brother living in Toronto." name what to
+forget; the store removes the entry that best matches it (``SemanticStore.retract``).
+
+Only the nearest entry that passes, and others within 0.1 of its cosine, are
+superseded (``history.replaced_by``): "I cycle to work now instead of taking the
+train." passes against "I take the train to work." at 0.68 and "I go to the gym on
+Mondays." at 0.51, and only the first is the same thing.
+Fitted on the fit half of ``benchmarks/data/memory_updates.json`` (written before
+these rules) in a store that also holds the 420 facts and notes of the retrieval
+eval (``benchmarks/memory_updates.py``; figures in ``benchmarks/figures/semantic.md``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from mlotspark.memory.semantic.text import STOPWORDS, words
+
+# People (and pets) a fact can be about besides the user: "my sister lives in Lyon".
+RELATIONS = frozenset(
+    """
+    mother mom mum mama father dad papa parents parent sister sisters brother brothers son sons
+    daughter daughters child children kid kids wife husband partner spouse girlfriend boyfriend
+    fiance fiancee grandmother grandma granny grandfather grandpa grandparents aunt uncle cousin
+    niece nephew friend friends neighbour neighbor neighbours neighbors colleague colleagues
+    boss manager roommate flatmate landlord teacher doctor
+    """.split()
+)
+# Words by which a statement says it replaces an earlier one.
+UPDATE_CUES = frozenset(
+    """
+    now anymore longer moved move relocated changed change switched switch instead actually
+    correction corrected new newly renamed replaced quit stopped became become turned
+    sold transferred rescheduled raised lowered upgraded updated went lately
+    nowadays currently days remarried cancelled sorry wrong mistake
+    """.split()
+)
+NO_OVERLAP = 0.1  # extra cosine needed when the two facts share no content word
+
+ADDITION_CUES = frozenset("also too another additionally second both well".split())
+_FILLER = STOPWORDS | UPDATE_CUES | ADDITION_CUES | {"not", "no", "never"}
+
+_RETRACT = re.compile(
+    r"^(?:(?:please|ok|okay|so|and|also|oh)[\s,]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+can\s+|you\s+may\s+)?"
+    r"(?:please\s+)?(?:forget|delete|erase|remove|drop|disregard|ignore)\s+"
+    r"(?:(?:that|about|what\s+i\s+(?:said|told\s+you)\s+about|the\s+fact\s+that|everything\s+about)\s+)?"
+    r"(?P<what>.+?)[\s,]*(?:,?\s*please)?[.!?]*$",
+    re.I,
+)
+
+
+def holders(text: str) -> frozenset[str]:
+    """The relations a fact is about ("my sister's cat" -> {"sister"}); empty for the user.
+
+    Args:
+        text: a fact.
+
+    Returns:
+        Relation words following "my"/"our" (or a possessive), as a set.
+    """
+    toks = words(text)
+    found = set()
+    for i, w in enumerate(toks):
+        if w in RELATIONS and i > 0 and toks[i - 1] in ("my", "our", "s", "new", "best", "old", "younger", "older",
+                                                         "little", "big", "late", "ex"):
+            found.add({"mom": "mother", "mum": "mother", "mama": "mother", "dad": "father", "papa": "father",
+                       "grandma": "grandmother", "granny": "grandmother", "grandpa": "grandfather",
+                       "neighbor": "neighbour", "kids": "children", "kid": "child"}.get(w, w))
+    return frozenset(found)
+
+
+def subject(text: str) -> str | None:
+    """The "my <thing>" a fact opens with, when a copula gives it one value ("My favourite colour is green.").
+
+    Args:
+        text: a fact.
+
+    Returns:
+        The words between "my"/"our" and "is"/"are"/"was"/"were" ("favourite colour"),
+        or None: the fact does not open so, another verb comes first ("My sister Ilse
+        has a cat": people and their things have many values), or the thing is a person
+        ("My sister is a nurse" and "My sister is Belgian" are both true).
+    """
+    toks = words(text)
+    if not toks or toks[0] not in ("my", "our"):
+        return None
+    for i, w in enumerate(toks[1:6], start=1):
+        if w in ("was", "were"):
+            return None  # the past: "My bike was stolen" is an event, not its current value
+        if w in ("is", "are"):
+            head = toks[1:i]
+            if not head or head[-1] in RELATIONS:
+                return None
+            return " ".join(head)
+    return None
+
+
+_PERSONAL = frozenset("i my we our me us".split())
+_FRAMES = frozenset("called named on in at from".split())  # "is called X", "is on the third floor"
+
+
+def frame(text: str) -> tuple[str, str] | None:
+    """(the "my <thing>", the kind of value its copula gives) or None (see ``subject``).
+
+    "My dog is called Rex." -> ("dog", "called"); "My dog is a border collie." ->
+    ("dog", "value"); "My office is on the third floor." -> ("office", "on").
+    """
+    head = subject(text)
+    if head is None:
+        return None
+    toks = words(text)
+    rest = toks[len(head.split()) + 2 :]
+    rest = [w for w in rest if w not in ("now", "actually", "still", "also", "currently", "really")]
+    return head, rest[0] if rest and rest[0] in _FRAMES else "value"
+
+
+def _has(text_words: list[str], cues: frozenset[str]) -> bool:
+    return any(w in cues for w in text_words)
+
+
+def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
+    """Whether ``new`` replaces ``old`` (the rules of the module docstring).
+
+    Args:
+        new: the newer fact.
+        old: the older fact.
+        cosine: their vectors' similarity.
+        threshold: the calibration's ``supersede`` threshold.
+
+    Returns:
+        True when ``new`` is an update of ``old``.
+    """
+    if cosine < threshold or holders(new) != holders(old):
+        return False
+    new_w, old_w = words(new), words(old)
+    if not (_has(new_w, _PERSONAL) and _has(old_w, _PERSONAL)):
+        return False
+    if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
+        return False
+    new_content = {w for w in new_w if w not in _FILLER}
+    if not new_content - set(old_w):
+        return False  # nothing new: a restatement, not an update
+    if not new_content & {w for w in old_w if w not in _FILLER} and cosine < threshold + NO_OVERLAP:
+        return False
+    same_thing = frame(new) is not None and frame(new) == frame(old)
+    if not same_thing and subject(new) is not None and subject(old) is not None:
+        return False  # "My dog is a border collie" after "My dog is called Biscuit": another attribute
+    return same_thing or _has(new_w, UPDATE_CUES)
+
+
+def retraction(text: str) -> str | None:
+    """What a "forget that ..." sentence asks to forget.
+
+    Args:
+        text: one sentence of the user's.
+
+    Returns:
+        The thing named ("my cat is called Mochi"), or None when the sentence is no retraction.
+    """
+    m = _RETRACT.match(text.strip())
+    if not m:
+        return None
+    what = m.group("what").strip(" ,.")
+    if len(words(what)) < 2 and not any(w not in STOPWORDS for w in words(what)):
+        return None  # "forget it", "forget that": nothing named
+    return what
+
+
+__all__ = ["ADDITION_CUES", "RELATIONS", "UPDATE_CUES", "frame", "holders", "retraction", "subject", "supersedes"]

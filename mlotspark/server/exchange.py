@@ -1,0 +1,89 @@
+"""What every API's routes share: the JSON body, a whole reply awaited, a client that
+leaves, the figures of a finished request."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from starlette.requests import Request
+
+from mlotspark.server.runner import Job, Outcome
+from mlotspark.server.schemas import APIError, ParsedRequest
+
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body (413 past ``MAX_BODY_BYTES``, 400 when it is not JSON)."""
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
+        raise APIError(413, f"request body of {size} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise APIError(413, f"request body of {len(body)} bytes exceeds {MAX_BODY_BYTES}", code="body_too_large")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
+
+
+async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
+    """Parse a request for the model it names, admit it and begin it.
+
+    The model is made resident first (loaded on first use) and counted as in use until
+    ``state.release(job)``; its engine validates the options, once.
+
+    Args:
+        state: the :class:`~mlotspark.server.app.ServerState`.
+        body: the decoded JSON body.
+        parse: ``parse(body, served, options) -> ParsedRequest`` of the API.
+
+    Raises:
+        APIError: a bad field, an unknown model, a full queue, a request that cannot run.
+    """
+    slot = await state.open_model(body)
+    try:
+        engine = (slot or state.pool.default).engine
+        parsed = parse(body, state.served if slot is None else [body["model"]], engine.options)
+        job = Job(slot, parsed)
+        state.admit(job)
+    except BaseException:
+        if slot is not None:
+            state.pool.release(slot)
+        raise
+    try:
+        await job.begin()  # a request that cannot run is a 4xx, streamed or not
+    except BaseException:
+        state.release(job)
+        raise
+    return job
+
+
+async def wait_outcome(job: Job) -> Outcome:
+    """The job's outcome (pieces are dropped: the result carries the whole text)."""
+    async for kind, value in job.events():
+        if kind == "done":
+            return value
+    raise APIError(500, "the request ended without a result", type="server_error")
+
+
+async def watch_disconnect(request: Request, job: Job) -> None:
+    """Cancel ``job`` when the client closes the connection (body already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel()
+            return
+
+
+def count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
+    s = outcome.stats
+    if s.finish_reason == "cancelled":
+        state.metrics.cancelled.inc()
+    state.metrics.finished(endpoint, outcome.prompt_tokens, outcome.cached_tokens, outcome.completion_tokens,
+                           s.ttft_s, s.decode_tps, time.perf_counter() - t0)
+
+
+__all__ = ["MAX_BODY_BYTES", "count", "read_json", "start_job", "wait_outcome", "watch_disconnect"]

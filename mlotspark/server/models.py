@@ -1,0 +1,273 @@
+"""Several models behind one server: which may be served, loading on first use, unloading when idle.
+
+A :class:`ModelPool` holds one :class:`Slot` per model the server may serve: those given at
+start (``--model``, repeatable; the first is the default, loaded before the port opens and
+kept resident) and those a request names that the operator allowed: a ``.gguf`` file or an
+mlx-lm directory inside a folder given with ``--allow-load DIR`` (a request never opens a
+path outside those folders), or a catalogue alias (pulled on demand only with
+``--allow-pull``). Each slot has its own engine — its own scheduler and KV — and prompt
+cache. A slot loads on first use (the request waits; ``/health`` shows it loading), unloads
+after ``keep_alive`` seconds idle (-1 = never; the clock is injectable, so tests need not
+wait), and at most ``max_models`` are resident, the least recently used idle one making
+room. ``"default"`` names the first model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from mlotspark.errors import MlotsparkError, ModelNotFoundError
+from mlotspark.server.schemas import APIError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KEEP_ALIVE_S = 300.0  # as Ollama's default
+MODEL_SUFFIXES = (".gguf",)
+
+
+@dataclass
+class Slot:
+    """One servable model and, while loaded, its engine and prompt cache.
+
+    It offers what a request's :class:`~mlotspark.server.runner.Job` reads of the server
+    (``engine``, ``prompt_cache``).
+    """
+
+    name: str  # the id requests use
+    spec: str  # what Engine.load is given (an alias or a path)
+    pinned: bool = False  # the default model: never unloaded for idleness or room
+    engine: Any = None
+    prompt_cache: Any = None
+    last_used: float = 0.0
+    active: int = 0  # requests in flight
+    loading: bool = False
+    loads: int = 0
+    error: str | None = None
+    keep_alive_s: float | None = None  # a request's own keep_alive (Ollama's), else the pool's
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def loaded(self) -> bool:
+        return self.engine is not None
+
+    def token_text(self, token: int) -> str:
+        """One token's text (for logprobs)."""
+        return self.engine.tokenizer.decode([token])
+
+
+class ModelPool:
+    """The models a server may serve and the ones resident now.
+
+    Args:
+        load: ``load(spec) -> Engine`` (``Engine.load`` with the server's settings).
+        make_cache: ``make_cache(engine) -> PromptCache | None`` for a newly loaded engine.
+        keep_alive_s: unload a model idle this long (-1 = never).
+        max_models: most models resident at once.
+        allow_load: folders whose model files a request may name.
+        allow_pull: catalogue aliases not on disk may be pulled on demand.
+        clock: seconds, monotonic (injectable for tests).
+    """
+
+    def __init__(self, load: Callable[[str], Any], make_cache: Callable[[Any], Any] | None = None, *,
+                 keep_alive_s: float = DEFAULT_KEEP_ALIVE_S, max_models: int = 3,
+                 allow_load: tuple[Path, ...] = (), allow_pull: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
+        self.load_fn, self.make_cache = load, make_cache
+        self.keep_alive_s, self.max_models = keep_alive_s, max(1, max_models)
+        self.allow_load = tuple(Path(d).expanduser().resolve() for d in allow_load)
+        self.allow_pull, self.clock = allow_pull, clock
+        self.slots: dict[str, Slot] = {}
+        self.default: Slot | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------- what may be served
+    def add(self, name: str, spec: str, engine: Any = None, prompt_cache: Any = None) -> Slot:
+        """A model given at start (the first is the default, kept resident); ``engine`` when
+        it is loaded already."""
+        slot = Slot(name, spec, pinned=self.default is None, engine=engine, prompt_cache=prompt_cache,
+                    last_used=self.clock(), loads=int(engine is not None))
+        self.slots[name] = slot
+        if self.default is None:
+            self.default = slot
+        return slot
+
+    def find(self, name: str) -> Slot:
+        """The slot a request's ``model`` names (made on first use when allowed).
+
+        Raises:
+            APIError: 404 naming the models this server serves.
+        """
+        if name == "default" and self.default is not None:
+            return self.default
+        slot = self.slots.get(name) or self.slots.get(name.removesuffix(":latest"))
+        if slot is not None:
+            return slot
+        spec = self._allowed(name)
+        if spec is None:
+            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(self.names())}"
+                                f"{' or files in ' + ', '.join(map(str, self.allow_load)) if self.allow_load else ''}",
+                           param="model", code="model_not_found")
+        with self._lock:
+            return self.slots.setdefault(name, Slot(name, spec, last_used=self.clock()))
+
+    def _allowed(self, name: str) -> str | None:
+        """What ``Engine.load`` gets for an on-demand ``name``, or None when it is not allowed."""
+        from mlotspark.models import catalogue
+
+        if name in catalogue.ALIASES:
+            try:
+                catalogue.resolve(name, pull=False, progress=False)
+                return name
+            except ModelNotFoundError:
+                return name if self.allow_pull else None
+        for root in self.allow_load:
+            path = Path(name).expanduser()
+            path = (path if path.is_absolute() else root / path).resolve()
+            if not path.is_relative_to(root) or not path.exists():
+                continue
+            if (path.is_file() and path.suffix.lower() in MODEL_SUFFIXES) or (path / "config.json").is_file():
+                return str(path)
+        return None
+
+    def names(self) -> list[str]:
+        return list(self.slots)
+
+    def servable(self) -> list[str]:
+        """Model ids to list: those given at start, then the model files in the allowed folders."""
+        out = self.names()
+        for root in self.allow_load:
+            for p in sorted(root.iterdir()) if root.is_dir() else []:
+                if (p.suffix.lower() in MODEL_SUFFIXES and p.is_file()) or (p / "config.json").is_file():
+                    if p.name not in out:
+                        out.append(p.name)
+        return out
+
+    # ------------------------------------------------------------- loading and unloading
+    async def acquire(self, slot: Slot) -> Slot:
+        """Make ``slot`` resident (loading it in the executor if need be) and count a request on it.
+
+        Raises:
+            APIError: 503 when every resident model is busy and none can make room; 500 when
+                the model cannot be loaded.
+        """
+        slot.active += 1  # counted first: the reaper never unloads a slot a request waits for
+        slot.last_used = self.clock()
+        try:
+            if not slot.loaded:
+                await asyncio.get_running_loop().run_in_executor(None, self._load, slot)
+        except BaseException:
+            slot.active -= 1
+            raise
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        slot.active = max(0, slot.active - 1)
+        slot.last_used = self.clock()
+
+    def _load(self, slot: Slot) -> None:
+        with slot._lock:  # one load per slot; other requests wait for it
+            if slot.loaded:
+                return
+            self._make_room(slot)
+            slot.loading, slot.error = True, None
+            try:
+                engine = self.load_fn(slot.spec)
+            except MlotsparkError as e:
+                slot.error = str(e)
+                raise APIError(500, f"model '{slot.name}' could not be loaded: {e}", type="server_error") from None
+            finally:
+                slot.loading = False
+            slot.prompt_cache = self.make_cache(engine) if self.make_cache is not None else None
+            if slot.prompt_cache is not None:
+                engine.run_on_engine(slot.prompt_cache.load)
+            slot.engine, slot.loads, slot.last_used = engine, slot.loads + 1, self.clock()
+            log.info("model %s loaded (%d resident)", slot.name, len(self.resident()))
+
+    def _make_room(self, slot: Slot) -> None:
+        resident = [s for s in self.resident() if s is not slot]
+        while len(resident) >= self.max_models:
+            idle = sorted((s for s in resident if not s.pinned and s.active == 0), key=lambda s: s.last_used)
+            if not idle:
+                raise APIError(503, f"cannot load '{slot.name}': {len(resident)} models are resident "
+                                    f"(--max-models {self.max_models}) and none is idle; retry later",
+                               type="server_error", code="models_busy", headers={"Retry-After": "5"})
+            self.unload(idle[0])
+            resident.remove(idle[0])
+
+    def unload(self, slot: Slot) -> None:
+        """Close ``slot``'s engine (its prompt cache saved first)."""
+        engine, cache = slot.engine, slot.prompt_cache
+        slot.engine = slot.prompt_cache = None
+        if engine is None:
+            return
+        if cache is not None:
+            try:
+                engine.run_on_engine(cache.save)
+            except Exception:  # noqa: BLE001  a cache: losing it loses no data
+                log.warning("prompt cache of %s not saved", slot.name)
+        engine.close()
+        log.info("model %s unloaded", slot.name)
+
+    def resident(self) -> list[Slot]:
+        return [s for s in self.slots.values() if s.loaded]
+
+    def keep_alive_of(self, slot: Slot) -> float:
+        return self.keep_alive_s if slot.keep_alive_s is None else slot.keep_alive_s
+
+    def reap(self) -> list[str]:
+        """Unload the models idle past their keep-alive; returns their names."""
+        now, gone = self.clock(), []
+        for s in self.resident():
+            keep = self.keep_alive_of(s)
+            if keep >= 0 and not s.pinned and s.active == 0 and not s.loading and now - s.last_used >= keep:
+                self.unload(s)
+                gone.append(s.name)
+        return gone
+
+    def expires_in(self, slot: Slot) -> float | None:
+        """Seconds until ``slot`` unloads if it stays idle (None: never)."""
+        keep = self.keep_alive_of(slot)
+        if slot.pinned or keep < 0:
+            return None
+        return max(0.0, keep - (self.clock() - slot.last_used))
+
+    def close(self) -> None:
+        for s in self.resident():
+            self.unload(s)
+
+
+def parse_keep_alive(value: object) -> float | None:
+    """Ollama's ``keep_alive`` in seconds: a number, or ``"10s"`` / ``"5m"`` / ``"1h"``; negative = never.
+
+    Returns:
+        Seconds (-1 = never), or None for a value that is not one of those (ignored).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return -1.0 if value < 0 else float(value)
+    if isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        unit = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+        for suffix in ("ms", "s", "m", "h"):
+            if text.endswith(suffix):
+                try:
+                    n = float(text[: -len(suffix)]) * unit[suffix]
+                except ValueError:
+                    return None
+                return -1.0 if n < 0 else n
+        try:
+            n = float(text)
+        except ValueError:
+            return None
+        return -1.0 if n < 0 else n
+    return None
+
+
+__all__ = ["DEFAULT_KEEP_ALIVE_S", "ModelPool", "Slot", "parse_keep_alive"]

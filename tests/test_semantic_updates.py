@@ -1,0 +1,195 @@
+"""Knowledge updates and retractions in semantic memory (issue 27).
+
+"I moved to Porto" after "I live in Utrecht": the newer fact wins at retrieval and the
+older one is kept, marked superseded; "Forget that my cat is called Mochi" removes it.
+A stub embedder gives controlled vectors (one axis per topic), so the rules are tested
+without a sentence model; the re-embedding test uses the real models when pulled."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model_cache import MODEL_CACHE
+from mlotspark.memory.semantic import MiniLMEmbedder, MPNetEmbedder, SemanticStore, learn_turn
+from mlotspark.memory.semantic.database import _MIGRATIONS
+from mlotspark.memory.semantic.updates import holders, retraction, subject, supersedes
+from mlotspark.models import bundles
+
+TOPICS = {
+    "home": ("live", "lives", "moved", "utrecht", "porto", "lyon", "ghent"),
+    "pet": ("cat", "dog", "mochi", "tofu", "rex", "tom"),
+    "job": ("work", "nurse", "tester", "job"),
+    "food": ("peanuts", "allergic", "vegetarian"),
+}
+
+
+class TopicEmbedder:
+    """One axis per topic plus a small per-text axis: same topic -> cosine ~0.8, else ~0."""
+
+    name = "stub-topics-v1"
+    dim = 64
+
+    def __init__(self):
+        self.axes: dict[str, int] = {}  # each distinct text its own axis: no two texts are near duplicates
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            low = text.lower()
+            for axis, keys in enumerate(TOPICS.values()):
+                out[row, axis] = sum(k in low.replace(".", " ").split() for k in keys)
+            out[row, 8 + self.axes.setdefault(low, len(self.axes) % 56)] += 1.0
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with SemanticStore(tmp_path / "m.db", TopicEmbedder()) as s:
+        yield s
+
+
+def test_an_update_supersedes_and_the_newer_fact_wins(store):
+    old = store.remember("I live in Utrecht.")
+    store.remember("I work as a nurse.")
+    new = store.remember("I moved to Porto last month.")
+    assert store.get(old).superseded_by == new and store.get(old).superseded >= store.get(old).created
+    assert store.get(new).current and store.get(old).current is False
+    hits = store.search("Where do I live now, Utrecht or Porto?", k=5)
+    assert [h.id for h in hits if "Utrecht" in h.text or "Porto" in h.text] == [new]
+    assert all(h.id != old for h in store.retrieve_for_prompt("Which city do I live in?", threshold=0.1))
+    listed = {e.id: e for e in store.list()}  # `memory list` shows both
+    assert set(listed) == {old, new, old + 1} and listed[old].superseded_by == new
+    assert [e.id for e in store.list(current_only=True)] == [new, old + 1]
+    assert [e.id for e in store.superseded_by(new)] == [old]
+    assert store.stats()["superseded"] == 1
+
+
+def test_same_kind_facts_and_other_people_do_not_supersede(store):
+    dog = store.remember("My dog is called Rex.")
+    cat = store.remember("My cat is called Tom.")  # another pet, not a new name for the dog
+    mother = store.remember("My mother lives in Lyon.")
+    me = store.remember("I moved to Porto.")  # the user's home, not the mother's
+    also = store.remember("I also have a cat called Mochi.")  # an addition
+    assert all(store.get(i).current for i in (dog, cat, mother, me, also))
+
+
+def test_forgetting_the_update_revives_the_older_fact(store):
+    old = store.remember("I live in Utrecht.")
+    new = store.remember("I moved to Porto.")
+    assert store.forget(new)
+    assert store.get(old).current and [h.id for h in store.search("Where do I live?", k=3)] == [old]
+
+
+def test_a_retraction_removes_what_it_names(store):
+    mochi = store.remember("My cat is called Mochi.")
+    keep = [store.remember("I live in Ghent."), store.remember("I am allergic to peanuts.")]
+    assert store.retract("Where does my cat sleep?") == []  # no retraction
+    assert store.retract("Forget it.") == []  # names nothing
+    gone = store.retract("Forget that my cat is called Mochi.")
+    assert [e.id for e in gone] == [mochi] and store.get(mochi) is None
+    assert sorted(e.id for e in store.list()) == keep
+    assert store.retract("Forget that my cat is called Mochi.") == []  # nothing left to forget
+    assert not any("Mochi" in h.text for h in store.retrieve_for_prompt("What is my cat called?", threshold=0.1))
+
+
+def test_a_turn_applies_retractions_then_facts(store):
+    store.remember("I live in Ghent.")
+    learned = learn_turn(store, "Please forget that I live in Ghent. My cat is called Tofu.", "c1")
+    assert [e.text for e in learned.forgotten] == ["I live in Ghent."]
+    assert [store.get(i).text for i in learned.remembered] == ["My cat is called Tofu."]
+    assert store.get(learned.remembered[0]).conversation == "c1"
+
+
+@pytest.mark.parametrize("text,what", [
+    ("Forget that my cat is called Mochi.", "my cat is called Mochi"),
+    ("Please forget my age, please.", "my age"),
+    ("Forget what I said about my brother living in Toronto.", "my brother living in Toronto"),
+    ("You can forget about my Fiat Panda.", "my Fiat Panda"),
+    ("Can you forget my neighbour's name?", "my neighbour's name"),
+    ("Don't forget that my cat is called Mochi.", None),  # a request to remember
+    ("I forgot where my keys are.", None),
+    ("Forget it.", None),
+])
+def test_retraction_sentences(text, what):
+    assert retraction(text) == what
+
+
+def test_update_rules():
+    assert holders("My sister's husband lives in Lyon.") == {"sister", "husband"}
+    assert holders("I live in Lyon.") == frozenset()
+    assert subject("My favourite colour is green.") == "favourite colour"
+    assert supersedes("My favourite colour is purple.", "My favourite colour is green.", 0.8, 0.4)  # same "my <thing>"
+    assert supersedes("I moved to Porto.", "I live in Utrecht.", 0.51, 0.4)  # an update cue, no shared word: 0.5 needed
+    assert not supersedes("I moved to Porto.", "I live in Utrecht.", 0.45, 0.4)
+    assert not supersedes("I play tennis on Sundays.", "I play the violin.", 0.6, 0.4)  # no cue, no same subject
+    assert not supersedes("I speak Portuguese too.", "I speak Dutch.", 0.7, 0.4)  # an addition
+    assert not supersedes("I live in Utrecht now.", "I live in Utrecht.", 0.95, 0.4)  # nothing new
+
+
+def test_a_version_1_store_is_upgraded_in_place(tmp_path):
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path)
+    for statement in _MIGRATIONS[1]:
+        raw.execute(statement)
+    raw.execute("INSERT INTO entries (text, key, source, created) VALUES ('I live in Utrecht.', 'i live in utrecht', 'user', 1.0)")
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    with SemanticStore(path, TopicEmbedder()) as s:
+        (old,) = s.list()
+        assert old.text == "I live in Utrecht." and old.current
+        new = s.remember("I moved to Porto.")
+        assert s.get(old.id).superseded_by == new
+
+
+# ------------------------------------------------------------ a MiniLM store, re-embedded with MPNet
+def _pulled(name: str) -> Path | None:
+    for home in (MODEL_CACHE, Path(os.environ.get("MLOTSPARK_USER_HOME", Path.home() / ".mlotspark"))):
+        d = home / "models" / name
+        if all((d / f).is_file() for f in bundles.BUNDLES[name].files):
+            return d
+    return None
+
+
+def test_a_minilm_store_is_reembedded_with_mpnet_without_losing_entries(tmp_path):
+    minilm, mpnet = _pulled(bundles.EMBEDDER_MODEL), _pulled(bundles.MPNET_MODEL)
+    if minilm is None or mpnet is None:
+        pytest.skip("all-MiniLM-L6-v2 and all-mpnet-base-v2 must both be pulled (scripts/setup.sh pulls them)")
+    path = tmp_path / "semantic.db"
+    facts = [f"Fact number {i}: my item {i} is kept in drawer {i}." for i in range(20)]
+    facts += ["My dog is called Biscuit.", "I live in Tromso."]
+    with SemanticStore(path, MiniLMEmbedder(minilm)) as old:
+        ids = [old.remember(f) for f in facts]
+        old.remember("I moved to Bergen last year.")  # supersedes Tromso under MiniLM too (or not): kept either way
+        before = {e.id: e.superseded_by for e in old.list()}
+    with SemanticStore(path, MPNetEmbedder(mpnet)) as new:
+        st = new.stats()
+        assert st["entries"] == len(facts) + 1 and st["stale_vectors"] == 0 and st["embedder"] == "mpnet-base-v2-st384"
+        assert {e.id: e.superseded_by for e in new.list()} == before  # re-embedding changes no entry
+        assert set(ids) <= set(before)
+        hits = new.retrieve_for_prompt("What is the name of my dog?")
+        assert hits and hits[0].text == "My dog is called Biscuit."
+    with SemanticStore(path, MiniLMEmbedder(minilm)) as back:  # MiniLM's vectors were kept
+        assert back.stats()["stale_vectors"] == 0
+
+
+def test_memory_list_shows_both_with_dates(capsys):
+    from mlotspark.cli import main
+    from mlotspark.memory.semantic.database import default_path
+
+    with SemanticStore(default_path(), TopicEmbedder()) as s:
+        old = s.remember("I live in Utrecht.")
+        new = s.remember("I moved to Porto last month.")
+    assert main(["memory", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "I moved to Porto last month." in lines[0] and "superseded" not in lines[0]
+    assert "I live in Utrecht." in lines[1] and f"[superseded by #{new} on 20" in lines[1]
+    assert main(["memory", "list", "--json"]) == 0
+    listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listed[old]["superseded_by"] == new and listed[new]["superseded_by"] is None and listed[old]["superseded"]

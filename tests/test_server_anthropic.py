@@ -1,0 +1,90 @@
+"""Anthropic's Messages API through the real ``anthropic`` client, on the tiny tool model
+(``tool_models.py``): messages, the streaming event sequence, a tool_use round trip, the
+API key as ``x-api-key`` and errors in Anthropic's shape naming the field."""
+
+from __future__ import annotations
+
+import anthropic
+import jsonschema
+import pytest
+
+from tool_models import TIME, WEATHER, write_tool_model
+
+KEY = "sekret"
+TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+          "input_schema": t["function"]["parameters"]} for t in (WEATHER, TIME)]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+T0 = {"temperature": 0}  # the client of late 2026 has no temperature argument; older ones send it
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from live_server import LiveServer
+    from mlotspark.engine import Engine
+
+    path = write_tool_model(tmp_path_factory.mktemp("anthropic-model") / "tools.gguf")
+    srv = LiveServer(Engine.load(str(path), progress=False, cascade=None), api_key=KEY)
+    yield srv
+    srv.stop()
+
+
+def client(live, key: str = KEY) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=live.url, api_key=key, max_retries=0, timeout=120)
+
+
+def test_a_message_with_system_and_usage(live):
+    r = client(live).messages.create(model=live.model, system="Be brief.", messages=ASK, max_tokens=5,
+                                     extra_body=T0)
+    assert r.type == "message" and r.role == "assistant" and r.content[0].type == "text"
+    assert r.stop_reason in ("end_turn", "max_tokens") and r.usage.input_tokens > 0
+    assert 0 < r.usage.output_tokens <= 5
+
+
+def test_streaming_follows_anthropics_event_sequence(live):
+    with client(live).messages.stream(model=live.model, messages=ASK, max_tokens=6, extra_body=T0) as s:
+        events = [e.type for e in s]
+        final = s.get_final_message()
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert "content_block_start" in events and "content_block_stop" in events and "message_delta" in events
+    whole = client(live).messages.create(model=live.model, messages=ASK, max_tokens=6, extra_body=T0)
+    assert final.content[0].text == whole.content[0].text and final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_a_tool_use_round_trip(live):
+    c = client(live)
+    r = c.messages.create(model=live.model, messages=ASK, tools=TOOLS, max_tokens=200, extra_body=T0,
+                          tool_choice={"type": "any", "disable_parallel_tool_use": True})
+    assert r.stop_reason == "tool_use"
+    (use,) = [b for b in r.content if b.type == "tool_use"]
+    schema = next(t["input_schema"] for t in TOOLS if t["name"] == use.name)
+    jsonschema.validate(use.input, schema)
+    history = ASK + [{"role": "assistant", "content": [b.model_dump() for b in r.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                   "content": "18 degrees, sunny"}]}]
+    again = c.messages.create(model=live.model, messages=history, tools=TOOLS, max_tokens=4, extra_body=T0,
+                              tool_choice={"type": "none"})
+    assert again.content[0].type == "text" and again.stop_reason in ("end_turn", "max_tokens")
+    with c.messages.stream(model=live.model, messages=ASK, tools=TOOLS, max_tokens=200, extra_body=T0,
+                           tool_choice={"type": "tool", "name": "get_time",
+                                        "disable_parallel_tool_use": True}) as s:
+        final = s.get_final_message()
+    (use,) = [b for b in final.content if b.type == "tool_use"]
+    assert use.name == "get_time" and use.input["zone"] in ("UTC", "CET") and final.stop_reason == "tool_use"
+
+
+def test_errors_are_anthropic_shaped_and_name_the_field(live):
+    with pytest.raises(anthropic.AuthenticationError):
+        client(live, key="wrong").messages.create(model=live.model, messages=ASK, max_tokens=4)
+    c = client(live)
+    for kw, field in [(dict(max_tokens=0), "max_tokens"),
+                      (dict(max_tokens=4, extra_body={"temperature": 1.5}), "temperature"),
+                      (dict(max_tokens=4, stop_sequences=[""]), "stop_sequences"),
+                      (dict(max_tokens=4, messages=[{"role": "user", "content": [{"type": "image"}]}]),
+                       "messages[0].content[0].type")]:
+        with pytest.raises(anthropic.BadRequestError) as e:
+            c.messages.create(**{"model": live.model, "messages": ASK, **kw})
+        body = e.value.body
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error", body
+        assert f"'{field}'" in body["error"]["message"], body
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.create(model="claude-nope", messages=ASK, max_tokens=4)

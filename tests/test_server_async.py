@@ -1,0 +1,130 @@
+"""The HTTP path without a thread per request, on a tiny random model in-process:
+the request handle iterated from asyncio, options validated once by the engine and
+the bad one named from ``OptionError.options``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import types
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from starlette.testclient import TestClient
+
+from mlotspark.errors import OptionError
+from mlotspark.options import GenerationOptions
+from mlotspark.runtime.request_handle import RequestHandle
+from mlotspark.server import ServerState, create_app
+
+
+def test_a_handle_is_iterated_from_asyncio_without_a_thread():
+    handle = RequestHandle(types.SimpleNamespace(cancel=threading.Event()))
+    handle.emit("early ")  # before the reader attached: kept in order
+
+    def engine_thread() -> None:
+        for piece in ("a", "b", "c"):
+            time.sleep(0.01)
+            handle.emit(piece)
+        handle.finish(types.SimpleNamespace(stats=None))
+
+    producer = threading.Thread(target=engine_thread)
+
+    async def read(start: bool = True) -> list[str]:
+        if start:
+            producer.start()
+        return [p async for p in handle.aiter()]
+
+    before = threading.active_count()
+    assert asyncio.run(read()) == ["early ", "a", "b", "c"]
+    producer.join()  # the stand-in engine thread itself, which may still be ending
+    assert threading.active_count() <= before  # the reader added none
+    with pytest.raises(RuntimeError, match="only once"):
+        asyncio.run(read(start=False))
+
+
+def test_an_engine_error_is_raised_from_the_async_iterator():
+    handle = RequestHandle(types.SimpleNamespace(cancel=threading.Event()))
+    handle.emit("x")
+    handle.finish(None, OptionError("boom"))
+
+    async def read() -> list[str]:
+        return [p async for p in handle.aiter()]
+
+    with pytest.raises(OptionError, match="boom"):
+        asyncio.run(read())
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from mlotspark.engine import Engine
+    from tiny import tiny_model, write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path_factory.mktemp("async-model") / "tiny.gguf", tiny_model())
+    e = Engine.load(str(path), progress=False, cascade=None)
+    yield e
+    e.close()
+
+
+def _body(**kw) -> dict:
+    return {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 6,
+            "temperature": 0, **kw}
+
+
+@pytest.fixture
+def served(engine):
+    state = ServerState(engine, prompt_cache=None)
+    state.close = lambda: state.begin_shutdown()  # the module's engine outlives each app
+    with TestClient(create_app(state)) as c:
+        yield c, state
+
+
+def test_concurrent_streams_hold_no_thread_each(served):
+    c, _ = served
+    client_threads: set[str] = set()
+    seen: list[set[str]] = []
+
+    def stream(i: int) -> str:
+        client_threads.add(threading.current_thread().name)
+        text = ""
+        with c.stream("POST", "/v1/chat/completions", json=_body(stream=True, max_tokens=24)) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    seen.append({t.name for t in threading.enumerate()})
+                    text += line
+        return text
+
+    stream(0)  # warm: the engine thread and the test client's portal are up
+    with ThreadPoolExecutor(6, thread_name_prefix="client") as pool:
+        replies = list(pool.map(stream, range(6)))
+    assert all('"finish_reason": "length"' in r for r in replies)
+    server_side = [{n for n in names - client_threads if not n.startswith("client")} for names in seen]
+    # With 1 or 6 streams in flight the server side runs the event loop and the engine thread only.
+    assert all(n == "mlotspark-engine" or n.startswith("asyncio-portal") for names in server_side for n in names)
+
+
+def test_the_bad_option_is_named_from_the_engines_error(served):
+    c, _ = served
+    for body, param in [(_body(top_p=0), "top_p"), (_body(top_k=-1), "top_k"),
+                        (_body(max_completion_tokens=0), "max_completion_tokens"), (_body(seed=-1), "seed"),
+                        (_body(min_p=1.5), "min_p"), (_body(response_format={"type": "xml"}), "response_format"),
+                        (_body(n=2, response_format={"type": "json_object"}), "response_format")]:
+        r = c.post("/v1/chat/completions", json=body)
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["param"] == param and f"'{param}'" in err["message"], (body, err)
+
+
+def test_options_are_validated_once_per_request(served, monkeypatch):
+    c, _ = served
+    calls = []
+    post_init = GenerationOptions.__post_init__
+
+    def counting(self):
+        calls.append(1)
+        post_init(self)
+
+    monkeypatch.setattr(GenerationOptions, "__post_init__", counting)
+    r = c.post("/v1/chat/completions", json=_body(top_p=0.5))
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("length", "stop")
+    assert len(calls) == 1

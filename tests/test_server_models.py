@@ -1,0 +1,123 @@
+"""Several models behind one server, on tiny models in-process: a second model loads on first
+use, unloads after the keep-alive (an injectable clock, no real waiting) and reloads on the next
+request; the least recently used idle model makes room past ``max_models``; a request opens only
+files in the folders the operator allowed; ``default`` names the first model."""
+
+from __future__ import annotations
+
+import httpx
+import ollama
+import pytest
+
+from tool_models import write_tool_model
+
+KEEP_ALIVE_S = 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from live_server import LiveServer
+    from mlotspark.engine import Engine
+    from mlotspark.server import ModelPool
+    from tiny import tiny_model, write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("models")
+    allowed = root / "allowed"
+    allowed.mkdir()
+    first = write_tiny_gguf(root / "first.gguf", tiny_model(0))
+    second = write_tool_model(root / "second.gguf", seed=1)
+    write_tiny_gguf(allowed / "third.gguf", tiny_model(2))
+    write_tiny_gguf(root / "secret.gguf", tiny_model(3))  # outside the allowed folder
+
+    def load(spec: str) -> Engine:
+        return Engine.load(spec, progress=False, cascade=None)
+
+    clock = Clock()
+    pool = ModelPool(load, keep_alive_s=KEEP_ALIVE_S, max_models=2, allow_load=(allowed,), clock=clock)
+    engine = load(str(first))
+    pool.add(engine.model_name, str(first), engine)
+    pool.add("second", str(second))
+    srv = LiveServer(engine, pool=pool)
+    srv.clock, srv.root = clock, root
+    yield srv
+    srv.stop()
+
+
+def ask(live, model: str) -> httpx.Response:
+    return httpx.post(live.url + "/v1/chat/completions", timeout=120, json={
+        "model": model, "max_tokens": 3, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def loaded(live) -> list[str]:
+    return [m.model for m in ollama.Client(host=live.url).ps().models]
+
+
+def test_a_second_model_loads_on_use_unloads_when_idle_and_reloads(live):
+    first = live.model
+    assert loaded(live) == [first]
+    assert ask(live, "second").status_code == 200
+    assert loaded(live) == [first, "second"]
+    live.clock.now += KEEP_ALIVE_S / 2
+    assert live.state.pool.reap() == []  # not idle long enough
+    live.clock.now += KEEP_ALIVE_S
+    assert live.state.pool.reap() == ["second"]  # the default model stays
+    assert loaded(live) == [first]
+    r = ask(live, "second")
+    assert r.status_code == 200 and r.json()["model"] == "second"
+    status = {m["name"]: m for m in httpx.get(live.url + "/health").json()["models"]}
+    assert status["second"]["loads"] == 2 and status["second"]["loaded"] and status[first]["default"]
+
+
+def test_an_allowed_file_loads_on_demand_and_the_lru_idle_model_makes_room(live):
+    ask(live, "second")
+    live.clock.now += 1
+    assert ask(live, "third.gguf").status_code == 200  # max_models=2: "second" (idle, LRU) leaves
+    assert loaded(live) == [live.model, "third.gguf"]
+    names = [m["id"] for m in httpx.get(live.url + "/v1/models").json()["data"]]
+    assert names[:2] == [live.model, "second"] and "third.gguf" in names
+    assert [m.model for m in ollama.Client(host=live.url).list().models] == names
+
+
+def test_a_path_outside_the_allowed_folders_is_never_opened(live):
+    for name in (str(live.root / "secret.gguf"), "../secret.gguf", "nope.gguf"):
+        r = ask(live, name)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model", name
+    assert "secret" not in " ".join(m["name"] for m in httpx.get(live.url + "/health").json()["models"])
+
+
+def test_default_names_the_first_model_and_ps_shows_the_pool(live, capsys):
+    from mlotspark.cli import main
+
+    r = ask(live, "default")
+    assert r.status_code == 200
+    assert main(["ps", "--url", live.url]) == 0
+    out = capsys.readouterr().out
+    assert live.model in out and "(default)" in out and "never" in out
+
+
+def test_an_ollama_keep_alive_holds_for_its_model(live):
+    from mlotspark.server.models import parse_keep_alive
+
+    assert [parse_keep_alive(v) for v in (30, "5m", "10s", "-1", -5, "1h", "soon")] == [
+        30.0, 300.0, 10.0, -1.0, -1.0, 3600.0, None]
+    c = ollama.Client(host=live.url)
+    c.generate(model="second", prompt="hi", options={"num_predict": 2}, keep_alive="10s")
+    live.clock.now += 11
+    assert "second" in live.state.pool.reap()
+    c.generate(model="second", prompt="hi", options={"num_predict": 2}, keep_alive=-1)
+    live.clock.now += 10 * KEEP_ALIVE_S
+    assert live.state.pool.reap() == [] and "second" in loaded(live)
+    r = httpx.post(live.url + "/api/generate", json={"model": "second", "keep_alive": 0})
+    assert r.json()["done_reason"] == "unload" and "second" not in loaded(live)
+    r = httpx.post(live.url + "/api/chat", json={"model": "second", "keep_alive": "later",
+                                                  "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and "'keep_alive'" in r.json()["error"]
+    assert httpx.get(live.url + "/health").json()["requests_in_flight"] == 0  # refused before it started
