@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMANDS:
         module.register(sub)
+    models.add_models_dir(parser, *sub.choices.values())
     return parser
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     func: Callable[[argparse.Namespace], int] = args.func
+    models.apply_models_dir(args)
     slow = blas.blas_warning()
     if slow:  # the one loud line: a fresh install that runs 10x slower must not go unnoticed
         print(f"mlotspark: warning: {slow}", file=sys.stderr)

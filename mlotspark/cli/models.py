@@ -1,9 +1,10 @@
-"""``mlotspark pull`` and ``mlotspark info``."""
+"""``mlotspark pull``, ``list``, ``rm`` and ``info``, and the ``--models-dir`` flag of every command."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from mlotspark.cli.distributed import add_distributed_args
@@ -24,17 +25,51 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_list(args: argparse.Namespace) -> int:
+    from mlotspark.models import inventory
+
+    if args.json:
+        print(json.dumps(inventory.on_disk(), indent=2))
+    else:
+        print(inventory.format_on_disk())
+    return 0
+
+
+def run_rm(args: argparse.Namespace) -> int:
+    from mlotspark.models import inventory
+
+    print(inventory.remove(args.model))
+    return 0
+
+
+def add_models_dir(*parsers: argparse.ArgumentParser) -> None:
+    """``--models-dir DIR`` on the main parser and on every command (either place works)."""
+    for i, p in enumerate(parsers):
+        p.add_argument("--models-dir", metavar="DIR", default=None if i == 0 else argparse.SUPPRESS,
+                       help="where models live (default: $MLOTSPARK_MODELS, else $MLOTSPARK_HOME/models)")
+
+
+def apply_models_dir(args: argparse.Namespace) -> None:
+    """Make ``--models-dir`` the models folder of this process (as ``$MLOTSPARK_MODELS``)."""
+    from mlotspark.models.aliases import MODELS_ENV
+
+    if getattr(args, "models_dir", None):
+        os.environ[MODELS_ENV] = str(os.path.abspath(os.path.expanduser(args.models_dir)))
+
+
 def run_info(args: argparse.Namespace) -> int:
     if args.distributed:  # under mlx.launch: every rank loads its share, rank 0 reports all
         from mlotspark.cli import distributed
 
         return distributed.run_info(args)
-    from mlotspark.models.catalogue import default_model_line
+    from mlotspark.models.catalogue import catalogue_line, default_model_hint, default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
 
     info = device_info()
     info["default_model"] = default_model_line()
+    info["catalogue"] = catalogue_line()
+    info["default_hint"] = default_model_hint()
     info["memory_embedder"] = _embedder_line()
     gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
     if args.json:
@@ -95,12 +130,24 @@ def _embedder_line() -> str:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
-                       description="Fetch a model (default: smollm2-135m-instruct) into $MLOTSPARK_HOME/models.")
+                       description="Fetch a model (default: the device's default model, see `mlotspark info`) "
+                                   "into the models folder ($MLOTSPARK_MODELS, else $MLOTSPARK_HOME/models).")
     p.add_argument("model", nargs="?", default=None,
                    help="alias (all-minilm-l6-v2: sentence embeddings for memory) or Hugging Face repo id")
     p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
     p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)
+
+    p = sub.add_parser("list", help="models on disk: pulled, opened by path before, in the Hugging Face cache",
+                       description="Models on disk: catalogue models pulled into the models folder, Hugging Face "
+                                   "repos pulled by id, GGUF files and directories opened by path before, and "
+                                   "mlx-lm models in the Hugging Face cache.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_list)
+
+    p = sub.add_parser("rm", help="remove a pulled model (a path opened before is only forgotten)")
+    p.add_argument("model", help="alias, Hugging Face repo id, or a path `mlotspark list` shows")
+    p.set_defaults(func=run_rm)
 
     p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
     p.add_argument("--json", action="store_true", help="print JSON")

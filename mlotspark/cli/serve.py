@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mlotspark.engine import Engine
-    from mlotspark.models.catalogue import DEFAULT_MODEL
+    from mlotspark.models.catalogue import default_model
     from mlotspark.server import ModelPool, PromptCache, ServerState, create_app
 
     def load(spec: str) -> Engine:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     def make_cache(engine: Engine) -> PromptCache | None:
         return None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
 
-    specs = args.model or [DEFAULT_MODEL]
+    specs = args.model or [default_model()]
     engine = load(specs[0])
     pool = ModelPool(load, make_cache, keep_alive_s=args.keep_alive, max_models=args.max_models,
                      allow_load=folders, allow_pull=args.allow_pull)

@@ -133,7 +133,10 @@ def make_cache(model: Any, kind: str | None) -> list:
         OptionError: an unknown kind, or one this model cannot run.
     """
     if kind is None:
-        return model.make_cache()
+        # As mlx-lm's make_prompt_cache: not every model class has make_cache (phi3).
+        if hasattr(model, "make_cache"):
+            return model.make_cache()
+        return [KVCache() for _ in range(len(model.layers))]
     if kind not in KINDS:
         raise OptionError(f"invalid cache_kind {kind!r}: choose one of {', '.join(KINDS)} (or auto)")
     from mlotspark.models import llama

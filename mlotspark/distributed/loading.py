@@ -28,6 +28,7 @@ from mlotspark.platform.blas import set_blas_threads
 from mlotspark.platform.dtypes import activation_dtype, settle_quantized_activations
 from mlotspark.models.loader import LoadedModel, choose_weight_format
 from mlotspark.models.loader import convert_weights  # the loader's one conversion rule
+from mlotspark.models.materialize import materialize
 from mlotspark.distributed.group import RankGroup, host_name, join
 from mlotspark.distributed.pipeline import PipelineModel
 from mlotspark.distributed.split import SPLITS, plan_layers
@@ -114,6 +115,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
         shard_model(share, group.group)
     mx.eval(share.parameters())
     execution.prepare(share)  # how this rank's steps run (models/execution.py), as a single process
+    materialize(share)  # private arrays too (RoPE tables): the engine thread runs this share
     if mode == "pipeline":
         # What rank 0's layers send on, not what its embedding makes: a quantized embedding
         # gives float16 (its scales) while F32 norms promote the layers' output to float32.

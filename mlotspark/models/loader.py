@@ -21,7 +21,8 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import execution, gguf, gguf_convert, llama, sampling_defaults, weight_formats
+from mlotspark.models import execution, gguf, gguf_convert, inventory, llama, sampling_defaults, weight_formats
+from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
 from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
@@ -284,6 +285,9 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         if loaded.weights == "quantized":  # on a GPU: half-precision activations and KV (platform/dtypes.py)
             settle_quantized_activations(loaded.model)
         execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
+        # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
+        materialize(loaded.model)
+        inventory.remember(source)  # a path opened by hand shows in `mlotspark list`
         return loaded
     except ModelFormatError as e:
         if str(source.path) in str(e) and "\n" not in str(e):

