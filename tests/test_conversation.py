@@ -390,3 +390,20 @@ def test_a_conversation_past_the_context_without_the_cascade_is_refused_in_one_l
     c.send("Hello.", **OPTS)
     with pytest.raises(PromptTooLongError, match="256"):
         c.send("Tell me more about the harbour and its ships. " * 30, **OPTS)
+
+
+def test_a_conversation_turn_runs_the_question_pass(engines, tiny_loaded):
+    """A turn long enough to leave more blocks than top_k behind the window: the
+    conversation's request runs the cascade's question pass (the runtime's lifecycle step
+    after prefill), as a single request does."""
+    from mlotspark.memory.cascade import CascadeConfig
+
+    e = engines(tiny_loaded)
+    e.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    e.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=32, sinks=4, block_size=8, top_k=2,
+                                        chunk=16, question_pass=8)
+    c = e.conversation("question")
+    turn = c.send("Tell me more about the harbour and its ships. " * 8, **OPTS)
+    assert turn.stats.extra["cascade"]["question_passes"] == 1
+    # Each prompt its own pass; the count is the conversation's caches' (they carry over).
+    assert c.send("And then?", **OPTS).stats.extra["cascade"]["question_passes"] == 2

@@ -19,7 +19,8 @@ def cascade_stats(caches: list) -> dict:
             blocks: {total, in_memory, on_disk}   (all layers)
             retrieval: {calls, routed_calls, blocks_per_call, selection_changes, rebuilds}
             store: {hits, loads, spills, hit_rate, bytes_written, bytes_read}
-            question_passes: question passes run on this sequence's caches
+            question_passes: question passes run on these caches (a conversation's carry
+                over from turn to turn: one per prompt at most)
     """
     layers = [c for c in caches if isinstance(c, CascadeCache)]
     if not layers:
