@@ -325,12 +325,13 @@ def validate_tools(tools: Any, choice: Any) -> tuple[tuple | None, Any]:
     if choice is not None and not (choice in TOOL_CHOICES or isinstance(choice, dict)):
         raise bad("tool_choice", f"{literal(choice)} is none of {', '.join(TOOL_CHOICES)} or "
                                  "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
-    if tools is None or len(tools) == 0 or choice == "none":
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise bad("tools", f"{literal(tools)} is not a list of "
+                           "{{\"type\": \"function\", \"function\": {{...}}}}")
+    if not tools or choice == "none":
         if choice not in (None, "none", "auto"):
             raise bad("tool_choice", f"{literal(choice)} needs tools")
         return None, None
-    if not isinstance(tools, (list, tuple)):
-        raise bad("tools", "use a list of {{\"type\": \"function\", \"function\": {{...}}}}")
     names = []
     for i, t in enumerate(tools):
         f = t.get("function") if isinstance(t, dict) else None
