@@ -118,9 +118,9 @@ ALIASES: dict[str, ModelAlias] = {
 def default_model() -> str:
     """The model ``chat``, ``generate``, ``serve`` and ``pull`` open when none is named:
     ``ACCELERATED_DEFAULT`` where MLX runs on a GPU (Metal, CUDA), else ``DEFAULT_MODEL``."""
-    import mlx.core as mx  # here, not at import: `pull --list` and `--help` stay light
+    from mlotspark.platform.device import current_device  # says the device without importing MLX
 
-    return ACCELERATED_DEFAULT if mx.default_device().type == mx.DeviceType.gpu else DEFAULT_MODEL
+    return ACCELERATED_DEFAULT if current_device().startswith("gpu") else DEFAULT_MODEL
 
 
 def default_model_hint() -> str:

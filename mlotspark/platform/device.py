@@ -36,6 +36,12 @@ def _guessed_device() -> str:
     return "gpu (CUDA)" if cuda else "cpu"
 
 
+def current_device() -> str:
+    """``cpu``, ``gpu (Metal)``, ``gpu (CUDA)``: MLX's device when MLX is imported, else what
+    it would pick, said without importing it (light commands such as ``info`` stay light)."""
+    return _device_name() if "mlx.core" in sys.modules else _guessed_device()
+
+
 def is_metal() -> bool:
     """Whether MLX can use a Metal GPU (False on Linux and on any error)."""
     try:
@@ -187,7 +193,7 @@ def device_info() -> dict[str, Any]:
     """
     vm = psutil.virtual_memory()
     loaded = "mlx.core" in sys.modules
-    device = _device_name() if loaded else _guessed_device()
+    device = current_device()
     info: dict[str, Any] = {
         "device": device,
         "metal_available": is_metal() if loaded else device == "gpu (Metal)",
@@ -230,5 +236,5 @@ def format_info(info: dict[str, Any] | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MetalLimits", "configure_metal_limits", "device_info", "format_info", "is_metal", "peak_memory_mb",
+__all__ = ["MetalLimits", "configure_metal_limits", "current_device", "device_info", "format_info", "is_metal", "peak_memory_mb",
            "release_idle_memory"]
