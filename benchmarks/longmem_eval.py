@@ -132,13 +132,15 @@ def score(q: Question, reply: str) -> bool:
     return (not q.keys or any(k.lower() in low for k in q.keys)) and not any(f.lower() in low for f in q.forbidden)
 
 
-def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool) -> list[dict]:
+def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool, session_tokens: int | None = None) -> list[dict]:
     for e in engine.memory.list():  # each history starts with an empty memory
         engine.memory.forget(e.id)
     for s, (_, turns) in enumerate(h.sessions):
         conv = engine.conversation(f"h{idx}-s{s}")
         for t in turns:
-            conv.send(t, temperature=0.0, max_tokens=max_tokens)
+            # The sessions' replies are never scored (memory learns from the user's turns):
+            # ``session_tokens`` may cap them lower than the questions' replies to save time.
+            conv.send(t, temperature=0.0, max_tokens=session_tokens or max_tokens)
     rows = []
     history_text = "\n".join(t for _, turns in h.sessions for t in turns)
     for j, q in enumerate(h.questions):
@@ -166,7 +168,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--time-limit", type=float, default=3600.0, help="stop starting histories after this many seconds")
+    ap.add_argument("--session-tokens", type=int, default=None,
+                    help="reply cap for the sessions' (unscored) turns (default: --max-tokens)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="JSONL of finished histories: each is appended when done, and histories found there are skipped")
     args = ap.parse_args()
     print("command: python " + " ".join(sys.argv), flush=True)
     from mlotspark import Engine
@@ -185,13 +191,26 @@ def main() -> None:
     engine = Engine.load(model)
     t0 = time.perf_counter()
     rows: list[dict] = []
+    finished: dict[int, list[dict]] = {}
+    if args.resume and args.resume.exists():
+        for line in args.resume.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            finished[rec["history"]] = rec["rows"]
     done = 0
     try:
         for i, h in enumerate(histories):
+            if i in finished:
+                rows += finished[i]
+                done += 1
+                continue
             if time.perf_counter() - t0 > args.time_limit:
                 break
-            rows += run_history(engine, h, i, args.max_tokens, not args.no_baseline)
+            hrows = run_history(engine, h, i, args.max_tokens, not args.no_baseline, args.session_tokens)
+            rows += hrows
             done += 1
+            if args.resume:
+                with args.resume.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps({"history": i, "rows": hrows}, ensure_ascii=False) + "\n")
             print(f"history {i + 1}/{len(histories)}: {len(h.sessions)} sessions, {time.perf_counter() - t0:.0f} s", flush=True)
         embedder = engine.memory.embedder.name
     finally:

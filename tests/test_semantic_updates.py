@@ -18,7 +18,7 @@ import pytest
 from model_cache import MODEL_CACHE
 from mlotspark.memory.semantic import MiniLMEmbedder, MPNetEmbedder, SemanticStore, learn_turn
 from mlotspark.memory.semantic.database import _MIGRATIONS
-from mlotspark.memory.semantic.updates import holders, retraction, subject, supersedes
+from mlotspark.memory.semantic.updates import holders, restates, retraction, subject, supersedes
 from mlotspark.models import bundles
 
 TOPICS = {
@@ -125,11 +125,47 @@ def test_update_rules():
     assert holders("I live in Lyon.") == frozenset()
     assert subject("My favourite colour is green.") == "favourite colour"
     assert supersedes("My favourite colour is purple.", "My favourite colour is green.", 0.8, 0.4)  # same "my <thing>"
-    assert supersedes("I moved to Porto.", "I live in Utrecht.", 0.51, 0.4)  # an update cue, no shared word: 0.5 needed
-    assert not supersedes("I moved to Porto.", "I live in Utrecht.", 0.45, 0.4)
+    assert supersedes("I switched to tea.", "I drink coffee.", 0.51, 0.4)  # an update cue, no shared word: 0.5 needed
+    assert not supersedes("I switched to tea.", "I drink coffee.", 0.45, 0.4)
+    # "moved" and "live" name one slot (home): they count as a shared word
+    assert supersedes("I moved to Porto.", "I live in Utrecht.", 0.45, 0.4)
+    # when a fact was said is no shared word: "last month" / "a month"
+    assert not supersedes("I moved to Porto last month.", "I pay rent of 1450 euros a month.", 0.45, 0.4)
     assert not supersedes("I play tennis on Sundays.", "I play the violin.", 0.6, 0.4)  # no cue, no same subject
     assert not supersedes("I speak Portuguese too.", "I speak Dutch.", 0.7, 0.4)  # an addition
     assert not supersedes("I live in Utrecht now.", "I live in Utrecht.", 0.95, 0.4)  # nothing new
+
+
+def test_holders_with_a_word_between():
+    assert holders("My childhood friend Sven now lives in Perth.") == {"friend"}
+    assert holders("My best friend lives in Oslo.") == {"friend"}
+    assert not supersedes("My childhood friend Sven now lives in Perth.", "I moved to Rotterdam in 2019.", 0.7, 0.4)
+
+
+def test_restates():
+    assert restates("I moved to Porto last month.", "I live in Porto.")  # the same value
+    assert restates("I cycle to work now instead of taking the train.", "I cycle to work.")  # every content word
+    assert not restates("I moved to Porto last month.", "I live in Utrecht.")
+    assert not restates("I cycle to work now instead of taking the train.", "I take the train to work.")
+
+
+def test_a_restated_entry_does_not_hide_the_one_that_changed(tmp_path):
+    """The nearest entry only restates the new one; the changed one, farther off, is superseded too."""
+    vecs = {"I cycle to work.": [1.0, 0.0], "I take the train to work.": [0.7, 0.714],
+            "I cycle to work now instead of taking the train.": [0.99, 0.141]}
+
+    class Fixed:
+        name, dim = "stub-fixed-v1", 2
+
+        def embed(self, texts):
+            return np.array([vecs[t] for t in texts], dtype=np.float32).reshape(len(texts), 2)
+
+    with SemanticStore(tmp_path / "m.db", Fixed(), near_duplicate=None) as s:
+        cycle = s.remember("I cycle to work.")
+        train = s.remember("I take the train to work.")
+        new = s.remember("I cycle to work now instead of taking the train.")
+        marks = {e.id: e.superseded_by for e in s.list()}
+    assert marks[train] == new and marks[cycle] == new
 
 
 def test_a_version_1_store_is_upgraded_in_place(tmp_path):

@@ -14,7 +14,7 @@ import sqlite3
 import numpy as np
 
 from mlotspark.memory.semantic.index import VectorIndex
-from mlotspark.memory.semantic.updates import supersedes
+from mlotspark.memory.semantic.updates import restates, supersedes
 
 CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
 NEAREST_MARGIN = 0.1  # besides the nearest passing entry, others this close to its cosine (one slot stated twice)
@@ -74,7 +74,8 @@ def replaced_by(
         row = conn.execute("SELECT text FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is not None and supersedes(text, row[0], cosine, threshold):
             out.append(entry_id)
-            nearest = cosine if nearest is None else nearest
+            if nearest is None and not restates(text, row[0]):
+                nearest = cosine  # a restated entry goes too, but the window is the changed one's
     return out
 
 

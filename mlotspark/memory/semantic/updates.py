@@ -63,7 +63,23 @@ UPDATE_CUES = frozenset(
 NO_OVERLAP = 0.1  # extra cosine needed when the two facts share no content word
 
 ADDITION_CUES = frozenset("also too another additionally second both well".split())
-_FILLER = STOPWORDS | UPDATE_CUES | ADDITION_CUES | {"not", "no", "never"}
+# When a fact was said is not what it is about: "I moved to Porto last month." shares
+# nothing with "I pay rent of 1450 euros a month."
+TIME_WORDS = frozenset(
+    """
+    today yesterday tomorrow tonight week weeks month months year years ago last since recently
+    morning evening night weekend
+    """.split()
+)
+_FILLER = STOPWORDS | UPDATE_CUES | ADDITION_CUES | TIME_WORDS | {"not", "no", "never"}
+# Words naming one slot of a person's life, so that two facts about it share a content
+# word even in other words: "I moved to Porto" / "I currently live in Tromso".
+SLOT_WORDS = {
+    **dict.fromkeys("live lives moved move relocated reside based".split(), "home"),
+    **dict.fromkeys("work works working worked job jobs employed employer".split(), "work"),
+    **dict.fromkeys("boss manager supervisor".split(), "boss"),
+    **dict.fromkeys("drive drives driving car".split(), "car"),
+}
 
 _RETRACT = re.compile(
     r"^(?:(?:please|ok|okay|so|and|also|oh)[\s,]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+can\s+|you\s+may\s+)?"
@@ -86,8 +102,8 @@ def holders(text: str) -> frozenset[str]:
     toks = words(text)
     found = set()
     for i, w in enumerate(toks):
-        if w in RELATIONS and i > 0 and toks[i - 1] in ("my", "our", "s", "new", "best", "old", "younger", "older",
-                                                         "little", "big", "late", "ex"):
+        if w in RELATIONS and i > 0 and (toks[i - 1] in ("my", "our", "s") or (i > 1 and toks[i - 2] in ("my", "our", "s"))):
+            # "my sister", and one word between: "my best friend", "my childhood friend"
             found.add({"mom": "mother", "mum": "mother", "mama": "mother", "dad": "father", "papa": "father",
                        "grandma": "grandmother", "granny": "grandmother", "grandpa": "grandfather",
                        "neighbor": "neighbour", "kids": "children", "kid": "child"}.get(w, w))
@@ -139,6 +155,11 @@ def frame(text: str) -> tuple[str, str] | None:
     return head, rest[0] if rest and rest[0] in _FRAMES else "value"
 
 
+def _slots(text_words: list[str]) -> set[str]:
+    """Content words, those naming a slot of ``SLOT_WORDS`` mapped to it ("moved" -> "home")."""
+    return {SLOT_WORDS.get(w, w) for w in text_words if w in SLOT_WORDS or w not in _FILLER}
+
+
 def _has(text_words: list[str], cues: frozenset[str]) -> bool:
     return any(w in cues for w in text_words)
 
@@ -165,12 +186,39 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     new_content = {w for w in new_w if w not in _FILLER}
     if not new_content - set(old_w):
         return False  # nothing new: a restatement, not an update
-    if not new_content & {w for w in old_w if w not in _FILLER} and cosine < threshold + NO_OVERLAP:
+    if not _slots(new_w) & _slots(old_w) and cosine < threshold + NO_OVERLAP:
         return False
     same_thing = frame(new) is not None and frame(new) == frame(old)
     if not same_thing and subject(new) is not None and subject(old) is not None:
         return False  # "My dog is a border collie" after "My dog is called Biscuit": another attribute
     return same_thing or _has(new_w, UPDATE_CUES)
+
+
+def restates(new: str, old: str) -> bool:
+    """Whether ``new`` says everything ``old`` does (and perhaps more): "I cycle to work now
+    instead of taking the train." restates "I cycle to work."; "I moved to Porto last month."
+    restates "I live in Porto." (the same value: names and numbers of ``old`` all in ``new``).
+
+    Such an entry is no evidence of which slot ``new`` updates, so it does not anchor the
+    window of ``history.replaced_by`` (the entry that changes is found beyond it).
+    """
+    new_w, old_w = set(words(new)), words(old)
+    values = [w for w in _values(old) if w]
+    if values:
+        return all(v in new_w for v in values)
+    content = [w for w in old_w if w not in _FILLER]
+    return bool(content) and all(w in new_w for w in content)
+
+
+def _values(text: str) -> list[str]:
+    """Names and numbers in ``text`` (capitalised words past the first, digits), lower-cased."""
+    toks = text.replace("'s", " ").split()
+    out = []
+    for i, t in enumerate(toks):
+        w = t.strip(".,;:!?()\"'")
+        if w and (any(c.isdigit() for c in w) or (i > 0 and w[0].isupper() and w.lower() not in _PERSONAL)):
+            out.extend(words(w))
+    return out
 
 
 def retraction(text: str) -> str | None:
@@ -191,4 +239,4 @@ def retraction(text: str) -> str | None:
     return what
 
 
-__all__ = ["ADDITION_CUES", "RELATIONS", "UPDATE_CUES", "frame", "holders", "retraction", "subject", "supersedes"]
+__all__ = ["ADDITION_CUES", "RELATIONS", "UPDATE_CUES", "frame", "holders", "restates", "retraction", "subject", "supersedes"]
