@@ -121,12 +121,11 @@ def end_to_end(model: str, bg: list[str], ups: list[dict], home: Path, emb_name:
 
     engine = Engine.load(model)
     try:
-        for t in bg:
-            engine.remember(t)
-        for u in ups:
-            engine.remember(u["old"])
-        for u in ups:
-            engine.remember(u["new"])
+        # As ``mlotspark memory import`` fills it: one batched embedding, entries in this order,
+        # each through the insert and update rules of ``Engine.remember``.
+        fill = home / "fill.json"
+        fill.write_text(json.dumps(bg + [u["old"] for u in ups] + [u["new"] for u in ups]), encoding="utf-8")
+        engine.memory.import_json(fill)
         ok = injected = 0
         rows = []
         for i, u in enumerate(ups):
