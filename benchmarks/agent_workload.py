@@ -178,7 +178,14 @@ def stream_turn(client: OpenAI, model: str, messages: list[dict], tools: list[di
     return {"ttft_s": first if first is not None else wall, "wall_s": wall,
             "completion_tokens": usage.completion_tokens if usage is not None else chunks,
             "prompt_tokens": usage.prompt_tokens if usage is not None else None,
+            "cached_tokens": _cached(usage),
             "tool_calls": len(calls), "message": message}
+
+
+def _cached(usage) -> int | None:
+    """Prompt tokens the server took from its cache (both servers report it)."""
+    details = getattr(usage, "prompt_tokens_details", None) if usage is not None else None
+    return getattr(details, "cached_tokens", None) if details is not None else None
 
 
 def conversation(url: str, model: str, system: str, turns: int, tools: list[dict] | None, max_tokens: int,
@@ -197,7 +204,8 @@ def conversation(url: str, model: str, system: str, turns: int, tools: list[dict
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": TOOL_RESULT})
         records.append(r)
         print(f"  {label} turn {t + 1:2d}: TTFT {r['ttft_s']:7.3f} s  {r['completion_tokens']:3d} tokens "
-              f"in {r['wall_s']:6.1f} s  prompt {r['prompt_tokens']}  tool calls {r['tool_calls']}", flush=True)
+              f"in {r['wall_s']:6.1f} s  prompt {r['prompt_tokens']} ({r['cached_tokens']} cached)  "
+              f"tool calls {r['tool_calls']}", flush=True)
     wall = time.perf_counter() - t0
     tokens = sum(r["completion_tokens"] for r in records)
     return {"turns": records, "wall_s": wall, "completion_tokens": tokens, "tps": tokens / wall}
@@ -228,6 +236,7 @@ def summarise(name: str, runs: dict[str, list[dict]], tools: bool) -> dict:
             "ttft_per_turn_s": per_turn, "cold_ttft_s": cold, "warm_ttft_s": warm, "warm_over_cold": warm / cold,
             "tps": statistics.median(c["tps"] for c in convs),
             "prompt_tokens_per_turn": [convs[0]["turns"][t]["prompt_tokens"] for t in range(turns)],
+            "cached_tokens_per_turn": [convs[0]["turns"][t]["cached_tokens"] for t in range(turns)],
             "tool_calls": sum(r["tool_calls"] for c in convs for r in c["turns"]),
         }
     ratios = [a["tps"] / b["tps"] for a, b in zip(runs["mlotspark"], runs["mlx_lm.server"])]
@@ -258,9 +267,11 @@ def markdown(results: dict, command: str, args: argparse.Namespace) -> str:
                   f"- aggregate tok/s ratio: {q['median']:.2f}x ({min(q['runs']):.2f}-{max(q['runs']):.2f}) "
                   f"(target >= {TARGET_RATIO}x: {'met' if ok_tps else 'NOT met'})",
                   f"- warm TTFT ratio (mlx_lm.server / ours): {b['warm_ttft_s'] / a['warm_ttft_s']:.2f}x", "",
-                  "| turn | prompt tokens | mlotspark TTFT | mlx_lm.server TTFT |", "|---:|---:|---:|---:|"]
+                  "| turn | prompt tokens | mlotspark TTFT (cached tokens) | mlx_lm.server TTFT (cached tokens) |",
+                  "|---:|---:|---:|---:|"]
         for t, (x, y) in enumerate(zip(a["ttft_per_turn_s"], b["ttft_per_turn_s"])):
-            lines.append(f"| {t + 1} | {a['prompt_tokens_per_turn'][t]} | {x:.3f} s | {y:.3f} s |")
+            lines.append(f"| {t + 1} | {a['prompt_tokens_per_turn'][t]} | {x:.3f} s ({a['cached_tokens_per_turn'][t]}) | "
+                         f"{y:.3f} s ({b['cached_tokens_per_turn'][t]}) |")
         lines.append("")
     return "\n".join(lines)
 

@@ -201,3 +201,13 @@ def test_real_engines_share_one_governor_and_a_request_past_its_kv_share_fails(t
     finally:
         pool.close()
         engine.close()
+
+
+def test_serve_builds_one_governor_for_the_machine_budget():
+    from mlotspark.cli.serve import shared_governance
+
+    shared = shared_governance({"mode": "balanced", "max_batch": 4, "memory_limit": None})
+    assert shared.budget_bytes > 0 and shared.governor.max_batch == 4
+    assert shared.governor.memory_limit_bytes is None  # the shares gate admissions, not the governor
+    a, b = shared.share("a"), shared.share("b")
+    assert a.shared.governor is b.shared.governor and a.mode_max("balanced") == shared.governor.mode_max("balanced")
