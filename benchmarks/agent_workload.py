@@ -143,9 +143,10 @@ def system_prompt(tokenizer, n_tokens: int, seed: int) -> tuple[str, int]:
 
 
 def stream_turn(client: OpenAI, model: str, messages: list[dict], tools: list[dict] | None,
-                max_tokens: int) -> dict:
-    """One streamed request: TTFT, completion tokens, wall time, and the assistant message."""
-    kwargs = {"tools": tools} if tools else {}
+                max_tokens: int, tool_options: dict | None = None) -> dict:
+    """One streamed request: TTFT, completion tokens, wall time, and the assistant message
+    (``tool_options``: ``tool_choice``, ``parallel_tool_calls``, sent with the tools)."""
+    kwargs: dict = {"tools": tools, **(tool_options or {})} if tools else {}
     t0 = time.perf_counter()
     first = None
     content, calls, usage, chunks = [], {}, None, 0
@@ -189,8 +190,9 @@ def _cached(usage) -> int | None:
 
 
 def conversation(url: str, model: str, system: str, turns: int, tools: list[dict] | None, max_tokens: int,
-                 label: str) -> dict:
-    """One agent session: ``turns`` requests, each resending the whole history."""
+                 label: str, tool_options: dict | None = None) -> dict:
+    """One agent session: ``turns`` requests, each resending the whole history (``tool_options``
+    as OpenAI's ``tool_choice`` / ``parallel_tool_calls``; none = the servers' defaults)."""
     client = OpenAI(base_url=url + "/v1", api_key="none", timeout=3600, max_retries=0)
     messages: list[dict] = [{"role": "system", "content": system}]
     records = []
@@ -198,7 +200,7 @@ def conversation(url: str, model: str, system: str, turns: int, tools: list[dict
     for t in range(turns):
         user = USER_TURNS[t % len(USER_TURNS)] + (f" (round {t // len(USER_TURNS) + 1})" if t >= len(USER_TURNS) else "")
         messages.append({"role": "user", "content": user})
-        r = stream_turn(client, model, messages, tools, max_tokens)
+        r = stream_turn(client, model, messages, tools, max_tokens, tool_options)
         messages.append(r.pop("message"))
         for call in messages[-1].get("tool_calls", ()):  # the agent ran the tool: its result follows
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": TOOL_RESULT})
