@@ -8,8 +8,10 @@ tool message + the new user message). Replies are greedy and capped at ``--max-t
 (default 64); an assistant tool call goes back into the history as the agent would send it,
 followed by a canned ``tool`` result. The client is the ``openai`` SDK, streaming.
 
-Per request: TTFT (to the first streamed content or tool-call delta), completion tokens (the
-stream's ``usage``) and wall time. Per model and repetition the two servers run the same
+Per request: TTFT (to the first streamed content or tool-call delta: a reply that opens with a
+tool call streams it, on both servers, once the call is whole, so such a turn's TTFT is nearly its
+whole reply; each turn records its tool calls), completion tokens (the stream's ``usage``), the
+prompt tokens the server took from its cache, and wall time. Per model and repetition the two servers run the same
 conversation one after the other, their order alternating, so drift in load hits both.
 
 - *cold* TTFT: turn 1, whose system prompt neither server has seen (each repetition draws
