@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
+from rich.console import Group
+from rich.json import JSON
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
@@ -71,17 +76,34 @@ class NoteLine(Static):
         self.error = error
 
 
+class ToolCallBlock(Static):
+    """A tool call the model made: the function's name and its arguments as JSON.
+    Shown, never run (the chat has no tools of its own to run)."""
+
+    def __init__(self, call: Any) -> None:
+        head = Text("⚙ tool call ", style="bold")
+        head.append(str(call.name), style="bold cyan")
+        head.append("  (shown, not run)", style="dim")
+        body = json.dumps(call.arguments, ensure_ascii=False, indent=2)
+        super().__init__(Group(head, JSON(body, indent=2)), classes="tool-call")
+        self.call = call
+        self.text = f"{head.plain}\n{body}"  # what it shows, as plain text
+
+
 class Reply(Vertical):
-    """The assistant's reply; streams in piece by piece as Markdown.
+    """The assistant's reply; streams in piece by piece as Markdown, with the tool calls it
+    made as blocks under its text.
 
     Args:
-        text: the reply so far (a stored reply is complete).
+        text: the reply so far (a stored reply is complete), without call markup.
         streaming: True while pieces are still coming.
+        calls: tool calls of a stored reply (``ToolCall``).
     """
 
-    def __init__(self, text: str = "", streaming: bool = False) -> None:
+    def __init__(self, text: str = "", streaming: bool = False, calls: list | None = None) -> None:
         super().__init__(classes="reply streaming" if streaming else "reply")
         self.text = text
+        self.calls: list = list(calls or [])
         self.pieces = 0
         self.finish_reason: str | None = None
         self._stream: MarkdownStream | None = None
@@ -93,7 +115,16 @@ class Reply(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Markdown(self.text or None, classes="body")
+        yield from (ToolCallBlock(c) for c in self.calls)
         yield Static("", classes="mark")
+
+    async def add_call(self, call: Any) -> None:
+        """Show a tool call the model made (after the text so far)."""
+        await self._flush()
+        self.calls.append(call)
+        await self.mount(ToolCallBlock(call), before=self.query_one(".mark", Static))
+        if isinstance(self.parent, ChatLog):
+            self.parent.follow()
 
     def on_mount(self) -> None:
         if self._streaming:
@@ -177,10 +208,21 @@ class ChatLog(VerticalScroll):
         if self.scroll_y >= self.max_scroll_y - 1:
             self.scroll_end(animate=False)
 
-    async def load(self, messages: list[dict]) -> None:
-        """Show stored messages (replaces what is shown)."""
+    async def load(self, messages: list[dict], split: Callable[[str], tuple[str, list]] | None = None) -> None:
+        """Show stored messages (replaces what is shown).
+
+        Args:
+            messages: the conversation's user and assistant messages.
+            split: a reply's text -> (text, tool calls), so stored calls show as blocks.
+        """
         await self.clear()
-        widgets = [UserMessage(m["content"]) if m["role"] == "user" else Reply(m["content"]) for m in messages]
+        widgets: list[Widget] = []
+        for m in messages:
+            if m["role"] == "user":
+                widgets.append(UserMessage(m["content"]))
+            else:
+                text, calls = split(m["content"]) if split is not None else (m["content"], [])
+                widgets.append(Reply(text, calls=calls))
         if widgets:
             await self.mount_all(widgets)
         for widget, m in zip(widgets, messages):  # a stopped or cut reply keeps its mark after a restart
@@ -220,4 +262,4 @@ class ChatLog(VerticalScroll):
         return list(self.query(NoteLine))
 
 
-__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "UserMessage"]
+__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "ToolCallBlock", "UserMessage"]

@@ -1,0 +1,104 @@
+"""Tools in the chat: read an OpenAI tools file, and split a reply into text and calls.
+
+The chat never runs a tool: a call the model makes is shown as a block (the function's
+name and its arguments as JSON) and the conversation goes on with the user's next
+message. The calls are split from the reply's text with the engine's own splitter
+(``mlotspark.CallSplitter``, what the server uses), so no ``<tool_call>`` markup is
+ever shown, streamed or stored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlotspark import OptionError
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Tools given to the chat (``--tools FILE``, ``/tools FILE``).
+
+    Attributes:
+        tools: OpenAI tools (``[{"type": "function", "function": {...}}]``).
+        choice: ``tool_choice`` (``auto`` unless the file says otherwise).
+        source: the file they came from.
+    """
+
+    tools: list[dict]
+    choice: Any = "auto"
+    source: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return [str((t.get("function") or {}).get("name")) for t in self.tools]
+
+    def options(self) -> dict[str, Any]:
+        """The generation options that give these tools to the model."""
+        return {"tools": self.tools, "tool_choice": self.choice}
+
+
+def load_tools(path: str | Path) -> ToolSpec:
+    """Read a tools file: a JSON list of OpenAI tools, or ``{"tools": [...], "tool_choice": ...}``
+    (a request body's fields). The tools themselves are checked by the engine's options.
+
+    Raises:
+        OptionError: the file cannot be read, is not JSON, or has neither shape (naming it).
+    """
+    p = Path(path).expanduser()
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OptionError(f"cannot read tools file {str(path)!r}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise OptionError(f"tools file {str(path)!r} is not JSON: {e}") from None
+    choice: Any = "auto"
+    if isinstance(doc, dict) and "tools" in doc:
+        choice = doc.get("tool_choice") or "auto"
+        doc = doc["tools"]
+    if not isinstance(doc, list) or not doc:
+        raise OptionError(f"tools file {str(path)!r} holds no tools: give a JSON list of OpenAI tools "
+                          '([{"type": "function", "function": {"name": ..., "parameters": {...}}}]) '
+                          'or {"tools": [...]}')
+    return ToolSpec(doc, choice, str(p))
+
+
+def tool_support(engine: Any) -> Any:
+    """The model's tool-call format from its chat template, or None (no tool support)."""
+    from mlotspark import tool_format  # imports MLX: only once an engine is loaded
+
+    return tool_format(getattr(engine, "tokenizer", None))
+
+
+class ReplySplitter:
+    """Text pieces in; ``(text, calls)`` out, never the call markup.
+
+    Args:
+        fmt: the model's tool format (``tool_support``); None passes text through.
+    """
+
+    def __init__(self, fmt: Any):
+        from mlotspark import CallSplitter
+
+        self.splitter = CallSplitter(fmt) if fmt is not None else None
+
+    def feed(self, piece: str) -> tuple[str, list]:
+        return self.splitter.feed(piece) if self.splitter is not None else (piece, [])
+
+    def close(self) -> tuple[str, list]:
+        return self.splitter.close() if self.splitter is not None else ("", [])
+
+
+def split_reply(fmt: Any, text: str) -> tuple[str, list]:
+    """A stored reply as the chat shows it: its text without the calls, and the calls."""
+    if fmt is None:
+        return text, []
+    splitter = ReplySplitter(fmt)
+    shown, calls = splitter.feed(text)
+    rest, more = splitter.close()
+    return shown + rest, calls + more
+
+
+__all__ = ["ReplySplitter", "ToolSpec", "load_tools", "split_reply", "tool_support"]
