@@ -241,3 +241,35 @@ def test_the_panel_follows_the_engine_memory_figures():
         assert "kernel pressure level" in app.panel.text() and "52.0 MB of 10.3 GB budget" in app.panel.text()
 
     drive(app, script)
+
+
+# -- a real (tiny random) model through the app ------------------------------------------------
+def test_a_real_tool_model_calls_through_the_chat_and_the_panel_reads_the_engine(tmp_path):
+    """A tiny random model with Qwen2.5's tool template, loaded by the app as ``chat -m``
+    does: with ``tool_choice`` required the grammar leaves it only valid calls, which the
+    conversation stores in the model's format and the chat shows as blocks."""
+    import asyncio
+
+    from tool_models import write_tool_model
+
+    from tui.tools import ToolSpec
+
+    path = write_tool_model(tmp_path / "tool.gguf")
+    app = ChatApp(model=str(path), tools=ToolSpec([WEATHER], "required", "test"), options={"max_tokens": 256},
+                  memory_probe=lambda: 1, poll_s=0.2)
+
+    async def run() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await until(pilot, lambda: app.chat is not None or app.sub_title == "no model", "loaded", steps=20000)
+            assert app.chat is not None and app.tool_fmt is not None
+            await type_line(pilot, "Weather in Oslo?")
+            await until(pilot, lambda: app.chat.replies and app.chat.reply is None, "the reply", steps=20000)
+            reply = app.chat.replies[-1]
+            calls = [b.call for b in reply.query(ToolCallBlock)]
+            assert calls and calls[0].name == "get_weather" and calls[0].arguments["city"] in ("Paris", "Rome", "Oslo")
+            assert "<tool_call>" not in reply.text
+            await until(pilot, lambda: "psutil available memory" in app.panel.text(), "the memory signal",
+                        steps=20000)
+            assert "of " in app.panel.text() and "GB budget" in app.panel.text()
+
+    asyncio.run(run())
