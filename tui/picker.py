@@ -21,7 +21,7 @@ from textual.widgets.option_list import Option
 
 from tui.backend import ModelRow
 
-HINT = "Enter opens the model (the chat stays) · Escape closes · /model PATH opens a .gguf file or a directory"
+HINT = "Enter opens it (conversations stay) · Escape closes · /model PATH opens a .gguf file or a directory"
 
 
 def row_text(row: ModelRow, width: int, current: bool) -> Text:
