@@ -255,8 +255,8 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
                 name = backend.next_name(names)
                 backend.create_conversation(engine, name)
             await self.open(name)
-        if self.tools is not None and self.tool_fmt is None:
-            await self.say(self.no_tools_notice(), error=True)
+        if self.tools is not None:
+            await self.say(self.tools_notice(), error=self.tool_fmt is None)
         self.poll()
 
     def refresh_settings(self) -> None:

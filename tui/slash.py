@@ -182,8 +182,11 @@ class SlashCommands:
         except Exception:  # noqa: BLE001  a reply that cannot be split is shown as written
             return text, []
 
-    def no_tools_notice(self) -> str:
+    def tools_notice(self) -> str:
+        """One line: whether the open model gets the tools (its template may have no tool support)."""
         name = backend.model_name(self.engine) if self.engine is not None else "the model"
+        if self.tools is not None and self.tool_fmt is not None:
+            return f"tools: {', '.join(self.tools.names)} given to {name}; its calls are shown, not run"
         return (f"tools: {name} has no tool support in its chat template, so the tools are not sent to it "
                 "(F3 opens another model)")
 
@@ -196,7 +199,7 @@ class SlashCommands:
             await self.say(f"tools from {self.tools.source}: {', '.join(self.tools.names)} "
                            f"(tool_choice {self.tools.choice}); calls are shown, not run")
             if self.tool_fmt is None:
-                await self.say(self.no_tools_notice(), error=True)
+                await self.say(self.tools_notice(), error=True)
             return
         if arg.lower() == "off":
             self.tools = None
@@ -207,7 +210,7 @@ class SlashCommands:
         self.tools = spec
         await self.say(f"tools: {', '.join(spec.names)} from {spec.source}; calls are shown, not run")
         if self.tool_fmt is None:
-            await self.say(self.no_tools_notice(), error=True)
+            await self.say(self.tools_notice(), error=True)
 
 
 __all__ = ["SlashCommands"]

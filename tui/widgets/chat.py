@@ -133,12 +133,14 @@ class Reply(Vertical):
     def show_progress(self, text: str) -> None:
         """Show how the prompt's prefill is going, until the first piece arrives."""
         self.progress = text
+        self.add_class("progress")  # the mark line shows while the prompt prefills
         self.query_one(".mark", Static).update(Text(text))
 
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
         if self.progress:
             self.progress = ""
+            self.remove_class("progress")
             self.query_one(".mark", Static).update("")
         self.text += piece
         self.pieces += 1
@@ -180,6 +182,7 @@ class Reply(Vertical):
             self.add_class(self.finish_reason or "")
         if mark or self.progress:  # a prefill line left by a reply stopped before its first piece
             self.progress = ""
+            self.remove_class("progress")
             self.query_one(".mark", Static).update(Text(mark))
 
     @property

@@ -124,8 +124,8 @@ def pressure_text(m: MachineFigures) -> Text:
     if m.pressure_level is not None:
         name = PRESSURE_LEVELS[min(max(int(m.pressure_level), 0), 2)]
         return Text(name, style=PRESSURE_STYLES[name])
-    if m.pressure is None:
-        return Text(DASH)
+    if m.pressure is None:  # the governor reads the machine once requests run
+        return Text(DASH if m.memory_signal is None else f"{DASH} until the first reply", style="dim")
     out = Text(f"{m.pressure:.0%} used")
     if m.available_bytes is not None:
         out.append(f" · {gb(m.available_bytes)} free")
