@@ -148,6 +148,16 @@ def test_a_tool_call_shows_as_a_block_never_as_markup_and_is_not_run(tmp_path):
 
     drive(again, reopened)
 
+    # opened under a model without tool support, the stored call still shows as a block
+    engine.tokenizer = None
+    plain = make_app(engine)
+
+    async def no_support(pilot: Any) -> None:
+        first = plain.chat.replies[0]
+        assert "<tool_call>" not in first.text and first.query_one(ToolCallBlock).call.name == "get_weather"
+
+    drive(plain, no_support)
+
 
 def test_tools_from_the_command_line_and_a_model_without_tool_support(tmp_path):
     from tui.tools import load_tools

@@ -82,6 +82,8 @@ class ModelPicker(ModalScreen[str | None]):
         return row.name == name or (bool(path) and row.path == path)
 
     def show_rows(self, rows: list[ModelRow]) -> None:
+        if not self.is_mounted:  # closed before the disk was read
+            return
         self.rows = rows
         options = self.query_one(OptionList)
         options.clear_options()
@@ -94,6 +96,8 @@ class ModelPicker(ModalScreen[str | None]):
         options.highlighted = current
 
     def show_error(self, error: str) -> None:
+        if not self.is_mounted:
+            return
         options = self.query_one(OptionList)
         options.clear_options()
         options.add_option(Option(f"Could not read the models: {error}", disabled=True))

@@ -14,7 +14,7 @@ from mlotspark import MlotsparkError, OptionError
 from tui import backend
 from tui.commands import Command, CommandError, parse, slash_name
 from tui.picker import ModelPicker
-from tui.tools import load_tools, split_reply
+from tui.tools import load_tools, split_reply, stored_format
 
 
 MEMORY_LIST = 20  # entries /memory shows
@@ -178,7 +178,7 @@ class SlashCommands:
     def split_stored(self, text: str) -> tuple[str, list]:
         """A stored reply as shown: its text, and its tool calls as blocks."""
         try:
-            return split_reply(self.split_format(), text)
+            return split_reply(stored_format(self.split_format(), text), text)
         except Exception:  # noqa: BLE001  a reply that cannot be split is shown as written
             return text, []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from mlotspark import OptionError
@@ -72,6 +73,21 @@ def tool_support(engine: Any) -> Any:
     return tool_format(getattr(engine, "tokenizer", None))
 
 
+#: The ``<tool_call>`` format (Qwen2.5, Hermes), for stored replies opened under a model
+#: without tool support: their calls still show as blocks, never as markup.
+_HERMES_TEMPLATE = "{% if tools %}<tool_call>{% endif %}"
+
+
+def stored_format(fmt: Any, text: str) -> Any:
+    """The format a stored reply is split by: the open model's, else ``<tool_call>``'s when
+    the reply holds one."""
+    if fmt is not None or "<tool_call>" not in text:
+        return fmt
+    from mlotspark import tool_format
+
+    return tool_format(SimpleNamespace(chat_template=_HERMES_TEMPLATE))
+
+
 class ReplySplitter:
     """Text pieces in; ``(text, calls)`` out, never the call markup.
 
@@ -101,4 +117,4 @@ def split_reply(fmt: Any, text: str) -> tuple[str, list]:
     return shown + rest, calls + more
 
 
-__all__ = ["ReplySplitter", "ToolSpec", "load_tools", "split_reply", "tool_support"]
+__all__ = ["ReplySplitter", "ToolSpec", "load_tools", "split_reply", "stored_format", "tool_support"]
