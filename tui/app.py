@@ -43,16 +43,6 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0  # how often the side panel reads the scheduler
 
 
-def process_memory() -> int | None:
-    """Resident memory of this process in bytes (None where psutil cannot say)."""
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001
-        return None
-
-
 @dataclass
 class Turn:
     """A reply streaming in one conversation (fields written by its worker thread)."""
@@ -104,7 +94,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         conversation: str | None = None,
         options: dict | None = None,
         loader: Callable[[str | None], Any] = backend.load_engine,
-        memory_probe: Callable[[], int | None] = process_memory,
+        memory_probe: Callable[[], int | None] = backend.process_memory,
         poll_s: float = POLL_S,
         tools: ToolSpec | None = None,
         model_lister: Callable[[], list[backend.ModelRow]] = backend.list_models,
@@ -355,6 +345,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
             await chat.reply.add_call(message.call)
+        self.show_ttft(message.conversation)
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:
@@ -362,8 +353,12 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
             await chat.reply.append(message.text)
-        turn = self.turns.get(message.conversation)
-        if message.conversation == self.current and turn and turn.first_piece and self.panel.live_ttft is None:
+        self.show_ttft(message.conversation)
+
+    def show_ttft(self, name: str) -> None:
+        """The live TTFT once the open conversation's reply has its first piece (text or call)."""
+        turn = self.turns.get(name)
+        if name == self.current and turn and turn.first_piece and self.panel.live_ttft is None:
             self.panel.live_ttft = turn.first_piece - turn.started
             self.panel.refresh_figures()
 

@@ -213,6 +213,16 @@ def machine(engine: "EngineProtocol") -> MachineFigures | None:
     )
 
 
+def process_memory() -> int | None:
+    """Resident memory of this process in bytes (None where psutil cannot say)."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def tiers(engine: "EngineProtocol") -> dict | None:
     """``engine.tier_stats()``, or None if the engine cannot say."""
     try:
@@ -271,5 +281,5 @@ def model_facts(engine: "EngineProtocol") -> dict:
 __all__ = [
     "ConversationRow", "MachineFigures", "ModelRow", "TurnFigures", "list_models", "cancel_turn", "create_conversation",
     "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
-    "model_facts", "model_name", "next_name", "prefill_progress", "running_step", "tiers", "turn_figures",
+    "model_facts", "model_name", "next_name", "prefill_progress", "process_memory", "running_step", "tiers", "turn_figures",
 ]
