@@ -57,6 +57,8 @@ def case_key(rec: dict) -> tuple:
     out of their keys: a run that changes only the routing re-runs only ``cascade``.
     """
     cfg = dict(rec.get("cfg") or {})
+    for k in ("episodic_budget_mb", "spill_dir"):  # where blocks are kept, not which are attended
+        cfg.pop(k, None)
     for k, v in ADDED.items():  # records written before a field existed had its default
         if cfg.get(k, v) == v:
             cfg.pop(k, None)

@@ -27,7 +27,7 @@ from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 from mlotspark.runtime.request_handle import RequestHandle
 from mlotspark.options import GenerationOptions, check_text
-from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade, make_cascade_cache
+from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade
 from mlotspark.runtime.scheduled import Request
 from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
 from mlotspark.runtime.scheduler_config import memory_status
@@ -492,7 +492,7 @@ class Engine:
             if cascade is None:
                 cache = self.caches.kv_cache(opts, len(ids))
             else:
-                cache = make_cascade_cache(self.loaded.model, cascade)
+                cache = self.caches.cascade_cache(cascade)
         return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
 
     # ------------------------------------------------- persistent memory (persistence.py)

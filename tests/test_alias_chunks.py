@@ -76,7 +76,8 @@ def test_qwen_alias_is_in_the_catalogue(capsys):
 def test_the_default_model_follows_the_device(monkeypatch):
     import mlx.core as mx
 
-    assert catalogue.default_model() == catalogue.DEFAULT_MODEL  # the CPU backend here
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.cpu))  # on a Mac too
+    assert catalogue.default_model() == catalogue.DEFAULT_MODEL  # the CPU backend's default
     assert catalogue.DEFAULT_MODEL in catalogue.model_status()["name"]
     monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.DeviceType.gpu))
     assert catalogue.default_model() == "qwen2.5-coder-0.5b"

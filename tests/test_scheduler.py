@@ -122,6 +122,7 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
     from mlotspark.runtime import batching
 
     engine = tiny_engine()
+    prepare(engine.loaded.model, "cpu")  # the device's default is the GPU strategy on a Mac: pin the CPU one
     prompts = PROMPTS[:rows]
     solo = [engine.submit(prompt_ids=p, max_tokens=16).result().tokens for p in prompts]
     packed, numpy_rows = [], []

@@ -283,7 +283,7 @@ def answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int)
         The request's ``GenerationResult`` (``text``; ``stats.extra["cascade"]`` counts
         the question passes that ran).
     """
-    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
+    from mlotspark.memory.cascade import CascadeConfig
 
     if mode not in MODES:
         raise OptionError(f"unknown RULER mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -294,5 +294,5 @@ def answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int)
                               f"'auto' or off, and a prompt within the model's context")
     else:
         cfg = config if mode == "cascade" else CascadeConfig(**{**config.to_dict(), "top_k": 0})
-        cache = make_cascade_cache(engine.loaded.model, cfg)
+        cache = engine.caches.cascade_cache(cfg)  # the budget the engine's own cascade gets
     return engine.submit(prompt_ids=ids, cache=cache, max_tokens=max_tokens, temperature=0.0).result()

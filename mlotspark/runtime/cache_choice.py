@@ -52,8 +52,14 @@ class CacheChoice:
         """A fresh per-layer cache for a request of about ``total_tokens`` prompt tokens."""
         cfg = self.cascade_for(total_tokens, options)
         if cfg is not None:
-            return make_cascade_cache(self.loaded.model, cfg)
+            return self.cascade_cache(cfg)
         return self.kv_cache(options, total_tokens)
+
+    def cascade_cache(self, cfg: CascadeConfig) -> list:
+        """A fresh cascade cache of ``cfg``; when ``cfg.episodic_budget_mb`` is None its
+        episodic tier may keep as many bytes in memory as one request's KV budget."""
+        return make_cascade_cache(self.loaded.model, cfg, weights_bytes=self.loaded.nbytes(),
+                                  memory_limit=self.memory_limit())
 
     def kv_cache(self, options: GenerationOptions, total_tokens: int) -> list:
         """A KV cache of ``options.cache_kind``; ``auto`` decided on the engine thread."""

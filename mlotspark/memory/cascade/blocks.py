@@ -100,6 +100,16 @@ def decode(packed: dict[str, mx.array], kind: str, dtype: mx.Dtype, shape: tuple
     return x.reshape(shape).astype(dtype)
 
 
+def episodic_budget_bytes(config: CascadeConfig, weights_bytes: int = 0, memory_limit: int | None = None) -> int:
+    """Payload bytes the episodic tier keeps in memory: ``config.episodic_budget_mb`` when
+    set, else the machine's KV budget (``platform.memory.memory_budget``), read now."""
+    if config.episodic_budget_mb is not None:
+        return int(config.episodic_budget_mb * 1e6)
+    from mlotspark.platform.memory import memory_budget  # psutil / MLX device queries: only when needed
+
+    return memory_budget(weights_bytes, memory_limit).kv_bytes
+
+
 @dataclass
 class Block:
     """One stored block of one layer; ``payload`` is None while it is on disk."""
@@ -155,8 +165,12 @@ class EpisodicStore:
     _next_slab: int = 0
 
     @classmethod
-    def from_config(cls, config: CascadeConfig) -> "EpisodicStore":
-        return cls(config.block_kind, int(config.episodic_budget_mb * 1e6), config.spill_dir)
+    def from_config(cls, config: CascadeConfig, weights_bytes: int = 0,
+                    memory_limit: int | None = None) -> "EpisodicStore":
+        """The store ``config`` asks for; its budget is ``config.episodic_budget_mb``, or when
+        that is None the machine's KV budget for a model of ``weights_bytes`` under
+        ``memory_limit`` (see ``episodic_budget_bytes``)."""
+        return cls(config.block_kind, episodic_budget_bytes(config, weights_bytes, memory_limit), config.spill_dir)
 
     # ----------------------------------------------------------------- writing
     def add(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> Block:

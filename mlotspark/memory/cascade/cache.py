@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
@@ -520,13 +521,17 @@ def is_cascade(cache: Sequence[Any] | None) -> bool:
     return bool(cache) and isinstance(cache[0], CascadeCache)
 
 
-def make_cascade_cache(model: Any, config: CascadeConfig) -> list[CascadeCache]:
+def make_cascade_cache(model: Any, config: CascadeConfig, *, weights_bytes: int | None = None,
+                       memory_limit: int | None = None) -> list[CascadeCache]:
     """One cascade cache per layer of ``model``, sharing one episodic store.
 
     Args:
         model: our llama-family model (``mlotspark.models.llama.Model``): its
             attention calls ``cache.attend``.
         config: the cascade configuration.
+        weights_bytes: the model's bytes, for an episodic budget taken from the
+            machine's (``episodic_budget_mb=None``); default: its parameters' bytes.
+        memory_limit: the engine's memory limit (bytes), if any.
 
     Returns:
         The per-layer caches, for ``model(tokens, cache=...)`` and ``generate_step``.
@@ -535,7 +540,9 @@ def make_cascade_cache(model: Any, config: CascadeConfig) -> list[CascadeCache]:
         OptionError: see ``check_cascade``.
     """
     check_cascade(model, config)
-    store = EpisodicStore.from_config(config)
+    if weights_bytes is None and config.episodic_budget_mb is None:
+        weights_bytes = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
+    store = EpisodicStore.from_config(config, weights_bytes or 0, memory_limit)
     question = _question_pass(config)
     return [CascadeCache(config, i, store, question=question) for i in range(len(model.layers))]
 

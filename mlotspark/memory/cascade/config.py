@@ -53,7 +53,12 @@ class CascadeConfig:
         rolling_window: decode queries remembered by ``rolling``.
         block_kind: storage of episodic blocks: ``float16 | q8 | q4``.
         episodic_budget_mb: bytes of block payload kept in memory, summed over
-            layers; past it the least-recently-retrieved blocks spill to disk.
+            layers; past it the least-recently-retrieved blocks spill to disk. None
+            (the default): the machine's KV budget when the cache is made
+            (``platform.memory.memory_budget``: on Metal the recommended working set
+            less the weights, elsewhere half the memory available now, or a memory
+            limit less the weights), so a 64 GB Mac keeps long contexts in memory and
+            an 8 GB one spills early instead of swapping.
         spill_dir: where spilled blocks go; None = a private directory under
             ``$MLOTSPARK_HOME/spill`` created on first spill.
         representation: how a block is summarised for routing: ``minmax`` (per-dim
@@ -94,7 +99,7 @@ class CascadeConfig:
     routing: str = "question"
     rolling_window: int = 16
     block_kind: str = "float16"
-    episodic_budget_mb: float = 512.0
+    episodic_budget_mb: float | None = None
     spill_dir: str | None = None
     representation: str = "minmax"
     chunk: int = 0
@@ -128,8 +133,8 @@ class CascadeConfig:
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
             raise bad("question_focus", "must be a number in [0, 1]")
         b = self.episodic_budget_mb
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0:
-            raise bad("episodic_budget_mb", "must be a number >= 0")
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0):
+            raise bad("episodic_budget_mb", "must be a number >= 0, or None for the machine's KV budget")
         if self.spill_dir is not None and not isinstance(self.spill_dir, str):
             raise bad("spill_dir", "must be a path string or None")
 

@@ -1,0 +1,83 @@
+"""The cascade's episodic tier takes its in-memory budget from the machine's memory budget.
+
+With ``episodic_budget_mb=None`` (the default) a cascade request's episodic store may keep
+as many bytes in memory as one request's KV budget (``platform.memory.memory_budget``):
+a memory limit less the weights, on Metal the recommended working set less the weights,
+elsewhere half of what is available; a number in the config still wins.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from test_cache_interface import CASCADE, CHUNK, _model, _prompt
+from test_scheduler import CharTokenizer, FakeClock
+
+from mlotspark.engine import Engine
+from mlotspark.memory.cascade import CascadeConfig
+from mlotspark.memory.cascade.blocks import episodic_budget_bytes
+from mlotspark.models.loader import LoadedModel
+from mlotspark.options import GenerationOptions
+from mlotspark.platform import memory as platform_memory
+from mlotspark.runtime.scheduler import SchedulerConfig
+from mlotspark.thermal.governor import ThermalGovernor
+from mlotspark.thermal.probes import Reading, ScriptedProbe
+
+MB = 1_000_000
+
+
+def _engine(cascade: dict, above_weights: int | None) -> Engine:
+    """An engine of the tiny model; its memory limit ``above_weights`` bytes past the weights."""
+    loaded = LoadedModel(model=_model(), tokenizer=CharTokenizer(), config={},
+                         source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
+                         fingerprint="tiny", context_length=4096, supports_cascade=True)
+    limit = None if above_weights is None else loaded.nbytes() + above_weights
+    gov = ThermalGovernor([ScriptedProbe([Reading()])], clock=FakeClock(), min_interval_s=0)
+    engine = Engine(loaded, GenerationOptions(temperature=0.0, prefill_chunk=CHUNK),
+                    SchedulerConfig(governor=gov, memory_limit=limit), cascade=cascade)
+    engine.scheduler.pause_wait_s = 0.001
+    return engine
+
+
+def _bytes(engine: Engine) -> dict:
+    result = engine.submit(prompt_ids=_prompt(150, seed=4), max_tokens=4).result()
+    return result.stats.extra["cascade"]["bytes"]
+
+
+def test_the_default_budget_is_the_memory_limit_less_the_weights():
+    engine = _engine(CASCADE, above_weights=3 * MB)
+    try:
+        got = _bytes(engine)
+    finally:
+        engine.close()
+    assert got["episodic_budget"] == 3 * MB
+    assert got["episodic_memory"] > 0 and got["episodic_disk"] == 0
+
+
+def test_a_budget_in_the_config_wins_and_blocks_past_it_spill(tmp_path):
+    engine = _engine({**CASCADE, "episodic_budget_mb": 0, "spill_dir": str(tmp_path)}, above_weights=None)
+    try:
+        got = _bytes(engine)
+    finally:
+        engine.close()
+    assert got["episodic_budget"] == 0
+    assert got["episodic_disk"] > got["episodic_memory"]  # only the blocks attended now stay
+
+
+def test_on_metal_the_budget_is_the_working_set_less_the_weights(monkeypatch):
+    monkeypatch.setattr(platform_memory, "metal_available", lambda: True)
+    monkeypatch.setattr(platform_memory, "metal_working_set", lambda: 12_000 * MB)
+    cfg = CascadeConfig(**CASCADE)
+    assert cfg.episodic_budget_mb is None
+    assert episodic_budget_bytes(cfg, weights_bytes=2_000 * MB) == 10_000 * MB
+    assert episodic_budget_bytes(cfg, weights_bytes=2_000 * MB, memory_limit=3_000 * MB) == 1_000 * MB
+    assert episodic_budget_bytes(CascadeConfig(**CASCADE, episodic_budget_mb=64)) == 64 * MB
+
+
+def test_elsewhere_it_is_half_the_available_memory(monkeypatch):
+    monkeypatch.setattr(platform_memory, "metal_available", lambda: False)
+    psutil = pytest.importorskip("psutil")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=8_000 * MB))
+    assert episodic_budget_bytes(CascadeConfig(**CASCADE), weights_bytes=500 * MB) == 4_000 * MB
