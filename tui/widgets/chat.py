@@ -202,13 +202,24 @@ class ChatLog(VerticalScroll):
         super().__init__(id=id, classes="chat-log")
         self.conversation = conversation
         self.reply: Reply | None = None  # the reply streaming now
+        # Whether new lines scroll into view: off once the reader scrolls up, on again at the
+        # bottom. A flag, not "at the bottom now": two writes before a layout pass grow the
+        # content past the last scroll, which a position test took for the reader leaving.
+        self.following = True
 
     def compose(self) -> ComposeResult:
         yield Static(HINT, classes="hint")
 
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y - 1:
+            self.following = True
+        elif new_value < old_value:  # moved up, away from the bottom: the reader's doing
+            self.following = False
+
     def follow(self) -> None:
         """Keep the newest line in view, unless the user has scrolled up to read."""
-        if self.scroll_y >= self.max_scroll_y - 1:
+        if self.following:
             self.scroll_end(animate=False)
 
     async def load(self, messages: list[dict], split: Callable[[str], tuple[str, list]] | None = None) -> None:
@@ -236,6 +247,7 @@ class ChatLog(VerticalScroll):
     async def clear(self) -> None:
         await self.query("UserMessage, Reply, NoteLine").remove()
         self.reply = None
+        self.following = True
 
     async def add_user(self, text: str) -> UserMessage:
         widget = UserMessage(text)
