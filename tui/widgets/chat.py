@@ -112,9 +112,12 @@ class Reply(Vertical):
         self._pending = ""  # pieces not yet written into the Markdown
         self._last_write = 0.0
         self._flush_timer: Timer | None = None
+        self._body: Markdown | None = None  # set in compose
 
     def compose(self) -> ComposeResult:
-        yield Markdown(self.text or None, classes="body")
+        self._body = body = Markdown(self.text or None, classes="body")
+        body.display = bool(self.text.strip()) or not self.calls  # a reply that is only calls: no blank line
+        yield body
         yield from (ToolCallBlock(c) for c in self.calls)
         yield Static("", classes="mark")
 
@@ -122,6 +125,8 @@ class Reply(Vertical):
         """Show a tool call the model made (after the text so far)."""
         await self._flush()
         self.calls.append(call)
+        if not self.text.strip() and self._body is not None:
+            self._body.display = False  # only calls so far: no blank line above them
         await self.mount(ToolCallBlock(call), before=self.query_one(".mark", Static))
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
@@ -144,6 +149,8 @@ class Reply(Vertical):
             self.query_one(".mark", Static).update("")
         self.text += piece
         self.pieces += 1
+        if piece.strip() and self._body is not None:
+            self._body.display = True
         self._pending += piece
         wait = self._last_write + STREAM_EVERY_S - time.monotonic()
         if wait <= 0:
