@@ -283,3 +283,20 @@ def test_a_real_tool_model_calls_through_the_chat_and_the_panel_reads_the_engine
             assert "of " in app.panel.text() and "GB budget" in app.panel.text()
 
     asyncio.run(run())
+
+
+
+def test_a_call_cut_short_by_max_tokens_is_dropped_and_said_so(tmp_path):
+    engine = tool_engine()
+    app = make_app(engine, options={"max_tokens": 8})
+    tools = write_tools(tmp_path, [WEATHER])
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, f"/tools {tools}")
+        await type_line(pilot, "Weather?")
+        await until(pilot, lambda: engine.calls and app.chat.reply is None, "the reply")
+        reply = app.chat.replies[-1]
+        assert "<tool_call>" not in reply.text and "cut short by max_tokens" in reply.text
+        assert not reply.query(ToolCallBlock) and reply.finish_reason == "length"
+
+    drive(app, script)

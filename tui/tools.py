@@ -88,6 +88,9 @@ def stored_format(fmt: Any, text: str) -> Any:
     return tool_format(SimpleNamespace(chat_template=_HERMES_TEMPLATE))
 
 
+CUT_SHORT = "*(a tool call was cut short by max_tokens and dropped)*"
+
+
 class ReplySplitter:
     """Text pieces in; ``(text, calls)`` out, never the call markup.
 
@@ -99,12 +102,27 @@ class ReplySplitter:
         from mlotspark import CallSplitter
 
         self.splitter = CallSplitter(fmt) if fmt is not None else None
+        self.opener = getattr(fmt, "opener", "")
+        self.raw = ""  # the reply as written (to count the calls it opened)
+        self.calls = 0
 
     def feed(self, piece: str) -> tuple[str, list]:
-        return self.splitter.feed(piece) if self.splitter is not None else (piece, [])
+        if self.splitter is None:
+            return piece, []
+        self.raw += piece
+        text, calls = self.splitter.feed(piece)
+        self.calls += len(calls)
+        return text, calls
 
     def close(self) -> tuple[str, list]:
-        return self.splitter.close() if self.splitter is not None else ("", [])
+        """What is left; a call cut short (``max_tokens``) is dropped and said so."""
+        if self.splitter is None:
+            return "", []
+        text, calls = self.splitter.close()
+        self.calls += len(calls)
+        if self.opener and self.raw.count(self.opener) > self.calls:
+            text += f"\n\n{CUT_SHORT}"
+        return text, calls
 
 
 def split_reply(fmt: Any, text: str) -> tuple[str, list]:
@@ -117,4 +135,4 @@ def split_reply(fmt: Any, text: str) -> tuple[str, list]:
     return shown + rest, calls + more
 
 
-__all__ = ["ReplySplitter", "ToolSpec", "load_tools", "split_reply", "stored_format", "tool_support"]
+__all__ = ["CUT_SHORT", "ReplySplitter", "ToolSpec", "load_tools", "split_reply", "stored_format", "tool_support"]
