@@ -300,3 +300,24 @@ def test_a_call_cut_short_by_max_tokens_is_dropped_and_said_so(tmp_path):
         assert not reply.query(ToolCallBlock) and reply.finish_reason == "length"
 
     drive(app, script)
+
+
+@pytest.mark.parametrize("reply, shown, calls", [
+    # Qwen2.5-Coder under auto writes a bare JSON call, no <tool_call> tags
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "celsius": true}}', "", ["get_weather"]),
+    ('  {"name": "nope", "arguments": {}}', '{"name": "nope", "arguments": {}}', []),  # not a given tool: text
+    ("Sunny. <tool_call>\n" '{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>', "Sunny.", ["get_time"]),
+    ("Just words.", "Just words.", []),
+])
+def test_the_splitter_turns_bare_and_tagged_calls_into_calls(reply, shown, calls):
+    from tui.tools import ReplySplitter, tool_support
+
+    fmt = tool_support(SimpleNamespace(tokenizer=SimpleNamespace(chat_template=QWEN_TOOL_TEMPLATE)))
+    splitter = ReplySplitter(fmt, ["get_weather", "get_time"])
+    text, got = "", []
+    for i in range(0, len(reply), 3):  # cut anywhere
+        t, c = splitter.feed(reply[i:i + 3])
+        text, got = text + t, got + c
+    t, c = splitter.close()
+    text, got = text + t, got + c
+    assert text.strip() == shown and [c.name for c in got] == calls and "<tool_call>" not in text

@@ -306,7 +306,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         (``tools.ReplySplitter``) and posted as calls, never as markup.
         """
         name, stats = turn.conversation, None
-        splitter = ReplySplitter(fmt)
+        splitter = ReplySplitter(fmt, [t["function"]["name"] for t in options.get("tools") or ()])
         try:
             conv = engine.conversation(name)
             turn.conv = conv

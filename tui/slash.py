@@ -178,7 +178,8 @@ class SlashCommands:
     def split_stored(self, text: str) -> tuple[str, list]:
         """A stored reply as shown: its text, and its tool calls as blocks."""
         try:
-            return split_reply(stored_format(self.split_format(), text), text)
+            names = self.tools.names if self.tools is not None else None
+            return split_reply(stored_format(self.split_format(), text), text, names)
         except Exception:  # noqa: BLE001  a reply that cannot be split is shown as written
             return text, []
 
