@@ -16,7 +16,8 @@ concurrency in turn, so drift in machine load hits both:
 mlx_lm.server needs an mlx-lm model directory: the default model's GGUF is written
 out as one (float32 weights, as ``mlotspark serve`` runs them on the CPU; config;
 the tokenizer with its chat template), and mlx_lm.server is started with OpenBLAS
-resolved first, as mlotspark does, so both use the same BLAS.
+resolved first, as mlotspark does, so both use the same BLAS, at its own default thread
+count: ``OPENBLAS_NUM_THREADS`` is never passed to it (``peer_env``).
 
     flock /tmp/mlotspark-bench.lock python benchmarks/serve_vs_mlx_lm.py [--clients 1 4 8 16] [--json FILE]
 
@@ -68,6 +69,16 @@ def write_mlx_lm_dir(model: str | None, out: Path) -> Path:
     return out
 
 
+def peer_env(env: dict) -> dict:
+    """``env`` for mlx_lm.server: its own BLAS threads (a pinned pool is not its best
+    configuration; round 6's pinned figures had to be re-measured)."""
+    out = dict(env)
+    if out.pop("OPENBLAS_NUM_THREADS", None) is not None:
+        print("note: OPENBLAS_NUM_THREADS is not passed to mlx_lm.server (it keeps its default threads)",
+              file=sys.stderr, flush=True)
+    return out
+
+
 def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
@@ -80,7 +91,50 @@ def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
         except httpx.TransportError:
             pass
         time.sleep(0.5)
+    proc.kill()
     raise SystemExit(f"server did not start: {' '.join(cmd)}")
+
+
+def start_servers(model: str | None, work: Path, procs: list[subprocess.Popen], *, max_batch: int = 16,
+                  mlx_dir: Path | None = None) -> dict[str, tuple[str, str]]:
+    """``mlotspark serve`` on ``model``'s GGUF and mlx_lm.server on the same weights (as an
+    mlx-lm directory), each in its own best configuration: ours in performance mode,
+    mlx_lm.server with its defaults (its prompt cache included) and its own BLAS threads.
+
+    Args:
+        model: alias or GGUF path (None = the default model).
+        work: a scratch folder (logs, our MLOTSPARK_HOME, the mlx-lm directory).
+        procs: the started processes are appended here (for :func:`stop`).
+        max_batch: our ``--max-batch``.
+        mlx_dir: an mlx-lm directory written before (default: written now).
+
+    Returns:
+        ``{"mlotspark": (url, model id), "mlx_lm.server": (url, "default_model")}``.
+    """
+    env = {**os.environ, "MLOTSPARK_HOME": str(work / "home")}
+    if mlx_dir is None:
+        mlx_dir = write_mlx_lm_dir(model, Path(tempfile.mkdtemp(dir=work)))
+    ours, theirs = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+    gguf = str(catalogue.resolve(model, progress=False).path)
+    procs.append(start([sys.executable, "-m", "mlotspark", "serve", "--model", gguf, "--port", ours.rsplit(":", 1)[1],
+                        "--max-batch", str(max_batch), "--mode", "performance"], ours, env, work / "ours.log"))
+    # ``import mlotspark`` resolves OpenBLAS first, as ours does, so both use the same BLAS.
+    boot = ("import sys, mlotspark; from mlx_lm.server import main; "
+            f"sys.argv = ['mlx_lm.server', '--model', {str(mlx_dir)!r}, '--port', {theirs.rsplit(':', 1)[1]!r}]; main()")
+    procs.append(start([sys.executable, "-c", boot], theirs, peer_env(env), work / "mlx_lm.log"))
+    # mlx_lm.server's /v1/models scans the Hugging Face cache; "default_model" is its --model.
+    return {"mlotspark": (ours, model_id(ours)), "mlx_lm.server": (theirs, "default_model")}
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Terminate the servers :func:`start_servers` started (killed after a minute)."""
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    procs.clear()
 
 
 def model_id(url: str) -> str:
@@ -153,20 +207,9 @@ def main() -> None:
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    env = {**os.environ, "MLOTSPARK_HOME": str(work / "home")}
-    procs = []
+    procs: list[subprocess.Popen] = []
     try:
-        mlx_dir = write_mlx_lm_dir(args.model, Path(tempfile.mkdtemp(dir=work)))
-        ours = f"http://127.0.0.1:{free_port()}"
-        theirs = f"http://127.0.0.1:{free_port()}"
-        gguf = str(catalogue.resolve(args.model, progress=False).path)
-        procs.append(start([sys.executable, "-m", "mlotspark", "serve", "--model", gguf, "--port", ours.rsplit(":", 1)[1],
-                            "--max-batch", str(args.max_batch), "--mode", "performance"], ours, env, work / "ours.log"))
-        boot = ("import sys, mlotspark; from mlx_lm.server import main; "
-                f"sys.argv = ['mlx_lm.server', '--model', {str(mlx_dir)!r}, '--port', {theirs.rsplit(':', 1)[1]!r}]; main()")
-        procs.append(start([sys.executable, "-c", boot], theirs, env, work / "mlx_lm.log"))
-        # mlx_lm.server's /v1/models scans the Hugging Face cache; "default_model" is its --model.
-        servers = {"mlotspark": (ours, model_id(ours)), "mlx_lm.server": (theirs, "default_model")}
+        servers = start_servers(args.model, work, procs, max_batch=args.max_batch)
         for url, model in servers.values():  # warm-up: first-request costs out of the figures
             chat(url, model, [{"role": "user", "content": "Hello"}], 4)
         out: dict = {"throughput": {}, "ttft": {}}
@@ -193,12 +236,7 @@ def main() -> None:
             out["ttft"][name] = {"cold_s": cold, "warm_s": warm, "pairs": pairs}
             print(f"{name:14s} TTFT cold {cold:.3f} s  warm {warm:.3f} s  ratio {warm / cold:.3f}", flush=True)
     finally:
-        for p in procs:
-            p.terminate()
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(procs)
         shutil.rmtree(work, ignore_errors=True)
 
     if args.clients:

@@ -37,6 +37,12 @@ _LAZY = {
     "PrefillProgress": ".runtime.progress",
     "EngineProtocol": ".runtime.engine_api",
     "ConversationProtocol": ".runtime.engine_api",
+    # For clients that show tool calls (the TUI): the call record, the model's format, a splitter.
+    "ToolCall": ".results",
+    "CallSplitter": ".decoding.tools",
+    "tool_format": ".decoding.tools",
+    # What a user can open by name: catalogue aliases and what `mlotspark list` shows.
+    "available_models": ".models.inventory",
 }
 
 
@@ -80,8 +86,12 @@ __all__ = [
     "SnapshotWarning",
     "StepProgress",
     "StoreError",
+    "ToolCall",
+    "CallSplitter",
     "__version__",
     "active_steps",
+    "available_models",
     "blas_warning",
     "listen_steps",
+    "tool_format",
 ]

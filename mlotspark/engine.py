@@ -30,6 +30,7 @@ from mlotspark.options import GenerationOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade
 from mlotspark.runtime.scheduled import Request
 from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
+from mlotspark.runtime.scheduler_config import memory_status
 
 from mlotspark.conversations.conversation import Conversation
 from mlotspark.conversations.persistence import Persistence, PersistenceConfig
@@ -418,11 +419,12 @@ class Engine:
             ``Scheduler.status()``: ``state``, ``cap``, ``mode``, ``batch_size``,
             ``running``, ``queued``, ``reason``, ``admission``, ``kv_bytes`` ...
             Across ranks (rank 0): the hottest rank's state, and ``ranks``, every
-            rank's figures (see ``ranks_status``).
+            rank's figures (see ``ranks_status``). ``memory``: the memory signal and KV
+            budget in force (``scheduler_config.memory_status``), as ``info`` says them.
         """
-        if self.ranks is not None:
-            return self.ranks.scheduler_status(self.scheduler.status())
-        return self.scheduler.status()
+        status = self.scheduler.status()
+        status["memory"] = memory_status(self.loaded.model, self.loaded.nbytes(), self.scheduling.memory_limit)
+        return self.ranks.scheduler_status(status) if self.ranks is not None else status
 
     def ranks_status(self) -> list[dict]:
         """Every rank's figures, rank 0 first: ``rank``, ``host``, ``layers``, ``weights_mb``,

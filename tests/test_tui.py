@@ -17,6 +17,7 @@ from test_tui_fakes import FakeEngine, fake_with_history, until
 from mlotspark.errors import MlotsparkError, ModelNotFoundError, StoreError
 from tui import ChatApp
 from tui.commands import CommandError, parse
+from tui.picker import ModelPicker
 from tui.screens import HelpScreen
 from tui.widgets import ConversationItem, ConversationList, PromptInput
 from tui.widgets.stats import DASH, sparkline
@@ -305,7 +306,7 @@ def test_slash_settings_change_the_next_turn_and_bad_values_are_refused():
 
 def test_slash_system_reset_memory_model_help():
     engine = fake_with_history()
-    app = make_app(engine)
+    app = make_app(engine, model_lister=lambda: [])
 
     async def script(pilot: Any) -> None:
         await type_line(pilot, "/system")
@@ -322,8 +323,11 @@ def test_slash_system_reset_memory_model_help():
         assert notes(app)[-1] == "forgot #2" and len(engine.memory) == 1
         await type_line(pilot, "/forget 99")
         assert error_notes(app)[-1] == "/forget: no memory entry #99"
-        await type_line(pilot, "/model")
-        assert "model: fake-135m" in notes(app)[-1] and "context_length: 8192" in notes(app)[-1]
+        await type_line(pilot, "/model")  # the picker, with the open model's facts on top
+        assert isinstance(app.screen, ModelPicker)
+        facts = str(app.screen.query_one("#picker-facts").render())
+        assert "open now: fake-135m · float32 · 540.0 MB · context 8192 · cpu" in facts
+        await pilot.press("escape")
         assert len(app.chat.replies) == 1
         await type_line(pilot, "/reset")
         assert app.chat.replies == [] and engine.conversation("chat-2").messages == []

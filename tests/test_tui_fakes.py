@@ -207,6 +207,13 @@ class FakeEngine:
     rank: int = 0
     persistence: Any = None
     opened_persistence: Any = None
+    # What scheduler_status says of memory (Engine: ``scheduler_config.memory_status``, the
+    # governor's last reading); tests change them to see the panel follow.
+    kv_bytes: int = 0
+    memory_status: dict = field(default_factory=lambda: {
+        "signal": "psutil available memory (ratio and bytes)", "source": "available memory",
+        "kv_budget_bytes": 7_100_000_000, "admission_limit_bytes": None})
+    reading: dict = field(default_factory=lambda: {"memory_pressure": 0.41, "memory_available_bytes": 14_200_000_000})
 
     def options(self, **overrides: Any) -> GenerationOptions:
         return self.defaults.merged(**overrides)
@@ -277,7 +284,8 @@ class FakeEngine:
 
     def scheduler_status(self) -> dict:
         return {"state": "nominal", "mode": "balanced", "cap": 8, "batch_size": 1, "queued": 0,
-                "kv_bytes": 0, "decode_tps": 12.5, "reason": "calm"}
+                "kv_bytes": self.kv_bytes, "decode_tps": 12.5, "reason": "calm",
+                "memory": dict(self.memory_status), "governor": {"reading": dict(self.reading)}}
 
     def tier_stats(self) -> dict:
         if self.fail_with is not None:

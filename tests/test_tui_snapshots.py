@@ -13,14 +13,24 @@ from typing import Any
 from test_tui_fakes import fake_with_history, until
 
 from tui import ChatApp
+from tui.backend import ModelRow
+from tui.picker import ModelPicker
 from tui.widgets import PromptInput
 
 SIZE = (120, 36)
 
 
+ROWS = [
+    ModelRow("fake-135m", "catalogue", 98_362_432, True, "/m/fake.gguf", default=True),
+    ModelRow("qwen2.5-coder-0.5b", "catalogue", 491_400_064, False, "/m/qwen.gguf"),
+    ModelRow("/home/me/models/llama-3.2-1b.Q4_K_M.gguf", "used before", 807_690_656, True,
+             "/home/me/models/llama-3.2-1b.Q4_K_M.gguf"),
+]
+
+
 def make_app() -> ChatApp:
     # No periodic poll: a tok/s sample taken mid-reply would depend on timing.
-    return ChatApp(fake_with_history(), memory_probe=lambda: 123_000_000, poll_s=3600)
+    return ChatApp(fake_with_history(), memory_probe=lambda: 123_000_000, poll_s=3600, model_lister=lambda: ROWS)
 
 
 async def settle(pilot: Any) -> None:
@@ -45,5 +55,14 @@ def test_help_screen(snap_compare):
     async def run_before(pilot: Any) -> None:
         await settle(pilot)
         await pilot.press("f1")
+
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_model_picker(snap_compare):
+    async def run_before(pilot: Any) -> None:
+        await settle(pilot)
+        await pilot.press("f3")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ModelPicker) and pilot.app.screen.rows, "the rows")
 
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)

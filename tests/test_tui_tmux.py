@@ -91,6 +91,8 @@ def test_chat_streams_an_answer_in_tmux(default_gguf, tmp_path, _isolated_home):
 
         def done(pane: str) -> bool:
             text = reply_lines(pane)
+            if text.startswith("⏳"):  # the prefill line shown before the first piece: not the reply
+                return False
             if text and (not states or text != states[-1]):
                 states.append(text)
             # finished: the list shows the turn and no reply is marked as streaming

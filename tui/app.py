@@ -30,24 +30,17 @@ from mlotspark import MlotsparkError
 from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
-from tui.messages import EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece
+from tui.messages import (
+    EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
+)
 from tui.screens import HelpScreen
 from tui.slash import SlashCommands
+from tui.tools import ReplySplitter, ToolSpec, tool_support
 from tui.widgets import ChatLog, ConversationList, PromptInput, StatsPanel
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often the side panel reads the scheduler
-
-
-def process_memory() -> int | None:
-    """Resident memory of this process in bytes (None where psutil cannot say)."""
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001
-        return None
 
 
 @dataclass
@@ -75,6 +68,8 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         loader: loads the engine (``backend.load_engine``; tests swap it).
         memory_probe: bytes of memory in use (default: this process's RSS).
         poll_s: seconds between reads of the scheduler for the side panel.
+        tools: tools to give the model (``--tools FILE``); its calls are shown, never run.
+        model_lister: the models the picker offers (``backend.list_models``; tests swap it).
     """
 
     CSS_PATH = "chat.tcss"
@@ -85,6 +80,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         Binding("escape", "cancel_reply", "Stop reply"),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
         Binding("f1", "help", "Help", priority=True),
+        Binding("f3", "models", "Model", priority=True),
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
@@ -98,8 +94,10 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         conversation: str | None = None,
         options: dict | None = None,
         loader: Callable[[str | None], Any] = backend.load_engine,
-        memory_probe: Callable[[], int | None] = process_memory,
+        memory_probe: Callable[[], int | None] = backend.process_memory,
         poll_s: float = POLL_S,
+        tools: ToolSpec | None = None,
+        model_lister: Callable[[], list[backend.ModelRow]] = backend.list_models,
     ) -> None:
         super().__init__()
         self.engine = engine
@@ -110,6 +108,9 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         self.loader = loader
         self.memory_probe = memory_probe
         self.poll_s = poll_s
+        self.tools = tools
+        self.tool_fmt: Any = None  # the open model's tool-call format (None: no tool support)
+        self.model_lister = model_lister
         self.current: str | None = None
         self.logs: dict[str, ChatLog] = {}
         self.turns: dict[str, Turn] = {}
@@ -227,6 +228,9 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         self.engine = engine
         with self.guard("Settings"):
             engine.options(**self.overrides)
+        self.tool_fmt = None
+        with self.guard("Tools"):
+            self.tool_fmt = tool_support(engine)
         self.refresh_settings()
         self.sub_title = backend.model_name(engine)
         self.tiers_stale = True
@@ -241,6 +245,8 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
                 name = backend.next_name(names)
                 backend.create_conversation(engine, name)
             await self.open(name)
+        if self.tools is not None:
+            await self.say(self.tools_notice(), error=self.tool_fmt is None)
         self.poll()
 
     def refresh_settings(self) -> None:
@@ -286,15 +292,21 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         panel = self.panel
         panel.streaming, panel.live_tps, panel.live_ttft = True, None, None
         panel.refresh_figures()
+        options, fmt = self.turn_options(), self.split_format()
         self.run_worker(
-            lambda: self.stream_turn(self.engine, turn, text, dict(self.overrides)),
+            lambda: self.stream_turn(self.engine, turn, text, options, fmt),
             thread=True, group="turns", name=f"turn {name}", exit_on_error=False,
         )
         await self.refresh_list()
 
-    def stream_turn(self, engine: Any, turn: Turn, text: str, options: dict) -> None:
-        """[worker thread] Run one turn, posting its pieces and its end to the app."""
+    def stream_turn(self, engine: Any, turn: Turn, text: str, options: dict, fmt: Any = None) -> None:
+        """[worker thread] Run one turn, posting its pieces, its tool calls and its end to the app.
+
+        ``fmt``: the model's tool-call format; calls in the reply are split from its text
+        (``tools.ReplySplitter``) and posted as calls, never as markup.
+        """
         name, stats = turn.conversation, None
+        splitter = ReplySplitter(fmt, [t["function"]["name"] for t in options.get("tools") or ()])
         try:
             conv = engine.conversation(name)
             turn.conv = conv
@@ -306,7 +318,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
                 if turn.first_piece is None:
                     turn.first_piece = time.monotonic()
                 turn.pieces += 1
-                self.post_message(ReplyPiece(name, item))
+                self.post_pieces(name, *splitter.feed(item))
                 # Escape may come before the request exists: ask again until it ends.
                 if turn.cancel_requested and not backend.cancel_turn(conv):
                     stream.close()  # no cancel in this API: stop reading, the turn ends
@@ -318,7 +330,22 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             log.exception("turn in %r failed", name)
             self.post_message(ReplyFailed(name, f"{type(e).__name__}: {e}"))
             return
+        self.post_pieces(name, *splitter.close())
         self.post_message(ReplyFinished(name, stats))
+
+    def post_pieces(self, name: str, text: str, calls: list) -> None:
+        if text:
+            self.post_message(ReplyPiece(name, text))
+        for call in calls:
+            self.post_message(ReplyToolCall(name, call))
+
+    async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
+        if self.shutting_down:
+            return
+        chat = self.logs.get(message.conversation)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.add_call(message.call)
+        self.show_ttft(message.conversation)
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:
@@ -326,8 +353,12 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
             await chat.reply.append(message.text)
-        turn = self.turns.get(message.conversation)
-        if message.conversation == self.current and turn and turn.first_piece and self.panel.live_ttft is None:
+        self.show_ttft(message.conversation)
+
+    def show_ttft(self, name: str) -> None:
+        """The live TTFT once the open conversation's reply has its first piece (text or call)."""
+        turn = self.turns.get(name)
+        if name == self.current and turn and turn.first_piece and self.panel.live_ttft is None:
             self.panel.live_ttft = turn.first_piece - turn.started
             self.panel.refresh_figures()
 

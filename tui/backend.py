@@ -74,6 +74,29 @@ class MachineFigures:
     ranks: list[dict] = field(default_factory=list)
     #: Set when MLX runs on its slow reference BLAS: the warning with the fix.
     blas_warning: str | None = field(default_factory=blas_warning)
+    #: The memory signal in force (``kernel pressure level`` on macOS, ``psutil available
+    #: memory`` elsewhere) and what it reads now: the kernel's level (0 normal, 1 warn,
+    #: 2 critical) or the share of RAM in use and the bytes available.
+    memory_signal: str | None = None
+    pressure_level: int | None = None
+    pressure: float | None = None
+    available_bytes: int | None = None
+    #: What KV may take (``memory_status``) and where that pool comes from.
+    kv_budget: int | None = None
+    budget_source: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model the picker offers (``mlotspark.available_models``)."""
+
+    name: str  # what Engine.load takes: an alias, a repo id or a path
+    where: str  # catalogue | hf | used before | hf cache
+    size: int  # bytes (an alias not pulled: its download size)
+    pulled: bool
+    path: str = ""
+    default: bool = False
+    description: str = ""
 
 
 def load_engine(model: str | None, **defaults: Any) -> "EngineProtocol":
@@ -100,6 +123,17 @@ def sampling_sources(engine: "EngineProtocol") -> dict[str, str]:
     """Where each default sampling option came from (the model's file, the catalogue,
     the global default, the caller)."""
     return dict(engine.sampling_sources)
+
+
+def list_models() -> list[ModelRow]:
+    """The models a user can open by name: every catalogue alias (pulled or not) and what
+    ``mlotspark list`` shows (``mlotspark.available_models``, the same source). Reads the
+    disk (the Hugging Face cache too): call it from a worker thread."""
+    from mlotspark import available_models
+
+    return [ModelRow(r["name"], r.get("where", ""), int(r.get("size") or 0), bool(r.get("pulled")),
+                     str(r.get("path") or ""), bool(r.get("default")), str(r.get("description") or ""))
+            for r in available_models()]
 
 
 # -- conversations ----------------------------------------------------------------------
@@ -164,11 +198,29 @@ def machine(engine: "EngineProtocol") -> MachineFigures | None:
     except Exception as e:  # noqa: BLE001  a status read must never take the UI down
         log.warning("scheduler status unavailable: %s", e)
         return None
+    memory = s.get("memory") or {}
+    reading = (s.get("governor") or {}).get("reading") or {}
+    signal = memory.get("signal")
     return MachineFigures(
         state=s.get("state"), mode=s.get("mode"), cap=s.get("cap"), batch_size=s.get("batch_size"),
         queued=s.get("queued"), kv_bytes=s.get("kv_bytes"), decode_tps=s.get("decode_tps"),
         reason=str(s.get("reason") or ""), ranks=list(s.get("ranks") or []),
+        # "kernel pressure level (kern.memorystatus_vm_pressure_level)": the name without the detail
+        memory_signal=str(signal).split(" (")[0] if signal else None,
+        pressure_level=reading.get("memory_pressure_level"), pressure=reading.get("memory_pressure"),
+        available_bytes=reading.get("memory_available_bytes"),
+        kv_budget=memory.get("kv_budget_bytes"), budget_source=memory.get("source"),
     )
+
+
+def process_memory() -> int | None:
+    """Resident memory of this process in bytes (None where psutil cannot say)."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def tiers(engine: "EngineProtocol") -> dict | None:
@@ -227,7 +279,7 @@ def model_facts(engine: "EngineProtocol") -> dict:
 
 
 __all__ = [
-    "ConversationRow", "MachineFigures", "TurnFigures", "cancel_turn", "create_conversation",
+    "ConversationRow", "MachineFigures", "ModelRow", "TurnFigures", "list_models", "cancel_turn", "create_conversation",
     "default_options", "sampling_sources", "list_conversations", "load_engine", "machine", "memory_texts", "messages",
-    "model_facts", "model_name", "next_name", "prefill_progress", "running_step", "tiers", "turn_figures",
+    "model_facts", "model_name", "next_name", "prefill_progress", "process_memory", "running_step", "tiers", "turn_figures",
 ]

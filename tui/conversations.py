@@ -52,7 +52,7 @@ class ConversationActions:
                 chat = ChatLog(name, id=f"log-{self._log_ids}")
                 await self.query_one("#logs", ContentSwitcher).mount(chat)
                 self.logs[name] = chat
-                await chat.load(backend.messages(conv))
+                await chat.load(backend.messages(conv), split=self.split_stored)
             self.query_one("#logs", ContentSwitcher).current = chat.id
             self.current = name
             turn = self.turns.get(name)

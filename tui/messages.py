@@ -32,6 +32,14 @@ class ReplyPiece(Message):
 
 
 @dataclass
+class ReplyToolCall(Message):
+    """The reply in ``conversation`` made a tool call (a ``ToolCall``): shown, never run."""
+
+    conversation: str
+    call: Any
+
+
+@dataclass
 class ReplyFinished(Message):
     """The reply in ``conversation`` ended; ``stats`` is its GenerationStats."""
 
@@ -65,4 +73,5 @@ class EngineWarning(Message):
 
 __all__ = [
     "EngineFailed", "EngineLoaded", "EngineWarning", "FiguresReady", "ReplyFailed", "ReplyFinished", "ReplyPiece",
+    "ReplyToolCall",
 ]

@@ -16,6 +16,7 @@ KEYS = [
     ("Ctrl+J, Alt+Enter", "new line (Shift+Enter too, where the terminal sends it)"),
     ("Escape", "stop the reply; the partial reply is kept and marked"),
     ("Ctrl+N", "new conversation"),
+    ("F3", "pick a model (/model)"),
     ("F2", "rename the conversation (the highlighted one when the list has focus)"),
     ("F8", "delete the conversation (the highlighted one when the list has focus)"),
     ("F9", "bring back the conversation deleted last (for a few seconds)"),

@@ -7,11 +7,14 @@ error note (and nothing changes); it never ends the app.
 
 from __future__ import annotations
 
+from typing import Any
 
 from mlotspark import MlotsparkError, OptionError
 
 from tui import backend
 from tui.commands import Command, CommandError, parse, slash_name
+from tui.picker import ModelPicker
+from tui.tools import load_tools, split_reply, stored_format
 
 
 MEMORY_LIST = 20  # entries /memory shows
@@ -121,17 +124,94 @@ class SlashCommands:
     # -- the model --------------------------------------------------------------------
     async def command_model(self, cmd: Command) -> None:
         if not cmd.argument:
-            facts = backend.model_facts(self.engine)
-            keys = ("model", "weights", "weights_mb", "context_length", "device", "blas", "model_path")
-            parts = [f"{k}: {facts[k]}" for k in keys if k in facts]
-            await self.say("\n".join(parts) or backend.model_name(self.engine))
+            self.action_models()
             return
+        await self.switch_model(cmd.argument)
+
+    def action_models(self) -> None:
+        """F3 / ``/model``: the model picker; the chosen model replaces the open one."""
+        if isinstance(self.screen, ModelPicker):  # F3 again closes it
+            self.screen.dismiss(None)
+            return
+        if self.engine is None:
+            return
+        facts = backend.model_facts(self.engine)
+        keys = (("model", "{}"), ("weights", "{}"), ("weights_mb", "{} MB"), ("context_length", "context {}"),
+                ("device", "{}"))
+        line = "open now: " + " · ".join(f.format(facts[k]) for k, f in keys if facts.get(k) is not None)
+        current = (backend.model_name(self.engine), str(facts.get("model_path") or ""))
+        self.push_screen(ModelPicker(self.model_lister, current, line), self.picked)
+
+    async def picked(self, name: str | None) -> None:
+        if name:
+            await self.switch_model(name)
+
+    async def switch_model(self, name: str) -> None:
+        """Load ``name`` off the UI thread with its progress shown; the old engine is closed
+        once the new one is ready, and kept if loading fails (``app.on_engine_failed``)."""
         if self.turns or self.loading_since is not None:
             await self.say("/model: wait for the replies in progress (Escape stops them) or the model loading",
                            error=True)
             return
-        self.model = cmd.argument
-        self.start_loading(cmd.argument)
+        if self.engine is not None and name == backend.model_name(self.engine):
+            await self.say(f"{name} is open already")
+            return
+        self.model = name
+        self.start_loading(name)
+
+    # -- tools ------------------------------------------------------------------------
+    def turn_options(self) -> dict:
+        """This session's options for a turn: the settings, and the tools where the model takes them."""
+        options = dict(self.overrides)
+        if self.tools is not None and self.tool_fmt is not None:
+            options.update(self.tools.options())
+        return options
+
+    def split_format(self) -> Any:
+        """The tool format replies are split by: a format with an opener (``<tool_call>``)
+        always, so no markup ever shows; one whose whole reply is the call only with tools."""
+        fmt = self.tool_fmt
+        if fmt is None or (not fmt.opener and self.tools is None):
+            return None
+        return fmt
+
+    def split_stored(self, text: str) -> tuple[str, list]:
+        """A stored reply as shown: its text, and its tool calls as blocks."""
+        try:
+            names = self.tools.names if self.tools is not None else None
+            return split_reply(stored_format(self.split_format(), text), text, names)
+        except Exception:  # noqa: BLE001  a reply that cannot be split is shown as written
+            return text, []
+
+    def tools_notice(self) -> str:
+        """One line: whether the open model gets the tools (its template may have no tool support)."""
+        name = backend.model_name(self.engine) if self.engine is not None else "the model"
+        if self.tools is not None and self.tool_fmt is not None:
+            return f"tools: {', '.join(self.tools.names)} given to {name}; its calls are shown, not run"
+        return (f"tools: {name} has no tool support in its chat template, so the tools are not sent to it "
+                "(F3 opens another model)")
+
+    async def command_tools(self, cmd: Command) -> None:
+        arg = cmd.argument
+        if not arg:
+            if self.tools is None:
+                await self.say("no tools (give some with /tools FILE: an OpenAI tools JSON file)")
+                return
+            await self.say(f"tools from {self.tools.source}: {', '.join(self.tools.names)} "
+                           f"(tool_choice {self.tools.choice}); calls are shown, not run")
+            if self.tool_fmt is None:
+                await self.say(self.tools_notice(), error=True)
+            return
+        if arg.lower() == "off":
+            self.tools = None
+            await self.say("tools off")
+            return
+        spec = load_tools(arg)
+        self.engine.options(**self.overrides, **spec.options())  # raises OptionError naming the bad part
+        self.tools = spec
+        await self.say(f"tools: {', '.join(spec.names)} from {spec.source}; calls are shown, not run")
+        if self.tool_fmt is None:
+            await self.say(self.tools_notice(), error=True)
 
 
 __all__ = ["SlashCommands"]

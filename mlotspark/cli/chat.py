@@ -24,15 +24,20 @@ def run(args: argparse.Namespace) -> int:
     if args.distributed:
         raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
-    GenerationOptions().merged(**options)  # a bad value fails before the app starts
     from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
     from tui.backend import load_engine
+    from tui.tools import load_tools
+
+    tools = load_tools(args.tools) if args.tools else None
+    # A bad value (or a bad tool) fails before the app starts.
+    GenerationOptions().merged(**options, **(tools.options() if tools else {}))
 
     app = ChatApp(
         model=args.model,
         conversation=args.conversation,
         options=options,
         loader=functools.partial(load_engine, weights=args.weights),
+        tools=tools,
     )
     try:
         app.run()
@@ -49,6 +54,9 @@ def register(sub: Any) -> None:
     p.add_argument("--conversation", "-c", default=None, metavar="NAME",
                    help="open this conversation (created if new; default: the most recent one)")
     add_sampling_args(p)
+    p.add_argument("--tools", default=None, metavar="FILE",
+                   help="give the model these tools (an OpenAI tools JSON file: a list, or {\"tools\": [...], "
+                        "\"tool_choice\": ...}); its calls are shown in the chat, never run")
     p.add_argument("--distributed", choices=("pipeline", "tensor"), default=None,
                    help="refused with the commands that do run across ranks (mlx.launch gives no rank a terminal)")
     p.set_defaults(func=run)

@@ -25,15 +25,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(models, indent=2))
         return 0
-    print(f"{'NAME':40} {'STATE':9} {'SIZE':>9} {'IN FLIGHT':>9} {'IDLE':>8} {'UNLOADS IN':>10}")
+    print(f"{'NAME':40} {'STATE':9} {'SIZE':>9} {'KV BUDGET':>10} {'IN FLIGHT':>9} {'IDLE':>8} {'UNLOADS IN':>10}")
     for m in models:
         state = "loading" if m.get("loading") else "loaded" if m.get("loaded") else "-"
         size = f"{m['bytes'] / 1e6:,.0f} MB" if m.get("bytes") else "-"
+        kv = f"{m['kv_budget_bytes'] / 1e6:,.0f} MB" if m.get("kv_budget_bytes") is not None else "-"
         idle = f"{m['idle_s']:.0f} s" if m.get("idle_s") is not None else "-"
         left = m.get("expires_in_s")
         unloads = "never" if m.get("loaded") and left is None else (f"{left:.0f} s" if left is not None else "-")
         name = m["name"] + (" (default)" if m.get("default") else "")
-        print(f"{name[:40]:40} {state:9} {size:>9} {m.get('requests_in_flight', 0):>9} {idle:>8} {unloads:>10}")
+        print(f"{name[:40]:40} {state:9} {size:>9} {kv:>10} {m.get('requests_in_flight', 0):>9} {idle:>8} "
+              f"{unloads:>10}")
+    budget = health.get("memory_budget")
+    if budget:
+        print(f"memory budget {budget['budget_bytes'] / 1e6:,.0f} MB: weights {budget['weights_bytes'] / 1e6:,.0f} MB, "
+              f"KV {budget['kv_share_bytes'] / 1e6:,.0f} MB per resident model; one thermal governor")
     return 0
 
 

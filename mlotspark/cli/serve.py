@@ -71,17 +71,26 @@ def run(args: argparse.Namespace) -> int:
     from mlotspark.models.catalogue import default_model
     from mlotspark.server import ModelPool, PromptCache, ServerState, create_app
 
-    def load(spec: str) -> Engine:
-        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), **kwargs)
+    # One memory budget and one thermal governor for every model served (server/governance.py).
+    governance = shared_governance(kwargs)
+
+    def load(spec: str, governor: Any = None) -> Engine:
+        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(),
+                           governor=governor, **kwargs)
 
     def make_cache(engine: Engine) -> PromptCache | None:
         return None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
 
     specs = args.model or [default_model()]
-    engine = load(specs[0])
+    first = governance.share(specs[0])
+    engine = load(specs[0], first)
     pool = ModelPool(load, make_cache, keep_alive_s=args.keep_alive, max_models=args.max_models,
-                     allow_load=folders, allow_pull=args.allow_pull)
-    pool.add(engine.model_name, specs[0], engine)
+                     allow_load=folders, allow_pull=args.allow_pull, governance=governance)
+    pool.add(engine.model_name, specs[0], engine, share=first)
+    fit = governance.fits(engine.model_name, pool.default.weights_bytes, without=(first,))
+    if not fit.ok:  # the first model alone leaves too little for KV
+        engine.close()
+        raise OptionError(f"cannot serve: {fit.line}")
     for spec in specs[1:]:  # loaded on first use
         pool.add(spec, spec)
     state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=make_cache(engine),
@@ -95,6 +104,20 @@ def run(args: argparse.Namespace) -> int:
           f"{' (API key required)' if api_key else ''}; Ctrl+C stops", file=sys.stderr, flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+def shared_governance(kwargs: dict[str, Any]) -> Any:
+    """The server's :class:`SharedGovernor`: one ThermalGovernor (mode, max batch) and the machine's
+    memory budget (``--memory-limit``, else Metal's working set, else the memory available now)."""
+    from mlotspark.server.governance import SharedGovernor, machine_budget
+    from mlotspark.thermal.governor import ThermalGovernor, apply_memory_limit
+
+    limit = kwargs.get("memory_limit")
+    if limit is not None:
+        apply_memory_limit(limit)  # MLX's allocator too, as one engine's own governor would
+    # No limit on the governor itself: each engine's share of the budget gates its admissions.
+    governor = ThermalGovernor(mode=kwargs.get("mode", "auto"), max_batch=kwargs.get("max_batch", 8))
+    return SharedGovernor(governor, machine_budget(limit))
 
 
 class _Server:

@@ -306,7 +306,8 @@ class Conversation:
             user["memory"] = p.memory_section(new)
             user["memory_ids"] = [h.id for h in new]
         extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": []}
-        prompt_ids = self.engine.encode(render(self.record, user))
+        # With tools the template shows them to the model (the calls come back as its reply's text).
+        prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
         # A conversation that passes the context moves from a KV cache to the cascade:
         # only caches of the kind this turn runs under can continue it.
         kind = self.engine.cache_kind_for(len(prompt_ids), merged)

@@ -112,6 +112,23 @@ def on_disk() -> list[dict[str, Any]]:
     return rows
 
 
+def available_models() -> list[dict[str, Any]]:
+    """What a user can open by name (the chat's model picker): every catalogue alias,
+    pulled or not, then every other model ``on_disk()`` lists (bundles left out: they
+    are not chat models).
+
+    Returns:
+        One dict per model: ``name`` (what ``Engine.load`` takes), ``kind``, ``where``,
+        ``path``, ``size`` (bytes; an alias not pulled: its download size), ``pulled``,
+        ``default``, ``description``.
+    """
+    rows = [{**r, "where": "catalogue"} for r in catalogue.list_models() if r["kind"] == "gguf"]
+    seen = {r["path"] for r in rows}
+    rows += [{"description": "", "default": False, **r, "pulled": True} for r in on_disk()
+             if r["kind"] != "bundle" and r["path"] not in seen]
+    return rows
+
+
 def format_on_disk(rows: list[dict[str, Any]] | None = None) -> str:
     """``on_disk()`` as a table, one line per model (``*`` marks the default)."""
     rows = on_disk() if rows is None else rows
@@ -171,4 +188,4 @@ def _delete(target: Path, name: str) -> str:
     return f"removed {name} ({size / 1e6:.1f} MB, {target})"
 
 
-__all__ = ["format_on_disk", "hf_cache_models", "on_disk", "remember", "remove"]
+__all__ = ["available_models", "format_on_disk", "hf_cache_models", "on_disk", "remember", "remove"]

@@ -10,6 +10,11 @@ cache. A slot loads on first use (the request waits; ``/health`` shows it loadin
 after ``keep_alive`` seconds idle (-1 = never; the clock is injectable, so tests need not
 wait), and at most ``max_models`` are resident, the least recently used idle one making
 room. ``"default"`` names the first model.
+
+With a :class:`~mlotspark.server.governance.SharedGovernor` the engines share one memory
+budget and one thermal governor: each is loaded with its own share of it, a model that does
+not fit first unloads idle models (least recently used first) and is refused with a
+one-line error naming the sizes when it still does not.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlotspark.errors import MlotsparkError, ModelNotFoundError
+from mlotspark.server.governance import SharedGovernor
 from mlotspark.server.schemas import APIError
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,8 @@ class Slot:
     loads: int = 0
     error: str | None = None
     keep_alive_s: float | None = None  # a request's own keep_alive (Ollama's), else the pool's
+    share: Any = None  # its GovernorShare, with a shared governor
+    weights_bytes: int = 0  # its weights when last loaded (0: not known yet)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -72,13 +80,20 @@ class ModelPool:
         allow_load: folders whose model files a request may name.
         allow_pull: catalogue aliases not on disk may be pulled on demand.
         clock: seconds, monotonic (injectable for tests).
+        governance: one memory budget and thermal governor for every engine; ``load`` is
+            then called as ``load(spec, governor=share)``.
+        estimate: ``estimate(spec) -> bytes`` of a model's weights before its first load
+            (default: its files' size, a lower bound; the loaded size is checked again).
     """
 
     def __init__(self, load: Callable[[str], Any], make_cache: Callable[[Any], Any] | None = None, *,
                  keep_alive_s: float = DEFAULT_KEEP_ALIVE_S, max_models: int = 3,
                  allow_load: tuple[Path, ...] = (), allow_pull: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, governance: SharedGovernor | None = None,
+                 estimate: Callable[[str], int] | None = None):
         self.load_fn, self.make_cache = load, make_cache
+        self.governance, self.estimate = governance, estimate or stored_bytes
+        self._load_lock = threading.Lock()  # one load at a time: room is made for one model at once
         self.keep_alive_s, self.max_models = keep_alive_s, max(1, max_models)
         self.allow_load = tuple(Path(d).expanduser().resolve() for d in allow_load)
         self.allow_pull, self.clock = allow_pull, clock
@@ -87,11 +102,17 @@ class ModelPool:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- what may be served
-    def add(self, name: str, spec: str, engine: Any = None, prompt_cache: Any = None) -> Slot:
+    def add(self, name: str, spec: str, engine: Any = None, prompt_cache: Any = None, share: Any = None) -> Slot:
         """A model given at start (the first is the default, kept resident); ``engine`` when
-        it is loaded already."""
+        it is loaded already (with ``share``, the governor it was loaded with)."""
         slot = Slot(name, spec, pinned=self.default is None, engine=engine, prompt_cache=prompt_cache,
-                    last_used=self.clock(), loads=int(engine is not None))
+                    last_used=self.clock(), loads=int(engine is not None), share=share)
+        if engine is not None and self.governance is not None:
+            if slot.share is None:
+                slot.share = self.governance.share(name)
+            slot.share.name = name
+            slot.weights_bytes = int(engine.loaded.nbytes())
+            self.governance.settle(slot.share, slot.weights_bytes)
         self.slots[name] = slot
         if self.default is None:
             self.default = slot
@@ -164,25 +185,42 @@ class ModelPool:
         except BaseException:
             slot.active -= 1
             raise
+        if slot.share is not None:
+            slot.share.active = slot.active
         return slot
 
     def release(self, slot: Slot) -> None:
         slot.active = max(0, slot.active - 1)
         slot.last_used = self.clock()
+        if slot.share is not None:
+            slot.share.active = slot.active
 
     def _load(self, slot: Slot) -> None:
-        with slot._lock:  # one load per slot; other requests wait for it
+        with slot._lock, self._load_lock:  # one load per slot; other requests wait for it
             if slot.loaded:
                 return
             self._make_room(slot)
+            gov = self.governance
+            if gov is not None:
+                self._make_memory_room(slot, slot.weights_bytes or self.estimate(slot.spec))
+                slot.share = slot.share or gov.share(slot.name)
             slot.loading, slot.error = True, None
             try:
-                engine = self.load_fn(slot.spec)
+                engine = self.load_fn(slot.spec) if gov is None else self.load_fn(slot.spec, governor=slot.share)
             except MlotsparkError as e:
                 slot.error = str(e)
                 raise APIError(500, f"model '{slot.name}' could not be loaded: {e}", type="server_error") from None
             finally:
                 slot.loading = False
+            if gov is not None:
+                slot.weights_bytes = int(engine.loaded.nbytes())  # the estimate was a lower bound: check again
+                try:
+                    self._make_memory_room(slot, slot.weights_bytes)
+                except APIError as e:
+                    engine.close()
+                    slot.error = e.message
+                    raise
+                gov.settle(slot.share, slot.weights_bytes)
             slot.prompt_cache = self.make_cache(engine) if self.make_cache is not None else None
             if slot.prompt_cache is not None:
                 engine.run_on_engine(slot.prompt_cache.load)
@@ -200,12 +238,41 @@ class ModelPool:
             self.unload(idle[0])
             resident.remove(idle[0])
 
+    def _make_memory_room(self, slot: Slot, need: int) -> None:
+        """Unload idle models, least recently used first, until ``slot`` (weights ``need``) fits
+        the memory budget.
+
+        Raises:
+            APIError: 503 (retry later) when it would fit once busy models are idle; 507 when
+                it cannot fit beside the models kept resident whatever happens.
+        """
+        gov = self.governance
+        assert gov is not None
+        fit = gov.fits(slot.name, need)
+        while not fit.ok:
+            idle = sorted((s for s in self.resident() if s is not slot and not s.pinned and s.active == 0),
+                          key=lambda s: s.last_used)
+            if not idle:
+                break
+            log.info("unloading %s to make room for %s: %s", idle[0].name, slot.name, fit.line)
+            self.unload(idle[0])
+            fit = gov.fits(slot.name, need)
+        if fit.ok:
+            return
+        movable = tuple(s.share for s in self.resident() if s is not slot and not s.pinned and s.share is not None)
+        if movable and gov.fits(slot.name, need, without=movable).ok:
+            raise APIError(503, f"cannot load now: {fit.line}; the others are busy, retry later",
+                           type="server_error", code="insufficient_memory", headers={"Retry-After": "10"})
+        raise APIError(507, f"cannot load: {fit.line}", type="server_error", code="insufficient_memory")
+
     def unload(self, slot: Slot) -> None:
         """Close ``slot``'s engine (its prompt cache saved first)."""
         engine, cache = slot.engine, slot.prompt_cache
         slot.engine = slot.prompt_cache = None
         if engine is None:
             return
+        if self.governance is not None and slot.share is not None:
+            self.governance.leave(slot.share)
         if cache is not None:
             try:
                 engine.run_on_engine(cache.save)
@@ -242,6 +309,21 @@ class ModelPool:
             self.unload(s)
 
 
+def stored_bytes(spec: str) -> int:
+    """Bytes of a model's files on disk (0 when unknown): a lower bound of its loaded weights."""
+    path = Path(spec).expanduser()
+    if not path.exists():
+        try:
+            from mlotspark.models import catalogue
+
+            path = Path(catalogue.resolve(spec, pull=False, progress=False).path)
+        except Exception:  # noqa: BLE001  not stored (pulled on load): the loaded size decides
+            return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.glob("*.safetensors")) if path.is_dir() else 0
+
+
 def parse_keep_alive(value: object) -> float | None:
     """Ollama's ``keep_alive`` in seconds: a number, or ``"10s"`` / ``"5m"`` / ``"1h"``; negative = never.
 
@@ -270,4 +352,4 @@ def parse_keep_alive(value: object) -> float | None:
     return None
 
 
-__all__ = ["DEFAULT_KEEP_ALIVE_S", "ModelPool", "Slot", "parse_keep_alive"]
+__all__ = ["DEFAULT_KEEP_ALIVE_S", "ModelPool", "Slot", "parse_keep_alive", "stored_bytes"]

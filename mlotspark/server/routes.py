@@ -121,6 +121,7 @@ def build(state: Any) -> list[Route]:
             "kv_bytes": s.get("kv_bytes"),
             "prompt_cache": live.get("prompt_cache"),
             "models": models_status(state),
+            "memory_budget": state.pool.governance.status() if state.pool.governance is not None else None,
             "process": _process_memory(),
         })
 
@@ -165,7 +166,8 @@ def models_status(state: Any) -> list[dict]:
         out.append({"name": s.name, "default": s is pool.default, "loaded": s.loaded, "loading": s.loading,
                     "requests_in_flight": s.active, "idle_s": round(now - s.last_used, 3) if s.loaded else None,
                     "expires_in_s": None if expires is None else round(expires, 3), "loads": s.loads,
-                    "bytes": int(s.engine.loaded.nbytes()) if s.loaded else None, "error": s.error})
+                    "bytes": int(s.engine.loaded.nbytes()) if s.loaded else None, "error": s.error,
+                    "kv_budget_bytes": s.share.kv_budget() if s.loaded and s.share is not None else None})
     return out
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
+from rich.console import Group
+from rich.json import JSON
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
@@ -71,17 +76,34 @@ class NoteLine(Static):
         self.error = error
 
 
+class ToolCallBlock(Static):
+    """A tool call the model made: the function's name and its arguments as JSON.
+    Shown, never run (the chat has no tools of its own to run)."""
+
+    def __init__(self, call: Any) -> None:
+        head = Text("⚙ tool call ", style="bold")
+        head.append(str(call.name), style="bold cyan")
+        head.append("  (shown, not run)", style="dim")
+        body = json.dumps(call.arguments, ensure_ascii=False, indent=2)
+        super().__init__(Group(head, JSON(body, indent=2)), classes="tool-call")
+        self.call = call
+        self.text = f"{head.plain}\n{body}"  # what it shows, as plain text
+
+
 class Reply(Vertical):
-    """The assistant's reply; streams in piece by piece as Markdown.
+    """The assistant's reply; streams in piece by piece as Markdown, with the tool calls it
+    made as blocks under its text.
 
     Args:
-        text: the reply so far (a stored reply is complete).
+        text: the reply so far (a stored reply is complete), without call markup.
         streaming: True while pieces are still coming.
+        calls: tool calls of a stored reply (``ToolCall``).
     """
 
-    def __init__(self, text: str = "", streaming: bool = False) -> None:
+    def __init__(self, text: str = "", streaming: bool = False, calls: list | None = None) -> None:
         super().__init__(classes="reply streaming" if streaming else "reply")
         self.text = text
+        self.calls: list = list(calls or [])
         self.pieces = 0
         self.finish_reason: str | None = None
         self._stream: MarkdownStream | None = None
@@ -90,10 +112,24 @@ class Reply(Vertical):
         self._pending = ""  # pieces not yet written into the Markdown
         self._last_write = 0.0
         self._flush_timer: Timer | None = None
+        self._body: Markdown | None = None  # set in compose
 
     def compose(self) -> ComposeResult:
-        yield Markdown(self.text or None, classes="body")
+        self._body = body = Markdown(self.text or None, classes="body")
+        body.display = bool(self.text.strip()) or not self.calls  # a reply that is only calls: no blank line
+        yield body
+        yield from (ToolCallBlock(c) for c in self.calls)
         yield Static("", classes="mark")
+
+    async def add_call(self, call: Any) -> None:
+        """Show a tool call the model made (after the text so far)."""
+        await self._flush()
+        self.calls.append(call)
+        if not self.text.strip() and self._body is not None:
+            self._body.display = False  # only calls so far: no blank line above them
+        await self.mount(ToolCallBlock(call), before=self.query_one(".mark", Static))
+        if isinstance(self.parent, ChatLog):
+            self.parent.follow()
 
     def on_mount(self) -> None:
         if self._streaming:
@@ -102,15 +138,19 @@ class Reply(Vertical):
     def show_progress(self, text: str) -> None:
         """Show how the prompt's prefill is going, until the first piece arrives."""
         self.progress = text
+        self.add_class("progress")  # the mark line shows while the prompt prefills
         self.query_one(".mark", Static).update(Text(text))
 
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
         if self.progress:
             self.progress = ""
+            self.remove_class("progress")
             self.query_one(".mark", Static).update("")
         self.text += piece
         self.pieces += 1
+        if piece.strip() and self._body is not None:
+            self._body.display = True
         self._pending += piece
         wait = self._last_write + STREAM_EVERY_S - time.monotonic()
         if wait <= 0:
@@ -149,6 +189,7 @@ class Reply(Vertical):
             self.add_class(self.finish_reason or "")
         if mark or self.progress:  # a prefill line left by a reply stopped before its first piece
             self.progress = ""
+            self.remove_class("progress")
             self.query_one(".mark", Static).update(Text(mark))
 
     @property
@@ -168,19 +209,41 @@ class ChatLog(VerticalScroll):
         super().__init__(id=id, classes="chat-log")
         self.conversation = conversation
         self.reply: Reply | None = None  # the reply streaming now
+        # Whether new lines scroll into view: off once the reader scrolls up, on again at the
+        # bottom. A flag, not "at the bottom now": two writes before a layout pass grow the
+        # content past the last scroll, which a position test took for the reader leaving.
+        self.following = True
 
     def compose(self) -> ComposeResult:
         yield Static(HINT, classes="hint")
 
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value >= self.max_scroll_y - 1:
+            self.following = True
+        elif new_value < old_value:  # moved up, away from the bottom: the reader's doing
+            self.following = False
+
     def follow(self) -> None:
         """Keep the newest line in view, unless the user has scrolled up to read."""
-        if self.scroll_y >= self.max_scroll_y - 1:
+        if self.following:
             self.scroll_end(animate=False)
 
-    async def load(self, messages: list[dict]) -> None:
-        """Show stored messages (replaces what is shown)."""
+    async def load(self, messages: list[dict], split: Callable[[str], tuple[str, list]] | None = None) -> None:
+        """Show stored messages (replaces what is shown).
+
+        Args:
+            messages: the conversation's user and assistant messages.
+            split: a reply's text -> (text, tool calls), so stored calls show as blocks.
+        """
         await self.clear()
-        widgets = [UserMessage(m["content"]) if m["role"] == "user" else Reply(m["content"]) for m in messages]
+        widgets: list[Widget] = []
+        for m in messages:
+            if m["role"] == "user":
+                widgets.append(UserMessage(m["content"]))
+            else:
+                text, calls = split(m["content"]) if split is not None else (m["content"], [])
+                widgets.append(Reply(text, calls=calls))
         if widgets:
             await self.mount_all(widgets)
         for widget, m in zip(widgets, messages):  # a stopped or cut reply keeps its mark after a restart
@@ -191,6 +254,7 @@ class ChatLog(VerticalScroll):
     async def clear(self) -> None:
         await self.query("UserMessage, Reply, NoteLine").remove()
         self.reply = None
+        self.following = True
 
     async def add_user(self, text: str) -> UserMessage:
         widget = UserMessage(text)
@@ -220,4 +284,4 @@ class ChatLog(VerticalScroll):
         return list(self.query(NoteLine))
 
 
-__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "UserMessage"]
+__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "ToolCallBlock", "UserMessage"]

@@ -24,6 +24,8 @@ SETTING_LABELS = (  # option, short label
     ("min_p", "min_p"), ("max_tokens", "max"), ("repetition_penalty", "rep"),
 )
 THERMAL_STYLES = {"nominal": "green", "fair": "yellow", "serious": "dark_orange", "critical": "bold red"}
+PRESSURE_LEVELS = ("normal", "warn", "critical")  # macOS kernel memory pressure 0, 1, 2
+PRESSURE_STYLES = {"normal": "green", "warn": "yellow", "critical": "bold red"}
 
 
 def mb(n: Any) -> str:
@@ -113,19 +115,44 @@ def memories_text(turn: TurnFigures) -> Text:
     return out
 
 
+def gb(n: Any) -> str:
+    return DASH if n is None else f"{n / 1e9:.1f} GB"
+
+
+def pressure_text(m: MachineFigures) -> Text:
+    """What the memory signal reads now: the kernel's level on macOS, else RAM in use."""
+    if m.pressure_level is not None:
+        name = PRESSURE_LEVELS[min(max(int(m.pressure_level), 0), 2)]
+        return Text(name, style=PRESSURE_STYLES[name])
+    if m.pressure is None:  # the governor reads the machine once requests run
+        return Text(DASH if m.memory_signal is None else f"{DASH} until the first reply", style="dim")
+    out = Text(f"{m.pressure:.0%} used")
+    if m.available_bytes is not None:
+        out.append(f" · {gb(m.available_bytes)} free")
+    return out
+
+
+def kv_text(m: MachineFigures) -> str:
+    """KV held by requests in flight, of the budget in force."""
+    used = mb(m.kv_bytes or 0) if m.kv_bytes is not None or m.kv_budget is not None else DASH
+    return used if m.kv_budget is None else f"{used} of {gb(m.kv_budget)} budget"
+
+
 def machine_text(m: MachineFigures | None, rss: int | None, peak_mb: float | None) -> Text:
-    """Thermal state, batch cap and size, queue, memory in use."""
+    """Thermal state, batch cap and size, queue, memory in use, the memory signal in force
+    with its reading, and KV against its budget."""
     m = m or MachineFigures()
     state = Text(num(m.state), style=THERMAL_STYLES.get(m.state or "", ""))
     if m.mode:
         state.append(f" · {m.mode}", style="dim")
     memory = mb(rss) if rss is not None else (num(peak_mb, "{:.0f} MB peak"))
-    if m.kv_bytes:
-        memory += f" (KV {mb(m.kv_bytes)})"
     rows = [
         ("thermal", state),
         ("batch", f"{num(m.batch_size)} · cap {num(m.cap)} · queue {num(m.queued)}"),
         ("memory", memory),
+        ("signal", num(m.memory_signal)),
+        ("pressure", pressure_text(m)),
+        ("KV", kv_text(m)),
     ]
     for r in m.ranks:  # one row per rank of a distributed engine: the hottest paces every token
         rows.append((f"rank {r.get('rank', '?')}", rank_text(r)))
@@ -212,4 +239,4 @@ class StatsPanel(VerticalScroll):
         return "".join(p.plain for p in parts)
 
 
-__all__ = ["StatsPanel", "machine_text", "rank_text", "sparkline", "memories_text", "settings_text", "speed_text", "tiers_text"]
+__all__ = ["StatsPanel", "kv_text", "machine_text", "pressure_text", "rank_text", "sparkline", "memories_text", "settings_text", "speed_text", "tiers_text"]

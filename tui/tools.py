@@ -1,0 +1,178 @@
+"""Tools in the chat: read an OpenAI tools file, and split a reply into text and calls.
+
+The chat never runs a tool: a call the model makes is shown as a block (the function's
+name and its arguments as JSON) and the conversation goes on with the user's next
+message. The calls are split from the reply's text with the engine's own splitter
+(``mlotspark.CallSplitter``, what the server uses), so no ``<tool_call>`` markup is
+ever shown, streamed or stored.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from mlotspark import OptionError
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Tools given to the chat (``--tools FILE``, ``/tools FILE``).
+
+    Attributes:
+        tools: OpenAI tools (``[{"type": "function", "function": {...}}]``).
+        choice: ``tool_choice`` (``auto`` unless the file says otherwise).
+        source: the file they came from.
+    """
+
+    tools: list[dict]
+    choice: Any = "auto"
+    source: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return [str((t.get("function") or {}).get("name")) for t in self.tools]
+
+    def options(self) -> dict[str, Any]:
+        """The generation options that give these tools to the model."""
+        return {"tools": self.tools, "tool_choice": self.choice}
+
+
+def load_tools(path: str | Path) -> ToolSpec:
+    """Read a tools file: a JSON list of OpenAI tools, or ``{"tools": [...], "tool_choice": ...}``
+    (a request body's fields). The tools themselves are checked by the engine's options.
+
+    Raises:
+        OptionError: the file cannot be read, is not JSON, or has neither shape (naming it).
+    """
+    p = Path(path).expanduser()
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise OptionError(f"cannot read tools file {str(path)!r}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise OptionError(f"tools file {str(path)!r} is not JSON: {e}") from None
+    choice: Any = "auto"
+    if isinstance(doc, dict) and "tools" in doc:
+        choice = doc.get("tool_choice") or "auto"
+        doc = doc["tools"]
+    if not isinstance(doc, list) or not doc:
+        raise OptionError(f"tools file {str(path)!r} holds no tools: give a JSON list of OpenAI tools "
+                          '([{"type": "function", "function": {"name": ..., "parameters": {...}}}]) '
+                          'or {"tools": [...]}')
+    return ToolSpec(doc, choice, str(p))
+
+
+def tool_support(engine: Any) -> Any:
+    """The model's tool-call format from its chat template, or None (no tool support)."""
+    from mlotspark import tool_format  # imports MLX: only once an engine is loaded
+
+    return tool_format(getattr(engine, "tokenizer", None))
+
+
+#: The ``<tool_call>`` format (Qwen2.5, Hermes), for stored replies opened under a model
+#: without tool support: their calls still show as blocks, never as markup.
+_HERMES_TEMPLATE = "{% if tools %}<tool_call>{% endif %}"
+
+
+def stored_format(fmt: Any, text: str) -> Any:
+    """The format a stored reply is split by: the open model's, else ``<tool_call>``'s when
+    the reply holds one."""
+    if fmt is not None or "<tool_call>" not in text:
+        return fmt
+    from mlotspark import tool_format
+
+    return tool_format(SimpleNamespace(chat_template=_HERMES_TEMPLATE))
+
+
+CUT_SHORT = "*(a tool call was cut short by max_tokens and dropped)*"
+
+
+class ReplySplitter:
+    """Text pieces in; ``(text, calls)`` out, never the call markup.
+
+    Args:
+        fmt: the model's tool format (``tool_support``); None passes text through.
+        tools: the tool names given this turn. With them, a reply that is one bare JSON
+            call (``{"name": ..., "arguments": {...}}`` without the ``<tool_call>`` tags, as
+            Qwen2.5-Coder writes under ``auto``) is held until it ends and shown as a call.
+    """
+
+    def __init__(self, fmt: Any, tools: list[str] | None = None):
+        from mlotspark import CallSplitter
+
+        self.splitter = CallSplitter(fmt) if fmt is not None else None
+        self.opener = getattr(fmt, "opener", "")
+        self.args_key = getattr(fmt, "args_key", "arguments")
+        self.tools = set(tools or ())
+        self.raw = ""  # the reply as written (to count the calls it opened)
+        self.calls = 0
+        self.holding: bool | None = None  # a bare JSON reply held back (None: not known yet)
+
+    def feed(self, piece: str) -> tuple[str, list]:
+        if self.splitter is None:
+            return piece, []
+        self.raw += piece
+        if self.tools and self.opener and self.holding is not False:
+            head = self.raw.lstrip()
+            if not head:
+                return "", []
+            self.holding = head.startswith("{")
+            if self.holding:
+                return "", []
+            piece = self.raw  # what was held while undecided (only space) goes through now
+        text, calls = self.splitter.feed(piece)
+        self.calls += len(calls)
+        return text, calls
+
+    def close(self) -> tuple[str, list]:
+        """What is left; a call cut short (``max_tokens``) is dropped and said so."""
+        if self.splitter is None:
+            return "", []
+        if self.holding:
+            call = self.bare_call(self.raw)
+            if call is not None:
+                return "", [call]
+            self.holding = False
+            text, calls = self.splitter.feed(self.raw)  # not a bare call: the reply as the model wrote it
+            more_text, more = self.splitter.close()
+            text, calls = text + more_text, calls + more
+        else:
+            text, calls = self.splitter.close()
+        self.calls += len(calls)
+        if self.opener and self.raw.count(self.opener) > self.calls:
+            text += f"\n\n{CUT_SHORT}"
+        return text, calls
+
+    def bare_call(self, text: str) -> Any:
+        """``text`` as one call of a given tool, or None."""
+        from mlotspark import ToolCall
+
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or obj.get("name") not in self.tools:
+            return None
+        args = obj.get(self.args_key, obj.get("arguments", obj.get("parameters", {})))
+        if not isinstance(args, dict):
+            return None
+        return ToolCall(id="call_" + uuid.uuid4().hex[:24], name=obj["name"], arguments=args)
+
+
+def split_reply(fmt: Any, text: str, tools: list[str] | None = None) -> tuple[str, list]:
+    """A stored reply as the chat shows it: its text without the calls, and the calls
+    (``tools``: the tool names in force, for a bare JSON call)."""
+    if fmt is None:
+        return text, []
+    splitter = ReplySplitter(fmt, tools)
+    shown, calls = splitter.feed(text)
+    rest, more = splitter.close()
+    return shown + rest, calls + more
+
+
+__all__ = ["CUT_SHORT", "ReplySplitter", "ToolSpec", "load_tools", "split_reply", "stored_format", "tool_support"]
