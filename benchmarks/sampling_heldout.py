@@ -54,7 +54,7 @@ def parse_setting(text: str) -> tuple[str, dict[str, float]]:
     opts = {}
     for part in body.split(","):
         key, _, value = part.partition("=")
-        opts[key.strip()] = float(value)
+        opts[key.strip()] = int(value) if key.strip() == "top_k" else float(value)  # a count, not a float
     return name, opts
 
 
