@@ -159,3 +159,10 @@ def test_tui_settings_panel_says_where_defaults_came_from():
     assert "temp 0.2" in text and "temp, top_p: catalogue table" in text and "max: this session" in text
     assert "top_k" not in text.split("\n", 3)[-1]  # global defaults are not annotated
     assert settings_text({"temperature": 0.7}).plain.count("\n") == 3  # nothing to say: unchanged panel
+
+
+def test_qwen_coder_defaults_come_from_the_catalogue_table():
+    """Its GGUF carries no sampling keys: greedy, as measured (sampling_defaults.BUILTIN)."""
+    d = sd.model_defaults("qwen2.5-coder-0.5b", gguf_meta={})
+    assert d.values["temperature"] == 0.0 and d.values["top_k"] == 20 and d.values["top_p"] == 0.8
+    assert d.sources["temperature"] == sd.SOURCE_BUILTIN
