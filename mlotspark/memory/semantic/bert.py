@@ -78,13 +78,18 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(c)
 
     def __call__(self, x: mx.array, bias: mx.array) -> mx.array:
-        B, T, H = x.shape
         s = self.self
-        # (B, T, H) -> (B, heads, T, head_dim)
-        q, k, v = (f(x).reshape(B, T, s.heads, -1).transpose(0, 2, 1, 3) for f in (s.query, s.key, s.value))
-        a = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(H // s.heads), mask=bias)
-        a = a.transpose(0, 2, 1, 3).reshape(B, T, H)
-        return self.output.LayerNorm(x + self.output.dense(a))
+        return self.output.LayerNorm(x + self.output.dense(attend(x, s.query, s.key, s.value, s.heads, bias)))
+
+
+def attend(x: mx.array, query: nn.Module, key: nn.Module, value: nn.Module, heads: int, bias: mx.array) -> mx.array:
+    """Bidirectional multi-head attention of ``x`` (B, T, H) under an additive ``bias``,
+    before the output projection (BERT's and MPNet's, which name their weights apart)."""
+    B, T, H = x.shape
+    # (B, T, H) -> (B, heads, T, head_dim)
+    q, k, v = (f(x).reshape(B, T, heads, -1).transpose(0, 2, 1, 3) for f in (query, key, value))
+    a = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(H // heads), mask=bias)
+    return a.transpose(0, 2, 1, 3).reshape(B, T, H)
 
 
 class BertIntermediate(nn.Module):

@@ -25,6 +25,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from mlotspark.memory.semantic.bert import BertIntermediate, BertLayer, BertOutput, attend
+
 
 @dataclass(frozen=True)
 class MPNetConfig:
@@ -103,39 +105,20 @@ class MPNetAttention(nn.Module):
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
     def __call__(self, x: mx.array, bias: mx.array) -> mx.array:
-        B, T, H = x.shape
         s = self.attn
-        # (B, T, H) -> (B, heads, T, head_dim)
-        q, k, v = (f(x).reshape(B, T, s.heads, -1).transpose(0, 2, 1, 3) for f in (s.q, s.k, s.v))
-        a = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(H // s.heads), mask=bias)
-        a = a.transpose(0, 2, 1, 3).reshape(B, T, H)
-        return self.LayerNorm(x + s.o(a))
-
-
-class MPNetIntermediate(nn.Module):
-    def __init__(self, c: MPNetConfig):
-        super().__init__()
-        self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
-
-
-class MPNetOutput(nn.Module):
-    def __init__(self, c: MPNetConfig):
-        super().__init__()
-        self.dense = nn.Linear(c.intermediate_size, c.hidden_size)
-        self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
+        return self.LayerNorm(x + s.o(attend(x, s.q, s.k, s.v, s.heads, bias)))
 
 
 class MPNetLayer(nn.Module):
+    """BERT's layer with MPNet's attention (its feed-forward weights are named as BERT's)."""
+
     def __init__(self, c: MPNetConfig):
         super().__init__()
         self.attention = MPNetAttention(c)
-        self.intermediate = MPNetIntermediate(c)
-        self.output = MPNetOutput(c)
+        self.intermediate = BertIntermediate(c)
+        self.output = BertOutput(c)
 
-    def __call__(self, x: mx.array, bias: mx.array) -> mx.array:
-        x = self.attention(x, bias)
-        h = nn.gelu(self.intermediate.dense(x))  # exact erf GELU, as HF's "gelu"
-        return self.output.LayerNorm(x + self.output.dense(h))
+    __call__ = BertLayer.__call__
 
 
 class MPNetEncoder(nn.Module):
