@@ -98,6 +98,26 @@ def layer_tensors(arch: str, s: dict, rng: np.random.Generator) -> dict[str, np.
     return {k: v.astype(np.float32) for k, v in out.items()}
 
 
+def write_header(w: GGUFWriter, arch: str, s: dict, qtype: str) -> None:
+    """The hyperparameters of a tiny model of shapes ``s`` (the test models share them)."""
+    w.add_file_type(_FILE_TYPES[qtype])
+    w.add_block_count(s["layers"])
+    w.add_context_length(512)
+    w.add_embedding_length(s["hidden"])
+    w.add_feed_forward_length(s["ffn"])
+    w.add_head_count(s["heads"])
+    w.add_head_count_kv(s["kv_heads"])
+    w.add_key_length(s["head_dim"])
+    w.add_value_length(s["head_dim"])
+    w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(s["vocab"])
+    if arch == "gemma3":
+        w.add_sliding_window(4)  # shorter than the test prompts
+    if arch == "phi3":
+        w.add_rope_dimension_count(s["head_dim"])
+
+
 def write_tiny(path: Path, arch: str = "llama", qtype: str = "Q4_K", seed: int = 0,
                last: str | None = None, **meta_overrides) -> tuple[Path, dict[str, np.ndarray]]:
     """Write a tiny ``arch`` GGUF whose matrices are stored as ``qtype`` (norms F32).
@@ -116,22 +136,7 @@ def write_tiny(path: Path, arch: str = "llama", qtype: str = "Q4_K", seed: int =
     values = layer_tensors(arch, s, rng)
     w = GGUFWriter(str(path), arch)
     w.add_name("tiny")
-    w.add_file_type(_FILE_TYPES[qtype])
-    w.add_block_count(s["layers"])
-    w.add_context_length(512)
-    w.add_embedding_length(s["hidden"])
-    w.add_feed_forward_length(s["ffn"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["kv_heads"])
-    w.add_key_length(s["head_dim"])
-    w.add_value_length(s["head_dim"])
-    w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_vocab_size(s["vocab"])
-    if arch == "gemma3":
-        w.add_sliding_window(4)  # shorter than the test prompt
-    if arch == "phi3":
-        w.add_rope_dimension_count(s["head_dim"])
+    write_header(w, arch, s, qtype)
     for key, v in meta_overrides.items():
         if isinstance(v, float):
             w.add_float32(key, v)

@@ -27,7 +27,7 @@ import numpy as np
 from gguf import GGUFWriter
 from mlx.utils import tree_flatten
 
-from tiny_gguf import _FILE_TYPES, SHAPES, Q, _tokenizer, decode, encode, layer_tensors
+from tiny_gguf import SHAPES, Q, _tokenizer, decode, encode, layer_tensors, write_header
 
 #: variant -> GGUF architecture
 VARIANTS = {
@@ -112,22 +112,7 @@ def write_gguf(path: Path, variant: str, qtype: str | None = None, seed: int = 0
     values = _values(variant, rng)
     w = GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{variant}")
-    w.add_file_type(_FILE_TYPES[qtype])
-    w.add_block_count(s["layers"])
-    w.add_context_length(512)
-    w.add_embedding_length(s["hidden"])
-    w.add_feed_forward_length(s["ffn"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["kv_heads"])
-    w.add_key_length(s["head_dim"])
-    w.add_value_length(s["head_dim"])
-    w.add_layer_norm_rms_eps(1e-6 if arch == "gemma3" else 1e-5)
-    w.add_rope_freq_base(10000.0)
-    w.add_vocab_size(s["vocab"])
-    if arch == "gemma3":
-        w.add_sliding_window(4)  # shorter than the test prompts
-    if arch == "phi3":
-        w.add_rope_dimension_count(s["head_dim"])
+    write_header(w, arch, s, qtype)
     if variant == "phi3-longrope":
         w.add_uint32("phi3.rope.scaling.original_context_length", _ORIGINAL_CONTEXT)
     _tokenizer(w, s["vocab"])
