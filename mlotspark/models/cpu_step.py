@@ -42,7 +42,6 @@ import numpy as np
 from mlotspark.models.kv_cache import KVCache
 from mlotspark.models.llama import FactorRoPE
 from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
-from mlotspark.platform import blas
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
@@ -69,8 +68,8 @@ def _plan(model: Any, cache: Sequence[Any]) -> Optional["CpuStep"]:
     if plan is None or (plan is not False and not plan.current()):
         plan = CpuStep.build(model) or False
         object.__setattr__(model, "_cpu_plan", plan)  # not a parameter of the model
-        if plan:
-            blas.set_numpy_blas_threads(1)  # sgemv is bandwidth-bound; 2 threads collapse under load
+        # NumPy's BLAS threads are the scheduler's: the cores other processes leave free
+        # (thermal/cores.py; two threads beside busy work collapsed a step 25x, measured).
     if plan is False or not plan.fits(cache):
         return None
     return plan

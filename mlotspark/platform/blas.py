@@ -347,8 +347,13 @@ def blas_warning() -> str | None:
     return f"slow reference BLAS in use, matrix products ~40x slower ({BLAS_IN_USE}); fix: {fix}"
 
 
+_PINNED = False  # set_blas_threads chose a count: fit_threads leaves it
+_FITTED: int | None = None  # the count fit_threads last applied
+
+
 def set_blas_threads(n: int) -> bool:
-    """Set the loaded OpenBLAS's thread count (several ranks on one machine share its cores).
+    """Pin the loaded OpenBLAS's thread count (several ranks on one machine share its
+    cores); ``fit_threads`` leaves a pinned count alone.
 
     Args:
         n: threads, >= 1.
@@ -356,11 +361,43 @@ def set_blas_threads(n: int) -> bool:
     Returns:
         True when an OpenBLAS loaded here took the setting.
     """
+    global _PINNED
     fn = getattr(_LIB, "openblas_set_num_threads", None) if _LIB is not None else None
     if fn is None:
         return False
     fn(max(1, int(n)))
+    _PINNED = True
     return True
+
+
+def fit_threads(n: int) -> bool:
+    """Give MLX's OpenBLAS and NumPy's (the CPU decode step's) ``n`` threads: the cores
+    other processes leave free (``thermal.cores``; the scheduler calls this between steps).
+
+    Nothing changes when the user set ``OPENBLAS_NUM_THREADS``, when ranks pinned a count
+    (``set_blas_threads``), or when ``n`` is already in force.
+
+    Args:
+        n: threads, >= 1.
+
+    Returns:
+        True when the count changed.
+    """
+    global _FITTED
+    n = max(1, int(n))
+    if n == _FITTED or _PINNED or "OPENBLAS_NUM_THREADS" in os.environ:
+        return False
+    fn = getattr(_LIB, "openblas_set_num_threads", None) if _LIB is not None else None
+    if fn is not None:
+        fn(n)
+    set_numpy_blas_threads(n)
+    _FITTED = n
+    return True
+
+
+def fitted_threads() -> int | None:
+    """The thread count ``fit_threads`` put in force (None: never called, or not applied)."""
+    return _FITTED
 
 
 #: Thread-count setters of the OpenBLAS builds NumPy's wheels bundle (scipy-openblas, 64-bit

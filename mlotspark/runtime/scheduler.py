@@ -45,6 +45,7 @@ import mlx.core as mx
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
+from mlotspark.platform import blas
 from mlotspark.platform.device import is_metal, release_idle_memory
 from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.results import GenerationResult
@@ -295,6 +296,10 @@ class Scheduler:
             return
         self.mirror.turn()
         decision = self.governor.update()
+        if decision.threads is not None and blas.fit_threads(decision.threads):
+            throughput = getattr(self.governor, "throughput", None)
+            if throughput is not None:  # a rate at the old thread count is no reference now
+                throughput.rebase()
         if decision.pause_s > 0:
             self._drain()
             t0 = self._clock()

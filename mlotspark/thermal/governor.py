@@ -24,6 +24,7 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.thermal.admission import apply_memory_limit, check_int, fmt_bytes
+from mlotspark.thermal.cores import blas_threads, usable_cores
 from mlotspark.thermal.grading import CRITICAL, NOMINAL, SERIOUS, STATES, Thresholds
 from mlotspark.thermal.policies import MODES, POLICIES, ModePolicy
 from mlotspark.thermal.probes import Probe, Reading, ThroughputProbe, default_probes
@@ -44,6 +45,8 @@ class Decision:
         reason: one line saying why, e.g.
             "temperature 92°C ≥ 90 → critical: cap 4→1, pause 2.0s".
         t: clock time of the evaluation.
+        threads: BLAS threads for the cores other processes leave free
+            (``thermal.cores``); None while not known.
     """
 
     state: str
@@ -52,6 +55,7 @@ class Decision:
     mode: str
     reason: str
     t: float = 0.0
+    threads: int | None = None
 
 
 
@@ -119,6 +123,7 @@ class ThermalGovernor:
         self._last_decrease_t = float("-inf")
         self._pause_until = float("-inf")
         self._probe_errors: list[str] = []
+        self._threads: int | None = None  # BLAS threads for the free cores (thermal.cores)
         self._history: deque[Decision] = deque(maxlen=check_int("history_len", history_len, 1))
 
     @staticmethod
@@ -188,13 +193,18 @@ class ThermalGovernor:
             self._level = level
             cap_text = self._adjust_cap(level, prev, now, policy)
             pause_text = self._schedule_pause(level, now, policy)
+            threads = blas_threads(reading.cpu_others, usable_cores(), self._threads)
+            thread_text = "" if threads == self._threads or threads is None else \
+                f"; BLAS threads {self._threads or '-'}→{threads} ({reading.cpu_others:.1f} cores busy elsewhere)"
+            self._threads = threads
             decision = Decision(
                 state=STATES[level],
                 cap=self._cap,
                 pause_s=max(0.0, self._pause_until - now),
                 mode=self._eff_mode,
-                reason=f"{note}{why} → {STATES[level]}: {cap_text}{pause_text}",
+                reason=f"{note}{why} → {STATES[level]}: {cap_text}{pause_text}{thread_text}",
                 t=now,
+                threads=threads,
             )
             self._decision = decision
             self._history.append(decision)
@@ -352,6 +362,7 @@ class ThermalGovernor:
                 "min_batch": self.min_batch,
                 "mode_max": self.mode_max(self._eff_mode),
                 "memory_limit_bytes": self.memory_limit_bytes,
+                "blas_threads": self._threads,
                 "reading": self._reading.summary(),
                 "throughput": tp.history() if tp is not None else {},
                 "probe_errors": list(self._probe_errors),

@@ -22,6 +22,7 @@ This module never imports mlx.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -87,6 +88,7 @@ class PsutilProbe:
         # cpu_percent(interval=None) compares with the previous call; the first call
         # returns a meaningless 0.0, so prime it here.
         self._call("cpu_percent", interval=None)
+        self._busy = self._busy_seconds()  # (wall, system busy, this process) for cpu_others
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self._ps, name, None)  # sensors_* are absent on some platforms
@@ -107,6 +109,7 @@ class PsutilProbe:
         load = self._call("cpu_percent", interval=None)
         if isinstance(load, (int, float)):
             r.cpu_load = clamp01(load / 100.0)
+        r.cpu_others = self._others()
         freq = self._call("cpu_freq")
         try:
             if freq is not None and freq.max and freq.max > 0 and freq.current:
@@ -136,6 +139,29 @@ class PsutilProbe:
         except (AttributeError, TypeError):
             pass
         return r
+
+    def _busy_seconds(self) -> tuple[float, float, float] | None:
+        """(monotonic now, CPU seconds busy system-wide, CPU seconds of this process)."""
+        sys_t = self._call("cpu_times")
+        proc = self._call("Process")
+        try:
+            own = proc.cpu_times() if proc is not None else None
+            busy = sum(getattr(sys_t, k, 0.0) or 0.0 for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+            return time.monotonic(), float(busy), float(own.user + own.system)
+        except Exception:  # noqa: BLE001  no such reading on this platform
+            return None
+
+    def _others(self) -> float | None:
+        """Cores other processes kept busy since the last reading (None on the first, or
+        after less than 0.2 s: too short a window to tell)."""
+        now = self._busy_seconds()
+        last, self._busy = self._busy, (now if now is not None else self._busy)
+        if now is None or last is None or now[0] - last[0] < 0.2:
+            if now is not None and last is not None:
+                self._busy = last  # keep the older start: the window grows to 0.2 s
+            return None
+        wall = now[0] - last[0]
+        return max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
 
     def _temperature(self) -> float | None:
         temps = self._call("sensors_temperatures")

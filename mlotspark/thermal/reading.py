@@ -35,6 +35,8 @@ class Reading:
         memory_pressure_level: macOS kernel memory pressure (0 normal, 1 warn, 2 critical;
             ``kern.memorystatus_vm_pressure_level``); None elsewhere.
         low_power_mode: macOS Low Power Mode is on (``pmset -g`` ``lowpowermode 1``).
+        cpu_others: CPU cores kept busy by other processes (system-wide busy time less
+            this process's, per second of wall time), 0..cores.
     """
 
     cpu_load: float | None = None
@@ -51,6 +53,7 @@ class Reading:
     throttle_evidence: float | None = None
     memory_pressure_level: int | None = None
     low_power_mode: bool | None = None
+    cpu_others: float | None = None
 
     def merge(self, other: Reading) -> Reading:
         """Combine two readings field by field, keeping the worse of two known values.
@@ -98,6 +101,7 @@ _WORSE: dict[str, Callable[[Any, Any], Any]] = {
     "throttle_evidence": max,
     "memory_pressure_level": max,
     "low_power_mode": lambda a, b: bool(a or b),
+    "cpu_others": max,
 }
 
 

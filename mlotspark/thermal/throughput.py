@@ -107,6 +107,13 @@ class ThroughputProbe:
             h.last_t = self._clock()
             self._last_key = key
 
+    def rebase(self) -> None:
+        """Forget every rate: the engine changed how it runs (its BLAS threads), so a rate
+        before the change is no reference for one after it."""
+        with self._lock:
+            self._rates.clear()
+            self._last_key = None
+
     def _reference(self, key: tuple[int, int]) -> float:
         """The best settled rate at this batch size and this or a longer context."""
         bs, bucket = key
