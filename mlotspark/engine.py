@@ -568,7 +568,8 @@ class Engine:
                       for k in sampling_defaults.KEYS},
         )
         if self.ranks is not None:  # rank 0's scheduler batches for every rank
-            info["distributed"] = {"mode": self.ranks.setup.mode, "ranks": self.ranks_status()}
+            info["distributed"] = {"mode": self.ranks.setup.mode, "backend": self.ranks.setup.group.backend,
+                                   "ranks": self.ranks_status()}
             if self.ranks.leader is None:
                 return info
         status = self.scheduler_status()

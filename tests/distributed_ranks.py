@@ -119,6 +119,7 @@ def suite(out: Path, tiny: str) -> None:
     if engine.rank == 0:
         report.update(_batched(engine))
         report["temperature"] = engine.defaults.temperature  # the model's recommendation (greedy), as alone
+        report["backend"] = engine.info()["distributed"]["backend"]
         report["ranks"] = every
         report["status"] = report["serialised"]["status"]
         engine.close()

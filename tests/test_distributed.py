@@ -151,6 +151,7 @@ def test_batched_pipeline_greedy_tokens_equal_each_request_alone(launched, alone
     # Only rank 0 samples: the JSON grammar is compiled there (once), never on the follower.
     assert launched["compiles"] == [1, 0]
     assert launched["temperature"] == 0.0  # the catalogue's greedy default holds across ranks too
+    assert launched["backend"] == "ring"  # what `mlotspark info --distributed` names
     ranks = launched["ranks"]
     assert [r["layers"] for r in ranks] == [[0, 15], [15, 30]]
     # Each rank holds half of the layers' weights; rank 0 also the embedding (= tied LM head).

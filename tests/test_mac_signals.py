@@ -433,6 +433,22 @@ def test_jaccl_launch_is_recognised(jaccl_env):
     assert group.launched() and group.launched_backend() == "jaccl"
 
 
+def test_the_backend_is_named_in_mlx_s_own_order(monkeypatch):
+    """MLX 0.32's ``any`` tries the ring, then MPI, then JACCL: with a hostfile too, the ring forms."""
+    for k in ("MLX_HOSTFILE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "JACCL_RANK", *JACCL_ENV):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MLX_RANK", "1")
+    monkeypatch.setenv("MLX_HOSTFILE", "/tmp/hosts.json")
+    assert group.launched_backend() == "ring"
+    for k, v in JACCL_ENV.items():
+        monkeypatch.setenv(k, v)
+    assert group.launched_backend() == "ring"
+    monkeypatch.delenv("MLX_HOSTFILE")
+    assert group.launched_backend() == "jaccl"
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    assert group.launched_backend() == "mpi"
+
+
 def test_jaccl_errors_are_rank_failures():
     err = RuntimeError("[jaccl] Recv failed with errno=60")
     assert group.is_rank_failure(err)
@@ -453,3 +469,6 @@ def test_without_a_launcher_nothing_is_recognised(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     assert not group.launched() and group.launched_backend() is None
     assert os.environ.get("MLX_IBV_DEVICES") is None
+    monkeypatch.setattr(group, "_JOINED", None)
+    alone = group.join()
+    assert alone.size == 1 and alone.backend is None  # `info --distributed` names no backend

@@ -31,8 +31,8 @@ def add_distributed_args(p: argparse.ArgumentParser, *, info: bool = False) -> N
     """``--distributed``, ``--split`` and ``--rank-timeout``."""
     g = p.add_argument_group(
         "distributed (run every rank with mlx.launch)",
-        "One model across the ranks mlx.launch starts (ring over TCP/Thunderbolt, or MPI). "
-        "Rank 0 prints; the others follow it.",
+        "One model across the ranks mlx.launch starts (ring over TCP/Thunderbolt, JACCL over RDMA on "
+        "Thunderbolt 5, or MPI: the launcher picks). Rank 0 prints; the others follow it.",
     )
     g.add_argument("--distributed", choices=MODES, default=None,
                    help="pipeline: layers split across ranks; tensor: attention heads split")
@@ -97,7 +97,8 @@ def run_info(args: argparse.Namespace) -> int:
             print(json.dumps(info, indent=2, default=str))
             return 0
         d = info["distributed"]
-        print(f"{info['model']} ({info['weights']}), {d['mode']} over {len(d['ranks'])} ranks")
+        print(f"{info['model']} ({info['weights']}), {d['mode']} over {len(d['ranks'])} ranks, "
+              f"{d.get('backend') or 'unknown'} backend")
         for r in d["ranks"]:
             step = "-" if r["last_step_ms"] is None else f"{r['last_step_ms']:.1f} ms"
             print(f"  rank {r['rank']} on {r['host']}: layers {r['layers'][0]}-{r['layers'][1] - 1}, "

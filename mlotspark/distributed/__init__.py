@@ -1,7 +1,7 @@
 """One model across several processes or machines, on MLX's own distributed layer.
 
-Ranks are started by ``mlx.launch`` (ring backend over TCP or Thunderbolt, or MPI)
-and joined with ``mx.distributed.init``; hidden states move with
+Ranks are started by ``mlx.launch`` (ring backend over TCP or Thunderbolt, JACCL over
+RDMA on Thunderbolt 5, or MPI) and joined with ``mx.distributed.init``; hidden states move with
 ``mx.distributed.send/recv``, control messages as JSON through collectives.
 
 - ``group``: ``RankGroup``, joining the group, JSON gather/broadcast.

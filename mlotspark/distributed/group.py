@@ -2,9 +2,11 @@
 
 Ranks are started by ``mlx.launch`` (ring backend over TCP or Thunderbolt, JACCL over
 RDMA on Thunderbolt 5, or MPI); this module only joins the group MLX sets up from the
-launcher's environment. MLX 0.32's ``any`` tries JACCL first when its launcher set
-``MLX_IBV_DEVICES`` / ``MLX_JACCL_COORDINATOR`` (``mlx.launch --backend jaccl``, macOS 26.2+
-with RDMA over Thunderbolt enabled), then the ring (``MLX_HOSTFILE``), then MPI. Control
+launcher's environment, so the launcher picks the backend. MLX 0.32's ``any``
+(``distributed.cpp``) tries NCCL (CUDA only), the ring (``MLX_RANK`` + ``MLX_HOSTFILE``),
+MPI (a world of more than one), then JACCL (a rank + ``MLX_IBV_DEVICES`` /
+``MLX_JACCL_COORDINATOR``, what ``mlx.launch --backend jaccl`` sets, with no hostfile
+variable); each is skipped when its environment is absent. Control
 messages (load handshake, the requests rank 0 hands to the other ranks) travel as
 JSON bytes through collectives, never pickles: a message from another machine is data.
 """
@@ -21,7 +23,7 @@ import mlx.core as mx
 
 from mlotspark.errors import DistributedError
 
-#: backends ``join`` accepts; ``any`` lets MLX pick in its own order (jaccl, ring, mpi).
+#: backends ``join`` accepts; ``any`` lets MLX pick in its own order (ring, mpi, jaccl).
 BACKENDS = ("any", "jaccl", "ring", "mpi")
 #: what each launcher sets in every rank's environment.
 _LAUNCH_ENV = {"jaccl": ("MLX_IBV_DEVICES", "MLX_JACCL_COORDINATOR", "JACCL_IBV_DEVICES", "JACCL_COORDINATOR"),
@@ -37,9 +39,11 @@ class RankGroup:
 
     Args:
         group: the MLX group (``mx.distributed.init()``).
+        backend: ``ring``, ``mpi`` or ``jaccl``: the one MLX joined (None: a group of one).
     """
 
     group: Any
+    backend: str | None = None  #: ``launched_backend()`` at join; None for a group of one
 
     @property
     def rank(self) -> int:
@@ -119,19 +123,21 @@ def is_rank_failure(exc: BaseException) -> bool:
 
 
 def launched_backend() -> str | None:
-    """The backend whose launcher started this process as one rank of several, or None.
+    """The backend MLX's ``any`` joins, read from the launcher's environment in MLX's own
+    order; None when no launcher started this process as one rank of several.
 
-    JACCL's launcher sets ``MLX_IBV_DEVICES`` and ``MLX_JACCL_COORDINATOR`` (no hostfile);
-    the ring's sets ``MLX_RANK`` and ``MLX_HOSTFILE``; mpirun its ``OMPI_``/``PMI_`` rank.
+    The ring's launcher sets ``MLX_RANK`` and ``MLX_HOSTFILE``; mpirun its ``OMPI_``/``PMI_``
+    rank; JACCL's (``mlx.launch --backend jaccl`` or ``jaccl-ring``) a rank and
+    ``MLX_IBV_DEVICES`` / ``MLX_JACCL_COORDINATOR``, with no hostfile variable.
     """
     env = os.environ
+    if "MLX_RANK" in env and env.get("MLX_HOSTFILE"):
+        return "ring"
+    if any(k in env for k in _LAUNCH_ENV["mpi"]):
+        return "mpi"
     ranked = "MLX_RANK" in env or "JACCL_RANK" in env  # JACCL reads either (jaccl.h)
     if ranked and any(env.get(k) for k in _LAUNCH_ENV["jaccl"]):
         return "jaccl"
-    if any(k in env for k in _LAUNCH_ENV["mpi"]):
-        return "mpi"
-    if "MLX_RANK" in env and env.get("MLX_HOSTFILE"):
-        return "ring"
     return None
 
 
@@ -168,7 +174,7 @@ def join(backend: str = "any") -> RankGroup:
         group = mx.distributed.init(strict=launched(), backend=backend)
     except RuntimeError as e:
         raise DistributedError(f"cannot join the rank group ({backend} backend): {e}") from e
-    _JOINED = RankGroup(group)
+    _JOINED = RankGroup(group, backend=launched_backend() if group.size() > 1 else None)
     return _JOINED
 
 
