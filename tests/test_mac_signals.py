@@ -283,6 +283,44 @@ def test_wired_limit_covers_weights_and_kv_and_comes_back_on_restore(monkeypatch
     assert limits == {"wired": 0, "cache": 7 * GB}  # what was there before the engine
 
 
+def test_the_engine_wires_at_load_gives_the_cache_back_when_idle_and_restores_at_close(monkeypatch, tmp_path):
+    """Engine.load wires weights + the KV of max_batch full contexts, the engine thread
+    clears MLX's cache once it has nothing to run, and close() restores the old limits."""
+    import time
+
+    from mlotspark import Engine
+    from mlotspark import engine as engine_module
+    from mlotspark.runtime import scheduler as scheduler_module
+    from mlotspark.runtime.scheduler_config import kv_bytes_per_token
+    from tiny import tiny_model, write_tiny_gguf
+
+    calls: list = []
+
+    class Limits:
+        def restore(self):
+            calls.append("restore")
+
+    def configure(weights_bytes, kv_bytes):
+        calls.append(("wire", weights_bytes, kv_bytes))
+        return Limits()
+
+    monkeypatch.setattr(engine_module, "configure_metal_limits", configure)
+    monkeypatch.setattr(scheduler_module, "release_idle_memory", lambda: calls.append("idle"))
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", tiny_model(seed=2))
+    engine = Engine.load(str(path), progress=False, cascade=None, max_batch=2)
+    try:
+        model = engine.loaded.model
+        assert calls == [("wire", engine.loaded.nbytes(), kv_bytes_per_token(model) * engine.loaded.context_length * 2)]
+        engine.generate("hello", raw=True, max_tokens=3, temperature=0)
+        deadline = time.monotonic() + 10
+        while "idle" not in calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "idle" in calls and "restore" not in calls
+    finally:
+        engine.close()
+    assert calls[-1] == "restore" and calls.count("restore") == 1
+
+
 def test_no_limits_are_touched_off_metal(monkeypatch):
     monkeypatch.setattr(mx.metal, "is_available", lambda: False)
     assert device.configure_metal_limits(GB, GB) is None
