@@ -1,5 +1,6 @@
 """Tool-call formats, parsing, streaming splits and the auto-mode grammar trigger
-(``decoding/tools.py``), without a server."""
+(``decoding/tools.py``), and the JSON-reply mask it shares (``decoding/constrained.py``),
+without a server."""
 
 from __future__ import annotations
 
@@ -78,6 +79,19 @@ def test_under_auto_the_grammar_takes_over_once_a_call_opens(tokenizer):
         out = np.array(c(mx.array(history), logits))
     allowed = [tokenizer.decode([i]) for i in np.flatnonzero(np.isfinite(out[0]))]
     assert allowed and all(a in ("{", " ", "\n") for a in allowed), allowed  # only a call's JSON may follow
+
+
+def test_a_json_reply_is_masked_by_the_same_rule(tokenizer):
+    """``response_format`` json_object (``constrained.JsonConstraint``) shares the calls' mask:
+    the reply may open only with a JSON object, and the mask spans the logits' whole width."""
+    from mlotspark.decoding.constrained import JsonConstraint
+
+    c = JsonConstraint(tokenizer, {"type": "json_object"}, vocab_size=300)
+    prompt = tokenizer.encode("prompt", add_special_tokens=False)
+    out = np.array(c(mx.array(prompt), mx.zeros((1, 320))))
+    assert out.shape == (1, 320) and not np.isfinite(out[0, 300:]).any()
+    allowed = [tokenizer.decode([i]) for i in np.flatnonzero(np.isfinite(out[0]))]
+    assert "{" in allowed and all(a.strip() in ("{", "") for a in allowed), allowed
 
 
 def test_a_template_without_tools_refuses_them():

@@ -11,17 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from mlotspark.cli.common import add_model_args, positive_int
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+from mlotspark.cli.common import add_model_args, non_negative_int, positive_int
 
 
 def _command(args: argparse.Namespace) -> str:

@@ -113,16 +113,31 @@ class JsonConstraint:
             for t in tokens[self._seen :].tolist():  # type: ignore[index]
                 self.matcher.consume_token(int(t))
             self._seen = n
-        vocab = logits.shape[-1]
-        if self.matcher.is_error():  # cannot happen with masked sampling; end the reply cleanly
-            allowed = np.zeros(vocab, dtype=bool)
-            allowed[self.eos] = True
-        else:
-            bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
-            allowed = np.unpackbits(bits, bitorder="little")[:vocab].astype(bool)
-            if allowed.shape[0] < vocab:
-                allowed = np.pad(allowed, (0, vocab - allowed.shape[0]))
-        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+        return mask_logits(self.matcher, logits, self.eos)
 
 
-__all__ = ["JsonConstraint", "grammar_for", "ll_tokenizer", "validate_response_format"]
+def mask_logits(matcher: Any, logits: mx.array, eos: int) -> mx.array:
+    """``logits`` (1, V) with every token ``matcher`` does not allow next set to -inf.
+
+    Args:
+        matcher: an ``llguidance.LLMatcher`` that has consumed the reply so far.
+        logits: the step's logits, (1, V).
+        eos: the token left open when the matcher is in error (cannot happen with masked
+            sampling; the reply then ends cleanly).
+
+    Returns:
+        The masked logits, same shape and dtype.
+    """
+    vocab = logits.shape[-1]
+    if matcher.is_error():
+        allowed = np.zeros(vocab, dtype=bool)
+        allowed[eos] = True
+    else:
+        bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+        allowed = np.unpackbits(bits, bitorder="little")[:vocab].astype(bool)
+        if allowed.shape[0] < vocab:  # the matcher's vocabulary may be narrower than the logits
+            allowed = np.pad(allowed, (0, vocab - allowed.shape[0]))
+    return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+
+
+__all__ = ["JsonConstraint", "grammar_for", "ll_tokenizer", "mask_logits", "validate_response_format"]

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
-from mlotspark.decoding.constrained import ll_tokenizer
+from mlotspark.decoding.constrained import ll_tokenizer, mask_logits
 from mlotspark.errors import OptionError
 from mlotspark.results import ToolCall
 
@@ -176,16 +175,7 @@ class ToolConstraint:
                 self.matcher = self._matcher(opened=True)
         if self.matcher is None:
             return logits
-        vocab = logits.shape[-1]
-        if self.matcher.is_error():  # cannot happen with masked sampling; end the reply cleanly
-            allowed = np.zeros(vocab, dtype=bool)
-            allowed[self.eos] = True
-        else:
-            bits = np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
-            allowed = np.unpackbits(bits, bitorder="little")[:vocab].astype(bool)
-            if allowed.shape[0] < vocab:
-                allowed = np.pad(allowed, (0, vocab - allowed.shape[0]))
-        return mx.where(mx.array(allowed), logits, mx.array(-np.inf, dtype=logits.dtype))
+        return mask_logits(self.matcher, logits, self.eos)
 
 
 # ------------------------------------------------------------------ parsing
