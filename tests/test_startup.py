@@ -24,7 +24,12 @@ print(json.dumps([m for m in ("mlx", "mlx.core", "mlx_lm", "transformers") if m 
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["info"], ["info", "--json"], ["memory", "list"], ["generate", "--help"]])
+# Every command's --help but bench's, whose list of suites is read from the suite modules (MLX).
+HELPS = [[*cmd, "--help"] for cmd in (["chat"], ["generate"], ["pull"], ["list"], ["rm"], ["info"], ["memory"],
+                                      ["memory", "add"], ["serve"], ["ps"])]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["info"], ["info", "--json"], ["memory", "list"], *HELPS])
 def test_light_commands_do_not_import_mlx(argv, tmp_path):
     env = {"MLOTSPARK_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, env=env,

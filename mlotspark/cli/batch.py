@@ -43,12 +43,15 @@ def add_scheduler_args(p: argparse.ArgumentParser) -> None:
     """``--mode``, ``--max-batch`` and ``--memory-limit``."""
     g = p.add_argument_group("scheduling")
     g.add_argument("--mode", choices=MODES, default="auto",
-                   help="thermal mode; auto = balanced on AC power, efficiency on battery (default auto); "
-                        "efficiency decodes at most a quarter of --max-batch together (the mode wins)")
+                   help="thermal mode; auto = balanced on AC power, efficiency on battery or in macOS Low "
+                        "Power Mode (default auto); efficiency decodes at most a quarter of --max-batch "
+                        "together (the mode wins)")
     g.add_argument("--max-batch", type=positive_int, default=None,
                    help="most requests decoded together (default 8)")
     g.add_argument("--memory-limit", default=None, metavar="SIZE",
-                   help="keep projected KV + weights under SIZE (e.g. 8GB); new requests wait")
+                   help="keep weights + projected KV under SIZE (e.g. 8GB or 512MB, powers of 1024; also "
+                        "MLX's memory limit); new requests wait until they fit (default: the recommended "
+                        "working set on Metal, else none: the memory available now decides)")
 
 
 def scheduler_kwargs(args: argparse.Namespace) -> dict[str, Any]:

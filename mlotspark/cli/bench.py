@@ -114,7 +114,7 @@ def register(sub: Any) -> None:
     )
     p.format_help = lambda: _help_with_suites(p)  # type: ignore[method-assign]  # suites listed lazily
     add_model_args(p)
-    p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt length of pp (default 512)")
+    p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt tokens of the pp suite (default 512)")
     p.add_argument("-g", "--gen-tokens", type=positive_int, default=128,
                    help="tokens to decode in tg, long, batch and spec (default 128)")
     p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
@@ -126,8 +126,8 @@ def register(sub: Any) -> None:
     p.add_argument("--format", "-f", choices=["table", "json", "csv"], default="table", help="output format (default table)")
     p.add_argument("--output", "-o", default=None, metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="also draw the figures as a PNG bar chart")
-    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths of the long and ruler suites (default 1024,2048,4096)")
-    p.add_argument("--batch-sizes", default="1,2,4,8", help="batch sizes of the batch suite (default 1,2,4,8)")
+    p.add_argument("--contexts", default="1024,2048,4096", help="context lengths in tokens of the long and ruler suites, comma-separated (default 1024,2048,4096)")
+    p.add_argument("--batch-sizes", default="1,2,4,8", help="batch sizes of the batch suite, comma-separated (default 1,2,4,8)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
                    help="progress bar on stderr (default auto: when stderr is a terminal)")

@@ -58,5 +58,6 @@ def register(sub: Any) -> None:
                    help="give the model these tools (an OpenAI tools JSON file: a list, or {\"tools\": [...], "
                         "\"tool_choice\": ...}); its calls are shown in the chat, never run")
     p.add_argument("--distributed", choices=("pipeline", "tensor"), default=None,
-                   help="refused with the commands that do run across ranks (mlx.launch gives no rank a terminal)")
+                   help="not supported: mlx.launch gives no rank a terminal; the error names the commands "
+                        "that do run across ranks")
     p.set_defaults(func=run)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 
 # Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
 # CLI name the flag the user typed.
@@ -46,15 +47,16 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+WEIGHT_CHOICES = ("auto", "quantized", "float16", "bfloat16", "float32")
+WEIGHTS_HELP = ("weight format to run in (default auto: float32 through BLAS on the CPU backend, or as "
+                "stored when float32 would not fit in memory; as stored on a GPU, Metal or CUDA)")
+MODEL_HELP = (f"alias, .gguf file, mlx-lm model directory or Hugging Face repo id (default: {DEFAULT_MODEL} "
+              f"on the CPU, {ACCELERATED_DEFAULT} on a GPU; `mlotspark info` names it)")
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model", "-m", default=None,
-        help="alias (default: smollm2-135m-instruct), .gguf file, mlx-lm model directory or Hugging Face repo id",
-    )
-    p.add_argument(
-        "--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
-        help="weight format to run in; auto = float32 through BLAS on the CPU backend, as stored on Metal (default: auto)",
-    )
+    p.add_argument("--model", "-m", default=None, help=MODEL_HELP)
+    p.add_argument("--weights", default="auto", choices=WEIGHT_CHOICES, help=WEIGHTS_HELP)
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -62,11 +64,16 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, default=None, help="most tokens to generate (default 512)")
     g.add_argument("--temp", "--temperature", dest="temperature", type=float, default=None,
                    help="sampling temperature, 0 = greedy (default: the model's recommendation, else 0.7; see `mlotspark info -m`)")
-    g.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens, 0 = off (default 0)")
-    g.add_argument("--top-p", type=float, default=None, help="nucleus sampling in (0, 1] (default: the model's recommendation, else 0.95)")
-    g.add_argument("--min-p", type=float, default=None, help="min-p filter in [0, 1) (default 0)")
-    g.add_argument("--repetition-penalty", type=float, default=None, help="> 0, 1 = off (default 1)")
-    g.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    g.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens, 0 = off (default: the model's recommendation, else 0)")
+    g.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling in (0, 1], 1 = off (default: the model's recommendation, else 0.95)")
+    g.add_argument("--min-p", type=float, default=None,
+                   help="drop tokens below MIN_P x the top token's probability, in [0, 1), 0 = off "
+                        "(default: the model's recommendation, else 0)")
+    g.add_argument("--repetition-penalty", type=float, default=None,
+                   help="penalise tokens of the last 64, > 0, 1 = off (default: the model's recommendation, else 1)")
+    g.add_argument("--seed", type=int, default=None, help="random seed for sampling (default: not reseeded)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text (repeatable)")
 

@@ -41,7 +41,7 @@ def add_distributed_args(p: argparse.ArgumentParser, *, info: bool = False) -> N
     g.add_argument("--split", choices=SPLITS, default="memory",
                    help="pipeline layers per rank: by free memory or evenly (default memory)")
     g.add_argument("--rank-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help=f"fail when the other ranks make no progress this long (default {DEFAULT_TIMEOUT_S:g})")
+                   help=f"fail when the other ranks make no progress this long (default {DEFAULT_TIMEOUT_S:g} s)")
 
 
 def run_ranked(args: argparse.Namespace, load: Callable[[], Any], lead: Callable[[Any], int]) -> int:

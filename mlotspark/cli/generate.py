@@ -169,7 +169,8 @@ def register(sub: Any) -> None:
                        description="Generate a reply to a prompt, streamed to stdout.")
     p.add_argument("-p", "--prompt", default=None,
                    help="the prompt ('-' reads stdin; default: a sample question)")
-    p.add_argument("--system", default=None, help="a system prompt (chat mode)")
+    p.add_argument("--system", default=None,
+                   help="a system prompt (default: the chat template's own; not with --raw)")
     p.add_argument("--raw", action="store_true", help="send the prompt as-is, without the chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object with the text and stats")
     p.add_argument("-v", "--verbose", action="store_true", help="print speed figures to stderr")
@@ -187,13 +188,17 @@ def register(sub: Any) -> None:
     g.add_argument("--num-return-sequences", type=positive_int, default=None,
                    help="replies to return: the best beams, or independent samples (default 1)")
     g.add_argument("--speculative", choices=["prompt_lookup", "draft"], default=None,
-                   help="exact speculative decoding: n-gram lookup in the context, or a draft model")
+                   help="exact speculative decoding: n-gram lookup in the context, or a draft model "
+                        "(default: off)")
     g.add_argument("--draft-model", default=None,
                    help="draft model for --speculative draft (same vocabulary as --model)")
     g.add_argument("--cache-kind", choices=["float16", "q8", "q4", "auto"], default=None,
-                   help="KV cache of the working memory; auto = fits the memory, keeps quality, fastest")
+                   help="KV cache of the working memory: float16, 8- or 4-bit quantized, or auto = the "
+                        "fastest kind that fits the memory and keeps quality (default: the model's "
+                        "activation dtype, unquantized)")
     g.add_argument("--json-schema", default=None, metavar="FILE",
-                   help="constrain the reply to JSON valid against the schema in FILE ('{}' = any JSON object)")
+                   help="constrain the reply to JSON valid against the JSON schema in FILE (a file "
+                        "holding {} = any JSON object)")
     p.set_defaults(func=run)
 
 
@@ -232,11 +237,18 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
         "Default: plain full attention while the prompt fits the model's context, the "
         "cascade past it. Any of these flags turns the cascade on; --no-cascade turns it off.",
     )
-    g.add_argument("--window", type=positive_int, default=None, help="local window of the working memory (tokens)")
-    g.add_argument("--sinks", type=int, default=None, help="attention-sink tokens always kept")
-    g.add_argument("--block-size", type=positive_int, default=None, help="tokens per episodic block")
+    g.add_argument("--window", type=positive_int, default=None,
+                   help="recent tokens always attended (default: an eighth of the model's context, "
+                        "within 64-4096: 1024 for 8k)")
+    g.add_argument("--sinks", type=int, default=None,
+                   help="first tokens always attended, the attention sinks (default 64; fewer for models "
+                        "with under 2k tokens of context)")
+    g.add_argument("--block-size", type=positive_int, default=None,
+                   help="tokens per episodic block (default 32; 16 for models with under 2k tokens of "
+                        "context)")
     g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
-                   help="episodic blocks retrieved per step; 0 = sinks + window only")
+                   help="episodic blocks retrieved per step, 0 = sinks + window only (default 32; fewer "
+                        "for short contexts: at most a quarter of the context)")
     # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
     g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid", "question"], default=None,
                    help="how blocks are chosen (default question)")

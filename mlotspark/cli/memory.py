@@ -119,29 +119,38 @@ def register(sub: Any) -> None:
                        description="The semantic memory store: what the assistant remembers across conversations.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    a = actions.add_parser("list", help="entries, newest first (superseded ones marked)")
-    a.add_argument("--limit", type=positive_int, default=None, help="at most this many")
+    a = actions.add_parser("list", help="entries, newest first (superseded ones marked)",
+                           description="List the entries, newest first (superseded ones marked).")
+    a.add_argument("--limit", type=positive_int, default=None, help="at most this many (default: all)")
     a.add_argument("--json", action="store_true", help="print JSON")
 
-    a = actions.add_parser("search", help="entries relevant to a query, best first")
+    a = actions.add_parser("search", help="entries relevant to a query, best first",
+                           description="The entries relevant to a query, best first.")
     a.add_argument("query", help="free text")
     a.add_argument("-k", type=positive_int, default=5, help="at most this many hits (default 5)")
     a.add_argument("--all", action="store_true",
                    help="also show weak hits (below the relevance the assistant itself recalls at)")
     a.add_argument("--json", action="store_true", help="print JSON")
 
-    a = actions.add_parser("add", help="remember a text; says its id (or the id it already has)")
+    a = actions.add_parser("add", help="remember a text; says its id (or the id it already has)",
+                           description="Remember a text; prints its id (or the id it already has).")
     a.add_argument("text", help="the fact to remember")
 
-    a = actions.add_parser("forget", help="delete entries by id (none if one id is unknown)")
-    a.add_argument("ids", type=int, nargs="+", metavar="ID")
+    a = actions.add_parser("forget", help="delete entries by id (none if one id is unknown)",
+                           description="Delete entries by id; if one id is unknown, nothing is deleted.")
+    a.add_argument("ids", type=int, nargs="+", metavar="ID", help="an entry's id, as list and search show it")
 
-    a = actions.add_parser("export", help="write every entry to a JSON file")
-    a.add_argument("file")
+    a = actions.add_parser("export", help="write every entry to a JSON file",
+                           description="Write every entry to a JSON file (what import reads).")
+    a.add_argument("file", help="the JSON file to write")
 
-    a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)")
-    a.add_argument("file")
+    a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)",
+                           description="Add the entries of a JSON file: one written by export, or a JSON "
+                                       "list of strings.")
+    a.add_argument("file", help="the JSON file to read")
 
     actions.add_parser("reindex", help="give every entry a vector from the current embedder "
-                       "(after `mlotspark pull all-minilm-l6-v2`)")
+                       "(after `mlotspark pull all-mpnet-base-v2`, say)",
+                       description="Give every entry a vector from the current embedder (`mlotspark info` "
+                                   "names it), after `mlotspark pull all-mpnet-base-v2` or all-minilm-l6-v2.")
     p.set_defaults(func=run)

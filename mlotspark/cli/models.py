@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from mlotspark.cli.common import WEIGHT_CHOICES
 from mlotspark.cli.distributed import add_distributed_args
 
 
@@ -129,12 +130,15 @@ def _embedder_line() -> str:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("pull", help="fetch a model into $MLOTSPARK_HOME",
+    p = sub.add_parser("pull", help="fetch a model into the models folder",
                        description="Fetch a model (default: the device's default model, see `mlotspark info`) "
                                    "into the models folder ($MLOTSPARK_MODELS, else $MLOTSPARK_HOME/models).")
     p.add_argument("model", nargs="?", default=None,
-                   help="alias (all-minilm-l6-v2: sentence embeddings for memory) or Hugging Face repo id")
-    p.add_argument("--force", action="store_true", help="verify and fetch again if needed")
+                   help="alias (see --list; all-mpnet-base-v2 and all-minilm-l6-v2 are the sentence embedders "
+                        "of semantic memory) or Hugging Face repo id")
+    p.add_argument("--force", action="store_true",
+                   help="check the sha256 of an alias already on disk and fetch it again if it differs; "
+                        "for a Hugging Face repo id, ask the hub for changed files")
     p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
     p.set_defaults(func=run_pull)
 
@@ -145,16 +149,22 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run_list)
 
-    p = sub.add_parser("rm", help="remove a pulled model (a path opened before is only forgotten)")
+    p = sub.add_parser("rm", help="remove a pulled model (a path opened before is only forgotten)",
+                       description="Remove a model pulled into the models folder; a GGUF file or directory "
+                                   "opened by path before is only forgotten (its files stay).")
     p.add_argument("model", help="alias, Hugging Face repo id, or a path `mlotspark list` shows")
     p.set_defaults(func=run_rm)
 
-    p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status")
+    p = sub.add_parser("info", help="device, BLAS, MLX version, memory and model status",
+                       description="The device, BLAS, MLX and mlx-lm versions, the memory signal and KV "
+                                   "budget in force, the default model and the catalogue, the memory "
+                                   "embedder and the thermal governor's state; with --model, how that "
+                                   "model's stored formats run and its sampling defaults.")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--model", "-m", default=None,
                    help="also load this model (alias, .gguf, directory) and show how each stored format runs "
                         "and its sampling defaults; with --distributed, the model the ranks load")
-    p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
-                   help="weight format to report for with --model (default: auto)")
+    p.add_argument("--weights", default="auto", choices=WEIGHT_CHOICES,
+                   help="with --model: the weight format to load it in (default auto, as generate)")
     add_distributed_args(p, info=True)
     p.set_defaults(func=run_info)

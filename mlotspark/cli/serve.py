@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
+from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP
+from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 from mlotspark.errors import OptionError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -143,9 +145,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--model", "-m", action="append", default=None, metavar="MODEL",
                    help="alias, .gguf file or mlx-lm directory to serve; repeat for several (the first is the "
-                        "default, loaded at start; the others on first use) (default: smollm2-135m-instruct)")
-    p.add_argument("--weights", default="auto", choices=["auto", "quantized", "float16", "bfloat16", "float32"],
-                   help="weight format to run in (default: auto)")
+                        f"default, loaded at start; the others on first use) (default: {DEFAULT_MODEL} on the "
+                        f"CPU, {ACCELERATED_DEFAULT} on a GPU)")
+    p.add_argument("--weights", default="auto", choices=WEIGHT_CHOICES, help=WEIGHTS_HELP)
     p.add_argument("--allow-load", action="append", default=None, metavar="DIR",
                    help="a folder whose .gguf files and model directories a request may name (loaded on demand); "
                         "repeatable; no other path is ever opened")
@@ -154,16 +156,19 @@ def register(sub: Any) -> None:
     p.add_argument("--keep-alive", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",
                    help=f"unload a model idle this long, the default one excepted; -1 = never "
                         f"(default {DEFAULT_KEEP_ALIVE_S:g})")
-    p.add_argument("--max-models", type=int, default=3, help="most models resident at once, by LRU (default 3)")
+    p.add_argument("--max-models", type=int, default=3,
+                   help="most models resident at once; the least recently used is unloaded first (default 3)")
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}; another needs --api-key)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $MLOTSPARK_API_KEY, else none)")
+                   help="require the key ('Authorization: Bearer KEY' or 'x-api-key: KEY') on every path but "
+                        "/, /health and /metrics (default: $MLOTSPARK_API_KEY, else none)")
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests that may wait for a batch slot; more get HTTP 503 (default 64)")
     p.add_argument("--prompt-cache-mb", type=float, default=1024.0,
-                   help="memory for the KV of recent histories, matched by token prefix; 0 = off (default 1024)")
+                   help="MB (10^6 bytes) for the KV of recent histories, matched by token prefix; 0 = off "
+                        "(default 1024)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning)")
     add_scheduler_args(p)
