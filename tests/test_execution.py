@@ -140,3 +140,28 @@ def test_only_the_cpu_strategy_prefills_with_the_cpu_forms(strategy, monkeypatch
         assert ran.count("causal_attention") == ran.count("silu_mul") == 2  # each layer
     else:
         assert not ran
+
+
+@pytest.mark.parametrize("variant", ["gemma3", "phi3"])
+def test_cpu_strategy_gives_models_not_ours_matvec_products_with_plain_tokens(variant, tmp_path, monkeypatch):
+    """mlx-lm's classes (gemma3, phi3) on the CPU strategy: their dense float32 products
+    take the one-token ``W @ x`` form (the tied output layer included) and the engine's greedy
+    tokens equal plain MLX's; switching to the plain strategy puts the classes back."""
+    import mlx.nn as nn
+
+    from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+    from zoo import write_gguf
+
+    path = write_gguf(tmp_path / f"{variant}.gguf", variant, "F16")
+    tokens = {}
+    for strategy in ("plain", "cpu"):
+        monkeypatch.setenv(execution.ENV, strategy)
+        engine = Engine.load(str(path), progress=False, cascade=None)
+        kinds = {type(m) for _, m in engine.loaded.model.named_modules()}
+        if strategy == "cpu":
+            assert MatvecLinear in kinds and MatvecEmbedding in kinds and nn.Linear not in kinds
+        else:
+            assert MatvecLinear not in kinds and MatvecEmbedding not in kinds
+        tokens[strategy] = engine.generate("a b c d", temperature=0, max_tokens=12).tokens
+        engine.close()
+    assert tokens["cpu"] == tokens["plain"] and len(tokens["cpu"]) > 0

@@ -80,8 +80,9 @@ class PlainStrategy(ExecutionStrategy):
 class CpuStrategy(ExecutionStrategy):
     """MLX's CPU backend: the NumPy step, ``W @ x`` products, CPU prefill forms, fused projections.
 
-    Only our llama-family layers get these (``llama.py``, also as a distributed rank's
-    share); mlx-lm's own model classes run as mlx-lm runs them.
+    Only our llama-family layers get all of these (``llama.py``, also as a distributed
+    rank's share); mlx-lm's own model classes (gemma3, phi3) get the ``W @ x`` products
+    only and otherwise run as mlx-lm runs them.
     """
 
     name = "cpu"
@@ -99,6 +100,7 @@ class CpuStrategy(ExecutionStrategy):
     def install(self, model: nn.Module) -> None:
         modules = [m for _, m in model.named_modules()]
         if not any(isinstance(m, llama.TransformerBlock) for m in modules):
+            _matvec_layers(modules)  # mlx-lm's classes (gemma3, phi3): their products only
             return
         if self.fuse and isinstance(model, llama.Model):
             fuse_projections(model)  # what the NumPy step reads in fewer products
@@ -303,6 +305,18 @@ def fuse_projections(model: llama.Model) -> int:
     if fused:
         mx.clear_cache()  # the separate arrays' memory back to the system, not MLX's cache
     return fused
+
+
+def _matvec_layers(modules: Sequence[nn.Module]) -> None:
+    """Give the dense float32 ``nn.Linear``/``nn.Embedding`` layers of a model that is not
+    ours their one-token ``W @ x`` form (``matvec.py``): Gemma 3 270M's tied 262144x640
+    output layer (671 MB of its 1,072) otherwise takes OpenBLAS's packed GEMM at a third of
+    the bandwidth every token. Quantized layers are other classes and stay as they are."""
+    for m in modules:
+        if type(m) is nn.Linear and m.weight.dtype == mx.float32:
+            m.__class__ = MatvecLinear
+        elif type(m) is nn.Embedding and m.weight.dtype == mx.float32:
+            m.__class__ = MatvecEmbedding
 
 
 # ------------------------------------------------------------ class swaps
