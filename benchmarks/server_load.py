@@ -4,12 +4,15 @@ N concurrent streams, in turn OpenAI chat (SSE), Anthropic messages (SSE) and Ol
 (NDJSON), a third of the clients hanging up after their first lines; ``--rounds`` rounds.
 Records: every other request completed (its last event seen), none lost or duplicated, the
 requests still in flight afterwards, and the server process's RSS and MLX active memory
-(``/health``'s ``process``) before the first round and after the last, once the server is idle.
+(``/health``'s ``process``) before the first round and after the last, each read once the server
+is idle (its idle tick collected and trimmed), with the change in percent. A warm-up round at the
+same shape comes before the "before" reading, so first-use growth (allocator arenas, compiled
+pieces, buffers) is not counted as growth of the run.
 
     flock /tmp/mlotspark-bench.lock python benchmarks/server_load.py [--model M] [--streams 64 128] [--rounds 3]
 
 Without ``--model`` it serves a tiny random model written to a temporary folder (what the
-test does at 24 streams): the HTTP path, not the model, is under test.
+test does at 64 streams): the HTTP path, not the model, is under test.
 """
 
 from __future__ import annotations
@@ -91,6 +94,19 @@ def run_round(url: str, model: str, streams: int, tokens: int) -> dict:
             "in_flight_after": httpx.get(url + "/health").json()["requests_in_flight"]}
 
 
+IDLE_S = 3.0  # the server's idle tick (every second) collects and trims once nothing is in flight
+
+
+def _idle_memory(url: str) -> dict:
+    """The server's ``process`` memory once it has been idle past its next tick."""
+    time.sleep(IDLE_S)
+    return httpx.get(url + "/health").json()["process"]
+
+
+def _change(before: int, after: int) -> str:
+    return f"{(after / before - 1) * 100:+.1f}%" if before else "n/a"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="model to serve (default: a tiny random one)")
@@ -117,22 +133,22 @@ def main() -> int:
                         raise SystemExit("the server did not start") from None
                     time.sleep(0.3)
             name = health["model"]
-            run_round(url, name, 3, args.tokens)  # warm-up: buffers and compiled pieces in place
-            before = httpx.get(url + "/health").json()["process"]
-            print("| streams | rounds | answered | completed (not hung up) | in flight after | RSS before → after (MB) "
-                  "| MLX active before → after (MB) |")
+            print("| streams | rounds | answered | completed (not hung up) | in flight after "
+                  "| RSS before → after (MB) | MLX active before → after (MB) |")
             print("|---|---|---|---|---|---|---|")
             for n in args.streams:
+                run_round(url, name, n, args.tokens)  # warm-up at the run's shape: first-use growth
+                before = _idle_memory(url)
                 results = [run_round(url, name, n, args.tokens) for _ in range(args.rounds)]
-                time.sleep(2.0)  # idle: the server's next tick collects the finished requests' cycles
-                after = httpx.get(url + "/health").json()["process"]
+                after = _idle_memory(url)
                 expected = n - sum(1 for i in range(n) if i % 3 == (i // 3) % 3)
+                rss = before["rss_bytes"], after["rss_bytes"]
+                mlx = before["mlx_active_bytes"], after["mlx_active_bytes"]
                 print(f"| {n} | {args.rounds} | {min(r['answered'] for r in results)}/{n} "
                       f"| {min(r['completed'] for r in results) - (n - expected)}/{expected} "
                       f"| {max(r['in_flight_after'] for r in results)} "
-                      f"| {before['rss_bytes'] / 1e6:,.0f} → {after['rss_bytes'] / 1e6:,.0f} "
-                      f"| {before['mlx_active_bytes'] / 1e6:,.1f} → {after['mlx_active_bytes'] / 1e6:,.1f} |",
-                      flush=True)
+                      f"| {rss[0] / 1e6:,.1f} → {rss[1] / 1e6:,.1f} ({_change(*rss)}) "
+                      f"| {mlx[0] / 1e6:,.2f} → {mlx[1] / 1e6:,.2f} ({_change(*mlx)}) |", flush=True)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=120)

@@ -21,6 +21,7 @@ class GenerationStats:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     finish_reason: str = "stop"
+    stop_sequence: str | None = None  # the stop string that ended the text (finish_reason "stop")
     ttft_s: float = 0.0
     prefill_tps: float = 0.0
     decode_tps: float = 0.0

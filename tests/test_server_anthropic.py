@@ -88,3 +88,20 @@ def test_errors_are_anthropic_shaped_and_name_the_field(live):
         assert f"'{field}'" in body["error"]["message"], body
     with pytest.raises(anthropic.NotFoundError):
         c.messages.create(model="claude-nope", messages=ASK, max_tokens=4)
+
+
+def test_a_stop_sequence_is_reported_as_anthropic_does(live):
+    c = client(live)
+    whole = c.messages.create(model=live.model, messages=ASK, max_tokens=12, extra_body=T0).content[0].text
+    assert len(whole) >= 4, whole
+    stop = whole[len(whole) // 2:][:2]  # two characters from the middle of the greedy reply
+    cut = whole[:whole.index(stop)]
+    stops = ["never in a reply \u2603", stop]
+    r = c.messages.create(model=live.model, messages=ASK, max_tokens=12, stop_sequences=stops, extra_body=T0)
+    assert (r.stop_reason, r.stop_sequence, r.content[0].text) == ("stop_sequence", stop, cut)
+    with c.messages.stream(model=live.model, messages=ASK, max_tokens=12, stop_sequences=stops,
+                           extra_body=T0) as s:
+        final = s.get_final_message()
+    assert (final.stop_reason, final.stop_sequence, final.content[0].text) == ("stop_sequence", stop, cut)
+    other = c.messages.create(model=live.model, messages=ASK, max_tokens=3, stop_sequences=stops[:1], extra_body=T0)
+    assert (other.stop_reason, other.stop_sequence) == ("max_tokens", None)

@@ -121,3 +121,70 @@ def test_an_ollama_keep_alive_holds_for_its_model(live):
                                                   "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 400 and "'keep_alive'" in r.json()["error"]
     assert httpx.get(live.url + "/health").json()["requests_in_flight"] == 0  # refused before it started
+
+
+def test_health_shows_how_far_a_model_on_demand_has_loaded(tmp_path):
+    """The request waits while the model loads; /health says the stage (a step the load reports
+    on its own thread), how far it got and the seconds since it began, on the pool's clock."""
+    import threading
+
+    from live_server import LiveServer
+    from mlotspark import steps
+    from mlotspark.engine import Engine
+    from mlotspark.server import ModelPool
+    from tiny import tiny_model, write_tiny_gguf
+
+    first = write_tiny_gguf(tmp_path / "first.gguf", tiny_model(0))
+    slow = write_tiny_gguf(tmp_path / "slow.gguf", tiny_model(4))
+    reached = {k: threading.Event() for k in ("start", "step")}
+    go = {k: threading.Event() for k in ("start", "step")}
+
+    def hold(at: str) -> None:
+        reached[at].set()
+        assert go[at].wait(60)
+
+    def load(spec: str) -> Engine:
+        if spec == str(slow):
+            hold("start")
+            with steps.step("converting slow.gguf (once)", total=1000, unit="B") as s:
+                s.advance(400)
+                hold("step")
+        return Engine.load(spec, progress=False, cascade=None)
+
+    clock = Clock()
+    pool = ModelPool(load, keep_alive_s=KEEP_ALIVE_S, clock=clock)
+    engine = load(str(first))
+    pool.add(engine.model_name, str(first), engine)
+    pool.add("slow", str(slow))
+    srv = LiveServer(engine, pool=pool)
+
+    def health() -> dict:
+        return httpx.get(srv.url + "/health", timeout=30).json()
+
+    try:
+        reply: list = []
+        waiting = threading.Thread(target=lambda: reply.append(ask(srv, "slow")))
+        waiting.start()
+        assert reached["start"].wait(60)
+        clock.now += 2
+        h = health()
+        begun = {"stage": "loading", "done": 0, "total": None, "unit": "", "elapsed_s": 2.0}
+        assert h["loading"] == {"slow": begun}
+        (row,) = [m for m in h["models"] if m["name"] == "slow"]
+        assert row["loading"] and not row["loaded"] and row["load_progress"] == begun
+        go["start"].set()
+        assert reached["step"].wait(60)
+        clock.now += 5
+        with steps.step("a step of another thread", total=3):  # not this load's
+            h = health()
+        assert h["loading"] == {"slow": {"stage": "converting slow.gguf (once)", "done": 400, "total": 1000,
+                                         "unit": "B", "elapsed_s": 7.0}}
+        go["step"].set()
+        waiting.join(120)
+        assert reply[0].status_code == 200
+        h = health()
+        assert h["loading"] == {} and all(m["load_progress"] is None for m in h["models"])
+    finally:
+        for e in go.values():
+            e.set()
+        srv.stop()

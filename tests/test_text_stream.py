@@ -78,7 +78,8 @@ def test_the_held_back_tail_comes_out_at_the_end_and_the_earliest_stop_wins():
     s = stream(["Paris!", " is"])
     assert feed_all(s, [0, 5]) == ["The", " ", "Paris"]  # " P..." might be "Paris!": held to the end
     s = stream(["France", "capital"])
-    assert "".join(feed_all(s, [0, 1, 2, 3])) == "The " and s.text == "The "
+    assert "".join(feed_all(s, [0, 1, 2, 3])) == "The " and s.text == "The " and s.stop == "capital"
+    assert stream(["Lyon"]).stop is None
 
 
 def test_fork_is_independent_mid_character_with_a_byte_level_detokenizer(tmp_path):

@@ -63,6 +63,11 @@ class Acceptance:
         """The text so far, cut before a stop string."""
         return self.stream.text
 
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the text, if one did."""
+        return self.stream.stop
+
     def accept(self, token: int) -> str:
         """Take one sampled token; return the text that may be emitted now.
 

@@ -42,4 +42,5 @@ class DecodeRequest(Protocol):
         decoded: int | None = None,
         decode_s: float | None = None,
         sequences: list | None = None,
+        stop_sequence: str | None = None,
     ) -> GenerationResult: ...

@@ -16,8 +16,17 @@ class StopMatcher:
 
     def cut(self, text: str) -> int | None:
         """Index where the earliest stop string begins in ``text``, or None."""
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        return min(hits) if hits else None
+        hit = self.find(text)
+        return None if hit is None else hit[0]
+
+    def find(self, text: str) -> tuple[int, str] | None:
+        """Where the earliest stop string begins in ``text`` and which one it is (the first
+        listed among those beginning there), or None."""
+        hits = [(i, n, s) for n, s in enumerate(self.stops) if (i := text.find(s)) >= 0]
+        if not hits:
+            return None
+        at, _, stop = min(hits)
+        return at, stop
 
     def safe_length(self, text: str) -> int:
         """How much of ``text`` can be emitted without risking a partial stop string."""

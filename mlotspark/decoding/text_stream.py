@@ -42,6 +42,7 @@ class TextStream:
         text: the text so far, cut before a stop string (held-back tail included).
         emitted: how many characters of ``text`` were handed out.
         stopped: a stop string was found.
+        stop: which stop string (None while none was found).
         finished: ``finish`` was called.
     """
 
@@ -52,6 +53,7 @@ class TextStream:
         self.text = ""
         self.emitted = 0
         self.stopped = False
+        self.stop: str | None = None
         self.finished = False
 
     @classmethod
@@ -61,9 +63,9 @@ class TextStream:
         return cls(_NoText if tokenizer is None else (lambda: tokenizer.detokenizer), stops)
 
     def _update(self, text: str) -> None:
-        cut = self.matcher.cut(text) if self.matcher.stops else None
-        if cut is not None:
-            text, self.stopped = text[:cut], True
+        hit = self.matcher.find(text) if self.matcher.stops else None
+        if hit is not None:
+            text, self.stop, self.stopped = text[: hit[0]], hit[1], True
         self.text = text
 
     def feed(self, token: int) -> str:

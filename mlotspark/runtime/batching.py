@@ -213,7 +213,7 @@ class SequenceState:
         self.finish = self.acceptance.finish
         g.text = self.acceptance.text
         g.stats.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
-        g.finalize(self.finish, self.t_start, self.t_first)
+        g.finalize(self.finish, self.t_start, self.t_first, stop_sequence=self.acceptance.stop_sequence)
         return piece
 
 

@@ -159,7 +159,7 @@ class Generation:
             steps.close()
         if tail:
             yield tail
-        self.finalize(acc.finish or "length", t0, t_first)
+        self.finalize(acc.finish or "length", t0, t_first, stop_sequence=acc.stop_sequence)
 
     def finalize(
         self,
@@ -171,6 +171,7 @@ class Generation:
         decoded: int | None = None,
         decode_s: float | None = None,
         sequences: list | None = None,
+        stop_sequence: str | None = None,
     ) -> GenerationResult:
         """Fill ``stats`` and set ``result``: the one place a request's figures are made,
         whether it ran in its own loop, in a batch or as beams.
@@ -183,6 +184,7 @@ class Generation:
             decoded: tokens decoded after the first (default ``len(tokens) - 1``).
             decode_s: seconds those took (default ``t_end - t_first``).
             sequences: every returned sequence, best first (beams, several returns).
+            stop_sequence: the stop string that ended the text, if one did.
 
         Returns:
             The ``GenerationResult``, also kept in ``result``.
@@ -195,6 +197,7 @@ class Generation:
         s.cached_tokens = self.cached_tokens
         s.generation_tokens = len(self.tokens)
         s.finish_reason = finish
+        s.stop_sequence = stop_sequence if finish == "stop" else None
         s.ttft_s = t_first - t_start
         s.prefill_tps = len(self.prompt) / s.ttft_s if s.ttft_s > 0 else 0.0
         n_decode = max(len(self.tokens) - 1, 0) if decoded is None else decoded

@@ -9,8 +9,8 @@ blocks; a stream is Anthropic's event sequence (``message_start``,
 ``content_block_start/delta/stop``, ``message_delta``, ``message_stop``). Errors use
 Anthropic's shape ``{"type": "error", "error": {"type", "message"}}`` (``app.py``).
 
-Not told apart: which stop sequence ended a reply (``stop_reason`` is ``end_turn`` for
-every stop but ``max_tokens`` and ``tool_use``).
+``stop_reason`` is Anthropic's: ``tool_use``, ``max_tokens``, ``stop_sequence`` (with the
+request's ``stop_sequences`` entry that ended the text in ``stop_sequence``), else ``end_turn``.
 """
 
 from __future__ import annotations
@@ -164,10 +164,13 @@ def new_message_id() -> str:
     return "msg_" + uuid.uuid4().hex[:24]
 
 
-def stop_reason(finish: str, calls: list) -> str:
+def stop_reason(finish: str, calls: list, stop_sequence: str | None = None) -> str:
+    """Anthropic's ``stop_reason`` for our finish reason (``cancelled`` ends as ``end_turn``)."""
     if calls:
         return "tool_use"
-    return "max_tokens" if finish == "length" else "end_turn"
+    if finish == "length":
+        return "max_tokens"
+    return "stop_sequence" if stop_sequence is not None else "end_turn"
 
 
 def tool_use_block(call: Any) -> dict:
@@ -183,7 +186,8 @@ def message_response(mid: str, model: str, outcome: Outcome) -> dict:
         content.append({"type": "text", "text": choice.text})
     content += [tool_use_block(c) for c in choice.calls]
     return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(choice.finish, choice.calls), "stop_sequence": None,
+            "stop_reason": stop_reason(choice.finish, choice.calls, choice.stop_sequence),
+            "stop_sequence": None if choice.calls else choice.stop_sequence,
             "usage": {"input_tokens": outcome.prompt_tokens, "output_tokens": outcome.completion_tokens,
                       "cache_read_input_tokens": outcome.cached_tokens}}
 
@@ -253,8 +257,9 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
                     yield e
             if text_open:
                 yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-            reason = "tool_use" if calls_sent else stop_reason(choice.finish, [])
-            yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": None},
+            reason = "tool_use" if calls_sent else stop_reason(choice.finish, [], choice.stop_sequence)
+            stop = choice.stop_sequence if reason == "stop_sequence" else None
+            yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": stop},
                                          "usage": {"output_tokens": value.completion_tokens}})
             yield _sse("message_stop", {"type": "message_stop"})
     except APIError as e:  # after the 200 went out: Anthropic's error event ends the stream

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlotspark.errors import OptionError
+from mlotspark.platform.device import release_idle_memory
 from mlotspark.server.metrics import Metrics
 from mlotspark.server.models import ModelPool, Slot
 from mlotspark.server.prompt_cache import PromptCache
@@ -164,16 +165,25 @@ class ServerState:
         A request's KV is referenced from its handle, which the HTTP stack's per-request
         reference cycles (frames of a cut-off stream, tracebacks) keep alive until Python's
         cyclic collector runs: measured, 64 streams left ~70 MB of MLX memory held until then.
-        Collecting when idle (the reaper's tick, every second) frees it and stalls no token.
+        Collecting when idle (the reaper's tick, every second) frees it and stalls no token;
+        then MLX's buffer cache and the C heap's free pages go back to the system
+        (``release_idle_memory``), or a burst's memory stays in the process's RSS.
 
         Returns:
             True when it collected.
         """
         if self.jobs or not self._ended:
             return False
-        self._ended = 0
+        ended = self._ended
         gc.collect()
+        release_idle_memory()
+        self._ended -= ended  # one released by a finalizer meanwhile waits for the next tick
         return True
+
+    @property
+    def settled(self) -> bool:
+        """Nothing in flight and every ended request collected (``collect_when_idle``)."""
+        return not self.jobs and not self._ended
 
     def begin_shutdown(self) -> None:
         """Refuse new requests; end the ones in flight with an error event (thread-safe)."""

@@ -6,7 +6,9 @@ kept resident) and those a request names that the operator allowed: a ``.gguf`` 
 mlx-lm directory inside a folder given with ``--allow-load DIR`` (a request never opens a
 path outside those folders), or a catalogue alias (pulled on demand only with
 ``--allow-pull``). Each slot has its own engine — its own scheduler and KV — and prompt
-cache. A slot loads on first use (the request waits; ``/health`` shows it loading), unloads
+cache. A slot loads on first use (the request waits; ``/health`` shows it loading, with the
+stage and how far it got: the ``mlotspark.steps`` its load reports, such as a GGUF conversion,
+and the seconds since it began), unloads
 after ``keep_alive`` seconds idle (-1 = never; the clock is injectable, so tests need not
 wait), and at most ``max_models`` are resident, the least recently used idle one making
 room. ``"default"`` names the first model.
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from mlotspark import steps
 from mlotspark.errors import MlotsparkError, ModelNotFoundError
 from mlotspark.server.governance import SharedGovernor
 from mlotspark.server.schemas import APIError
@@ -53,6 +56,8 @@ class Slot:
     last_used: float = 0.0
     active: int = 0  # requests in flight
     loading: bool = False
+    load_started: float = 0.0  # the pool's clock when the load in progress began
+    load_steps: dict[str, steps.StepProgress] = field(default_factory=dict)  # its steps running, oldest first
     loads: int = 0
     error: str | None = None
     keep_alive_s: float | None = None  # a request's own keep_alive (Ollama's), else the pool's
@@ -67,6 +72,30 @@ class Slot:
     def token_text(self, token: int) -> str:
         """One token's text (for logprobs)."""
         return self.engine.tokenizer.decode([token])
+
+    def load_progress(self, now: float) -> dict | None:
+        """Where the load in progress stands (``/health``), None when none is.
+
+        Args:
+            now: the pool's clock.
+
+        Returns:
+            ``stage`` (the newest step the load runs, e.g. ``converting model.gguf (once)``, or
+            ``loading``), ``done``/``total``/``unit`` of that step (0/None/"" without a measure;
+            unit ``B``: bytes) and ``elapsed_s`` since the load began.
+        """
+        if not self.loading:
+            return None
+        running = list(self.load_steps.values())  # replaced whole on each event: safe to read here
+        step = running[-1] if running else steps.StepProgress("loading")
+        return {"stage": step.name, "done": step.done, "total": step.total, "unit": step.unit,
+                "elapsed_s": round(max(0.0, now - self.load_started), 3)}
+
+    def _stepped(self, event: steps.StepProgress) -> None:
+        running = {k: v for k, v in self.load_steps.items() if k != event.name}
+        if not event.finished:
+            running[event.name] = event
+        self.load_steps = running
 
 
 class ModelPool:
@@ -204,28 +233,39 @@ class ModelPool:
             if gov is not None:
                 self._make_memory_room(slot, slot.weights_bytes or self.estimate(slot.spec))
                 slot.share = slot.share or gov.share(slot.name)
-            slot.loading, slot.error = True, None
+            slot.loading, slot.error, slot.load_started, slot.load_steps = True, None, self.clock(), {}
+            here = threading.get_ident()
+            # Steps are process-wide; this load's are those reported on this thread.
+            stop_listening = steps.listen(lambda e: slot._stepped(e) if threading.get_ident() == here else None)
             try:
-                engine = self.load_fn(slot.spec) if gov is None else self.load_fn(slot.spec, governor=slot.share)
-            except MlotsparkError as e:
-                slot.error = str(e)
-                raise APIError(500, f"model '{slot.name}' could not be loaded: {e}", type="server_error") from None
+                slot.engine, slot.prompt_cache = self._open(slot)
             finally:
-                slot.loading = False
-            if gov is not None:
-                slot.weights_bytes = int(engine.loaded.nbytes())  # the estimate was a lower bound: check again
-                try:
-                    self._make_memory_room(slot, slot.weights_bytes)
-                except APIError as e:
-                    engine.close()
-                    slot.error = e.message
-                    raise
-                gov.settle(slot.share, slot.weights_bytes)
-            slot.prompt_cache = self.make_cache(engine) if self.make_cache is not None else None
-            if slot.prompt_cache is not None:
-                engine.run_on_engine(slot.prompt_cache.load)
-            slot.engine, slot.loads, slot.last_used = engine, slot.loads + 1, self.clock()
+                stop_listening()
+                slot.loading, slot.load_steps = False, {}
+            slot.loads, slot.last_used = slot.loads + 1, self.clock()
             log.info("model %s loaded (%d resident)", slot.name, len(self.resident()))
+
+    def _open(self, slot: Slot) -> tuple[Any, Any]:
+        """Load ``slot``'s engine, check it fits the memory budget, open its prompt cache."""
+        gov = self.governance
+        try:
+            engine = self.load_fn(slot.spec) if gov is None else self.load_fn(slot.spec, governor=slot.share)
+        except MlotsparkError as e:
+            slot.error = str(e)
+            raise APIError(500, f"model '{slot.name}' could not be loaded: {e}", type="server_error") from None
+        if gov is not None:
+            slot.weights_bytes = int(engine.loaded.nbytes())  # the estimate was a lower bound: check again
+            try:
+                self._make_memory_room(slot, slot.weights_bytes)
+            except APIError as e:
+                engine.close()
+                slot.error = e.message
+                raise
+            gov.settle(slot.share, slot.weights_bytes)
+        cache = self.make_cache(engine) if self.make_cache is not None else None
+        if cache is not None:
+            engine.run_on_engine(cache.load)
+        return engine, cache
 
     def _make_room(self, slot: Slot) -> None:
         resident = [s for s in self.resident() if s is not slot]

@@ -59,6 +59,7 @@ class Choice:
     finish: str  # our finish reason (stop | length | cancelled)
     calls: list = field(default_factory=list)  # ToolCall
     logprobs: list | None = None  # TokenLogprob, when asked for
+    stop_sequence: str | None = None  # the request's stop string that ended the text, if one did
 
 
 def tool_call_json(call: Any, index: int | None = None) -> dict:

@@ -102,6 +102,7 @@ def build(state: Any) -> list[Route]:
         live = await asyncio.to_thread(state.live_figures)
         s = live["scheduler"]
         engine = state.engine
+        models = models_status(state)
         return JSONResponse({
             "status": "shutting_down" if state.closing else "ok",
             "model": state.model_id,
@@ -120,7 +121,8 @@ def build(state: Any) -> list[Route]:
             "decode_tps": s.get("decode_tps"),
             "kv_bytes": s.get("kv_bytes"),
             "prompt_cache": live.get("prompt_cache"),
-            "models": models_status(state),
+            "models": models,
+            "loading": {m["name"]: m["load_progress"] for m in models if m["load_progress"] is not None},
             "memory_budget": state.pool.governance.status() if state.pool.governance is not None else None,
             "process": _process_memory(),
         })
@@ -158,12 +160,14 @@ def _process_memory() -> dict:
 
 
 def models_status(state: Any) -> list[dict]:
-    """Each model the server knows: loaded or loading, requests in flight, idle time, expiry."""
+    """Each model the server knows: loaded or loading (how far: ``Slot.load_progress``), requests
+    in flight, idle time, expiry."""
     pool, now = state.pool, state.pool.clock()
     out = []
     for s in pool.slots.values():
         expires = pool.expires_in(s) if s.loaded else None
         out.append({"name": s.name, "default": s is pool.default, "loaded": s.loaded, "loading": s.loading,
+                    "load_progress": s.load_progress(now),
                     "requests_in_flight": s.active, "idle_s": round(now - s.last_used, 3) if s.loaded else None,
                     "expires_in_s": None if expires is None else round(expires, 3), "loads": s.loads,
                     "bytes": int(s.engine.loaded.nbytes()) if s.loaded else None, "error": s.error,

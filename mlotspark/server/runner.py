@@ -184,7 +184,7 @@ class Job:
             if opts.tools is not None:
                 text, calls = parse_calls(require_format(self.server.engine.tokenizer), text)
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
-            choices = [Choice(text, stats.finish_reason, calls, entries)]
+            choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence)]
             completion = stats.generation_tokens
         yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
 
@@ -257,7 +257,8 @@ class Job:
         if stats is None:
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
         text = conv.messages[-1]["content"] if conv.messages and conv.messages[-1]["role"] == "assistant" else ""
-        yield "done", Outcome([Choice(text, stats.finish_reason)], stats.prompt_tokens, stats.generation_tokens,
+        choice = Choice(text, stats.finish_reason, stop_sequence=stats.stop_sequence)
+        yield "done", Outcome([choice], stats.prompt_tokens, stats.generation_tokens,
                               stats.cached_tokens, stats)
 
 
