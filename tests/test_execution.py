@@ -165,3 +165,50 @@ def test_cpu_strategy_gives_models_not_ours_matvec_products_with_plain_tokens(va
         tokens[strategy] = engine.generate("a b c d", temperature=0, max_tokens=12).tokens
         engine.close()
     assert tokens["cpu"] == tokens["plain"] and len(tokens["cpu"]) > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gemma3_numpy_step_gives_mlx_logits_past_the_sliding_window(seed, tmp_path, monkeypatch):
+    """Gemma 3's NumPy step (``cpu_step_gemma``) against mlx-lm's forward, one token at a time
+    from the same prefilled caches, 30 steps past the tiny model's 4-token sliding window (so the
+    rotating caches wrap): the same logits to float32 rounding."""
+    from mlotspark.models import cpu_step_gemma
+    from zoo import write_gguf
+
+    monkeypatch.setenv(execution.ENV, "plain")
+    engine = Engine.load(str(write_gguf(tmp_path / "g.gguf", "gemma3", "F16", seed=seed)), progress=False, cascade=None)
+    model = engine.loaded.model
+    ours, theirs = model.make_cache(), model.make_cache()
+    assert model.args.sliding_window < 8 and {type(c).__name__ for c in ours} == {"RotatingKVCache", "KVCache"}
+    prompt = mx.array([[5, 9, 14, 3, 22, 7, 8]])
+    model(prompt, cache=ours), model(prompt, cache=theirs)
+    token, worst = 11, 0.0
+    for i in range(30):
+        x = mx.array([[token]])
+        want = model(x, cache=theirs)
+        got = cpu_step_gemma.run(model, x, ours)
+        assert got is not None
+        worst = max(worst, float(mx.abs(want - got).max()))
+        token = int(mx.argmax(want[0, -1]).item()) if i % 2 else (token * 7 + 3) % 290
+    assert worst < 1e-3 * float(mx.abs(want).max())
+    assert [c.offset for c in ours] == [c.offset for c in theirs]
+    engine.close()
+
+
+def test_gemma3_decodes_through_the_numpy_step_on_the_cpu_strategy(tmp_path, monkeypatch):
+    """Through the engine: the CPU strategy takes gemma3's one-token steps into NumPy, and the
+    greedy reply equals plain MLX's; a batch of two stays on MLX and agrees too."""
+    from zoo import write_gguf
+
+    path = write_gguf(tmp_path / "g.gguf", "gemma3", "F16", seed=2)
+    replies = {}
+    for strategy in ("plain", "cpu"):
+        monkeypatch.setenv(execution.ENV, strategy)
+        engine = Engine.load(str(path), progress=False, cascade=None)
+        replies[strategy] = engine.generate("a b c d e f", temperature=0, max_tokens=16).tokens
+        together = [engine.submit("a b c d e f", max_tokens=16, temperature=0) for _ in range(2)]
+        assert [h.result().tokens for h in together] == [replies[strategy]] * 2
+        if strategy == "cpu":
+            assert engine.loaded.execution.numpy_steps >= 15
+        engine.close()
+    assert replies["cpu"] == replies["plain"]

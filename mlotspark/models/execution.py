@@ -37,7 +37,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from mlotspark.errors import OptionError
-from mlotspark.models import cpu_step, llama, prefill_ops
+from mlotspark.models import cpu_step, cpu_step_gemma, llama, prefill_ops
 from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
 
 #: Environment variable that forces a strategy for every model loaded (tests, benchmarks).
@@ -101,6 +101,8 @@ class CpuStrategy(ExecutionStrategy):
         modules = [m for _, m in model.named_modules()]
         if not any(isinstance(m, llama.TransformerBlock) for m in modules):
             _matvec_layers(modules)  # mlx-lm's classes (gemma3, phi3): their products only
+            if cpu_step_gemma.applies(model):
+                _route_calls(model)  # its one-token steps through forward: the NumPy step
             return
         if self.fuse and isinstance(model, llama.Model):
             fuse_projections(model)  # what the NumPy step reads in fewer products
@@ -118,8 +120,9 @@ class CpuStrategy(ExecutionStrategy):
         _route_calls(model)
 
     def forward(self, model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
-        if cache is not None and inputs.shape == (1, 1) and self.numpy_step and isinstance(model, llama.Model):
-            logits = cpu_step.run(model, inputs, cache)  # None: this step runs on MLX
+        if cache is not None and inputs.shape == (1, 1) and self.numpy_step:
+            step = cpu_step if isinstance(model, llama.Model) else cpu_step_gemma if cpu_step_gemma.applies(model) else None
+            logits = step.run(model, inputs, cache) if step is not None else None  # None: on MLX
             if logits is not None:
                 self.numpy_steps += 1
                 return logits
@@ -130,7 +133,11 @@ class CpuStrategy(ExecutionStrategy):
             prefill_ops.forms_on.reset(token)
 
     def takes(self, model: nn.Module, cache: Sequence[Any]) -> bool:
-        return self.numpy_step and isinstance(model, llama.Model) and cpu_step.takes(model, cache)
+        if not self.numpy_step:
+            return False
+        if isinstance(model, llama.Model):
+            return cpu_step.takes(model, cache)
+        return cpu_step_gemma.applies(model) and cpu_step_gemma.takes(model, cache)
 
 
 class GpuStrategy(ExecutionStrategy):
