@@ -14,7 +14,8 @@ It is part of the CPU execution strategy (``execution.py``), which calls ``run``
 one-token step, and it runs only where it is exact and cheap: our llama-family ``Model``
 with dense float32 weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in
 every layer. Batches, the memory cascade, float16/quantized KV, float16/quantized
-weights and other model classes stay on MLX (``run`` returns None). Metal has GEMV
+weights and other model classes stay on MLX (``run`` returns None); Gemma 3 has its own
+step (``cpu_step_gemma.py``). Metal has GEMV
 kernels and cheap dispatch; nothing here runs there.
 
 That strategy leaves q/k/v and gate/up of each layer as row views of one buffer each

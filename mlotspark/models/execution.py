@@ -81,8 +81,8 @@ class CpuStrategy(ExecutionStrategy):
     """MLX's CPU backend: the NumPy step, ``W @ x`` products, CPU prefill forms, fused projections.
 
     Only our llama-family layers get all of these (``llama.py``, also as a distributed
-    rank's share); mlx-lm's own model classes (gemma3, phi3) get the ``W @ x`` products
-    only and otherwise run as mlx-lm runs them.
+    rank's share); mlx-lm's own model classes (gemma3, phi3) get the ``W @ x`` products,
+    Gemma 3 its own NumPy step (``cpu_step_gemma.py``), and otherwise run as mlx-lm runs them.
     """
 
     name = "cpu"
