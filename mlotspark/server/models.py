@@ -7,7 +7,7 @@ mlx-lm directory inside a folder given with ``--allow-load DIR`` (a request neve
 path outside those folders), or a catalogue alias (pulled on demand only with
 ``--allow-pull``). Each slot has its own engine — its own scheduler and KV — and prompt
 cache. A slot loads on first use (the request waits; ``/health`` shows it loading, with the
-stage and how far it got: the ``mlotspark.steps`` its load reports, such as a GGUF conversion,
+stage and how far it got: the ``mlotspark.steps`` its load reports, such as a pull or a GGUF conversion,
 and the seconds since it began), unloads
 after ``keep_alive`` seconds idle (-1 = never; the clock is injectable, so tests need not
 wait), and at most ``max_models`` are resident, the least recently used idle one making
