@@ -84,6 +84,16 @@ def _dense(a: Any) -> Optional[np.ndarray]:
     return v if v.flags.c_contiguous and not v.flags.owndata else None
 
 
+def _watched_view(module: Any, key: str, watched: list) -> Optional[np.ndarray]:
+    """``_dense`` of ``module[key]``, noting (module, key, array) in ``watched`` so the step
+    can tell when the weight is replaced (``current``); None for anything but dense float32."""
+    arr = module.get(key) if isinstance(module, nn.Module) else None
+    view = _dense(arr)
+    if view is not None:
+        watched.append((module, key, arr))
+    return view
+
+
 def _span(views: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     """One read-only (rows, in) view over weight views that lie back to back in memory,
     as ``execution.fuse_projections`` leaves q/k/v and gate/up; None when they do not.
@@ -178,11 +188,7 @@ class CpuStep:
         watched: list = []
 
         def take(module: Any, key: str = "weight") -> Optional[np.ndarray]:
-            arr = module.get(key) if isinstance(module, nn.Module) else None
-            view = _dense(arr)
-            if view is not None:
-                watched.append((module, key, arr))
-            return view
+            return _watched_view(module, key, watched)
 
         def linear(m: Any) -> Optional[tuple]:
             """(weight, bias or None) views, or None for anything but a dense float32 Linear."""

@@ -28,7 +28,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlotspark.models.cpu_step import _dense, _rope_angles
+from mlotspark.models.cpu_step import _rope_angles, _watched_view
 from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
 
 _GELU_C = math.sqrt(2 / math.pi)
@@ -89,11 +89,7 @@ class GemmaStep:
             return None
 
         def take(module: Any, key: str = "weight") -> Optional[np.ndarray]:
-            arr = module.get(key) if isinstance(module, nn.Module) else None
-            view = _dense(arr)
-            if view is not None:
-                watched.append((module, key, arr))
-            return view
+            return _watched_view(module, key, watched)
 
         def linear(m: Any) -> Optional[np.ndarray]:
             if type(m) not in (nn.Linear, MatvecLinear) or "bias" in m:
