@@ -102,12 +102,13 @@ class GemmaStep:
 
         pattern = args.sliding_window_pattern
         kinds = [i % pattern != pattern - 1 for i in range(args.num_hidden_layers)]  # as make_cache
-        layers = []
+        layers, ropes = [], {}
         for layer, sliding in zip(model.model.layers, kinds):
             at, mlp = layer.self_attn, layer.mlp
             rope = _rope_angles(at.rope)
             if rope is None or rope[1] or at.is_sliding != sliding:
                 return None  # only non-traditional plain RoPE, as gemma3 builds it
+            rope = ropes.setdefault((rope[0], rope[2].tobytes()), rope)  # one object per kind: angles once a token
             parts = (linear(at.q_proj), linear(at.k_proj), linear(at.v_proj), linear(at.o_proj),
                      linear(mlp.gate_proj), linear(mlp.up_proj), linear(mlp.down_proj),
                      norm(layer.input_layernorm), norm(layer.post_attention_layernorm),
@@ -146,12 +147,17 @@ class GemmaStep:
         ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=np.float32)
         return (x * (1.0 / np.sqrt(ms + np.float32(self.eps))).astype(np.float32) * w).astype(np.float32)
 
-    def _rope(self, x: np.ndarray, rope: tuple, pos: int) -> np.ndarray:
-        """``mx.fast.rope`` (non-traditional: the two halves of the rotated dims) of (heads, D) at ``pos``."""
-        dims, _, freqs = rope
+    @staticmethod
+    def _angles(rope: tuple, pos: int) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin of ``rope``'s frequencies at ``pos`` (once a token per RoPE kind)."""
+        angle = np.float32(pos) * rope[2]
+        return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+    @staticmethod
+    def _rope(x: np.ndarray, rope: tuple, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """``mx.fast.rope`` (non-traditional: the two halves of the rotated dims) of (heads, D)."""
+        dims = rope[0]
         half = dims // 2
-        angle = np.float32(pos) * freqs
-        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
         out = x.copy()
         a, b = x[:, :half], x[:, half:dims]
         out[:, :half] = a * cos - b * sin
@@ -162,13 +168,16 @@ class GemmaStep:
         """Logits (1, 1, V) after ``token`` at position ``cache[0].offset``; advances every cache."""
         H, KV, D = self.H, self.KV, self.D
         pos = cache[0].offset
-        rms = self._rms
+        rms, tables = self._rms, {}
         x = self.embed[token] * self.embed_scale
         for (wq, wk, wv, wo, wg, wu, wd, n_in, n_post, n_pre_ff, n_post_ff, qn, kn, rope, _), c in zip(
                 self.layers, cache):
             h = rms(x, n_in)
-            q = self._rope(rms((wq @ h).reshape(H, D), qn), rope, pos)
-            k = self._rope(rms((wk @ h).reshape(KV, D), kn), rope, pos)
+            angles = tables.get(id(rope))
+            if angles is None:  # sliding and global layers have one RoPE each
+                angles = tables[id(rope)] = self._angles(rope, pos)
+            q = self._rope(rms((wq @ h).reshape(H, D), qn), rope, *angles)
+            k = self._rope(rms((wk @ h).reshape(KV, D), kn), rope, *angles)
             v = (wv @ h).reshape(KV, D)
             keys, values = c.update_and_fetch(mx.array(k.reshape(1, KV, 1, D)), mx.array(v.reshape(1, KV, 1, D)))
             mx.eval(keys, values)
