@@ -1,31 +1,74 @@
 #!/usr/bin/env bash
-# Issue 12, Deliver 4: the engine vs mlx-lm on a lent CUDA GPU (MLX's CUDA backend, the nearest
-# thing to Metal we can run), same weights, one process.
+# Figures on a lent CUDA GPU (MLX's CUDA backend, the nearest thing to Metal we can run):
+# the engine vs mlx-lm on the same weights, and RULER through the engine past 16k tokens.
 #
-# The GPU machine has no network and takes at most 64 MiB per call, so the payload (the mlx and
-# mlx-cuda-13 wheels, mlx-lm, gguf and the default model's GGUF, ~190 MB) travels as parts over
-# several calls into /tmp/stage there (see RESULTS "Issue 12, round 4" for the recipe):
+# The GPU machine has no network and takes at most 64 MiB per call (the working tree included),
+# so the payload travels in parts over several calls into /tmp/stage there, each call within
+# the machine's 30 s warm window (RESULTS "Issue 27, round 8" has the recipe):
 #
-#   benchmarks/gpu_figures.sh stage DIR       # copy DIR/part.* into /tmp/stage (one call per part)
-#   benchmarks/gpu_figures.sh run WEIGHTS...  # unpack, install into /tmp/site, run the benchmarks
-#   benchmarks/gpu_figures.sh exec CMD...     # the same set-up, then any command (e.g. a cascade run)
+#   benchmarks/gpu_figures.sh pack OUT FILE...  # here: each FILE as folders OUT/<name>.00/, .01/, ...
+#   benchmarks/gpu_figures.sh stage DIR         # there: copy DIR's parts into /tmp/stage (one call each)
+#   benchmarks/gpu_figures.sh run WEIGHTS...    # join, install into /tmp/site, run engine vs mlx-lm
+#   benchmarks/gpu_figures.sh exec CMD...       # the same set-up, then any command (e.g. ruler.py)
 #
+# A file is joined once all its parts are there and their sha256 matches the one `pack` wrote;
+# a joined .tar is unpacked, and the wheels in it (mlx, mlx-cuda-13, mlx-lm, gguf) installed.
+# `run` and `exec` see the joined files' paths as STAGE_<NAME> (e.g. STAGE_QWEN_GGUF for
+# qwen.gguf) and the first GGUF as GGUF.
 # CUDA's own libraries come from the machine's PyTorch environment (nvidia-* cu13 packages), which
 # libmlx.so finds through its RPATH ($ORIGIN/../../nvidia/...) via a symlink.
 set -euo pipefail
 STAGE=/tmp/stage
-mkdir -p "$STAGE"
+
+join_parts() {
+    local sums name want
+    for sums in "$STAGE"/*.sha256; do
+        [ -e "$sums" ] || continue
+        name=$(basename "$sums" .sha256)
+        [ -e "$STAGE/$name" ] && continue
+        want=$(cut -d' ' -f1 "$sums")
+        if [ "$(cat "$STAGE/$name".part.* | sha256sum | cut -d' ' -f1)" != "$want" ]; then
+            echo "gpu_figures: $name not complete yet ($(ls "$STAGE/$name".part.* | wc -l) parts here)" >&2
+            continue
+        fi
+        cat "$STAGE/$name".part.* >"$STAGE/$name.tmp" && mv "$STAGE/$name.tmp" "$STAGE/$name"
+        rm -f "$STAGE/$name".part.*
+        case $name in *.tar) tar -x -C "$STAGE" -f "$STAGE/$name" ;; esac
+        echo "gpu_figures: joined $name" >&2
+    done
+}
 
 case "${1:-}" in
+pack)
+    out=$2
+    shift 2
+    for f in "$@"; do
+        name=$(basename "$f")
+        sha256sum "$f" | sed "s|  .*|  $name|" >"$out/$name.sha256"
+        # Parts of at most 62.5 MB, as even as they come: with the ~4 MB working tree a call
+        # stays under its 64 MiB.
+        size=$(stat -c %s "$f")
+        n=$(((size + 62500000 - 1) / 62500000))
+        split -b $(((size + n - 1) / n)) -d -a 2 "$f" "$out/$name.part."
+        for p in "$out/$name".part.*; do
+            mkdir -p "$out/$name.${p##*.}"
+            mv "$p" "$out/$name.${p##*.}/"
+        done
+        mv "$out/$name.sha256" "$out/$name.00/"
+    done
+    ls -la "$out"
+    ;;
 stage)
-    cp "$2"/part.* "$STAGE"/
+    mkdir -p "$STAGE"
+    cp "$2"/* "$STAGE"/
     ls -la "$STAGE"
     ;;
 run | exec)
     mode=$1
     shift
+    mkdir -p "$STAGE"
+    join_parts
     if [ ! -d /tmp/site/mlx ]; then
-        cat "$STAGE"/part.* | tar -x -C "$STAGE"
         mkdir -p /tmp/site
         # unzip, not pip --target: mlx and mlx-cuda-13 both fill the package folder mlx/
         for w in "$STAGE"/*.whl; do python3 -m zipfile -e "$w" /tmp/site; done
@@ -34,26 +77,33 @@ run | exec)
     fi
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MLOTSPARK_HOME=/tmp/mlotspark-home
     export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-    gguf=$(ls "$STAGE"/*.gguf | head -1)
+    for f in "$STAGE"/*; do
+        case $f in *.part.* | *.sha256 | *.whl | *.tar | *.tmp) continue ;; esac
+        [ -f "$f" ] || continue
+        var=STAGE_$(basename "$f" | tr 'a-z.-' 'A-Z__')
+        export "$var=$f"
+    done
+    GGUF=$(ls "$STAGE"/*.gguf 2>/dev/null | head -1 || true)
+    export GGUF
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), "cuda:", mx.cuda.is_available())'
     out=${OUT:-/tmp/out}
     mkdir -p "$out"
     if [ "$mode" = exec ]; then
-        GGUF=$gguf "$@"
+        "$@"
         exit
     fi
     for weights in "$@"; do
         echo "== weights $weights: engine vs mlx-lm (pp512, tg128, TTFT)"
-        python3 benchmarks/engine_vs_mlx_lm.py --model "$gguf" --weights "$weights" -r 7 --ttft-reps 11 \
+        python3 benchmarks/engine_vs_mlx_lm.py --model "$GGUF" --weights "$weights" -r 7 --ttft-reps 11 \
             --json "$out/engine_vs_mlx_lm.$weights.json" 2>&1 | tee "$out/engine_vs_mlx_lm.$weights.txt" | tail -40
         echo "== weights $weights: host ms/token vs compute"
-        python3 benchmarks/decode_overhead.py --model "$gguf" --weights "$weights" --reps 7 --tokens 128 \
+        python3 benchmarks/decode_overhead.py --model "$GGUF" --weights "$weights" --reps 7 --tokens 128 \
             2>&1 | tee "$out/decode_overhead.$weights.txt" | tail -12
     done
     ;;
 *)
-    echo "usage: $0 stage DIR | run WEIGHTS... | exec CMD..." >&2
+    echo "usage: $0 pack OUT FILE... | stage DIR | run WEIGHTS... | exec CMD..." >&2
     exit 2
     ;;
 esac

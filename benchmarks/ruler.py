@@ -92,20 +92,23 @@ def latest(records: list[dict]) -> list[dict]:
     return list(last.values())
 
 
-def table(records: list[dict], label: str = "") -> str:
+def table(records: list[dict], label: str = "", details: bool = False) -> str:
     """Markdown table: per task x length, ``k/n (mean%)`` per mode, k = cases scored 1.
 
     Args:
         records: case records (one settings each, or the caller filtered them).
         label: a column note (e.g. which rule the cascade used).
+        details: also each cell's median peak memory and decode ms/token.
 
     Returns:
         The table as text.
     """
     cells: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    extra: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
     modes: list[str] = []
     for r in records:
         cells[(r["task"], r["length"], r["mode"])].append(r["score"])
+        extra[(r["task"], r["length"], r["mode"])].append(r)
         if r["mode"] not in modes:
             modes.append(r["mode"])
     order = {m: i for i, m in enumerate(("cascade", "streaming", "full"))}
@@ -118,7 +121,13 @@ def table(records: list[dict], label: str = "") -> str:
             row = []
             for m in modes:
                 v = cells.get((task, n, m))
-                row.append(f"{sum(s == 1.0 for s in v)}/{len(v)} ({statistics.mean(v):.0%})" if v else "n/a")
+                cell = f"{sum(s == 1.0 for s in v)}/{len(v)} ({statistics.mean(v):.0%})" if v else "n/a"
+                if v and details:
+                    peak = [r["peak_mb"] for r in extra[(task, n, m)] if r.get("peak_mb")]
+                    ms = [r["decode_ms"] for r in extra[(task, n, m)] if r.get("decode_ms")]
+                    cell += f", {statistics.median(peak) / 1e3:.1f} GB" if peak else ""
+                    cell += f", {statistics.median(ms):.1f} ms/token" if ms else ""
+                row.append(cell)
             lines.append(f"| {task} | {n} | {' | '.join(row)} |")
     return "\n".join(lines)
 
@@ -149,6 +158,9 @@ def main() -> None:
     p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
+    p.add_argument("--order", choices=("length", "trial"), default="length",
+                   help="length: every case of a length before the next; trial: the first case of every "
+                        "length and task, then the second, ... (a run cut by --stop-after covers every cell)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
     p.add_argument("--seed", type=int, default=0)
@@ -162,9 +174,11 @@ def main() -> None:
     p.add_argument("--capture-queries", action="store_true", help="--capture every question query's mass")
     p.add_argument("--summary", type=Path, nargs="*", default=None,
                    help="print the table of these JSON-lines files and exit (no model loaded)")
+    p.add_argument("--details", action="store_true",
+                   help="--summary: each cell's median peak memory and decode ms/token too")
     args = p.parse_args()
     if args.summary is not None:
-        print(table(latest([r for f in args.summary for r in read_cases(f)])))
+        print(table(latest([r for f in args.summary for r in read_cases(f)]), details=args.details))
         return
     if args.resume and args.out is None:
         p.error("--resume needs --out")
@@ -196,42 +210,46 @@ def main() -> None:
     started = time.perf_counter()
     left = False
     count = lambda text: len(engine.encode(text))  # noqa: E731  (chat template included)
-    for n in lengths:
-        for task in args.tasks:
-            for i, depth in enumerate(depths(args.trials)):
-                if args.only is not None and i not in args.only:
-                    continue
-                seed = args.seed * 100003 + n + i
-                budget = args.max_tokens or ANSWER_TOKENS[task]
-                base = {"task": task, "length": n, "trial": i, "trials": args.trials, "seed": seed,
-                        "max_tokens": budget, "model": engine.model_name, "cfg": cfg}
-                todo = [m for m in args.modes if case_key({**base, "mode": m}) not in done]
-                if not todo:
-                    continue
-                if args.stop_after is not None and time.perf_counter() - started > args.stop_after:
-                    left = True
-                    continue
-                case = make_case(task, n, depth, seed=seed, count_tokens=count)
-                ids = engine.encode(case.text)
-                for mode in todo:
-                    if mode == "full" and len(ids) + budget > trained:
-                        continue  # past the trained context full attention is not a fair reference
-                    t0 = time.perf_counter()
-                    if cap is not None:
-                        cap.reset()
-                    mx.reset_peak_memory()
-                    result = answer(engine, ids, mode, config, budget)  # as a user's request runs
-                    passes = result.stats.extra.get("cascade", {}).get("question_passes")
-                    rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
-                           "score": case.score(result.text), "answers": list(case.answers),
-                           "reply": result.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
-                           "peak_mb": round(mx.get_peak_memory() / 1e6, 1), "question_passes": passes,
-                           "ttft_s": round(result.stats.ttft_s, 2)}
-                    emit(rec, args.out)
-                    if cap is not None and mode == "cascade":
-                        save(args.capture / f"{task}_{n}_{i}of{args.trials}_s{seed}.npz", cap, engine, ids, case,
-                             config, rec)
-                    mine.append(rec)
+    grid = [(n, task, i, depth) for n in lengths for task in args.tasks
+            for i, depth in enumerate(depths(args.trials))]
+    if args.order == "trial":
+        grid.sort(key=lambda c: c[2])  # stable: lengths and tasks keep their order within a trial
+    for n, task, i, depth in grid:
+        if args.only is not None and i not in args.only:
+            continue
+        seed = args.seed * 100003 + n + i
+        budget = args.max_tokens or ANSWER_TOKENS[task]
+        base = {"task": task, "length": n, "trial": i, "trials": args.trials, "seed": seed,
+                "max_tokens": budget, "model": engine.model_name, "cfg": cfg}
+        todo = [m for m in args.modes if case_key({**base, "mode": m}) not in done]
+        if not todo:
+            continue
+        if args.stop_after is not None and time.perf_counter() - started > args.stop_after:
+            left = True
+            continue
+        case = make_case(task, n, depth, seed=seed, count_tokens=count)
+        ids = engine.encode(case.text)
+        for mode in todo:
+            if mode == "full" and len(ids) + budget > trained:
+                continue  # past the trained context full attention is not a fair reference
+            t0 = time.perf_counter()
+            if cap is not None:
+                cap.reset()
+            mx.reset_peak_memory()
+            result = answer(engine, ids, mode, config, budget)  # as a user's request runs
+            passes = result.stats.extra.get("cascade", {}).get("question_passes")
+            rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
+                   "score": case.score(result.text), "answers": list(case.answers),
+                   "reply": result.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
+                   "peak_mb": round(mx.get_peak_memory() / 1e6, 1), "question_passes": passes,
+                   "ttft_s": round(result.stats.ttft_s, 2),
+                   "decode_ms": round(1000 / result.stats.decode_tps, 2) if result.stats.decode_tps else None,
+                   "device": result.stats.device}
+            emit(rec, args.out)
+            if cap is not None and mode == "cascade":
+                save(args.capture / f"{task}_{n}_{i}of{args.trials}_s{seed}.npz", cap, engine, ids, case,
+                     config, rec)
+            mine.append(rec)
     print()
     print(table(mine))
     if left:

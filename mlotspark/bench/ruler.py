@@ -3,7 +3,8 @@
 In the spirit of RULER (Hsieh et al., 2024), the haystack is not repeated
 filler: it is prose from Python's own reference documentation as shipped with
 the interpreter (``pydoc_data.topics``, ~465k characters), paragraphs taken in a
-seeded order, code samples and heading rules dropped. Needles go between
+seeded order, code samples and heading rules dropped; past its ~40k tokens, the
+prose of the standard library's docstrings (``more_sentences``). Needles go between
 sentences at a chosen depth. Tasks:
 
 - ``niah_single``: one key, one 7-digit value; ask for it.
@@ -26,6 +27,7 @@ import functools
 import random
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from mlotspark.errors import OptionError
@@ -101,6 +103,18 @@ class RulerCase:
 
 
 @functools.lru_cache(maxsize=1)
+def _prose(block: str) -> tuple[str, ...]:
+    """The sentences of one paragraph, or () where it is code, grammar or a heading rule."""
+    lines = block.splitlines()
+    # Indented blocks are code or grammar; lines of *, = or - are heading rules.
+    if not lines or lines[0].startswith((" ", "\t")) or all(re.fullmatch(r"[*=\-~^]+\s*", ln) for ln in lines[1:2]):
+        return ()
+    prose = " ".join(ln.strip() for ln in lines if ln.strip() and not re.fullmatch(r"[*=\-~^]+", ln.strip()))
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z\"(])", prose) if len(s.split()) >= 4]
+    return tuple(sentences) if len(sentences) >= 2 else ()
+
+
+@functools.lru_cache(maxsize=1)
 def haystack_sentences() -> tuple[tuple[str, ...], ...]:
     """Prose sentences of ``pydoc_data.topics``, grouped by paragraph, in a fixed order.
 
@@ -113,31 +127,65 @@ def haystack_sentences() -> tuple[tuple[str, ...], ...]:
     paragraphs = []
     for name in sorted(topics):
         for block in re.split(r"\n\s*\n", topics[name]):
-            lines = block.splitlines()
-            # Indented blocks are code or grammar; lines of *, = or - are heading rules.
-            if not lines or lines[0].startswith((" ", "\t")) or all(re.fullmatch(r"[*=\-~^]+\s*", ln) for ln in lines[1:2]):
-                continue
-            prose = " ".join(ln.strip() for ln in lines if ln.strip() and not re.fullmatch(r"[*=\-~^]+", ln.strip()))
-            sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z\"(])", prose) if len(s.split()) >= 4]
-            if len(sentences) >= 2:
-                paragraphs.append(tuple(sentences))
+            if sentences := _prose(block):
+                paragraphs.append(sentences)
+    return tuple(paragraphs)
+
+
+@functools.lru_cache(maxsize=1)
+def more_sentences() -> tuple[tuple[str, ...], ...]:
+    """Prose paragraphs of the standard library's docstrings (modules, classes, functions),
+    read from its sources in path order without importing them: the haystack past the
+    ~40k tokens of ``haystack_sentences`` (~670k characters more, ~150k tokens), so a
+    case to ~190k tokens repeats no paragraph.
+
+    Returns:
+        Paragraphs, each a tuple of sentences, none of them also in ``haystack_sentences``.
+    """
+    import ast
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    seen = {p for p in haystack_sentences()}
+    paragraphs = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if rel[0] in ("site-packages", "dist-packages", "test", "idlelib", "lib2to3") or "tests" in rel:
+            continue  # installed packages and test suites: not the interpreter's own prose
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                for block in re.split(r"\n\s*\n", doc or ""):
+                    sentences = _prose(block)
+                    if sentences and sentences not in seen:
+                        seen.add(sentences)
+                        paragraphs.append(sentences)
     return tuple(paragraphs)
 
 
 def _haystack(rng: random.Random, n_chars: int) -> list[str]:
-    """Sentences of consecutive paragraphs from a random start, about ``n_chars`` long."""
+    """Sentences of consecutive paragraphs from a random start, about ``n_chars`` long.
+
+    Past the end of ``haystack_sentences`` (~180k characters, ~40k tokens) it goes on with
+    ``more_sentences``; only past both does it come round again.
+    """
     paragraphs = haystack_sentences()
     start = rng.randrange(len(paragraphs))
     out: list[str] = []
     size = 0
-    i = start
+    order = [paragraphs[(start + k) % len(paragraphs)] for k in range(len(paragraphs))]
+    i = 0
     while size < n_chars:
-        for s in paragraphs[i % len(paragraphs)]:
+        if i == len(order):  # the documentation used up: the docstrings, then round again
+            order += list(more_sentences()) + order[:len(paragraphs)]
+        for s in order[i]:
             out.append(s)
             size += len(s) + 1
         i += 1
-        if i - start > len(paragraphs):  # the whole corpus used: wrap around (only past ~110k tokens)
-            start = i
     return out
 
 
@@ -258,7 +306,7 @@ def depths(n: int) -> list[float]:
     return [(i + 0.5) / n for i in range(n)]
 
 
-__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "make_case"]
+__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "make_case", "more_sentences"]
 
 
 #: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
