@@ -283,8 +283,10 @@ def extraction(doc: dict) -> dict:
     }
 
 
-def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path]) -> dict:
-    """``n`` held-out questions (seeded sample), each in a new conversation of an engine whose memory holds every entry."""
+def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path],
+               which: str = "held_out") -> dict:
+    """``n`` questions of set ``which`` (seeded sample; ``fit`` to tune, ``held_out`` to report), each in a
+    new conversation of an engine whose memory holds every entry."""
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
     os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
     if embedder_name in BUNDLE:  # the embedder in this home: a link to the pulled copy
@@ -302,8 +304,9 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
         fill = home / "fill.json"
         fill.write_text(json.dumps([p["fact"] for p in pairs] + doc["distractors"] + fresh["distractors"]), encoding="utf-8")
         engine.memory.import_json(fill)
-        held = sets(doc, fresh, seed)["held_out"][0]
-        sample = [pairs[i] for i in random.Random(seed).sample(held, n)]
+        held = sets(doc, fresh, seed)[which][0]
+        sample = [pairs[i] for i in random.Random(seed).sample(held, min(n, len(held)))]
+        n = len(sample)
         hits = injected = 0
         rows = []
         for i, p in enumerate(sample):
@@ -314,7 +317,8 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
             injected += p["fact"] in used
             rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text})
             print(f"e2e {i + 1}/{n}: {'ok' if ok else 'miss'} {p['question']!r} -> {r.text!r}", flush=True)
-        return {"embedder": engine.memory.embedder.name, "n": n, "answer_has_key": hits / n, "fact_injected": injected / n, "rows": rows}
+        return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "answer_has_key": hits / n,
+                "fact_injected": injected / n, "rows": rows}
     finally:
         engine.close()
 
@@ -323,6 +327,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--embedder", nargs="+", default=["hashing", "minilm", "mpnet"], choices=["hashing", "minilm", "mpnet"])
     ap.add_argument("--e2e", type=int, default=0, help="questions asked end to end per embedder (0: none)")
+    ap.add_argument("--e2e-set", choices=["fit", "held_out", "fresh", "all"], default="held_out",
+                    help="the set --e2e samples (fit: to tune prompts; held_out: the figure to report)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rerank", type=int, default=0,
                     help="held-out questions (and half as many unrelated prompts) reranked by the chat model (0: none)")
@@ -349,7 +355,8 @@ def main() -> None:
             r = retrieval(doc, fresh, extra, make_embedder(name, dirs), Path(tmp), args.seed, args.misses, reranker, args.rerank)
             results[name] = r
             if args.e2e:
-                results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, dirs)
+                results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, dirs,
+                                                  args.e2e_set)
     if reranker is not None:
         reranker.close()
     print("\n| embedder | recall@1 | recall@3 | fact injected | unrelated prompts injected | wrong-only | injected not the fact | end to end (key in reply) |")

@@ -8,7 +8,8 @@ median ``decode_tps`` of solo requests of a fixed prompt (``--reps``), in the sa
 Usage (the speed part runs one benchmark at a time on a shared machine; the scores
 do not depend on timing, so ``--part score`` may run beside other work):
     python benchmarks/model_choice.py --part score [-m ALIAS ...] [--max-tokens 32] [--json scores.json]
-    flock /tmp/mlotspark-bench.lock python benchmarks/model_choice.py --part speed [--reps 3]
+    flock /tmp/mlotspark-bench.lock python benchmarks/model_choice.py --part speed [--reps 3] \
+        [--context 0 4000] [--busy 1]
 """
 
 from __future__ import annotations
@@ -38,13 +39,29 @@ def score(engine: Engine, questions: list[dict], max_tokens: int) -> tuple[int, 
     return sum(r["right"] for r in rows), rows
 
 
-def decode_speed(engine: Engine, reps: int) -> float:
-    """Median decode tokens/s of a solo 64-token reply."""
+def decode_speed(engine: Engine, reps: int, context: int = 0) -> float:
+    """Median decode tokens/s of a solo 64-token reply, after ``context`` tokens of prose
+    (``bench.ruler``'s haystack: a conversation that has grown) when > 0."""
+    prompt = SPEED_PROMPT
+    if context:
+        from mlotspark.bench.ruler import _haystack
+
+        words = " ".join(_haystack(__import__("random").Random(0), context * 5))
+        ids = engine.encode(words, raw=True)[:context]
+        prompt = engine.tokenizer.decode(ids) + "\n\nSummarise the text above in one paragraph."
     tps = []
     for _ in range(reps):
-        out = engine.generate(SPEED_PROMPT, temperature=0.0, max_tokens=64)
+        out = engine.generate(prompt, temperature=0.0, max_tokens=64)
         tps.append(out.stats.decode_tps)
     return statistics.median(tps)
+
+
+def busy_loops(n: int) -> list:
+    """``n`` processes that each keep a core busy (a laptop running other work)."""
+    import subprocess
+    import sys
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def main() -> None:
@@ -54,6 +71,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write every reply here")
     ap.add_argument("--part", choices=["all", "score", "speed"], default="all")
+    ap.add_argument("--context", type=int, nargs="*", default=[0],
+                    help="speed after these many tokens of prose in the prompt (0: the short prompt)")
+    ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy during the speed part")
     args = ap.parse_args()
     questions = json.loads(DATA.read_text())["questions"]
     models = args.model or list(ALIASES)
@@ -63,13 +83,22 @@ def main() -> None:
         engine = Engine.load(name)
         try:
             right, rows = score(engine, questions, args.max_tokens) if args.part != "speed" else (0, [])
-            tps = decode_speed(engine, args.reps) if args.part != "score" else 0.0
+            by_context = {}
+            if args.part != "score":
+                loops = busy_loops(args.busy)
+                try:
+                    by_context = {n: round(decode_speed(engine, args.reps, n), 1) for n in args.context}
+                finally:
+                    for p in loops:
+                        p.kill()
+            tps = by_context.get(args.context[0], 0.0)
         finally:
             engine.close()
         results[name] = {"right": right, "of": len(questions), "decode_tps": round(tps, 1), "replies": rows,
+                         "decode_tps_by_context": by_context, "busy": args.busy,
                          "weights": engine.loaded.weights, "seconds": round(time.perf_counter() - t0, 1)}
-        print(f"{name}: {right}/{len(questions)} right, decode {tps:.1f} tok/s "
-              f"({engine.loaded.weights}, {results[name]['seconds']} s)", flush=True)
+        print(f"{name}: {right}/{len(questions)} right, decode {tps:.1f} tok/s, by context {by_context} "
+              f"(busy {args.busy}; {engine.loaded.weights}, {results[name]['seconds']} s)", flush=True)
         if args.json:  # after each model: a long run that is stopped keeps what it measured
             args.json.write_text(json.dumps(results, indent=1, ensure_ascii=False))
     print("\n| model | right of %d | decode tok/s (this CPU) | weights |" % len(questions))

@@ -16,9 +16,10 @@ from mlotspark.errors import ModelNotFoundError
 
 # The default model is chosen by measurement (benchmarks/model_choice.py, the table and the
 # rule in benchmarks/figures/models.md): the model with the most right answers among those
-# that decode at a reading pace (>= 10 tokens/s) on the device. On a CPU that is SmolLM2
-# (Qwen2.5-Coder-0.5B answers more but decodes ~5 tokens/s on 2 cores); where a GPU runs
-# the model (Metal, CUDA) both are far past that pace, and Qwen answers more.
+# that decode at a reading pace (>= 10 tokens/s) on the device after 4k tokens of context,
+# idle and with one core busy. On a 2-core CPU that is SmolLM2 (Qwen2.5-Coder-0.5B answers
+# more but decodes 10.6 tokens/s idle, 6.2 with a core busy); where a GPU runs the model
+# (Metal, CUDA) both are far past that pace, and Qwen answers more.
 DEFAULT_MODEL = "smollm2-135m-instruct"  # the CPU default, and the name tests pin
 ACCELERATED_DEFAULT = "qwen2.5-coder-0.5b"  # the default on Metal / CUDA
 #: Where models live when set (``--models-dir`` sets it too); else ``$MLOTSPARK_HOME/models``.
