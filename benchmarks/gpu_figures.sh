@@ -8,6 +8,7 @@
 #
 #   benchmarks/gpu_figures.sh pack OUT FILE...  # here: each FILE as folders OUT/<name>.00/, .01/, ...
 #   benchmarks/gpu_figures.sh stage DIR         # there: copy DIR's parts into /tmp/stage (one call each)
+#   benchmarks/gpu_figures.sh join              # there: join the files whose parts are all staged
 #   benchmarks/gpu_figures.sh run WEIGHTS...    # join, install into /tmp/site, run engine vs mlx-lm
 #   benchmarks/gpu_figures.sh exec CMD...       # the same set-up, then any command (e.g. ruler.py)
 #
@@ -18,7 +19,7 @@
 # CUDA's own libraries come from the machine's PyTorch environment (nvidia-* cu13 packages), which
 # libmlx.so finds through its RPATH ($ORIGIN/../../nvidia/...) via a symlink.
 set -euo pipefail
-STAGE=/tmp/stage
+STAGE=${STAGE:-/tmp/stage}
 
 join_parts() {
     local sums name want
@@ -63,6 +64,10 @@ stage)
     cp "$2"/* "$STAGE"/
     ls -la "$STAGE"
     ;;
+join)
+    mkdir -p "$STAGE"
+    join_parts
+    ;;
 run | exec)
     mode=$1
     shift
@@ -103,7 +108,7 @@ run | exec)
     done
     ;;
 *)
-    echo "usage: $0 pack OUT FILE... | stage DIR | run WEIGHTS... | exec CMD..." >&2
+    echo "usage: $0 pack OUT FILE... | stage DIR | join | run WEIGHTS... | exec CMD..." >&2
     exit 2
     ;;
 esac

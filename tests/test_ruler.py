@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlotspark.bench.ruler import TASKS, depths, haystack_sentences, make_case
+from mlotspark.bench.ruler import TASKS, _haystack, depths, haystack_sentences, make_case, more_sentences
 from mlotspark.errors import OptionError
 
 
@@ -35,6 +35,26 @@ def test_needle_depth_is_where_asked():
     assert 0.2 < text.index(needle) / len(text) < 0.3
     assert depths(4) == [0.125, 0.375, 0.625, 0.875]
     assert len(haystack_sentences()) > 400
+
+
+def test_long_haystacks_go_on_with_the_stdlib_docstrings_without_repeating():
+    """Past pydoc's topics (~180k characters) the haystack takes the standard library's
+    docstrings: a 600k-character haystack (~130k tokens) repeats no paragraph, and a
+    short one is unchanged by it (same seeds, same cases as before)."""
+    import random
+
+    topics = sum(len(s) + 1 for p in haystack_sentences() for s in p)
+    assert sum(len(s) + 1 for p in more_sentences() for s in p) > 3 * topics
+    short = _haystack(random.Random(5), topics // 2)
+    assert short == _haystack(random.Random(5), topics // 2 + 1)[: len(short)]
+    sentences = _haystack(random.Random(5), 600_000)
+    assert sum(len(s) + 1 for s in sentences) >= 600_000
+    first = {s for p in haystack_sentences() for s in p}
+    more = [s for p in more_sentences() for s in p]
+    assert len(set(more)) == len(more) and not first & set(more)
+    # Only pydoc's own few repeated sentences recur (as in every case before).
+    repeats = len(sentences) - len(set(sentences))
+    assert repeats <= sum(len(p) for p in haystack_sentences()) - len(first)
 
 
 def test_bad_values_are_named():

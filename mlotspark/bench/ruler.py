@@ -136,17 +136,18 @@ def haystack_sentences() -> tuple[tuple[str, ...], ...]:
 def more_sentences() -> tuple[tuple[str, ...], ...]:
     """Prose paragraphs of the standard library's docstrings (modules, classes, functions),
     read from its sources in path order without importing them: the haystack past the
-    ~40k tokens of ``haystack_sentences`` (~670k characters more, ~150k tokens), so a
-    case to ~190k tokens repeats no paragraph.
+    ~40k tokens of ``haystack_sentences`` (~625k characters more, ~140k tokens), so a
+    case to ~180k tokens repeats no paragraph and no sentence of its own.
 
     Returns:
-        Paragraphs, each a tuple of sentences, none of them also in ``haystack_sentences``.
+        Paragraphs of two sentences or more, each sentence once and none also in
+        ``haystack_sentences``.
     """
     import ast
     import sysconfig
 
     root = Path(sysconfig.get_paths()["stdlib"])
-    seen = {p for p in haystack_sentences()}
+    seen = {s for p in haystack_sentences() for s in p}  # a sentence once (overrides repeat docstrings)
     paragraphs = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).parts
@@ -160,9 +161,9 @@ def more_sentences() -> tuple[tuple[str, ...], ...]:
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node)
                 for block in re.split(r"\n\s*\n", doc or ""):
-                    sentences = _prose(block)
-                    if sentences and sentences not in seen:
-                        seen.add(sentences)
+                    sentences = tuple(dict.fromkeys(s for s in _prose(block) if s not in seen))
+                    if len(sentences) >= 2:
+                        seen.update(sentences)
                         paragraphs.append(sentences)
     return tuple(paragraphs)
 
