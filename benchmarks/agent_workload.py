@@ -31,7 +31,7 @@ own BLAS threads (never ``OPENBLAS_NUM_THREADS=1``); see ``serve_vs_mlx_lm.start
 Tools go to models whose chat template takes them (Qwen2.5-Coder); SmolLM2-135M runs the
 same workload without tools (its template has none).
 
-Full run (about 40-60 min on the 2-core CPU VM: Qwen prefill ~100 tok/s, decode ~5 tok/s;
+Full run (about 40-60 min on the 2-core CPU VM: Qwen prefill ~100 tok/s, decode ~5 tok/s in round 7, ~13 since;
 the script prints its own estimate first):
 
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/agent_workload.py \\

@@ -4,7 +4,7 @@
 #
 # The GPU machine has no network and takes at most 64 MiB per call (the working tree included),
 # so the payload travels in parts over several calls into /tmp/stage there, each call within
-# the machine's 30 s warm window (RESULTS "Issue 27, round 8" has the recipe):
+# the machine's 30 s warm window (RESULTS "Memory (issue 27)" has the recipe):
 #
 #   benchmarks/gpu_figures.sh pack OUT FILE...  # here: each FILE as folders OUT/<name>.00/, .01/, ...
 #   benchmarks/gpu_figures.sh stage DIR         # there: copy DIR's parts into /tmp/stage (one call each)
@@ -28,11 +28,12 @@ join_parts() {
         name=$(basename "$sums" .sha256)
         [ -e "$STAGE/$name" ] && continue
         want=$(cut -d' ' -f1 "$sums")
-        if [ "$(cat "$STAGE/$name".part.* | sha256sum | cut -d' ' -f1)" != "$want" ]; then
-            echo "gpu_figures: $name not complete yet ($(ls "$STAGE/$name".part.* | wc -l) parts here)" >&2
+        if [ "$(cat "$STAGE/$name".part.* 2>/dev/null | sha256sum | cut -d' ' -f1)" != "$want" ]; then
+            echo "gpu_figures: $name: parts missing or damaged ($(ls "$STAGE/$name".part.* 2>/dev/null | wc -l) here)" >&2
             continue
         fi
-        cat "$STAGE/$name".part.* >"$STAGE/$name.tmp" && mv "$STAGE/$name.tmp" "$STAGE/$name"
+        cat "$STAGE/$name".part.* >"$STAGE/$name.tmp" || return 1 # a full disk must not cost the parts
+        mv "$STAGE/$name.tmp" "$STAGE/$name"
         rm -f "$STAGE/$name".part.*
         case $name in *.tar) tar -x -C "$STAGE" -f "$STAGE/$name" ;; esac
         echo "gpu_figures: joined $name" >&2
@@ -43,13 +44,16 @@ case "${1:-}" in
 pack)
     out=$2
     shift 2
+    mkdir -p "$out"
     for f in "$@"; do
         name=$(basename "$f")
+        [ -s "$f" ] || { echo "gpu_figures: nothing to pack in $f (missing or empty)" >&2; exit 2; }
         sha256sum "$f" | sed "s|  .*|  $name|" >"$out/$name.sha256"
         # Parts of at most 62.5 MB, as even as they come: with the ~4 MB working tree a call
-        # stays under its 64 MiB.
+        # stays under its 64 MiB. (PART_BYTES: smaller parts, for the test.)
+        most=${PART_BYTES:-62500000}
         size=$(stat -c %s "$f")
-        n=$(((size + 62500000 - 1) / 62500000))
+        n=$(((size + most - 1) / most))
         split -b $(((size + n - 1) / n)) -d -a 2 "$f" "$out/$name.part."
         for p in "$out/$name".part.*; do
             mkdir -p "$out/$name.${p##*.}"
@@ -85,8 +89,11 @@ run | exec)
     for f in "$STAGE"/*; do
         case $f in *.part.* | *.sha256 | *.whl | *.tar | *.tmp) continue ;; esac
         [ -f "$f" ] || continue
-        var=STAGE_$(basename "$f" | tr 'a-z.-' 'A-Z__')
+        var=STAGE_$(basename "$f" | tr 'a-z' 'A-Z' | tr -c 'A-Z0-9\n' '_')
         export "$var=$f"
+    done
+    for sums in "$STAGE"/*.sha256; do # a file still in parts: say so, do not run without it
+        [ -e "$sums" ] && [ ! -e "${sums%.sha256}" ] && { echo "gpu_figures: $(basename "${sums%.sha256}") not joined" >&2; exit 1; }
     done
     GGUF=$(ls "$STAGE"/*.gguf 2>/dev/null | head -1 || true)
     export GGUF

@@ -315,7 +315,8 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
             ok = p["key"].lower() in r.text.lower()
             hits += ok
             injected += p["fact"] in used
-            rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text})
+            rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text,
+                         "shown": used})
             print(f"e2e {i + 1}/{n}: {'ok' if ok else 'miss'} {p['question']!r} -> {r.text!r}", flush=True)
         return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "answer_has_key": hits / n,
                 "fact_injected": injected / n, "rows": rows}
@@ -364,7 +365,8 @@ def main() -> None:
     for name in args.embedder:
         r = results[name]
         e2e = r.get("e2e")
-        e2e_s = f"{e2e['answer_has_key']:.0%} of {e2e['n']} (fact injected {e2e['fact_injected']:.0%})" if e2e else "-"
+        e2e_s = (f"{e2e['answer_has_key']:.0%} of {e2e['n']} {e2e['set']} (fact injected {e2e['fact_injected']:.0%})"
+                 if e2e else "-")
         print(f"| {r['embedder']} | {r['recall@1']:.1%} | {r['recall@3']:.1%} | {r['injected']:.1%} | "
               f"{r['wrong_unrelated']:.1%} | {r['wrong_only']:.1%} | {r['foreign_share']:.1%} | {e2e_s} |")
     print("\nBy set (fit: half 1 of the first file; held out: its half 2 + the fresh file; thresholds fitted on fit):")

@@ -44,11 +44,12 @@ def decode_speed(engine: Engine, reps: int, context: int = 0) -> float:
     (``bench.ruler``'s haystack: a conversation that has grown) when > 0."""
     prompt = SPEED_PROMPT
     if context:
-        from mlotspark.bench.ruler import _haystack
+        from mlotspark.bench.ruler import haystack_text
 
-        words = " ".join(_haystack(__import__("random").Random(0), context * 5))
-        ids = engine.encode(words, raw=True)[:context]
-        prompt = engine.tokenizer.decode(ids) + "\n\nSummarise the text above in one paragraph."
+        ids = engine.encode(haystack_text(context * 6, seed=0), raw=True)
+        if len(ids) < context:
+            raise SystemExit(f"model_choice: only {len(ids)} tokens of prose for --context {context}")
+        prompt = engine.tokenizer.decode(ids[:context]) + "\n\nSummarise the text above in one paragraph."
     tps = []
     for _ in range(reps):
         out = engine.generate(prompt, temperature=0.0, max_tokens=64)
@@ -71,7 +72,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write every reply here")
     ap.add_argument("--part", choices=["all", "score", "speed"], default="all")
-    ap.add_argument("--context", type=int, nargs="*", default=[0],
+    ap.add_argument("--context", type=int, nargs="+", default=[0],
                     help="speed after these many tokens of prose in the prompt (0: the short prompt)")
     ap.add_argument("--busy", type=int, default=0, help="processes keeping a core busy during the speed part")
     args = ap.parse_args()
@@ -91,6 +92,7 @@ def main() -> None:
                 finally:
                     for p in loops:
                         p.kill()
+                        p.wait()
             tps = by_context.get(args.context[0], 0.0)
         finally:
             engine.close()

