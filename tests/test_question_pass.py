@@ -57,7 +57,8 @@ def test_the_tail_is_reread_once_per_prompt_with_one_pinned_choice(model):  # no
         chosen = cas[0].pinned
         assert chosen is not None and len(chosen) == cfg.top_k
         for c in cas:  # every layer and KV head attends the one choice, for the whole answer
-            assert c.pinned == chosen and all(head == chosen for head in c.selection)
+            # (with the blocks sealed since, test below)
+            assert c.pinned == chosen and all(set(chosen) <= set(head) for head in c.selection)
             assert c.offset == len(prompt) + len(toks)  # the re-read replaced tokens, added none
         # The next prompt (a conversation's next turn) unpins, chooses and re-reads again.
         more = tokens(40, seed=6)
@@ -65,6 +66,25 @@ def test_the_tail_is_reread_once_per_prompt_with_one_pinned_choice(model):  # no
         assert cas[0].question.passes == 2
     finally:
         type(inner).__call__ = original
+
+
+def test_tokens_the_answer_pushes_out_of_the_window_stay_in_view(model):  # noqa: F811
+    """The question chose with the window in view: blocks sealed during the answer join the
+    pinned ones (a needle at the window's edge kept its head, in a pinned block, and lost
+    its tail mid-answer without this), the newest ones only, within the checked span."""
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, question_pass=8)
+    cas = make_cascade_cache(model, cfg)
+    prompt = tokens(120, seed=5)
+    toks, _ = greedy(model, cas, prompt, 40, chunk=32)
+    c = cas[0]
+    sealed = set(range(c._pinned_from, c.n_blocks))
+    assert len(sealed) >= 3  # the 40-token answer pushed several blocks out of the 24-token window
+    most = (cfg.max_chunk - 1) // cfg.block_size  # 1 block of 8 for a 16-token piece
+    newest = set(range(c.n_blocks - most, c.n_blocks))
+    for layer in cas:
+        assert all(set(head) == set(c.pinned) | newest for head in layer.selection)
+        keys = layer.n_sinks + len(layer.selection[0]) * cfg.block_size + layer.n_window
+        assert keys <= cfg.span
 
 
 def test_no_pass_without_question_routing_or_when_off(model):  # noqa: F811
@@ -183,8 +203,9 @@ def test_a_focused_pass_pins_fewer_blocks_for_the_whole_answer(model):  # noqa: 
     toks, _ = greedy(model, cas, prompt, 6, chunk=32)
     chosen = cas[0].pinned
     assert cas[0].question.passes == 1 and chosen is not None and 1 <= len(chosen) < cfg.top_k
-    for c in cas:
-        assert c.pinned == chosen and all(head == chosen for head in c.selection)
+    for c in cas:  # the focused choice, and at most one block the answer sealed since
+        assert c.pinned == chosen and all(set(chosen) <= set(head) and len(head) <= len(chosen) + 1
+                                          for head in c.selection)
         assert c.offset == len(prompt) + len(toks)
 
 

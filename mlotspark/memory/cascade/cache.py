@@ -94,6 +94,7 @@ class CascadeCache:
         self.selection: Selection = ()
         self.question = question
         self.pinned: tuple[int, ...] | None = None  # blocks every KV head attends, set by the question pass
+        self._pinned_from = 0  # blocks that existed when it was set (``pin``)
         self.scale = 1.0  # attention scale of the last call (the question pass scores with it)
         self.counters = LayerCounters()
         # The rotated context [sinks | blocks | window] and the layout it was built for.
@@ -256,7 +257,8 @@ class CascadeCache:
         if n <= k:  # everything fits: no scoring, no host sync
             return tuple(tuple(range(n)) for _ in range(Hkv))
         if self.pinned is not None:  # the question pass chose for the question's re-read and its answer
-            return tuple(self.pinned for _ in range(Hkv))
+            pinned = self._with_sealed_since_pin()
+            return tuple(pinned for _ in range(Hkv))
         # A slow router keeps its choice for a few decode steps while no block was
         # added: no scoring, no host sync, and the assembled context is reused.
         if decode and not self._new_blocks and _count(self.selection) == k and self._since_route < self.router.interval:
@@ -267,6 +269,25 @@ class CascadeCache:
         self.counters.routed += 1
         relevance = block_distribution(self.index.score(rq, self.router.pool(decode)), scale)
         return top_blocks(relevance, k, self.config.follow)
+
+    def pin(self, blocks: tuple[int, ...]) -> None:
+        """Attend ``blocks`` (the question pass's choice) until the next prompt's prefill,
+        and the blocks sealed after this call (``_with_sealed_since_pin``)."""
+        self.pinned = tuple(blocks)
+        self._pinned_from = self.n_blocks
+
+    def _with_sealed_since_pin(self) -> tuple[int, ...]:
+        """The pinned blocks plus those sealed since: tokens that were in the window when
+        the question chose stay in view while the answer pushes them out of it (without
+        this, a needle at the window's edge lost its tail mid-answer: "754" for 7544128,
+        RESULTS "Memory (issue 27)"). At most a prefill piece's worth of them less one
+        token (the newest), so with the decoded token the attended keys stay within the
+        span ``for_model`` checked."""
+        most = (self.config.max_chunk - 1) // self.config.block_size
+        newest = max(self._pinned_from, self.n_blocks - most)
+        if newest >= self.n_blocks:
+            return self.pinned
+        return tuple(sorted(set(self.pinned).union(range(newest, self.n_blocks))))
 
     # ------------------------------------------------------------ the context
     def _gather(self, selection: Selection, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:

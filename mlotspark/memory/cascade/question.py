@@ -21,7 +21,8 @@ So, once per prompt, between the last prefill chunk and the first decode step:
    read again with that selection pinned (their KV and the remembered queries are
    rewritten, now having seen the chosen blocks);
 3. the selection stays pinned for the whole answer (no re-routing on answer
-   tokens), until the next prefill chunk unpins it.
+   tokens), until the next prefill chunk unpins it; blocks sealed after the pass
+   (tokens the answer pushes out of the window) join it (``CascadeCache.pin``).
 
 Nothing happens while every block fits in ``top_k`` (then sinks + window + all
 blocks is exact attention). The pass needs the token ids, so it is driven by the
@@ -185,7 +186,7 @@ class QuestionPass:
         for c in caches:
             if c.trim(n) != n:  # cannot happen after the check above; stay consistent if it does
                 raise RuntimeError(f"cascade layer {c.layer} could not drop {n} tokens for the question pass")
-            c.pinned = chosen
+            c.pin(chosen)
         self.running = True
         try:
             model(tail[None], cache=list(caches))  # rewrites the tail's KV; its output is not needed
