@@ -70,21 +70,32 @@ def test_the_tail_is_reread_once_per_prompt_with_one_pinned_choice(model):  # no
 
 def test_tokens_the_answer_pushes_out_of_the_window_stay_in_view(model):  # noqa: F811
     """The question chose with the window in view: blocks sealed during the answer join the
-    pinned ones (a needle at the window's edge kept its head, in a pinned block, and lost
-    its tail mid-answer without this), the newest ones only, within the checked span."""
-    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, question_pass=8)
+    pinned ones from the step they are sealed (a needle at the window's edge kept its head,
+    in a pinned block, and lost its tail mid-answer without this) — the first ones sealed,
+    at most a piece's worth, and no step attends more keys than the checked span."""
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=24, question_pass=8)
+    most = (cfg.max_chunk - 1) // cfg.block_size  # 2 blocks of 8 for a 24-token piece
     cas = make_cascade_cache(model, cfg)
-    prompt = tokens(120, seed=5)
-    toks, _ = greedy(model, cas, prompt, 40, chunk=32)
-    c = cas[0]
-    sealed = set(range(c._pinned_from, c.n_blocks))
-    assert len(sealed) >= 3  # the 40-token answer pushed several blocks out of the 24-token window
-    most = (cfg.max_chunk - 1) // cfg.block_size  # 1 block of 8 for a 16-token piece
-    newest = set(range(c.n_blocks - most, c.n_blocks))
-    for layer in cas:
-        assert all(set(head) == set(c.pinned) | newest for head in layer.selection)
-        keys = layer.n_sinks + len(layer.selection[0]) * cfg.block_size + layer.n_window
-        assert keys <= cfg.span
+    steps = []
+    original = CascadeCache._attend
+
+    def spy(self, q, k, v, rope, scale):
+        out = original(self, q, k, v, rope, scale)
+        assert self._ctx_len <= cfg.span  # sinks + blocks + window + the new tokens
+        if self is cas[0] and self.pinned is not None and q.shape[2] == 1:
+            steps.append((self.n_blocks, self._pinned_from, self.selection))
+        return out
+
+    CascadeCache._attend = spy
+    try:
+        greedy(model, cas, tokens(120, seed=5), 60, chunk=32)
+    finally:
+        CascadeCache._attend = original
+    n_final, start, _ = steps[-1]
+    assert n_final - start > most  # the 60-token answer sealed more blocks than are kept
+    for n, start, selection in steps:  # every answer step, from the first block sealed
+        kept = set(range(start, min(n, start + most)))
+        assert all(set(head) == set(cas[0].pinned) | kept for head in selection)
 
 
 def test_no_pass_without_question_routing_or_when_off(model):  # noqa: F811

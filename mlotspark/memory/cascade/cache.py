@@ -280,14 +280,15 @@ class CascadeCache:
         """The pinned blocks plus those sealed since: tokens that were in the window when
         the question chose stay in view while the answer pushes them out of it (without
         this, a needle at the window's edge lost its tail mid-answer: "754" for 7544128,
-        RESULTS "Memory (issue 27)"). At most a prefill piece's worth of them less one
-        token (the newest), so with the decoded token the attended keys stay within the
-        span ``for_model`` checked."""
+        RESULTS "Memory (issue 27)"). The first ones sealed, which held the window the
+        question saw (a long answer's own older tokens come after them), and at most a
+        prefill piece's worth less one token, so with the decoded token the attended keys
+        stay within the span ``for_model`` checked."""
         most = (self.config.max_chunk - 1) // self.config.block_size
-        newest = max(self._pinned_from, self.n_blocks - most)
-        if newest >= self.n_blocks:
+        later = range(self._pinned_from, min(self.n_blocks, self._pinned_from + most))
+        if not later:
             return self.pinned
-        return tuple(sorted(set(self.pinned).union(range(newest, self.n_blocks))))
+        return tuple(sorted(set(self.pinned).union(later)))
 
     # ------------------------------------------------------------ the context
     def _gather(self, selection: Selection, dtype: mx.Dtype) -> tuple[mx.array, mx.array]:

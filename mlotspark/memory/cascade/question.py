@@ -168,7 +168,11 @@ class QuestionPass:
         Returns:
             True when a re-read ran.
         """
-        if self.running or not prompt:
+        if self.running:
+            return False
+        for c in caches:  # this prompt's pass chooses afresh (a one-token prefill did not unpin)
+            c.pinned = None
+        if not prompt:
             return False
         tail = mx.array(list(prompt[-self.tokens :]))
         for c in caches:
