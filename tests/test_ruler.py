@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from mlotspark.bench.ruler import TASKS, _haystack, depths, haystack_sentences, make_case, more_sentences
+from mlotspark.bench.ruler import (
+    TASKS,
+    _haystack,
+    depths,
+    haystack_sentences,
+    make_case,
+    more_sentences,
+    package_sentences,
+)
 from mlotspark.errors import OptionError
 
 
@@ -52,16 +60,17 @@ def _first_corpus_haystack(rng, n_chars):
 
 def test_long_haystacks_go_on_with_the_stdlib_docstrings_without_repeating():
     """Past pydoc's topics (~180k characters) the haystack takes the standard library's
-    docstrings: a 600k-character haystack (~130k tokens) repeats no paragraph, and a
-    short one is unchanged by it (same seeds, same cases as before)."""
+    docstrings, then the installed packages': a 900k-character haystack (~200k tokens)
+    repeats no sentence but pydoc's own few, and a short one is unchanged by it (same
+    seeds, same cases as before)."""
     import random
 
     topics = sum(len(s) + 1 for p in haystack_sentences() for s in p)
     assert sum(len(s) + 1 for p in more_sentences() for s in p) > 3 * topics
     for seed in range(5):  # within pydoc's topics, the same haystacks as before (the cases measured)
         assert _haystack(random.Random(seed), topics - 2000) == _first_corpus_haystack(random.Random(seed), topics - 2000)
-    sentences = _haystack(random.Random(5), 600_000)
-    assert sum(len(s) + 1 for s in sentences) >= 600_000
+    sentences = _haystack(random.Random(5), 900_000)
+    assert sum(len(s) + 1 for s in sentences) >= 900_000 and package_sentences.read  # all three tiers
     first = {s for p in haystack_sentences() for s in p}
     more = [s for p in more_sentences() for s in p]
     assert len(set(more)) == len(more) and not first & set(more)

@@ -24,11 +24,12 @@ counter, and the suite (``suites/ruler.py``) or ``benchmarks/ruler.py`` runs it.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mlotspark.errors import OptionError
 
@@ -131,10 +132,33 @@ def haystack_sentences() -> tuple[tuple[str, ...], ...]:
     return tuple(paragraphs)
 
 
+def _docstring_paragraphs(root: Path, seen: set[str], skip: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Prose paragraphs of the docstrings (modules, classes, functions) of the ``*.py``
+    files under ``root``, in path order, read without importing them; each sentence once
+    (``seen`` grows: overridden methods repeat their docstrings). Test suites are skipped
+    (3.11 keeps some inside packages), and the top folders named in ``skip``."""
+    import ast
+
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if rel[0] in skip or {"test", "tests"} & set(rel):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                for block in re.split(r"\n\s*\n", ast.get_docstring(node) or ""):
+                    sentences = tuple(dict.fromkeys(s for s in _prose(block) if s not in seen))
+                    if len(sentences) >= 2:
+                        seen.update(sentences)
+                        yield sentences
+
+
 @functools.lru_cache(maxsize=1)
 def more_sentences() -> tuple[tuple[str, ...], ...]:
-    """Prose paragraphs of the standard library's docstrings (modules, classes, functions),
-    read from its sources in path order without importing them: the haystack past the
+    """Prose paragraphs of the standard library's docstrings: the haystack past the
     ~40k tokens of ``haystack_sentences`` (~625k characters more, ~140k tokens), so a
     case to ~180k tokens repeats no paragraph and no sentence of its own.
 
@@ -142,50 +166,67 @@ def more_sentences() -> tuple[tuple[str, ...], ...]:
         Paragraphs of two sentences or more, each sentence once and none also in
         ``haystack_sentences``.
     """
-    import ast
     import sysconfig
 
-    root = Path(sysconfig.get_paths()["stdlib"])
-    seen = {s for p in haystack_sentences() for s in p}  # a sentence once (overrides repeat docstrings)
-    paragraphs = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).parts
-        if rel[0] in ("site-packages", "dist-packages", "idlelib", "lib2to3") or {"test", "tests"} & set(rel):
-            continue  # installed packages and test suites (3.11 keeps some inside packages): not prose
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                for block in re.split(r"\n\s*\n", doc or ""):
-                    sentences = tuple(dict.fromkeys(s for s in _prose(block) if s not in seen))
-                    if len(sentences) >= 2:
-                        seen.update(sentences)
-                        paragraphs.append(sentences)
-    return tuple(paragraphs)
+    seen = {s for p in haystack_sentences() for s in p}
+    skip = ("site-packages", "dist-packages", "idlelib", "lib2to3")  # installed packages: the next tier
+    return tuple(_docstring_paragraphs(Path(sysconfig.get_paths()["stdlib"]), seen, skip))
+
+
+class _PackageProse:
+    """The third tier, past the standard library (~180k tokens; for the 1M-token stretch):
+    docstring prose of the installed packages (site-packages, in path order), read only as
+    far as a haystack needs, and kept. Its text depends on what the machine has installed."""
+
+    def __init__(self) -> None:
+        self.read: list[tuple[str, ...]] = []
+        self._source: Iterator[tuple[str, ...]] | None = None
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        i = 0
+        while True:
+            if i == len(self.read):
+                if self._source is None:
+                    self._source = self._scan()
+                paragraph = next(self._source, None)
+                if paragraph is None:
+                    return
+                self.read.append(paragraph)
+            yield self.read[i]
+            i += 1
+
+    @staticmethod
+    def _scan() -> Iterator[tuple[str, ...]]:
+        import sysconfig
+
+        seen = {s for tier in (haystack_sentences(), more_sentences()) for p in tier for s in p}
+        for root in dict.fromkeys(Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib")):
+            yield from _docstring_paragraphs(root, seen)
+
+
+#: Paragraphs of the third tier (iterate it; ``.read`` holds what was read so far).
+package_sentences = _PackageProse()
 
 
 def _haystack(rng: random.Random, n_chars: int) -> list[str]:
     """Sentences of consecutive paragraphs from a random start, about ``n_chars`` long.
 
     Past the end of ``haystack_sentences`` (~180k characters, ~40k tokens) it goes on with
-    ``more_sentences``; only past both does it come round again.
+    ``more_sentences`` (to ~180k tokens), then ``package_sentences`` (what is installed:
+    millions of characters where a deep-learning stack is); only past all three does it
+    come round again.
     """
     paragraphs = haystack_sentences()
     start = rng.randrange(len(paragraphs))
+    first = [paragraphs[(start + k) % len(paragraphs)] for k in range(len(paragraphs))]
     out: list[str] = []
     size = 0
-    order = [paragraphs[(start + k) % len(paragraphs)] for k in range(len(paragraphs))]
-    i = 0
-    while size < n_chars:
-        if i == len(order):  # the documentation used up: the docstrings, then round again
-            order += list(more_sentences()) + order[:len(paragraphs)]
-        for s in order[i]:
+    for paragraph in itertools.chain(first, more_sentences(), package_sentences, itertools.cycle(first)):
+        if size >= n_chars:
+            break
+        for s in paragraph:
             out.append(s)
             size += len(s) + 1
-        i += 1
     return out
 
 
@@ -312,7 +353,7 @@ def depths(n: int) -> list[float]:
 
 
 __all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "haystack_text", "make_case",
-           "more_sentences"]
+           "more_sentences", "package_sentences"]
 
 
 #: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
