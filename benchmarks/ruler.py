@@ -42,7 +42,7 @@ from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
 FLAGS = {
     "window": int, "sinks": int, "block_size": int, "top_k": int, "routing": str, "representation": str,
     "rolling_window": int, "follow": int, "question_pass": int, "question_sharpen": int,
-    "question_focus": float, "question_queries": int, "chunk": int,
+    "question_focus": float, "question_queries": int, "chunk": int, "block_kind": str, "episodic_budget_mb": int,
 }
 
 # Cascade fields added after records were written, with the value those records ran with.
@@ -142,6 +142,9 @@ def main() -> None:
     p.add_argument("--top-k-blocks", dest="top_k", type=int, default=None)
     p.add_argument("--routing", default=None)
     p.add_argument("--representation", default=None)
+    p.add_argument("--block-kind", default=None, help="episodic blocks stored as float16 | q8 | q4")
+    p.add_argument("--episodic-budget-mb", type=int, default=None,
+                   help="block payload kept in memory; past it blocks spill to disk (peak memory of a long case)")
     p.add_argument("--rolling-window", type=int, default=None)
     p.add_argument("--follow", type=int, default=None, help="blocks after each retrieved block taken with it")
     p.add_argument("--question-pass", type=int, default=None,
