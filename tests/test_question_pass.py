@@ -68,7 +68,7 @@ def test_the_tail_is_reread_once_per_prompt_with_one_pinned_choice(model):  # no
         type(inner).__call__ = original
 
 
-def test_tokens_the_answer_pushes_out_of_the_window_stay_in_view(model):  # noqa: F811
+def test_tokens_the_answer_pushes_out_of_the_window_stay_in_view(model, monkeypatch):  # noqa: F811
     """The question chose with the window in view: blocks sealed during the answer join the
     pinned ones from the step they are sealed (a needle at the window's edge kept its head,
     in a pinned block, and lost its tail mid-answer without this) — the first ones sealed,
@@ -86,11 +86,8 @@ def test_tokens_the_answer_pushes_out_of_the_window_stay_in_view(model):  # noqa
             steps.append((self.n_blocks, self._pinned_from, self.selection))
         return out
 
-    CascadeCache._attend = spy
-    try:
-        greedy(model, cas, tokens(120, seed=5), 60, chunk=32)
-    finally:
-        CascadeCache._attend = original
+    monkeypatch.setattr(CascadeCache, "_attend", spy)
+    greedy(model, cas, tokens(120, seed=5), 60, chunk=32)
     n_final, start, _ = steps[-1]
     assert n_final - start > most  # the 60-token answer sealed more blocks than are kept
     for n, start, selection in steps:  # every answer step, from the first block sealed
