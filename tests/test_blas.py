@@ -182,6 +182,36 @@ print(json.dumps({"in_use": in_use, "warning": blas.blas_warning(), "total": tot
 """
 
 
+MISSING_LIB = r"""
+import importlib.util, json, shutil, subprocess, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("blas_alone", sys.argv[1])
+blas = importlib.util.module_from_spec(spec); spec.loader.exec_module(blas)
+built = blas.build_private_openblas()
+broken = Path(sys.argv[2]) / "libopenblas.so.0"  # a copy that needs a library no machine has
+shutil.copytree(built.parent, broken.parent, dirs_exist_ok=True)
+subprocess.run([blas.patchelf_binary(), "--add-needed", "libmlotspark-absent.so.1", str(broken)], check=True)
+blas.build_private_openblas = lambda: broken
+blas.SYSTEM_OPENBLAS = ()
+blas.cmeel_openblas = lambda: None
+in_use = blas.resolve_blas()
+print(json.dumps({"in_use": in_use, "warning": blas.blas_warning()}))
+"""
+
+
+@linux
+def test_a_missing_system_library_is_named_with_the_fix(tmp_path):
+    """A machine without a library the OpenBLAS copy needs (glibc's libmvec, say): the
+    reference BLAS stays, and the warning names the library the loader could not find."""
+    env = {k: v for k, v in os.environ.items() if k != "MLOTSPARK_BLAS"}
+    done = subprocess.run([sys.executable, "-c", MISSING_LIB, blas.__file__, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["in_use"].startswith("reference") and "libmlotspark-absent.so.1" in got["in_use"], got["in_use"]
+    assert "install the system library it names" in got["warning"], got["warning"]
+
+
 @linux
 def test_mlx_keeps_its_own_blas_when_no_build_fits_this_cpu():
     """A CPU the installed OpenBLAS was not built for: MLX keeps its reference BLAS (slow,

@@ -261,7 +261,8 @@ def _load(path: Path) -> bool:
     global _LIB, BLAS_NOTE
     try:
         local = ctypes.CDLL(str(path))  # RTLD_LOCAL: nothing binds to it yet
-    except OSError:
+    except OSError as e:
+        BLAS_NOTE = str(e)  # the loader names what is missing, e.g. "libmvec.so.1: cannot open ..."
         return False
     get = getattr(local, "openblas_get_config", None)
     if get is not None:
@@ -320,11 +321,13 @@ def resolve_blas() -> str:
         BLAS_NOTE = BLAS_NOTE or f"{private} does not load"
     except BlasSetupError as e:
         BLAS_NOTE = str(e)
+    why = BLAS_NOTE  # the private copy's reason: the one worth telling
     # Fallbacks that work only because the system has libgfortran / OpenBLAS installed.
     for path in [p for p in (cmeel_openblas(),) if p] + list(SYSTEM_OPENBLAS):
         if path.is_file() and _load(path):
             return _set(f"OpenBLAS ({path}; system libraries)", path, False)
-    return _set(f"reference (no usable OpenBLAS: {BLAS_NOTE})", None, True)
+    BLAS_NOTE = why
+    return _set(f"reference (no usable OpenBLAS: {why})", None, True)
 
 
 def blas_warning() -> str | None:
@@ -340,6 +343,10 @@ def blas_warning() -> str | None:
         fix = "import mlotspark before mlx"
     elif "this CPU lacks" in BLAS_IN_USE:
         fix = f"pip install '{_FITS_X86_64_V3}' (built for AVX2), or apt install libopenblas0-pthread"
+    elif "cannot open shared object file" in BLAS_IN_USE:
+        # Only glibc's own libraries are left to the system (libmvec: glibc >= 2.22, libc6).
+        fix = "install the system library it names (libm / libmvec come with glibc >= 2.22), " \
+              "or apt install libopenblas0-pthread"
     elif os.environ.get("MLOTSPARK_BLAS", "").strip():
         fix = "unset MLOTSPARK_BLAS or point it at a loadable libopenblas.so.0"
     else:
