@@ -219,9 +219,16 @@ def _haystack(rng: random.Random, n_chars: int) -> list[str]:
     paragraphs = haystack_sentences()
     start = rng.randrange(len(paragraphs))
     first = [paragraphs[(start + k) % len(paragraphs)] for k in range(len(paragraphs))]
+
+    def tiers() -> Iterator[tuple[str, ...]]:  # each tier read only when reached (the stdlib's: ~4 s)
+        yield from first
+        yield from more_sentences()
+        yield from package_sentences
+        yield from itertools.cycle(first)
+
     out: list[str] = []
     size = 0
-    for paragraph in itertools.chain(first, more_sentences(), package_sentences, itertools.cycle(first)):
+    for paragraph in tiers():
         if size >= n_chars:
             break
         for s in paragraph:
