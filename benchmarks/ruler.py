@@ -103,12 +103,10 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
     Returns:
         The table as text.
     """
-    cells: dict[tuple[str, int, str], list[float]] = defaultdict(list)
-    extra: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
+    cells: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
     modes: list[str] = []
     for r in records:
-        cells[(r["task"], r["length"], r["mode"])].append(r["score"])
-        extra[(r["task"], r["length"], r["mode"])].append(r)
+        cells[(r["task"], r["length"], r["mode"])].append(r)
         if r["mode"] not in modes:
             modes.append(r["mode"])
     order = {m: i for i, m in enumerate(("cascade", "streaming", "full"))}
@@ -120,11 +118,12 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
         for n in sorted({r["length"] for r in records if r["task"] == task}):
             row = []
             for m in modes:
-                v = cells.get((task, n, m))
+                recs = cells.get((task, n, m), [])
+                v = [r["score"] for r in recs]
                 cell = f"{sum(s == 1.0 for s in v)}/{len(v)} ({statistics.mean(v):.0%})" if v else "n/a"
                 if v and details:
-                    peak = [r["peak_mb"] for r in extra[(task, n, m)] if r.get("peak_mb")]
-                    ms = [r["decode_ms"] for r in extra[(task, n, m)] if r.get("decode_ms")]
+                    peak = [r["peak_mb"] for r in recs if r.get("peak_mb")]
+                    ms = [r["decode_ms"] for r in recs if r.get("decode_ms")]
                     cell += f", peak {max(peak) / 1e3:.1f} GB" if peak else ""
                     cell += f", {statistics.median(ms):.1f} ms/token" if ms else ""
                 row.append(cell)
