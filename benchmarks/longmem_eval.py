@@ -16,7 +16,9 @@ by exact key words:
 - ``when``: "When did I tell you I got the promotion?" -> the session's day and month.
 
 Memory: the engine's own (semantic memory learns from every turn, retractions
-included; between histories every entry is forgotten). Baseline ("whole history in
+included; between histories every entry is forgotten). The sessions happened on
+their days: the store's clock (``engine.memory.clock``) is set to each session's
+noon, so what it learns is dated as if told then, and the questions are asked now. Baseline ("whole history in
 the prompt"): every user turn of every session, with its date, in one prompt before
 the question, through ``Engine.generate`` (no semantic memory), where it fits.
 
@@ -26,6 +28,7 @@ the question, through ``Engine.generate`` (no semantic memory), where it fits.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -59,6 +62,7 @@ SMALL_TALK = ["The weather has been strange lately.", "I watched a documentary a
               "What is a good name for a houseplant?", "Tell me a fun fact about octopuses."]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
+FIRST_DAY = datetime.date(2026, 1, 1)
 NUMBERS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
@@ -72,7 +76,7 @@ class Question:
 
 @dataclass
 class History:
-    sessions: list[tuple[str, list[str]]]  # (date line, user turns)
+    sessions: list[tuple[str, list[str]]]  # (ISO date, user turns)
     questions: list[Question]
 
 
@@ -83,8 +87,8 @@ def make_history(rng: random.Random) -> History:
     dates = []
     for _ in range(n):
         day += rng.randint(2, 6)
-        month, dom = (day // 28) % 12, day % 28 + 1
-        dates.append((f"It's {DAYS[day % 7]} {dom} {MONTHS[month]}.", f"{dom} {MONTHS[month]}", dom, MONTHS[month]))
+        d = FIRST_DAY + datetime.timedelta(days=day)  # calendar days: the store dates entries by them
+        dates.append((f"It's {DAYS[d.weekday()]} {d.day} {MONTHS[d.month - 1]}.", d.isoformat(), d.day, MONTHS[d.month - 1]))
     turns: list[list[str]] = [[] for _ in range(n)]
     questions = []
     slots = rng.sample(sorted(SLOTS), rng.randint(4, 6))
@@ -135,12 +139,16 @@ def score(q: Question, reply: str) -> bool:
 def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool, session_tokens: int | None = None) -> list[dict]:
     for e in engine.memory.list():  # each history starts with an empty memory
         engine.memory.forget(e.id)
-    for s, (_, turns) in enumerate(h.sessions):
+    for s, (day, turns) in enumerate(h.sessions):
+        # The sessions happened on their days: the store dates what it learns by its clock.
+        noon = datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(12)).timestamp()
+        engine.memory.clock = lambda noon=noon: noon
         conv = engine.conversation(f"h{idx}-s{s}")
         for t in turns:
             # The sessions' replies are never scored (memory learns from the user's turns):
             # ``session_tokens`` may cap them lower than the questions' replies to save time.
             conv.send(t, temperature=0.0, max_tokens=session_tokens or max_tokens)
+    engine.memory.clock = time.time  # the questions are asked now
     rows = []
     history_text = "\n".join(t for _, turns in h.sessions for t in turns)
     for j, q in enumerate(h.questions):

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mlotspark.cli.common import positive_int
+from mlotspark.memory.semantic.events import occurrences
 
 
 def _entry_dict(e: Any) -> dict:
     return {"id": e.id, "text": e.text, "source": e.source, "conversation": e.conversation, "created": e.created,
-            "superseded_by": e.superseded_by, "superseded": e.superseded}
+            "meta": e.meta, "superseded_by": e.superseded_by, "superseded": e.superseded}
 
 
 def _when(t: float | None) -> str:
@@ -32,6 +33,9 @@ def _when(t: float | None) -> str:
 def _line(e: Any, score: float | None = None) -> str:
     head = f"{e.id:>5}  {_when(e.created)}  {e.source:<6}"
     line = f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
+    said = occurrences(e)
+    if len(said) > 1:  # an event told on several days (semantic/events.py)
+        line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
     if e.superseded_by is not None:
         line += f"  [superseded by #{e.superseded_by} on {_when(e.superseded)}]"
     return line

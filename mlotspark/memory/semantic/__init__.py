@@ -21,6 +21,9 @@ found by a hybrid search and put into the system prompt at the start of a turn.
 - ``facts``: ``extract_facts``, the sentences of a user turn worth remembering;
   ``learning``: ``learn_turn``, a turn's retractions then its facts; ``updates``
   and ``history``: when a newer fact supersedes an older one, and marking it.
+- ``events``: dated facts ("I got the promotion today!" shown with the day it
+  was said; the store's ``clock`` dates entries) and events told on several days
+  (one entry, each day an occurrence).
 - ``text`` and ``index``: word helpers and the in-memory vector matrix.
 
 Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` →

@@ -20,7 +20,10 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
      a capitalised name or nationality ("I'm Anna", "I am Belgian"), or a
      lasting state (allergic, vegetarian, married, from, born, learning, ...),
      not a mood ("I'm fine", "I'm confused", "I'm trying to ...");
-   - "Call me X".
+   - "Call me X";
+3. or it tells something that happened, dated relative to now: a first-person
+   verb in the past with "today", "yesterday", "last week", ... ("I went to the
+   dentist today."); kept with the day it was said (``events.py``).
 
 Never kept: questions (a "?" or a question-word start), hypotheticals ("If I
 ...", "Imagine I ...", "I'd ...", "I'll ..."), code (fenced or inline) and quoted
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import re
 
+from mlotspark.memory.semantic.events import is_event
 from mlotspark.memory.semantic.text import normalize
 
 MAX_TURN_CHARS = 2000
@@ -195,6 +199,22 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
     return True
 
 
+def tells_event(sentence: str) -> bool:
+    """Whether a sentence tells something that happened rather than a lasting fact.
+
+    "I went to the dentist today." does; "I moved to Porto last week." is a lasting
+    fact (where the user lives) that happens to be dated, and may update an older one.
+
+    Args:
+        sentence: one sentence (a remembered entry's text).
+
+    Returns:
+        True for a dated first-person event (``events.is_event``) that is no lasting statement.
+    """
+    low, orig = _tokens(_LEAD_IN.sub("", sentence).strip())
+    return bool(low) and is_event(low, sentence, _SKIP) and not _is_lasting_statement(low, orig)
+
+
 def extract_facts(user_text: str) -> list[str]:
     """The sentences of a finished user turn worth remembering (see module docstring).
 
@@ -229,6 +249,6 @@ def extract_facts(user_text: str) -> list[str]:
         low, orig = _tokens(s)
         if not low or low[0] in _QUESTION_START or low[0] in _HYPOTHETICAL_START:
             continue
-        if _is_lasting_statement(low, orig):
+        if _is_lasting_statement(low, orig) or (MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _SKIP)):
             facts.setdefault(_tidy(s), None)
     return [f for f in facts if f]

@@ -13,6 +13,7 @@ import sqlite3
 
 import numpy as np
 
+from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.updates import restates, supersedes
 
@@ -52,7 +53,8 @@ def replaced_by(
         threshold: the calibration's ``supersede`` cosine.
 
     Returns:
-        The ids of the older current entries it supersedes: the nearest that passes
+        The ids of the older current entries it supersedes (never an event, ``facts.tells_event``:
+        "I went to the dentist today." stays true): the nearest that passes
         ``updates.supersedes``, and others that pass within ``NEAREST_MARGIN`` of its
         cosine ("I work at Philips." and "I'm an engineer at Philips." both replaced
         by "I changed jobs and now work at ASML."; but "I go to the gym on Mondays."
@@ -72,7 +74,7 @@ def replaced_by(
         if entry_id == new_id or entry_id in gone or cosine < threshold:
             continue
         row = conn.execute("SELECT text FROM entries WHERE id = ?", (entry_id,)).fetchone()
-        if row is not None and supersedes(text, row[0], cosine, threshold):
+        if row is not None and not tells_event(row[0]) and supersedes(text, row[0], cosine, threshold):
             out.append(entry_id)
             if nearest is None and not restates(text, row[0]):
                 nearest = cosine  # a restated entry goes too, but the window is the changed one's

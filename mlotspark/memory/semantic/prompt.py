@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from mlotspark.memory.semantic.events import describe
 from mlotspark.memory.semantic.records import Hit
 
 MEMORY_HEADER = "Things you know about the user:"
@@ -29,6 +30,8 @@ def format_memory_section(hits: list[Hit], header: str = MEMORY_HEADER) -> str:
 
     Entries are flattened to one line and stripped of chat-template markers such
     as ``<|im_start|>``, so a stored text cannot open a new turn in the prompt.
+    An entry that says "today" or "last week" carries the days it was said
+    (``events.describe``).
 
     Args:
         hits: entries to show, in order.
@@ -37,6 +40,6 @@ def format_memory_section(hits: list[Hit], header: str = MEMORY_HEADER) -> str:
     Returns:
         ``"<header>\\n- text\\n- text"``, or "" when ``hits`` is empty.
     """
-    lines = [" ".join(_SPECIAL.sub(" ", h.entry.text).split()) for h in hits]
+    lines = [" ".join(_SPECIAL.sub(" ", describe(h.entry)).split()) for h in hits]
     lines = [ln for ln in lines if ln]
     return "\n".join([header, *(f"- {ln}" for ln in lines)]) if lines else ""

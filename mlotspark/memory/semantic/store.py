@@ -20,8 +20,10 @@ cache; the schema is ``database.py``, searching ``search.py``, duplicates
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -33,6 +35,8 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, gua
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.memory.semantic.events import add_occurrence, relative_time
+from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.choice import default_embedder
@@ -72,6 +76,10 @@ class SemanticStore:
             and negations as an existing entry counts as a duplicate (default
             0.95); None keeps only exact (case/punctuation-insensitive) dedupe.
 
+    Attributes:
+        clock: the time ``remember`` gives new entries (default ``time.time``);
+            replaying past conversations (a benchmark's simulated days) sets it.
+
     Raises:
         StoreError: the file cannot be opened, is not a memory store, was written
             by a newer schema, or this Python's SQLite lacks FTS5.
@@ -97,6 +105,7 @@ class SemanticStore:
         self._index_version: int | None = None
         self._searches = self._hits = self._deduplicated = self._superseded = 0
         self._last_retrieval: list[int] = []
+        self.clock: Callable[[], float] = time.time
         self._conn: sqlite3.Connection | None = open_database(self.path)
         if reembed:
             try:
@@ -142,6 +151,7 @@ class SemanticStore:
         """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted)."""
         existing = self._duplicate_of(conn, new.text, vec)
         if existing is not None:
+            self._said_again(conn, existing, new)
             return existing, False
         cur = conn.execute(
             "INSERT INTO entries (text, key, source, conversation, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
@@ -150,11 +160,26 @@ class SemanticStore:
         entry_id = int(cur.lastrowid)
         insert_vector(conn, entry_id, self.embedder, vec)
         # A newer fact about the same thing replaces older ones (kept, marked): updates.py.
-        old = replaced_by(conn, self._vectors(), entry_id, new.text, vec, self.calibration.supersede)
+        # Events ("I baked bread today.") are no slot's new value (events.py).
+        old = [] if tells_event(new.text) else replaced_by(conn, self._vectors(), entry_id, new.text, vec,
+                                                           self.calibration.supersede)
         mark_superseded(conn, old, entry_id, new.created)
         self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
         return entry_id, True
+
+    def _said_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
+        """A dated entry said again on another day: one more occurrence (events.py)."""
+        if not relative_time(new.text):
+            return
+        row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        if row is None or not relative_time(row[1]):
+            return
+        entry = entry_from_row(row)
+        meta = add_occurrence(entry.meta, entry.created, new.created)
+        if meta is not None:
+            conn.execute("UPDATE entries SET meta = ? WHERE id = ?",
+                         (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
 
     @_guarded
     def remember(
@@ -184,7 +209,7 @@ class SemanticStore:
         Raises:
             OptionError: bad text, source, conversation or meta (the value is named).
         """
-        new = check_entry(text, source, conversation, meta)
+        new = check_entry(text, source, conversation, meta, self.clock())
         vec = checked_embed(self.embedder, [new.text])[0]
         with self._write() as conn:
             entry_id, inserted = self._insert(conn, new, vec)

@@ -1,0 +1,151 @@
+"""Things that happened: facts dated by when they were said, and events said again on other days.
+
+"I got the promotion today!" means nothing a week later without its day, and "I
+baked bread today." said on three days is three times, not one fact said thrice.
+So a remembered sentence with a time relative to when it was said ("today",
+"yesterday", "last week", "this morning", "two days ago") is *dated*:
+
+- the memory section shows the day it was said ("I got the promotion today. (said
+  on Tuesday 3 March 2026)"), so "When did I tell you I got the promotion?" has an
+  answer (``describe``);
+- the same sentence said again on another calendar day is one more occurrence of
+  the entry (``meta["said"]``: the Unix times), not a duplicate dropped; a repeat on
+  the same day is the same occurrence retold (``add_occurrence``).
+
+``is_event`` is what ``extract_facts`` keeps besides lasting statements: a
+first-person sentence in the past tense with such a time ("I went to the dentist
+today.", "We finally finished the marathon last weekend."). Dated entries never
+supersede nor are superseded (``updates.py``): an event is not a slot's new value.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Iterable
+
+# A time relative to the moment the sentence was said.
+_RELATIVE = re.compile(
+    r"\b(?:today|tonight|yesterday|this (?:morning|afternoon|evening|week|weekend|month|year)|"
+    r"last (?:night|week|weekend|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:\d+|a|an|one|two|three|four|five|six|seven|a few|few|several) (?:days?|weeks?|months?|years?) ago|"
+    r"earlier today|the other day|just now)\b",
+    re.I,
+)
+# Past tenses that do not end in -ed (the common ones a person tells of their day).
+IRREGULAR_PAST = frozenset(
+    """
+    went got bought had ran made saw met took began won lost found gave came left ate drank wrote sold
+    flew drove rode swam sang caught built broke fell felt heard kept paid sent spent taught thought told
+    chose forgot held hurt knew lent lit put quit rang rose sat shot slept spoke stood stole threw
+    understood woke wore did became brought fought sought dug hung led read
+    """.split()
+)
+_NOT_PAST = frozenset("need seed feed bleed breed speed weed shed bed red".split())  # -ed words that are not verbs in the past
+
+
+def relative_time(text: str) -> bool:
+    """Whether ``text`` gives a time relative to when it was said ("today", "last week", ...).
+
+    Args:
+        text: a fact.
+
+    Returns:
+        True when the text needs the day it was said to be understood later.
+    """
+    return bool(_RELATIVE.search(text))
+
+
+def is_past(word: str) -> bool:
+    """Whether a lower-case word is a verb in the past tense (-ed, or a common irregular one)."""
+    return word in IRREGULAR_PAST or (len(word) > 4 and word.endswith("ed") and word not in _NOT_PAST)
+
+
+def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
+    """Whether a sentence tells something that happened to the speaker at a dated time.
+
+    Args:
+        low: the sentence's lower-case tokens (``facts._tokens``).
+        text: the sentence.
+        skip: adverbs and negations allowed before the verb ("just", "finally", "also").
+
+    Returns:
+        True for "I went to the dentist today.", "We finally finished the marathon last
+        weekend."; False without a relative time ("I went to school in Ghent." is a
+        lasting fact or none) or without a first-person verb in the past.
+    """
+    if len(low) < 3 or low[0] not in ("i", "we") or not relative_time(text):
+        return False
+    skip = set(skip) | {"just", "finally", "also", "again", "then", "recently"}
+    verb = next((w for w in low[1:] if w not in skip), "")
+    return is_past(verb)
+
+
+def occurrences(entry: Any) -> list[float]:
+    """The Unix times a dated entry was said, oldest first (its creation time alone if said once).
+
+    Args:
+        entry: an ``Entry``.
+
+    Returns:
+        The times.
+    """
+    said = entry.meta.get("said") if isinstance(entry.meta, dict) else None
+    if isinstance(said, list) and said and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in said):
+        return sorted(float(t) for t in said)
+    return [float(entry.created)]
+
+
+def _day(t: float) -> tuple[int, int, int]:
+    lt = time.localtime(t)
+    return lt.tm_year, lt.tm_mon, lt.tm_mday
+
+
+def add_occurrence(meta: dict[str, Any], created: float, when: float) -> dict[str, Any] | None:
+    """The meta of a dated entry said again at ``when``, or None when it was already said that day.
+
+    Args:
+        meta: the entry's meta.
+        created: the entry's creation time (its first occurrence).
+        when: the time it was said again.
+
+    Returns:
+        A new meta with ``when`` added to ``said``, or None (same calendar day, local time).
+    """
+    said = meta.get("said") if isinstance(meta.get("said"), list) else [created]
+    if any(_day(float(t)) == _day(when) for t in said):
+        return None
+    return {**meta, "said": sorted([*map(float, said), float(when)])}
+
+
+def _date(t: float, weekday: bool = True, year: bool = True) -> str:
+    lt = time.localtime(t)
+    parts = [time.strftime("%A", lt)] if weekday else []
+    parts += [str(lt.tm_mday), time.strftime("%B", lt)]
+    return " ".join(parts + ([str(lt.tm_year)] if year else []))
+
+
+def describe(entry: Any) -> str:
+    """The entry's text, with the days it was said when it is dated.
+
+    Args:
+        entry: an ``Entry``.
+
+    Returns:
+        "I got the promotion today. (said on Tuesday 3 March 2026)", "I baked bread
+        today. (said 3 times: on 3 March, 7 March and 12 March 2026)", or the text as
+        it is when it gives no relative time.
+    """
+    text = entry.text
+    if not relative_time(text):
+        return text
+    times = occurrences(entry)
+    if len(times) == 1:
+        return f"{text} (said on {_date(times[0])})"
+    one_year = len({_day(t)[0] for t in times}) == 1
+    days = [_date(t, weekday=False, year=not one_year) for t in times]
+    year = f" {_day(times[-1])[0]}" if one_year else ""
+    return f"{text} (said {len(times)} times: on {', '.join(days[:-1])} and {days[-1]}{year})"
+
+
+__all__ = ["IRREGULAR_PAST", "add_occurrence", "describe", "is_event", "is_past", "occurrences", "relative_time"]
