@@ -34,6 +34,7 @@ def store(tmp_path):
         ("It's Tuesday 3 March. I bought another plant today.", "I bought another plant today."),
         ("We finally adopted a cat last weekend.", "We finally adopted a cat last weekend."),
         ("I went to the dentist two days ago.", "I went to the dentist two days ago."),
+        ("I went fully vegan this year.", None),  # a change over months: no event (nor a lasting statement here)
         ("I moved to Porto last week.", "I moved to Porto last week."),  # a lasting fact, dated
         ("I went to school in Ghent.", None),  # no time: neither a lasting statement nor an event
         ("I need bread today.", None),  # not the past
@@ -109,3 +110,9 @@ def test_memory_list_shows_the_days_an_event_was_told(store, capsys):
         store.clock = lambda day=day: noon(3, day)
         store.remember("I baked bread today.")
     assert "[said on 2 days, last 2026-03-07 12:00]" in _line(store.list()[0])
+
+
+def test_a_change_over_months_is_no_event():
+    # How a lasting fact changed (it may update "I'm vegetarian."), not a visit or a purchase.
+    assert not tells_event("I went fully vegan this year.") and not tells_event("I switched banks last month.")
+    assert tells_event("I went to the dentist three days ago.") and tells_event("We finally finished the marathon last weekend.")

@@ -13,8 +13,9 @@ So a remembered sentence with a time relative to when it was said ("today",
   the same day is the same occurrence retold (``add_occurrence``).
 
 ``is_event`` is what ``extract_facts`` keeps besides lasting statements: a
-first-person sentence in the past tense with such a time ("I went to the dentist
-today.", "We finally finished the marathon last weekend."). Dated entries never
+first-person sentence in the past tense with such a time, within days ("I went to
+the dentist today.", "We finally finished the marathon last weekend."; "I went
+fully vegan this year." tells how a lasting fact changed, not an occurrence). Dated entries never
 supersede nor are superseded (``updates.py``): an event is not a slot's new value.
 """
 
@@ -40,6 +41,15 @@ IRREGULAR_PAST = frozenset(
     chose forgot held hurt knew lent lit put quit rang rose sat shot slept spoke stood stole threw
     understood woke wore did became brought fought sought dug hung led read
     """.split()
+)
+# A time within days of when it was said: what happened then is an occurrence, not a new
+# state. "I went fully vegan this year." is how a lasting fact changed (it may update "I'm
+# vegetarian."); "I went to the dentist today." is a visit.
+_DAYS = re.compile(
+    r"\b(?:today|tonight|yesterday|this (?:morning|afternoon|evening|weekend)|"
+    r"last (?:night|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
+    r"(?:\d+|a|one|two|three|four|five|six|a few|few|several) days? ago|earlier today|the other day|just now)\b",
+    re.I,
 )
 _NOT_PAST = frozenset("need seed feed bleed breed speed weed shed bed red".split())  # -ed words that are not verbs in the past
 
@@ -71,10 +81,11 @@ def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
 
     Returns:
         True for "I went to the dentist today.", "We finally finished the marathon last
-        weekend."; False without a relative time ("I went to school in Ghent." is a
-        lasting fact or none) or without a first-person verb in the past.
+        weekend."; False without a time within days ("I went to school in Ghent.", "I
+        went fully vegan this year.": a lasting fact or none) or without a first-person
+        verb in the past.
     """
-    if len(low) < 3 or low[0] not in ("i", "we") or not relative_time(text):
+    if len(low) < 3 or low[0] not in ("i", "we") or not _DAYS.search(text):
         return False
     skip = set(skip) | {"just", "finally", "also", "again", "then", "recently"}
     verb = next((w for w in low[1:] if w not in skip), "")
