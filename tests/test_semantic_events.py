@@ -35,6 +35,9 @@ def store(tmp_path):
         ("We finally adopted a cat last weekend.", "We finally adopted a cat last weekend."),
         ("I went to the dentist two days ago.", "I went to the dentist two days ago."),
         ("I went fully vegan this year.", None),  # a change over months: no event (nor a lasting statement here)
+        ("Today I went to the dentist.", "Today I went to the dentist."),  # the time first
+        ("Last night, we watched a film about whales.", "Last night, we watched a film about whales."),
+        ("I've been to the dentist today.", "I've been to the dentist today."),
         ("I moved to Porto last week.", "I moved to Porto last week."),  # a lasting fact, dated
         ("I went to school in Ghent.", None),  # no time: neither a lasting statement nor an event
         ("I need bread today.", None),  # not the past

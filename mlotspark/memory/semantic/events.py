@@ -51,6 +51,8 @@ _DAYS = re.compile(
     r"(?:\d+|a|one|two|three|four|five|six|a few|few|several) days? ago|earlier today|the other day|just now)\b",
     re.I,
 )
+# Past participles unlike the past tense ("I've been to the dentist today").
+PARTICIPLES = frozenset("been gone done seen eaten written given taken driven ridden swum run begun drunk sung flown".split())
 _NOT_PAST = frozenset("need seed feed bleed breed speed weed shed bed red".split())  # -ed words that are not verbs in the past
 
 
@@ -85,11 +87,17 @@ def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
         went fully vegan this year.": a lasting fact or none) or without a first-person
         verb in the past.
     """
-    if len(low) < 3 or low[0] not in ("i", "we") or not _DAYS.search(text):
+    if not _DAYS.search(text):
+        return False
+    # "Today I went ...", "Last night, we ...": the time may open the sentence.
+    start = next((i for i, w in enumerate(low[:4]) if w in ("i", "we")), None)
+    if start is None or (start and not _DAYS.match(" ".join(low[:start]))) or len(low) - start < 3:
         return False
     skip = set(skip) | {"just", "finally", "also", "again", "then", "recently"}
-    verb = next((w for w in low[1:] if w not in skip), "")
-    return is_past(verb)
+    rest = [w for w in low[start + 1 :] if w not in skip]
+    if rest[:1] in (["have"], ["ve"], ["has"]):  # "I've been to the dentist today"
+        return len(rest) > 1 and (is_past(rest[1]) or rest[1] in PARTICIPLES)
+    return bool(rest) and is_past(rest[0])
 
 
 def occurrences(entry: Any) -> list[float]:
@@ -159,4 +167,4 @@ def describe(entry: Any) -> str:
     return f"{text} (said {len(times)} times: on {', '.join(days[:-1])} and {days[-1]}{year})"
 
 
-__all__ = ["IRREGULAR_PAST", "add_occurrence", "describe", "is_event", "is_past", "occurrences", "relative_time"]
+__all__ = ["IRREGULAR_PAST", "PARTICIPLES", "add_occurrence", "describe", "is_event", "is_past", "occurrences", "relative_time"]
