@@ -186,6 +186,24 @@ def test_memory_retrieved_into_prompt_and_facts_learned_from_turns(engines, tiny
     assert fact in r.stats.extra["memory"]["used"] and r.stats.extra["memory"]["added"] == []
 
 
+def test_events_learned_over_days_reach_the_prompt_with_their_days(engines, tiny_loaded):
+    # The multi-session eval's path: sessions on other days (the store's clock), questions now.
+    import datetime
+
+    e = engines(tiny_loaded)
+    for day in (3, 7, 12):
+        e.memory.clock = lambda day=day: datetime.datetime(2026, 3, day, 12).timestamp()
+        r = e.conversation(f"day{day}").send("I baked bread today. The weather was strange.", **OPTS)
+        assert [e.memory.get(i).text for i in r.stats.extra["memory"]["learned"]] == ["I baked bread today."]
+    e.memory.clock = lambda: datetime.datetime(2026, 3, 12, 12).timestamp()
+    e.conversation("day12").send("I got the promotion today!", **OPTS)
+    q = e.conversation("questions")
+    q.send("How many times did I tell you I baked bread?", **OPTS)
+    assert "- I baked bread today. (said 3 times: on 3 March, 7 March and 12 March 2026)" in q.render()[0]["content"]
+    q.send("When did I tell you I got the promotion?", **OPTS)
+    assert "- I got the promotion today. (said on Thursday 12 March 2026)" in q.render()[-2]["content"]
+
+
 # -------------------------------------------------------------- budgets/stats
 def test_budgets_and_stats_per_tier(engines, tiny_loaded, _isolated_home):
     e = engines(tiny_loaded)
