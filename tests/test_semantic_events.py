@@ -119,3 +119,15 @@ def test_a_change_over_months_is_no_event():
     # How a lasting fact changed (it may update "I'm vegetarian."), not a visit or a purchase.
     assert not tells_event("I went fully vegan this year.") and not tells_event("I switched banks last month.")
     assert tells_event("I went to the dentist three days ago.") and tells_event("We finally finished the marathon last weekend.")
+
+
+def test_a_question_asking_when_shows_every_entrys_day(store):
+    from mlotspark.memory.semantic.events import asks_when
+
+    store.clock = lambda: noon(3, 3)
+    store.remember("My sister is called Ilse.")
+    hits = store.retrieve_for_prompt("When did I tell you my sister is called Ilse?")
+    assert format_memory_section(hits, days=True) == "Things you know about the user:\n- My sister is called Ilse. (said on Tuesday 3 March 2026)"
+    assert format_memory_section(hits) == "Things you know about the user:\n- My sister is called Ilse."
+    assert asks_when("When did I tell you my sister is called Ilse?") and asks_when("what day did I move?")
+    assert not asks_when("When do I need to renew my passport?") and not asks_when("When is my birthday?")

@@ -303,7 +303,7 @@ class Conversation:
         shown = {i for m in self.record.messages for i in m.get("memory_ids", ())}
         new = [h for h in hits if h.id not in shown]
         if new:
-            user["memory"] = p.memory_section(new)
+            user["memory"] = p.memory_section(new, text)
             user["memory_ids"] = [h.id for h in new]
         extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": []}
         # With tools the template shows them to the model (the calls come back as its reply's text).

@@ -34,6 +34,7 @@ from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
 from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, format_memory_section, learn_turn
+from mlotspark.memory.semantic.events import asks_when
 from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
@@ -344,8 +345,9 @@ class Persistence:
             return []
 
     @staticmethod
-    def memory_section(hits: list[Hit]) -> str:
-        return format_memory_section(hits)
+    def memory_section(hits: list[Hit], query: str = "") -> str:
+        """The prompt's memory section for ``hits``, with every entry's day when ``query`` asks when."""
+        return format_memory_section(hits, days=asks_when(query))
 
     def learn(self, user_text: str, conversation: str) -> list[int]:
         """Remember the facts the user stated in a turn; returns their entry ids."""

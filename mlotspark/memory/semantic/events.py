@@ -144,11 +144,31 @@ def _date(t: float, weekday: bool = True, year: bool = True) -> str:
     return " ".join(parts + ([str(lt.tm_year)] if year else []))
 
 
-def describe(entry: Any) -> str:
+# Asking when something was said or happened, not when something is ("When do I need to
+# renew my passport?" asks for the fact's own date, which a day it was said would blur).
+_WHEN = re.compile(r"\b(?:when|what day|which day|on what date|how long ago) (?:did|was|were|had|have) (?:i|we)\b", re.I)
+
+
+def asks_when(query: str) -> bool:
+    """Whether a message asks when something was said or happened ("When did I tell you ...?",
+    "When did I move to Porto?"; not "When do I need to renew my passport?").
+
+    Args:
+        query: the user's message.
+
+    Returns:
+        True when every entry shown for it should carry its day (``describe(..., always=True)``).
+    """
+    return isinstance(query, str) and bool(_WHEN.search(query))
+
+
+def describe(entry: Any, always: bool = False) -> str:
     """The entry's text, with the days it was said when it is dated.
 
     Args:
         entry: an ``Entry``.
+        always: give the day of undated entries too (for a question asking when:
+            "When did I tell you my sister is called Ilse?").
 
     Returns:
         "I got the promotion today. (said on Tuesday 3 March 2026)", "I baked bread
@@ -156,7 +176,7 @@ def describe(entry: Any) -> str:
         it is when it gives no relative time.
     """
     text = entry.text
-    if not relative_time(text):
+    if not (always or relative_time(text)):
         return text
     times = occurrences(entry)
     if len(times) == 1:
@@ -167,4 +187,4 @@ def describe(entry: Any) -> str:
     return f"{text} (said {len(times)} times: on {', '.join(days[:-1])} and {days[-1]}{year})"
 
 
-__all__ = ["IRREGULAR_PAST", "PARTICIPLES", "add_occurrence", "describe", "is_event", "is_past", "occurrences", "relative_time"]
+__all__ = ["IRREGULAR_PAST", "PARTICIPLES", "add_occurrence", "asks_when", "describe", "is_event", "is_past", "occurrences", "relative_time"]

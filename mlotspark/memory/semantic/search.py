@@ -104,7 +104,8 @@ def search_entries(
 
 
 def choose_for_prompt(
-    hits: list[Hit], top_k: int, margin: float, token_budget: int, count: Callable[[str], int], header: str
+    hits: list[Hit], top_k: int, margin: float, token_budget: int, count: Callable[[str], int], header: str,
+    days: bool = False,
 ) -> list[Hit]:
     """The hits to inject: in score order, within ``margin`` of the best, while the section fits the budget.
 
@@ -117,6 +118,7 @@ def choose_for_prompt(
         token_budget: most tokens the whole section (header included) may take.
         count: counts tokens.
         header: the section's first line.
+        days: the section shows every entry's day (``format_memory_section``).
 
     Returns:
         The chosen hits, best first.
@@ -127,7 +129,7 @@ def choose_for_prompt(
     for hit in hits:
         if chosen and hit.score < chosen[0].score - margin:
             break  # far below the best: another fact of the same kind, not the one asked
-        if count(format_memory_section([*chosen, hit], header)) <= token_budget:
+        if count(format_memory_section([*chosen, hit], header, days=days)) <= token_budget:
             chosen.append(hit)
             if len(chosen) == top_k:
                 break

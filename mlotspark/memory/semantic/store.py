@@ -35,7 +35,7 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, gua
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
-from mlotspark.memory.semantic.events import add_occurrence, relative_time
+from mlotspark.memory.semantic.events import add_occurrence, asks_when, relative_time
 from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids
 from mlotspark.memory.semantic.index import VectorIndex
@@ -378,7 +378,8 @@ class SemanticStore:
         """The entries to put into the prompt at the start of a turn.
 
         Takes hits in score order while the whole section (``format_memory_section``
-        of the chosen hits, header included) stays within ``token_budget``; a hit
+        of the chosen hits, header included, with their days when ``query`` asks when)
+        stays within ``token_budget``; a hit
         that does not fit is skipped and a shorter one after it may still fit.
         The chosen ids become ``stats()["last_retrieval"]``.
 
@@ -402,7 +403,7 @@ class SemanticStore:
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
         hits = self._search(query, 3 * top_k, threshold) if top_k else []
-        chosen = choose_for_prompt(hits, top_k, self.calibration.margin, token_budget, count, header)
+        chosen = choose_for_prompt(hits, top_k, self.calibration.margin, token_budget, count, header, asks_when(query))
         self._searches += 1
         self._hits += bool(chosen)
         self._last_retrieval = [h.id for h in chosen]
