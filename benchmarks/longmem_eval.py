@@ -139,16 +139,18 @@ def score(q: Question, reply: str) -> bool:
 def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool, session_tokens: int | None = None) -> list[dict]:
     for e in engine.memory.list():  # each history starts with an empty memory
         engine.memory.forget(e.id)
-    for s, (day, turns) in enumerate(h.sessions):
-        # The sessions happened on their days: the store dates what it learns by its clock.
-        noon = datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(12)).timestamp()
-        engine.memory.clock = lambda noon=noon: noon
-        conv = engine.conversation(f"h{idx}-s{s}")
-        for t in turns:
-            # The sessions' replies are never scored (memory learns from the user's turns):
-            # ``session_tokens`` may cap them lower than the questions' replies to save time.
-            conv.send(t, temperature=0.0, max_tokens=session_tokens or max_tokens)
-    engine.memory.clock = time.time  # the questions are asked now
+    try:
+        for s, (day, turns) in enumerate(h.sessions):
+            # The sessions happened on their days: the store dates what it learns by its clock.
+            noon = datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(12)).timestamp()
+            engine.memory.clock = lambda noon=noon: noon
+            conv = engine.conversation(f"h{idx}-s{s}")
+            for t in turns:
+                # The sessions' replies are never scored (memory learns from the user's turns):
+                # ``session_tokens`` may cap them lower than the questions' replies to save time.
+                conv.send(t, temperature=0.0, max_tokens=session_tokens or max_tokens)
+    finally:
+        engine.memory.clock = time.time  # the questions are asked now
     rows = []
     history_text = "\n".join(t for _, turns in h.sessions for t in turns)
     for j, q in enumerate(h.questions):

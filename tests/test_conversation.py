@@ -204,7 +204,9 @@ def test_events_learned_over_days_reach_the_prompt_with_their_days(engines, tiny
     assert "- I got the promotion today. (said on Thursday 12 March 2026)" in q.render()[-2]["content"]
     e.memory.clock = lambda: datetime.datetime(2026, 3, 3, 12).timestamp()
     e.remember("My sister is called Ilse.")  # undated: its day is shown when a question asks when
-    q.send("When did I tell you my sister is called Ilse?", **OPTS)
+    q.send("What is my sister called?", **OPTS)  # shown undated
+    assert q.render()[-2]["content"].endswith("- My sister is called Ilse.\n\nWhat is my sister called?")
+    q.send("When did I tell you my sister is called Ilse?", **OPTS)  # shown again, with its day
     assert "- My sister is called Ilse. (said on Tuesday 3 March 2026)" in q.render()[-2]["content"]
 
 

@@ -40,6 +40,13 @@ def store(tmp_path):
         ("I've been to the dentist today.", "I've been to the dentist today."),
         ("I moved to Porto last week.", "I moved to Porto last week."),  # a lasting fact, dated
         ("I went to school in Ghent.", None),  # no time: neither a lasting statement nor an event
+        ("I asked you about this yesterday.", None),  # talk with the assistant, not an event
+        ("I mentioned this earlier today.", None),
+        ("I had a question yesterday.", None),
+        ("Yesterday you said I passed the exam.", None),  # someone else's words
+        ("I didn't go to the gym today.", None),  # what did not happen
+        ("I never went to the gym yesterday.", None),
+        ("I tried sushi yesterday.", "I tried sushi yesterday."),
         ("I need bread today.", None),  # not the past
         ("Did I go to the dentist yesterday?", None),  # a question
         ("The weather was strange today.", None),  # not about the user
@@ -51,6 +58,10 @@ def test_events_are_kept(text, kept):
 
 def test_an_event_is_not_a_lasting_fact():
     assert tells_event("I went to the dentist today.") and tells_event("I baked bread yesterday.")
+    # How a lasting fact changed: may update "I drive a Toyota." / "I work at Philips."
+    assert not tells_event("I got a new car today, a Tesla.") and not tells_event("I quit my job today.")
+    assert tells_event("I met a new colleague today.")
+    assert relative_time("I have a dentist appointment tomorrow.") and relative_time("We fly in three days.")
     assert not tells_event("I moved to Porto last week.")  # where the user lives: may update "I live in Utrecht."
     assert not tells_event("I live in Utrecht.") and not tells_event("I went to school in Ghent.")
     assert relative_time("We met three weeks ago.") and not relative_time("We met in Lyon.")
@@ -92,6 +103,9 @@ def test_events_neither_supersede_nor_are_superseded(tmp_path):
         event = store.remember("I met a new nurse at work today.")
         job = store.remember("I work as a tester now.")  # an update cue, same topic: would replace a fact
         assert store.get(event).current and store.get(job).current
+        nurse = store.remember("I work as a nurse.")
+        store.remember("I met a new nurse today.")  # "new": an update cue, but a meeting
+        assert store.get(nurse).current
         home = store.remember("I live in Utrecht.")
         store.remember("I moved to Porto last week.")  # dated, but a lasting fact: still an update
         assert not store.get(home).current
@@ -100,8 +114,10 @@ def test_events_neither_supersede_nor_are_superseded(tmp_path):
 def test_occurrences_meta_is_checked():
     entry = Entry(1, "I baked bread today.", meta={"said": ["yesterday", 3]}, created=noon(3, 3))
     assert occurrences(entry) == [noon(3, 3)]  # a hand-edited meta does not break the prompt
-    assert add_occurrence({}, noon(3, 3), noon(3, 3) + 3600) is None
-    assert add_occurrence({}, noon(3, 3), noon(3, 4))["said"] == [noon(3, 3), noon(3, 4)]
+    assert add_occurrence(entry, noon(3, 3) + 3600) is None  # the same day: the same occurrence retold
+    assert add_occurrence(entry, noon(3, 4))["said"] == [noon(3, 3), noon(3, 4)]  # the bad list replaced
+    empty = Entry(3, "I baked bread today.", meta={"said": []}, created=noon(3, 3))
+    assert add_occurrence(empty, noon(3, 5))["said"] == [noon(3, 3), noon(3, 5)]
     across = Entry(2, "I baked bread today.", meta={"said": [noon(3, 3), datetime.datetime(2027, 1, 2, 12).timestamp()]})
     assert describe(across) == "I baked bread today. (said 2 times: on 3 March 2026 and 2 January 2027)"
 
@@ -131,3 +147,19 @@ def test_a_question_asking_when_shows_every_entrys_day(store):
     assert format_memory_section(hits) == "Things you know about the user:\n- My sister is called Ilse."
     assert asks_when("When did I tell you my sister is called Ilse?") and asks_when("what day did I move?")
     assert not asks_when("When do I need to renew my passport?") and not asks_when("When is my birthday?")
+
+
+def test_a_near_duplicate_with_another_day_is_another_entry(store):
+    store.near_duplicate = 0.5  # hashing vectors: make "today"/"yesterday" near duplicates
+    store.clock = lambda: noon(3, 3)
+    first = store.remember("I baked bread today.")
+    store.clock = lambda: noon(3, 4)
+    second = store.remember("I baked bread yesterday.")  # the same baking, told the next day
+    assert second != first and occurrences(store.get(first)) == [noon(3, 3)]
+    store.clock = lambda: noon(3, 4) + 3 * 3600  # another day, another baking
+    assert store.remember("I baked bread today!") == first
+    assert occurrences(store.get(first)) == [noon(3, 3), noon(3, 4) + 3 * 3600]
+    store.clock = lambda: noon(3, 4) + 5 * 3600  # later that day: the same baking retold
+    store.remember("I baked bread today.")
+    assert occurrences(store.get(first)) == [noon(3, 3), noon(3, 4) + 3 * 3600]
+    assert store.remember("I bake bread.") != first  # undated: the near-duplicate rule as before (0.5 here)

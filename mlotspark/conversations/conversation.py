@@ -37,6 +37,7 @@ from mlotspark.conversations.host import ConversationHost
 from mlotspark.runtime.generation import Generation
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.memory.snapshots import SnapshotWarning, common_prefix
+from mlotspark.memory.semantic.events import asks_when
 from mlotspark.conversations.record import (
     ROLES,
     TITLE_CHARS,
@@ -299,8 +300,9 @@ class Conversation:
         user: dict = {"role": "user", "content": text, "time": time.time()}
         extra: dict = {"conversation": self.name}
         hits = p.retrieve(text)
-        # Entries already shown earlier in this conversation are in the context already.
-        shown = {i for m in self.record.messages for i in m.get("memory_ids", ())}
+        # Entries already shown earlier in this conversation are in the context already,
+        # unless the message asks when: then they are shown again, with their days.
+        shown = set() if asks_when(text) else {i for m in self.record.messages for i in m.get("memory_ids", ())}
         new = [h for h in hits if h.id not in shown]
         if new:
             user["memory"] = p.memory_section(new, text)

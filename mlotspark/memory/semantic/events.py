@@ -25,12 +25,18 @@ import re
 import time
 from typing import Any, Iterable
 
-# A time relative to the moment the sentence was said.
+_WEEKDAY = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_FEW = r"(?:\d+|a|an|one|two|three|four|five|six|seven|a few|few|several)"
+# A time within days of when it was said: what happened then is an occurrence, not a new
+# state. "I went fully vegan this year." is how a lasting fact changed (it may update "I'm
+# vegetarian."); "I went to the dentist today." is a visit.
+_DAYS_PART = (rf"today|tonight|yesterday|this (?:morning|afternoon|evening|weekend)|last (?:night|weekend|{_WEEKDAY})|"
+              rf"{_FEW} days? ago|earlier today|the other day|just now")
+_DAYS = re.compile(rf"\b(?:{_DAYS_PART})\b", re.I)
+# Any time relative to the moment the sentence was said, past or future.
 _RELATIVE = re.compile(
-    r"\b(?:today|tonight|yesterday|this (?:morning|afternoon|evening|week|weekend|month|year)|"
-    r"last (?:night|week|weekend|month|year|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    r"(?:\d+|a|an|one|two|three|four|five|six|seven|a few|few|several) (?:days?|weeks?|months?|years?) ago|"
-    r"earlier today|the other day|just now)\b",
+    rf"\b(?:{_DAYS_PART}|tomorrow|this (?:week|month|year)|(?:last|next) (?:week|month|year|weekend|{_WEEKDAY})|"
+    rf"{_FEW} (?:weeks?|months?|years?) ago|in {_FEW} (?:days?|weeks?|months?))\b",
     re.I,
 )
 # Past tenses that do not end in -ed (the common ones a person tells of their day).
@@ -42,18 +48,15 @@ IRREGULAR_PAST = frozenset(
     understood woke wore did became brought fought sought dug hung led read
     """.split()
 )
-# A time within days of when it was said: what happened then is an occurrence, not a new
-# state. "I went fully vegan this year." is how a lasting fact changed (it may update "I'm
-# vegetarian."); "I went to the dentist today." is a visit.
-_DAYS = re.compile(
-    r"\b(?:today|tonight|yesterday|this (?:morning|afternoon|evening|weekend)|"
-    r"last (?:night|weekend|monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
-    r"(?:\d+|a|one|two|three|four|five|six|a few|few|several) days? ago|earlier today|the other day|just now)\b",
-    re.I,
-)
 # Past participles unlike the past tense ("I've been to the dentist today").
 PARTICIPLES = frozenset("been gone done seen eaten written given taken driven ridden swum run begun drunk sung flown".split())
-_NOT_PAST = frozenset("need seed feed bleed breed speed weed shed bed red".split())  # -ed words that are not verbs in the past
+# -ed words that are not verbs in the past.
+_NOT_PAST = frozenset("need seed feed bleed breed speed weed shed bed red embed proceed indeed exceed succeed".split())
+# Talk with the assistant, not something that happened to the user: "I mentioned this
+# earlier today.", "I said yesterday that ..." ("I asked you ...", "I tried your code ...":
+# any "you" or "your" is talk too).
+_TALK_VERBS = frozenset("said mentioned meant thought wondered".split())
+_TALK_OBJECTS = frozenset("you your this that it question questions doubt".split())
 
 
 def relative_time(text: str) -> bool:
@@ -89,15 +92,20 @@ def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
     """
     if not _DAYS.search(text):
         return False
-    # "Today I went ...", "Last night, we ...": the time may open the sentence.
-    start = next((i for i, w in enumerate(low[:4]) if w in ("i", "we")), None)
-    if start is None or (start and not _DAYS.match(" ".join(low[:start]))) or len(low) - start < 3:
+    # "Today I went ...", "Last night, we ...": a time, and nothing else, may open the sentence.
+    start = next((i for i, w in enumerate(low[:5]) if w in ("i", "we")), None)
+    if start is None or (start and not _DAYS.fullmatch(" ".join(low[:start]))) or len(low) - start < 3:
+        return False
+    if any(w in ("you", "your", "not", "never") for w in low):  # talk with the assistant; what did not happen
         return False
     skip = set(skip) | {"just", "finally", "also", "again", "then", "recently"}
     rest = [w for w in low[start + 1 :] if w not in skip]
     if rest[:1] in (["have"], ["ve"], ["has"]):  # "I've been to the dentist today"
-        return len(rest) > 1 and (is_past(rest[1]) or rest[1] in PARTICIPLES)
-    return bool(rest) and is_past(rest[0])
+        rest = rest[1:]
+        return bool(rest) and (is_past(rest[0]) or rest[0] in PARTICIPLES) and rest[0] not in _TALK_VERBS
+    if not rest or not is_past(rest[0]) or rest[0] in _TALK_VERBS:
+        return False
+    return not _TALK_OBJECTS & set(rest[1:3])  # "I did it yesterday", "I had a question yesterday"
 
 
 def occurrences(entry: Any) -> list[float]:
@@ -120,21 +128,20 @@ def _day(t: float) -> tuple[int, int, int]:
     return lt.tm_year, lt.tm_mon, lt.tm_mday
 
 
-def add_occurrence(meta: dict[str, Any], created: float, when: float) -> dict[str, Any] | None:
+def add_occurrence(entry: Any, when: float) -> dict[str, Any] | None:
     """The meta of a dated entry said again at ``when``, or None when it was already said that day.
 
     Args:
-        meta: the entry's meta.
-        created: the entry's creation time (its first occurrence).
+        entry: the ``Entry`` (its ``said`` times, else its creation time, are what was said before).
         when: the time it was said again.
 
     Returns:
         A new meta with ``when`` added to ``said``, or None (same calendar day, local time).
     """
-    said = meta.get("said") if isinstance(meta.get("said"), list) else [created]
-    if any(_day(float(t)) == _day(when) for t in said):
+    said = occurrences(entry)
+    if any(_day(t) == _day(when) for t in said):
         return None
-    return {**meta, "said": sorted([*map(float, said), float(when)])}
+    return {**entry.meta, "said": sorted([*said, float(when)])}
 
 
 def _date(t: float, weekday: bool = True, year: bool = True) -> str:

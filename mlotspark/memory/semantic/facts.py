@@ -21,9 +21,11 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
      lasting state (allergic, vegetarian, married, from, born, learning, ...),
      not a mood ("I'm fine", "I'm confused", "I'm trying to ...");
    - "Call me X";
-3. or it tells something that happened, dated relative to now: a first-person
-   verb in the past with "today", "yesterday", "last week", ... ("I went to the
-   dentist today."); kept with the day it was said (``events.py``).
+3. or it tells something that happened, within days of now: a first-person verb
+   in the past with "today", "yesterday", "last night", "three days ago", ... ("I
+   went to the dentist today."), not talk with the assistant ("I asked you this
+   yesterday") nor what did not happen ("I didn't go to the gym today"); kept with
+   the day it was said (``events.py``).
 
 Never kept: questions (a "?" or a question-word start), hypotheticals ("If I
 ...", "Imagine I ...", "I'd ...", "I'll ..."), code (fenced or inline) and quoted
@@ -40,6 +42,7 @@ import re
 
 from mlotspark.memory.semantic.events import is_event
 from mlotspark.memory.semantic.text import normalize
+from mlotspark.memory.semantic.updates import UPDATE_CUES
 
 MAX_TURN_CHARS = 2000
 MAX_SENTENCES = 20
@@ -203,7 +206,8 @@ def tells_event(sentence: str) -> bool:
     """Whether a sentence tells something that happened rather than a lasting fact.
 
     "I went to the dentist today." does; "I moved to Porto last week." is a lasting
-    fact (where the user lives) that happens to be dated, and may update an older one.
+    fact (where the user lives) that happens to be dated, and "I got a new car today,
+    a Tesla." says how one changed: both may update an older one.
 
     Args:
         sentence: one sentence (a remembered entry's text).
@@ -212,7 +216,21 @@ def tells_event(sentence: str) -> bool:
         True for a dated first-person event (``events.is_event``) that is no lasting statement.
     """
     low, orig = _tokens(_LEAD_IN.sub("", sentence).strip())
-    return bool(low) and is_event(low, sentence, _SKIP) and not _is_lasting_statement(low, orig)
+    return bool(low) and is_event(low, sentence, _SKIP) and not _is_lasting_statement(low, orig) and not _changes(low)
+
+
+# Verbs after which "new" names a lasting thing replaced: "I got a new car today" (but "I met
+# a new colleague today" is a meeting).
+_ACQUIRE = frozenset("got bought started began found joined adopted"
+                     " get buy start begin find join adopt".split())
+
+
+def _changes(low: list[str]) -> bool:
+    """Whether a dated sentence says how a lasting fact changed ("I quit my job today", "I got a
+    new car today, a Tesla"): such a sentence may update an older fact (``updates.py``)."""
+    if any(w in UPDATE_CUES - {"went", "new", "newly", "days"} for w in low):  # "days": "three days ago"
+        return True
+    return any(w in ("new", "newly") and _ACQUIRE & set(low[max(0, i - 3) : i]) for i, w in enumerate(low))
 
 
 def extract_facts(user_text: str) -> list[str]:

@@ -145,7 +145,10 @@ class SemanticStore:
     # -- writing ----------------------------------------------------------------------------
 
     def _duplicate_of(self, conn: sqlite3.Connection, text: str, vec: np.ndarray) -> int | None:
-        return duplicate_of(conn, self._vectors(), text, vec, self.near_duplicate)
+        # A dated text duplicates only its own words: "I baked bread yesterday." the day after
+        # "I baked bread today." is another occurrence's telling, not the same one (cosine 0.98).
+        near = None if relative_time(text) else self.near_duplicate
+        return duplicate_of(conn, self._vectors(), text, vec, near)
 
     def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray) -> tuple[int, bool]:
         """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted)."""
@@ -175,8 +178,7 @@ class SemanticStore:
         row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None or not relative_time(row[1]):
             return
-        entry = entry_from_row(row)
-        meta = add_occurrence(entry.meta, entry.created, new.created)
+        meta = add_occurrence(entry_from_row(row), new.created)
         if meta is not None:
             conn.execute("UPDATE entries SET meta = ? WHERE id = ?",
                          (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
