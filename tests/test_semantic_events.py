@@ -94,6 +94,12 @@ def test_an_event_said_on_other_days_counts_each_day_once(store):
     learn_turn(store, "I live in Utrecht.", "c")
     utrecht = next(e for e in store.list() if "Utrecht" in e.text)
     assert "said" not in utrecht.meta and occurrences(utrecht) == [noon(3, 20)]
+    # A dated lasting fact retold is one move, not two: dated by its first telling.
+    for day in (22, 23):
+        store.clock = lambda day=day: noon(3, day)
+        learn_turn(store, "I moved to Porto last week.", "c")
+    porto = next(e for e in store.list() if "Porto" in e.text)
+    assert occurrences(porto) == [noon(3, 22)] and describe(porto).endswith("(said on Sunday 22 March 2026)")
 
 
 def test_events_neither_supersede_nor_are_superseded(tmp_path):

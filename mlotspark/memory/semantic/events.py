@@ -8,9 +8,11 @@ So a remembered sentence with a time relative to when it was said ("today",
 - the memory section shows the day it was said ("I got the promotion today. (said
   on Tuesday 3 March 2026)"), so "When did I tell you I got the promotion?" has an
   answer (``describe``);
-- the same sentence said again on another calendar day is one more occurrence of
-  the entry (``meta["said"]``: the Unix times), not a duplicate dropped; a repeat on
-  the same day is the same occurrence retold (``add_occurrence``).
+- an event (below) said again in the same words on another calendar day is one
+  more occurrence of the entry (``meta["said"]``: the Unix times), not a duplicate
+  dropped; a repeat on the same day is the same occurrence retold
+  (``add_occurrence``); a dated lasting fact retold ("I moved to Porto last week.")
+  is one fact, dated by its first telling.
 
 ``is_event`` is what ``extract_facts`` keeps besides lasting statements: a
 first-person sentence in the past tense with such a time, within days ("I went to

@@ -172,11 +172,15 @@ class SemanticStore:
         return entry_id, True
 
     def _said_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
-        """A dated entry said again on another day: one more occurrence (events.py)."""
-        if not relative_time(new.text):
+        """An event said again on another day: one more occurrence (events.py).
+
+        Only events: "I moved to Porto last week." retold is one move, not two. A dated
+        text's duplicates are exact (``_duplicate_of``), so the entry is the same event.
+        """
+        if not tells_event(new.text):
             return
         row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
-        if row is None or not relative_time(row[1]):
+        if row is None:
             return
         meta = add_occurrence(entry_from_row(row), new.created)
         if meta is not None:
