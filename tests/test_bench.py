@@ -96,7 +96,11 @@ def test_every_suite_runs_or_says_what_it_needs(full_run):
         assert "needs" in message and "\n" not in message, (suite, message)
     assert code == (1 if missing else 0)
     if cascade_supported():
-        assert any(r["case"].startswith("cascade") for r in doc["results"] if r["suite"] == "long")
+        long_rows = [r for r in doc["results"] if r["suite"] == "long"]
+        assert any(r["case"].startswith("cascade") for r in long_rows)
+        # Prefill beside decode and memory, for both cases: what a user waits for before the first token.
+        prefill = {r["case"].split()[0] for r in long_rows if r["metric"] == "prefill" and r["median"] > 0}
+        assert prefill == {r["case"].split()[0] for r in long_rows}
     else:
         assert "cascade" in missing["long"]
 

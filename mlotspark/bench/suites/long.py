@@ -1,7 +1,9 @@
-"""``long``: decode ms/token and peak memory vs context length, with and without the cascade.
+"""``long``: prefill, decode and peak memory vs context length, with and without the cascade.
 
 For each context length (``--contexts``, default 1024,2048,4096) the prompt is that
-many random tokens, then ``-g`` tokens are decoded (EOS ignored). Cases:
+many random tokens, then ``-g`` tokens are decoded (EOS ignored); prefill tok/s is the
+prompt's tokens over the request's time to first token (queue and first step included,
+as a user waits for it). Cases:
 
 - ``full``: full attention, the main engine; lengths beyond the model's context
   cannot run and are skipped;
@@ -22,7 +24,7 @@ from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
 from mlotspark.bench.figures import Figure
 
 CASES = ("full", "cascade")
-DESCRIPTION = "decode ms/token and peak memory vs context length, full attention vs the cascade"
+DESCRIPTION = "prefill tok/s, decode ms/token and peak memory vs context length, full attention vs the cascade"
 
 
 def _cases(cases: tuple[str, ...]) -> tuple[str, ...]:
@@ -88,6 +90,7 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                 for name, engine in variants if turn[0] % 2 else variants[::-1]:
                     with ctx.ignoring_eos(engine):
                         r = ctx.ours(ids, g, engine=engine)
+                    metrics[f"{name} prefill"] = length / r.ttft_s if r.ttft_s else float("nan")
                     metrics[f"{name} decode"] = 1000 / r.decode_tps if r.decode_tps else float("nan")
                     metrics[f"{name} peak"] = r.peak_mb
                 return metrics
@@ -95,12 +98,16 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
             def ref() -> dict[str, float]:
                 r = ctx.mlx_lm(ids, g)
                 ms = 1000 / r.decode_tps if r.decode_tps else float("nan")
-                return {f"{name} decode": ms for name, _ in variants} | {f"{name} peak": r.peak_mb for name, _ in variants}
+                tps = length / r.ttft_s if r.ttft_s else float("nan")
+                return ({f"{name} prefill": tps for name, _ in variants} | {f"{name} decode": ms for name, _ in variants}
+                        | {f"{name} peak": r.peak_mb for name, _ in variants})
 
             compared = ctx.compare and _fits(ctx, length)
             mine, theirs = ctx.measure(f"long {length}", ours, ref if compared else None)
             for name, _ in variants:
                 note = "" if full or name == "full" else f"full attention: beyond the model's context ({ctx.context_length})"
+                out.append(figure("long", f"{name} {length}", "prefill", "tok/s", True, mine, theirs,
+                                  key=f"{name} prefill", notes="prompt tokens / time to first token"))
                 out.append(figure("long", f"{name} {length}", "decode", "ms/token", False, mine, theirs,
                                   key=f"{name} decode", notes=note))
                 out.append(figure("long", f"{name} {length}", "peak memory", "MB", False, mine, theirs,
