@@ -23,6 +23,7 @@ the prompt"): every user turn of every session, with its date, in one prompt bef
 the question, through ``Engine.generate`` (no semantic memory), where it fits.
 
     python benchmarks/longmem_eval.py --histories 30 --model smollm2-135m-instruct
+    python benchmarks/longmem_eval.py --summary data/longmem_qwen_r3.jsonl   # rescore a record, print the table
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def make_history(rng: random.Random) -> History:
     times = rng.randint(2, 4)
     for s in rng.sample(range(n), times):
         turns[s].append(event)
-    questions.append(Question("count", eq, [str(times), NUMBERS[times]]))
+    # "twice" is as right as "two" (added after the first 30-history runs answered it: --summary rescores).
+    questions.append(Question("count", eq, [str(times), NUMBERS[times], *(["twice"] if times == 2 else [])]))
     said, wq = rng.choice(WHEN)
     s = rng.randrange(0, n)
     turns[s].append(said)
@@ -170,6 +172,38 @@ def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool, s
     return rows
 
 
+ABILITIES = ["single", "update", "retracted", "count", "when"]
+
+
+def print_table(rows: list[dict]) -> None:
+    """The per-ability table of finished rows (memory vs whole history in the prompt)."""
+    print("| ability | questions | memory (engine.conversation) | whole history in the prompt |")
+    print("|---|---|---|---|")
+    for a in ABILITIES + ["all"]:
+        sel = [r for r in rows if a == "all" or r["ability"] == a]
+        mem = sum(r["memory"]["ok"] for r in sel)
+        base = [r["full_history"]["ok"] for r in sel if "full_history" in r and r["full_history"]["ok"] is not None]
+        b = f"{sum(base)}/{len(base)}" if base else "-"
+        print(f"| {a} | {len(sel)} | {mem}/{len(sel)} | {b} |")
+
+
+def summary(path: Path, seed: int, histories: int) -> None:
+    """Rescore a --resume file's replies with this script's questions and scorer, and print the table."""
+    rng = random.Random(seed)
+    made = [make_history(rng) for _ in range(histories)]
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        for q, row in zip(made[rec["history"]].questions, rec["rows"]):
+            assert q.text == row["question"], (rec["history"], q.text, row["question"])  # same seed, same questions
+            row = {**row, "keys": q.keys, "memory": {**row["memory"], "ok": score(q, row["memory"]["reply"])}}
+            if row.get("full_history", {}).get("ok") is not None:
+                row["full_history"] = {**row["full_history"], "ok": score(q, row["full_history"]["reply"])}
+            rows.append(row)
+    print(f"{path}: {len(rows)} questions, rescored")
+    print_table(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--histories", type=int, default=30)
@@ -183,7 +217,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--resume", type=Path, default=None,
                     help="JSONL of finished histories: each is appended when done, and histories found there are skipped")
+    ap.add_argument("--summary", type=Path, default=None,
+                    help="rescore the replies of a --resume file (same --seed and --histories) and print the table")
     args = ap.parse_args()
+    if args.summary:
+        summary(args.summary, args.seed, args.histories)
+        return
     print("command: python " + " ".join(sys.argv), flush=True)
     from mlotspark import Engine
     from mlotspark.models import bundles, catalogue
@@ -225,17 +264,9 @@ def main() -> None:
         embedder = engine.memory.embedder.name
     finally:
         engine.close()
-    abilities = ["single", "update", "retracted", "count", "when"]
     print(f"\n{args.model or 'default model'}, embedder {embedder}, {done} of {len(histories)} histories, "
           f"{sum(len(h.sessions) for h in histories[:done])} sessions, {len(rows)} questions")
-    print("| ability | questions | memory (engine.conversation) | whole history in the prompt |")
-    print("|---|---|---|---|")
-    for a in abilities + ["all"]:
-        sel = [r for r in rows if a == "all" or r["ability"] == a]
-        mem = sum(r["memory"]["ok"] for r in sel)
-        base = [r["full_history"]["ok"] for r in sel if "full_history" in r and r["full_history"]["ok"] is not None]
-        b = f"{sum(base)}/{len(base)}" if base else "-"
-        print(f"| {a} | {len(sel)} | {mem}/{len(sel)} | {b} |")
+    print_table(rows)
     if args.out:
         args.out.write_text(json.dumps({"model": args.model, "embedder": embedder, "histories": done, "rows": rows},
                                        indent=1, ensure_ascii=False))
