@@ -33,6 +33,7 @@ import datetime
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import time
@@ -133,9 +134,13 @@ def make_history(rng: random.Random) -> History:
     return History(sessions, questions)
 
 
+def _says(reply: str, word: str) -> bool:
+    # Whole words: "2" must not be found in "2026", nor "Leeds" in "Leedsville".
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", reply, re.I) is not None
+
+
 def score(q: Question, reply: str) -> bool:
-    low = reply.lower()
-    return (not q.keys or any(k.lower() in low for k in q.keys)) and not any(f.lower() in low for f in q.forbidden)
+    return (not q.keys or any(_says(reply, k) for k in q.keys)) and not any(_says(reply, f) for f in q.forbidden)
 
 
 def run_history(engine, h: History, idx: int, max_tokens: int, baseline: bool, session_tokens: int | None = None) -> list[dict]:
@@ -187,20 +192,34 @@ def print_table(rows: list[dict]) -> None:
         print(f"| {a} | {len(sel)} | {mem}/{len(sel)} | {b} |")
 
 
-def summary(path: Path, seed: int, histories: int) -> None:
-    """Rescore a --resume file's replies with this script's questions and scorer, and print the table."""
-    rng = random.Random(seed)
-    made = [make_history(rng) for _ in range(histories)]
-    rows = []
+def read_records(path: Path, made: list[History]) -> dict[int, list[dict]]:
+    """A --resume file's histories (the last line of a history wins), rescored with this script's scorer.
+
+    The questions come from the seed, so they are checked against the stored ones: a
+    record of another seed or another version of the questions is refused.
+    """
+    finished: dict[int, list[dict]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
-        for q, row in zip(made[rec["history"]].questions, rec["rows"]):
-            assert q.text == row["question"], (rec["history"], q.text, row["question"])  # same seed, same questions
+        questions = made[rec["history"]].questions
+        if [q.text for q in questions] != [r["question"] for r in rec["rows"]]:
+            raise SystemExit(f"{path}: history {rec['history']} asks other questions than this seed's: not rescored")
+        rows = []
+        for q, row in zip(questions, rec["rows"]):
             row = {**row, "keys": q.keys, "memory": {**row["memory"], "ok": score(q, row["memory"]["reply"])}}
             if row.get("full_history", {}).get("ok") is not None:
                 row["full_history"] = {**row["full_history"], "ok": score(q, row["full_history"]["reply"])}
             rows.append(row)
-    print(f"{path}: {len(rows)} questions, rescored")
+        finished[rec["history"]] = rows
+    return finished
+
+
+def summary(path: Path, seed: int, histories: int) -> None:
+    """Rescore a --resume file's replies with this script's questions and scorer, and print the table."""
+    rng = random.Random(seed)
+    finished = read_records(path, [make_history(rng) for _ in range(histories)])
+    rows = [r for i in sorted(finished) for r in finished[i]]
+    print(f"{path}: {len(finished)} histories, {len(rows)} questions, rescored")
     print_table(rows)
 
 
@@ -242,9 +261,7 @@ def main() -> None:
     rows: list[dict] = []
     finished: dict[int, list[dict]] = {}
     if args.resume and args.resume.exists():
-        for line in args.resume.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line)
-            finished[rec["history"]] = rec["rows"]
+        finished = read_records(args.resume, histories)  # rescored: the table is the current scorer's
     done = 0
     try:
         for i, h in enumerate(histories):

@@ -107,7 +107,8 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
             for name, _ in variants:
                 note = "" if full or name == "full" else f"full attention: beyond the model's context ({ctx.context_length})"
                 out.append(figure("long", f"{name} {length}", "prefill", "tok/s", True, mine, theirs,
-                                  key=f"{name} prefill", notes="prompt tokens / time to first token"))
+                                  key=f"{name} prefill",
+                                  notes="; ".join(n for n in ("prompt tokens / time to first token", note) if n)))
                 out.append(figure("long", f"{name} {length}", "decode", "ms/token", False, mine, theirs,
                                   key=f"{name} decode", notes=note))
                 out.append(figure("long", f"{name} {length}", "peak memory", "MB", False, mine, theirs,
