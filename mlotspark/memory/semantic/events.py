@@ -17,15 +17,17 @@ So a remembered sentence with a time relative to when it was said ("today",
 ``is_event`` is what ``extract_facts`` keeps besides lasting statements: a
 first-person sentence in the past tense with such a time, within days ("I went to
 the dentist today.", "We finally finished the marathon last weekend."; "I went
-fully vegan this year." tells how a lasting fact changed, not an occurrence). Dated entries never
-supersede nor are superseded (``updates.py``): an event is not a slot's new value.
+fully vegan this year." tells how a lasting fact changed, not an occurrence). Events
+never supersede nor are superseded (``facts.tells_event``, ``history.replaced_by``): an
+event is not a slot's new value; a dated lasting fact ("I moved to Porto last week.")
+still may be.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any, Iterable
+from typing import Any, Container
 
 _WEEKDAY = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _FEW = r"(?:\d+|a|an|one|two|three|four|five|six|seven|a few|few|several)"
@@ -78,13 +80,13 @@ def is_past(word: str) -> bool:
     return word in IRREGULAR_PAST or (len(word) > 4 and word.endswith("ed") and word not in _NOT_PAST)
 
 
-def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
+def is_event(low: list[str], text: str, skip: Container[str]) -> bool:
     """Whether a sentence tells something that happened to the speaker at a dated time.
 
     Args:
         low: the sentence's lower-case tokens (``facts._tokens``).
         text: the sentence.
-        skip: adverbs and negations allowed before the verb ("just", "finally", "also").
+        skip: adverbs allowed before the verb ("just", "finally", "also").
 
     Returns:
         True for "I went to the dentist today.", "We finally finished the marathon last
@@ -100,7 +102,6 @@ def is_event(low: list[str], text: str, skip: Iterable[str]) -> bool:
         return False
     if any(w in ("you", "your", "not", "never") for w in low):  # talk with the assistant; what did not happen
         return False
-    skip = set(skip) | {"just", "finally", "also", "again", "then", "recently"}
     rest = [w for w in low[start + 1 :] if w not in skip]
     if rest[:1] in (["have"], ["ve"], ["has"]):  # "I've been to the dentist today"
         rest = rest[1:]

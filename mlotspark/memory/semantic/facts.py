@@ -94,6 +94,7 @@ _SKIP = frozenset(
     "also really usually always often still never mostly generally actually currently now normally "
     "sometimes do not no definitely absolutely strongly truly both all ca can cannot".split()
 )
+_EVENT_SKIP = _SKIP | {"just", "finally", "again", "then", "recently"}  # "I finally finished ..."
 _PRONOUN_OBJECTS = frozenset("it this that these those them you your yours how what when the way".split())
 _HAVE_CHAT = frozenset("to been got just tried seen done read no".split())  # "I have to go"
 _CHAT_NOUNS = frozenset("question questions problem issue idea follow-up request doubt suggestion".split())
@@ -216,7 +217,7 @@ def tells_event(sentence: str) -> bool:
         True for a dated first-person event (``events.is_event``) that is no lasting statement.
     """
     low, orig = _tokens(_LEAD_IN.sub("", sentence).strip())
-    return bool(low) and is_event(low, sentence, _SKIP) and not _is_lasting_statement(low, orig) and not _changes(low)
+    return bool(low) and is_event(low, sentence, _EVENT_SKIP) and not _is_lasting_statement(low, orig) and not _changes(low)
 
 
 # Verbs after which "new" names a lasting thing replaced: "I got a new car today" (but "I met
@@ -225,10 +226,15 @@ _ACQUIRE = frozenset("got bought started began found joined adopted"
                      " get buy start begin find join adopt".split())
 
 
+# Update cues that also tell plain events: "I went to the dentist", "I met a new colleague",
+# "three days ago".
+_CHANGE_CUES = UPDATE_CUES - {"went", "new", "newly", "days"}
+
+
 def _changes(low: list[str]) -> bool:
     """Whether a dated sentence says how a lasting fact changed ("I quit my job today", "I got a
     new car today, a Tesla"): such a sentence may update an older fact (``updates.py``)."""
-    if any(w in UPDATE_CUES - {"went", "new", "newly", "days"} for w in low):  # "days": "three days ago"
+    if any(w in _CHANGE_CUES for w in low):
         return True
     return any(w in ("new", "newly") and _ACQUIRE & set(low[max(0, i - 3) : i]) for i, w in enumerate(low))
 
@@ -267,6 +273,6 @@ def extract_facts(user_text: str) -> list[str]:
         low, orig = _tokens(s)
         if not low or low[0] in _QUESTION_START or low[0] in _HYPOTHETICAL_START:
             continue
-        if _is_lasting_statement(low, orig) or (MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _SKIP)):
+        if _is_lasting_statement(low, orig) or (MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _EVENT_SKIP)):
             facts.setdefault(_tidy(s), None)
     return [f for f in facts if f]
