@@ -265,3 +265,30 @@ def test_bad_sharpen_and_focus_are_named():
     with pytest.raises(OptionError, match="question_queries 0"):
         CascadeConfig(question_queries=0)
     assert CascadeConfig.from_dict({**CascadeConfig().to_dict(), "question_focus": 0.2}).question_focus == 0.2
+
+
+def test_block_masses_scored_in_steps_equal_one_softmax_over_every_key(model, monkeypatch):  # noqa: F811
+    # The pass scores a layer's blocks SCORE_BLOCKS at a time (memory bounded at 1M tokens);
+    # the shares must be those of one softmax over [sinks | blocks | window] at once.
+    from mlotspark.memory.cascade import question
+
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, question_pass=0, question_queries=6)
+    cas = make_cascade_cache(model, cfg)
+    greedy(model, cas, tokens(200, seed=7), 1, chunk=32)
+    c = cas[1]
+    c.settle()
+    n = c.n_blocks
+    assert n >= 15
+    every = mx.concatenate([c.sink_k[0, :, : c.n_sinks], c.store.peek_keys(1, list(range(n)), mx.float16),
+                            c.win_k[0, :, : c.n_window]], axis=1).astype(mx.float32)
+    q = c.router.recent[:, :, -6:].astype(mx.float32)
+    H, G, M, D = q.shape
+    w = mx.softmax((q.reshape(H, G * M, D) @ every.swapaxes(-1, -2)) * c.scale, axis=-1)
+    want = w[:, :, c.n_sinks : c.n_sinks + n * 8].reshape(H, G * M, n, 8).sum(axis=-1)
+    whole = question.query_mass(c, n)
+    monkeypatch.setattr(question, "SCORE_BLOCKS", 4)  # 4 steps and a short last one
+    stepped = question.query_mass(c, n)
+    assert whole.shape == stepped.shape == (H, G * M, n)
+    assert mx.allclose(whole, want, atol=1e-6).item() and mx.allclose(stepped, want, atol=1e-6).item()
+    assert float(want.sum(axis=-1).max()) > 0.05  # the blocks hold a real share: the check can fail
+    assert question.query_mass(c, 0).shape == (H, G * M, 0)
