@@ -1,8 +1,9 @@
 """What the question pass saw on a RULER case: per (layer, KV head) block masses and the needles' blocks.
 
 ``ruler.py --capture DIR`` saves one ``.npz`` per cascade case, so routing rules can
-be compared offline (``ruler_rules.py``) on the very cases the matrix ran, without
-running the model again:
+be compared offline on the very cases the matrix ran, without running the model
+again (``python ruler_capture.py DIR``: where each needle ranked and whether the pass
+pinned it, beside the reply):
 
 - ``mass`` (layers, Hkv, n): ``question.block_mass`` of every layer at the pass
   (with ``--capture-queries``: (layers, Hkv, G * M, n), every query's share);
@@ -105,3 +106,47 @@ def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, confi
         sinks=S, block_size=B, needle_blocks=np.array(blocks, dtype=np.int64).reshape(-1, 2),
         wanted=np.array(wanted(case.task, case.needles, case.answers), dtype=np.int64),
         record=json.dumps(record))
+
+
+def report(path: Path) -> str:
+    """One case's lines: the reply's score and tail, then each needle's blocks, whether the
+    answer needs it, whether the pass pinned them, and their rank under the pass's
+    consensus (each (layer, KV head)'s mass to the ``question_sharpen`` the case ran with,
+    summed; 0 = the best block)."""
+    d = np.load(path)
+    rec = json.loads(str(d["record"]))
+    sharpen = rec.get("cfg", {}).get("question_sharpen", 1)
+    score = (d["mass"].astype(np.float64) ** sharpen).sum(axis=(0, 1))
+    if score.ndim > 1:  # --capture-queries: the largest share of any query, as block_mass takes
+        score = (d["mass"].astype(np.float64).max(axis=2) ** sharpen).sum(axis=(0, 1))
+    rank = np.empty(len(score), dtype=np.int64)
+    rank[np.argsort(-score, kind="stable")] = np.arange(len(score))
+    chosen = set(d["chosen"].tolist())
+    lines = [f"{rec['task']} {rec['tokens']} tokens, depth {rec['depth']}: {int(d['n_blocks'])} blocks, "
+             f"{len(chosen)} pinned; score {rec['score']}: {rec['reply'][-48:]!r} (answer {', '.join(rec['answers'])})"]
+    for (a, b), need in zip(d["needle_blocks"].tolist(), d["wanted"].tolist()):
+        what = "needed" if need else "look-alike"
+        if a < 0:
+            lines.append(f"  {what}: in sinks or window")
+            continue
+        blocks = range(a, b + 1)
+        lines.append(f"  {what}: blocks {a}-{b}, pinned {sum(x in chosen for x in blocks)}/{len(blocks)}, "
+                     f"rank {', '.join(str(int(rank[x])) for x in blocks)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="Where the question pass ranked each needle of captured RULER cases.")
+    p.add_argument("paths", nargs="+", type=Path, help=".npz files or folders of them (ruler.py --capture DIR)")
+    args = p.parse_args(argv)
+    files = [f for x in args.paths for f in (sorted(x.glob("*.npz")) if x.is_dir() else [x])]
+    if not files:
+        p.error("no .npz captures in " + ", ".join(map(str, args.paths)))
+    for f in files:
+        print(f"{f.name}: {report(f)}")
+
+
+if __name__ == "__main__":
+    main()
