@@ -137,3 +137,36 @@ def test_real_model_multikey_at_twice_the_window(default_gguf):
         assert case.score(answer(engine, ids, "streaming", config, 32).text) == 0.0
     finally:
         engine.close()
+
+
+def test_capture_report_ranks_each_needle_as_the_pass_scored(tmp_path):
+    # ruler_capture.py's report: each needle's blocks, pinned or not, and their rank under
+    # the consensus the case ran with (mass ** question_sharpen summed over layers and heads).
+    import json
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from ruler_capture import report
+
+    mass = np.zeros((2, 2, 6), dtype=np.float32)
+    mass[0, 0] = [0.1, 0.5, 0.2, 0.0, 0.3, 0.0]
+    mass[1, 0] = [0.0, 0.5, 0.0, 0.0, 0.0, 0.0]  # block 1: two heads a little, best by the sum
+    mass[1, 1] = [0.0, 0.0, 0.0, 0.9, 0.0, 0.0]  # block 3: one confident head, best when cubed
+    record = {"task": "niah_multikey", "tokens": 900, "depth": 0.5, "score": 0.0, "reply": "is 111.",
+              "answers": ["222"], "cfg": {"question_sharpen": 1}}
+    path = tmp_path / "case.npz"
+    np.savez_compressed(path, mass=mass, chosen=np.array([1, 2]), n_blocks=6, sinks=4, block_size=8,
+                        needle_blocks=np.array([[3, 3], [1, 2], [-1, -1]]), wanted=np.array([1, 0, 0]),
+                        record=json.dumps(record))
+    lines = report(path).splitlines()
+    assert "6 blocks, 2 pinned; score 0.0" in lines[0] and "(answer 222)" in lines[0]
+    assert lines[1] == "  needed: blocks 3-3, pinned 0/1, rank 1"  # 0.9 < 0.5 + 0.5
+    assert lines[2] == "  look-alike: blocks 1-2, pinned 2/2, rank 0, 3"
+    assert lines[3] == "  look-alike: in sinks or window"
+    record["cfg"]["question_sharpen"] = 3
+    np.savez_compressed(path, mass=mass, chosen=np.array([1, 2]), n_blocks=6, sinks=4, block_size=8,
+                        needle_blocks=np.array([[3, 3]]), wanted=np.array([1]), record=json.dumps(record))
+    assert report(path).splitlines()[1].endswith("rank 0")
