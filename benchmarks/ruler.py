@@ -14,7 +14,8 @@ between prefill and decode); each record counts the question passes that ran.
 Modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context, as the
 engine runs it, unless flags change it), ``streaming`` (the same with top_k 0:
 sinks + window), ``full`` (plain KV; only where prompt + answer fit the model's
-trained context). Lengths are multiples of the window plus ``--lengths``.
+trained context). Lengths are multiples of the window plus ``--lengths`` (``--lengths`` alone:
+only those; neither: 1, 2, 4 and 8 windows, 16,384 and 32,768 tokens).
 
 Every case is one JSON line in ``--out`` (appended as soon as it is answered), so
 a long matrix can be split into runs under a time limit: ``--stop-after`` starts
@@ -156,8 +157,10 @@ def main() -> None:
                    help="the prompt's last queries the question pass scores (default 16)")
     p.add_argument("--cascade-chunk", dest="chunk", type=int, default=None,
                    help="tokens the cascade attends in one piece (default: the model's, 256 on the CPU)")
-    p.add_argument("--multiples", type=int, nargs="*", default=[1, 2, 4, 8], help="lengths as multiples of the window")
-    p.add_argument("--lengths", type=int, nargs="*", default=[16384, 32768], help="further lengths in tokens")
+    p.add_argument("--multiples", type=int, nargs="*", default=None,
+                   help="lengths as multiples of the window (default: 1 2 4 8, or none when --lengths is given)")
+    p.add_argument("--lengths", type=int, nargs="*", default=None,
+                   help="further lengths in tokens (default: 16384 32768 with the default multiples)")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
     p.add_argument("--order", choices=("length", "trial"), default="length",
@@ -207,7 +210,11 @@ def main() -> None:
     emit({"command": command_line(), "config": cfg, "model": engine.model_name,
           "weights": engine.loaded.weights}, args.out)
     done = {case_key(r) for r in read_cases(args.out)} if args.resume else set()
-    lengths = [m * config.window for m in args.multiples] + list(args.lengths)
+    # Lengths asked for in tokens replace the default multiples: a GPU run of --lengths 262144
+    # 1048576 once also ran 4k-32k cases, a quarter of its device time.
+    asked = args.lengths is not None
+    multiples = args.multiples if args.multiples is not None else ([] if asked else [1, 2, 4, 8])
+    lengths = [m * config.window for m in multiples] + (list(args.lengths) if asked else [16384, 32768])
     mine: list[dict] = []
     started = time.perf_counter()
     left = False
