@@ -160,7 +160,7 @@ def main() -> None:
     p.add_argument("--multiples", type=int, nargs="*", default=None,
                    help="lengths as multiples of the window (default: 1 2 4 8, or none when --lengths is given)")
     p.add_argument("--lengths", type=int, nargs="*", default=None,
-                   help="further lengths in tokens (default: 16384 32768 with the default multiples)")
+                   help="further lengths in tokens (default: 16384 32768 unless --lengths is given)")
     p.add_argument("--modes", nargs="*", default=["cascade", "streaming", "full"])
     p.add_argument("--trials", type=int, default=4, help="cases per task and length (depths spread evenly)")
     p.add_argument("--order", choices=("length", "trial"), default="length",
@@ -212,9 +212,10 @@ def main() -> None:
     done = {case_key(r) for r in read_cases(args.out)} if args.resume else set()
     # Lengths asked for in tokens replace the default multiples: a GPU run of --lengths 262144
     # 1048576 once also ran 4k-32k cases, a quarter of its device time.
-    asked = args.lengths is not None
-    multiples = args.multiples if args.multiples is not None else ([] if asked else [1, 2, 4, 8])
-    lengths = [m * config.window for m in multiples] + (list(args.lengths) if asked else [16384, 32768])
+    multiples = args.multiples if args.multiples is not None else ([] if args.lengths else [1, 2, 4, 8])
+    lengths = [m * config.window for m in multiples] + (list(args.lengths) if args.lengths is not None else [16384, 32768])
+    if not lengths:
+        p.error("no lengths to run: give --lengths or --multiples a value")
     mine: list[dict] = []
     started = time.perf_counter()
     left = False

@@ -108,17 +108,20 @@ def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, confi
         record=json.dumps(record))
 
 
-def report(path: Path) -> str:
+def report(path: Path, sharpen: int | None = None) -> str:
     """One case's lines: the reply's score and tail, then each needle's blocks, whether the
     answer needs it, whether the pass pinned them, and their rank under the pass's
-    consensus (each (layer, KV head)'s mass to the ``question_sharpen`` the case ran with,
-    summed; 0 = the best block)."""
+    consensus (0 = the best block): each (layer, KV head)'s mass to the power ``sharpen``
+    (default: the ``question_sharpen`` the case ran with), summed, as ``question.consensus``
+    scores; another ``sharpen`` ranks the same masses as that rule would have."""
     d = np.load(path)
     rec = json.loads(str(d["record"]))
-    sharpen = rec.get("cfg", {}).get("question_sharpen", 1)
-    score = (d["mass"].astype(np.float64) ** sharpen).sum(axis=(0, 1))
-    if score.ndim > 1:  # --capture-queries: the largest share of any query, as block_mass takes
-        score = (d["mass"].astype(np.float64).max(axis=2) ** sharpen).sum(axis=(0, 1))
+    if sharpen is None:
+        sharpen = rec.get("cfg", {}).get("question_sharpen", 1)
+    mass = d["mass"].astype(np.float64)
+    if mass.ndim == 4:  # --capture-queries: the largest share of any query, as block_mass takes
+        mass = mass.max(axis=2)
+    score = (mass**sharpen).sum(axis=(0, 1))
     rank = np.empty(len(score), dtype=np.int64)
     rank[np.argsort(-score, kind="stable")] = np.arange(len(score))
     chosen = set(d["chosen"].tolist())
@@ -127,7 +130,7 @@ def report(path: Path) -> str:
     for (a, b), need in zip(d["needle_blocks"].tolist(), d["wanted"].tolist()):
         what = "needed" if need else "look-alike"
         if a < 0:
-            lines.append(f"  {what}: in sinks or window")
+            lines.append(f"  {what}: in sinks or window (or not found in the prompt's tokens)")
             continue
         blocks = range(a, b + 1)
         lines.append(f"  {what}: blocks {a}-{b}, pinned {sum(x in chosen for x in blocks)}/{len(blocks)}, "
@@ -140,12 +143,14 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description="Where the question pass ranked each needle of captured RULER cases.")
     p.add_argument("paths", nargs="+", type=Path, help=".npz files or folders of them (ruler.py --capture DIR)")
+    p.add_argument("--sharpen", type=int, default=None,
+                   help="rank as with this question_sharpen (default: the one each case ran with)")
     args = p.parse_args(argv)
     files = [f for x in args.paths for f in (sorted(x.glob("*.npz")) if x.is_dir() else [x])]
     if not files:
         p.error("no .npz captures in " + ", ".join(map(str, args.paths)))
     for f in files:
-        print(f"{f.name}: {report(f)}")
+        print(f"{f.name}: {report(f, args.sharpen)}")
 
 
 if __name__ == "__main__":

@@ -286,9 +286,10 @@ def test_block_masses_scored_in_steps_equal_one_softmax_over_every_key(model, mo
     w = mx.softmax((q.reshape(H, G * M, D) @ every.swapaxes(-1, -2)) * c.scale, axis=-1)
     want = w[:, :, c.n_sinks : c.n_sinks + n * 8].reshape(H, G * M, n, 8).sum(axis=-1)
     whole = question.query_mass(c, n)
-    monkeypatch.setattr(question, "SCORE_BLOCKS", 4)  # 4 steps and a short last one
+    monkeypatch.setattr(question, "SCORE_BLOCKS", 4)  # steps of 4 blocks and a short last one
     stepped = question.query_mass(c, n)
     assert whole.shape == stepped.shape == (H, G * M, n)
     assert mx.allclose(whole, want, atol=1e-6).item() and mx.allclose(stepped, want, atol=1e-6).item()
-    assert float(want.sum(axis=-1).max()) > 0.05  # the blocks hold a real share: the check can fail
+    share = want.sum(axis=-1)  # each query's share on the blocks: neither ~0 nor ~1, so
+    assert float(share.max()) > 0.05 and float(share.min()) < 0.95  # the working keys' term counts too
     assert question.query_mass(c, 0).shape == (H, G * M, 0)

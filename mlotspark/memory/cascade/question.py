@@ -55,9 +55,10 @@ def block_mass(cache: Any, n: int) -> mx.array:
     return query_mass(cache, n).max(axis=1)
 
 
-#: Blocks whose keys one step of ``query_mass`` scores: its memory stays ~60 MB on a
-#: 0.5B model (2 KV heads x 112 question queries x 64k keys, float32) at any length,
-#: where scoring a layer's keys at once took ~1 GB more per layer at 1M tokens.
+#: Blocks whose keys one step of ``query_mass`` scores: a step's memory stays ~150 MB on
+#: a 0.5B model (2 KV heads x 112 question queries x 64k keys of scores and their exp,
+#: float32, and the keys) at any length, where scoring a layer's keys at once took ~1 GB
+#: more per layer at 1M tokens.
 SCORE_BLOCKS = 2048
 
 
