@@ -213,7 +213,8 @@ def main() -> None:
     # Lengths asked for in tokens replace the default multiples: a GPU run of --lengths 262144
     # 1048576 once also ran 4k-32k cases, a quarter of its device time.
     multiples = args.multiples if args.multiples is not None else ([] if args.lengths else [1, 2, 4, 8])
-    lengths = [m * config.window for m in multiples] + (list(args.lengths) if args.lengths is not None else [16384, 32768])
+    extra = list(args.lengths) if args.lengths is not None else [16384, 32768]
+    lengths = [m * config.window for m in multiples] + extra
     if not lengths:
         p.error("no lengths to run: give --lengths or --multiples a value")
     mine: list[dict] = []

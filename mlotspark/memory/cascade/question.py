@@ -84,7 +84,8 @@ def query_mass(cache: Any, n: int) -> mx.array:
     def scores(keys: mx.array) -> mx.array:  # (Hkv, T, D) -> (Hkv, G * M, T)
         return q @ keys.swapaxes(-1, -2)
 
-    working = [a[0, :, :m].astype(mx.float32) for a, m in ((cache.sink_k, cache.n_sinks), (cache.win_k, cache.n_window)) if m]
+    held = ((cache.sink_k, cache.n_sinks), (cache.win_k, cache.n_window))  # working memory: sinks, window
+    working = [a[0, :, :m].astype(mx.float32) for a, m in held if m]
     steps: list[tuple[mx.array, mx.array]] = []  # (block sums relative to the step's max, that max)
     for lo in range(0, n, SCORE_BLOCKS):
         ids = list(range(lo, min(n, lo + SCORE_BLOCKS)))
