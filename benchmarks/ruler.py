@@ -63,6 +63,10 @@ def case_key(rec: dict) -> tuple:
     for k, v in ADDED.items():  # records written before a field existed had its default
         if cfg.get(k, v) == v:
             cfg.pop(k, None)
+    if cfg.get("block_kind") == "auto":
+        # auto is float16 until the budget is reached (records before it said float16); a case
+        # whose blocks were re-stored 8-bit is another measurement (a plan's key cannot know: run it).
+        cfg["block_kind"] = "auto, 8-bit past the budget" if rec.get("compressed") else "float16"
     if rec["mode"] == "full":
         cfg = {}
     elif rec["mode"] == "streaming":
@@ -142,7 +146,7 @@ def main() -> None:
     p.add_argument("--top-k-blocks", dest="top_k", type=int, default=None)
     p.add_argument("--routing", default=None)
     p.add_argument("--representation", default=None)
-    p.add_argument("--block-kind", default=None, help="episodic blocks stored as float16 | q8 | q4")
+    p.add_argument("--block-kind", default=None, help="episodic blocks stored as auto | float16 | q8 | q4 (default auto)")
     p.add_argument("--episodic-budget-mb", type=int, default=None,
                    help="block payload kept in memory; past it blocks spill to disk (peak memory of a long case)")
     p.add_argument("--rolling-window", type=int, default=None)
@@ -248,11 +252,13 @@ def main() -> None:
                 cap.reset()
             mx.reset_peak_memory()
             result = answer(engine, ids, mode, config, budget)  # as a user's request runs
-            passes = result.stats.extra.get("cascade", {}).get("question_passes")
+            cstats = result.stats.extra.get("cascade", {})
+            passes = cstats.get("question_passes")
             rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),
                    "score": case.score(result.text), "answers": list(case.answers),
                    "reply": result.text.strip()[:160], "s": round(time.perf_counter() - t0, 1),
                    "peak_mb": round(mx.get_peak_memory() / 1e6, 1), "question_passes": passes,
+                   "compressed": cstats.get("store", {}).get("compressed"),  # blocks re-stored 8-bit
                    "ttft_s": round(result.stats.ttft_s, 2),
                    "decode_ms": round(1000 / result.stats.decode_tps, 2) if result.stats.decode_tps else None,
                    "device": result.stats.device}

@@ -274,7 +274,7 @@ def test_quantized_blocks_stay_close_to_float16(model, kind):
 
 def test_spill_to_disk_and_back_gives_the_same_output(model, tmp_path):
     toks = tokens(200, seed=7)
-    base = dict(window=24, sinks=4, block_size=8, top_k=2, chunk=16, routing="token")
+    base = dict(window=24, sinks=4, block_size=8, top_k=2, chunk=16, routing="token", block_kind="float16")
     ref_cache = make_cascade_cache(model, CascadeConfig(**base))
     ref = forward(model, ref_cache, toks, [60, 60] + [1] * 80)
     spill = tmp_path / "spill"

@@ -177,3 +177,20 @@ def test_capture_report_ranks_each_needle_as_the_pass_scored(tmp_path):
     np.savez_compressed(path, mass=per_query, chosen=np.array([1, 2]), n_blocks=6, sinks=4, block_size=8,
                         needle_blocks=np.array([[3, 3]]), wanted=np.array([1]), record=json.dumps(record))
     assert report(path).splitlines()[1].endswith("rank 0") and report(path, 1).splitlines()[1].endswith("rank 1")
+
+
+def test_resume_takes_auto_blocks_for_float16_until_they_were_re_stored_8_bit():
+    # Records before block_kind auto said float16; auto stores float16 until the budget is
+    # reached, so those records still count, and a case whose blocks went 8-bit does not.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from ruler import case_key
+
+    rec = {"task": "vt", "length": 4096, "mode": "cascade", "trial": 0, "trials": 8, "seed": 1,
+           "cfg": {"window": 512, "block_kind": "float16"}}
+    auto = {**rec, "cfg": {"window": 512, "block_kind": "auto"}}
+    assert case_key(auto) == case_key(rec) == case_key({**auto, "compressed": 0})
+    assert case_key({**auto, "compressed": 12}) != case_key(rec)
+    assert case_key({**rec, "cfg": {"window": 512, "block_kind": "q8"}}) != case_key(rec)

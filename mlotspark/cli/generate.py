@@ -252,8 +252,10 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
     # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
     g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid", "question"], default=None,
                    help="how blocks are chosen (default question)")
-    g.add_argument("--block-kind", choices=["float16", "q8", "q4"], default=None,
-                   help="storage of episodic blocks (default float16)")
+    g.add_argument("--block-kind", choices=["auto", "float16", "q8", "q4"], default=None,
+                   help="storage of episodic blocks (default auto: float16, and 8-bit in memory "
+                        "for the least recently used once the episodic budget is reached, before "
+                        "any spill to disk)")
     g.add_argument("--no-cascade", action="store_true", help="plain full attention only")
 
 

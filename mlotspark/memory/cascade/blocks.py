@@ -3,7 +3,10 @@
 A block is B consecutive tokens of one layer: keys (without RoPE) and values,
 ``(Hkv, B, D)`` each, stored as float16 or quantized along D (``mx.quantize``, q8 /
 q4). One ``EpisodicStore`` serves every layer of a model, so the byte budget is one
-number for the whole tier. Past the budget, the least-recently-retrieved blocks are
+number for the whole tier. With kind ``auto`` (the default) blocks are stored float16
+and, past the budget, the least-recently-retrieved ones are re-stored 8-bit in memory
+(about half the bytes; a 1M-token prompt with 8-bit blocks answered its needle,
+RESULTS) before any is spilled. Past the budget still, the least-recently-retrieved blocks are
 written to disk (safetensors, one file per block, 0600 in a 0700 directory) and read
 back when routing selects them again. Routing never needs the payload: it scores
 the block summaries (``routing.py``) that stay in memory.
@@ -18,6 +21,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 
@@ -25,6 +29,12 @@ from mlotspark.errors import StoreError
 from mlotspark.memory.cascade.config import CascadeConfig
 
 _BITS = {"q8": 8, "q4": 4}
+#: How a block's payload can be stored (``auto`` is a policy over the first two).
+STORED_KINDS = ("float16", "q8", "q4")
+#: What ``auto`` stores blocks as first, and re-stores the least recently used as past the budget.
+AUTO_FIRST, AUTO_PRESSED = "float16", "q8"
+#: Blocks re-stored per MLX op when ``auto`` makes room: few ops for a long prompt.
+COMPRESS_BATCH = 256
 
 
 def quant_group(n: int) -> int | None:
@@ -120,6 +130,7 @@ class Block:
     shape: tuple[int, int, int]  # (Hkv, B, D) of its keys and of its values
     nbytes: int
     payload: dict[str, mx.array] | None  # keys "k.w", "k.scales", ..., "v.w", ...
+    kind: str = "float16"  # how its payload is stored: ``float16 | q8 | q4``
     last_used: int = 0  # store clock at the last retrieval (or creation)
     hits: int = 0  # retrievals served from memory
     loads: int = 0  # retrievals that read the block back from disk
@@ -135,6 +146,7 @@ class StoreCounters:
 
     spills: int = 0
     loads: int = 0
+    compressed: int = 0  # blocks re-stored 8-bit to stay within the budget (kind ``auto``)
     hits: int = 0
     bytes_written: int = 0
     bytes_read: int = 0
@@ -145,7 +157,8 @@ class EpisodicStore:
     """Blocks of every layer, with one memory budget and spill to disk.
 
     Args:
-        kind: ``float16 | q8 | q4``.
+        kind: ``auto | float16 | q8 | q4`` (``auto``: float16, re-stored 8-bit past the
+            budget before spilling; each block records the kind it is stored as).
         budget_bytes: payload bytes kept in memory before spilling.
         spill_dir: parent of the spill directory; None = ``$MLOTSPARK_HOME/spill``.
     """
@@ -172,14 +185,20 @@ class EpisodicStore:
         ``memory_limit`` (see ``episodic_budget_bytes``)."""
         return cls(config.block_kind, episodic_budget_bytes(config, weights_bytes, memory_limit), config.spill_dir)
 
+    @property
+    def first_kind(self) -> str:
+        """How new blocks are stored (``auto`` stores float16 first)."""
+        return AUTO_FIRST if self.kind == "auto" else self.kind
+
     # ----------------------------------------------------------------- writing
     def add(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> Block:
         """Store a block's keys and values, (Hkv, B, D) each; may spill older blocks."""
-        payload = {f"k.{n}": a for n, a in encode(k, self.kind).items()}
-        payload.update({f"v.{n}": a for n, a in encode(v, self.kind).items()})
+        kind = self.first_kind
+        payload = {f"k.{n}": a for n, a in encode(k, kind).items()}
+        payload.update({f"v.{n}": a for n, a in encode(v, kind).items()})
         nbytes = sum(a.nbytes for a in payload.values())
         self.clock += 1
-        block = Block(layer, index, start, tuple(k.shape), nbytes, payload, last_used=self.clock)
+        block = Block(layer, index, start, tuple(k.shape), nbytes, payload, kind=kind, last_used=self.clock)
         self.blocks[(layer, index)] = block
         self._lru[(layer, index)] = None
         self.resident_bytes += nbytes
@@ -201,8 +220,9 @@ class EpisodicStore:
             The ``n`` new blocks, in order.
         """
         n, H, B, D = k.shape
-        packed = {f"k.{name}": a for name, a in encode_blocks(k, self.kind).items()}
-        packed.update({f"v.{name}": a for name, a in encode_blocks(v, self.kind).items()})
+        kind = self.first_kind
+        packed = {f"k.{name}": a for name, a in encode_blocks(k, kind).items()}
+        packed.update({f"v.{name}": a for name, a in encode_blocks(v, kind).items()})
         # Each block's payload is a view of its rows of the stored arrays.
         pieces = {name: split_blocks(a, n) for name, a in packed.items()}
         slab = None
@@ -214,7 +234,8 @@ class EpisodicStore:
             payload = {name: parts[j] for name, parts in pieces.items()}
             nbytes = sum(a.nbytes for a in payload.values())
             self.clock += 1
-            block = Block(layer, index + j, start + j * B, (H, B, D), nbytes, payload, last_used=self.clock, slab=slab)
+            block = Block(layer, index + j, start + j * B, (H, B, D), nbytes, payload, kind=kind,
+                          last_used=self.clock, slab=slab)
             self.blocks[(layer, index + j)] = block
             self._lru[(layer, index + j)] = None
             self.resident_bytes += nbytes
@@ -263,10 +284,7 @@ class EpisodicStore:
                 self.counters.hits += 1
             b.last_used = self.clock
             blocks.append(b)
-        # Concatenate the stored form first: one decode for all blocks, not one each.
-        joined = {n: mx.concatenate([b.payload[n] for b in blocks], axis=1) for n in blocks[0].payload}
-        H, B, D = blocks[0].shape
-        out = self.unpack(blocks[0], joined, dtype, tokens=B * len(blocks))
+        out = self._decode_many(blocks, [b.payload for b in blocks], dtype, "kv")
         self._enforce_budget(protect={(layer, i) for i in indices})
         return out
 
@@ -275,20 +293,38 @@ class EpisodicStore:
         counting a retrieval: residency, LRU order and hit/load counters stay as they were
         (a spilled block is read from disk and not kept). For scoring, not attending."""
         blocks = [self.blocks[(layer, i)] for i in indices]
-        payloads = [self.payload_of(b) for b in blocks]
-        joined = {n[2:]: mx.concatenate([p[n] for p in payloads], axis=1) for n in payloads[0] if n.startswith("k.")}
-        H, B, D = blocks[0].shape
-        return decode(joined, self.kind, dtype, (H, B * len(blocks), D))
+        return self._decode_many(blocks, [self.payload_of(b) for b in blocks], dtype, "k")
+
+    def _decode_many(self, blocks: list[Block], payloads: list[dict[str, mx.array]], dtype: mx.Dtype,
+                     which: str) -> Any:
+        """Keys (``which`` "k") or keys and values ("kv") of ``blocks``, joined along
+        tokens in the given order. Runs of blocks stored alike are joined in their stored
+        form and decoded once (one decode for all blocks, not one each)."""
+        parts: dict[str, list[mx.array]] = {n: [] for n in which}
+        start = 0
+        while start < len(blocks):
+            end = start + 1
+            while end < len(blocks) and blocks[end].kind == blocks[start].kind:
+                end += 1
+            H, B, D = blocks[start].shape
+            shape, kind = (H, B * (end - start), D), blocks[start].kind
+            for n in which:
+                joined = {name[2:]: mx.concatenate([p[name] for p in payloads[start:end]], axis=1)
+                          for name in payloads[start] if name.startswith(f"{n}.")}
+                parts[n].append(decode(joined, kind, dtype, shape))
+            start = end
+        out = tuple(p[0] if len(p) == 1 else mx.concatenate(p, axis=1) for p in parts.values())
+        return out if which == "kv" else out[0]
 
     def unpack(
         self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None
     ) -> tuple[mx.array, mx.array]:
-        """Decode a payload of ``block`` (or several joined along tokens) to keys and
-        values, (Hkv, tokens, D) each."""
+        """Decode a payload of ``block`` (or several stored alike, joined along tokens)
+        to keys and values, (Hkv, tokens, D) each."""
         H, B, D = block.shape
         shape = (H, tokens or B, D)
-        k = decode({n[2:]: a for n, a in payload.items() if n.startswith("k.")}, self.kind, dtype, shape)
-        v = decode({n[2:]: a for n, a in payload.items() if n.startswith("v.")}, self.kind, dtype, shape)
+        k = decode({n[2:]: a for n, a in payload.items() if n.startswith("k.")}, block.kind, dtype, shape)
+        v = decode({n[2:]: a for n, a in payload.items() if n.startswith("v.")}, block.kind, dtype, shape)
         return k, v
 
     def payload_of(self, block: Block) -> dict[str, mx.array]:
@@ -312,6 +348,10 @@ class EpisodicStore:
     def _enforce_budget(self, protect: set | tuple) -> None:
         if self.resident_bytes <= self.budget_bytes:
             return
+        if self.kind == "auto" and self.budget_bytes > 0:  # a zero budget spills everything anyway
+            self._compress(protect)
+            if self.resident_bytes <= self.budget_bytes:
+                return
         groups = set()
         while self.resident_bytes > self.budget_bytes and self._lru:
             key = next(iter(self._lru))
@@ -321,6 +361,64 @@ class EpisodicStore:
                 groups.add(self.blocks[key].slab)
             self._spill(self.blocks[key])
         self._detach(groups)
+
+    def _compress(self, protect: set | tuple) -> None:
+        """Re-store the least recently retrieved float16 blocks 8-bit, in memory, until
+        the resident bytes are within the budget or none is left to re-store (``auto``).
+
+        8-bit blocks read back within ~0.4% of their float16 keys (``encode``) and cost a
+        decode, while a spilled block costs a disk read when routing selects it again."""
+        candidates = [key for key in self._lru if key not in protect
+                      and self.blocks[key].kind == AUTO_FIRST
+                      and quant_group(self.blocks[key].shape[1] * self.blocks[key].shape[2]) is not None]
+        groups: set[int] = set()
+        done = 0
+        while self.resident_bytes > self.budget_bytes and done < len(candidates):
+            # 8-bit keeps a little over half the bytes: re-store what that frees, in batches.
+            need = self.resident_bytes - self.budget_bytes
+            batch, freed = [], 0
+            for key in candidates[done:]:
+                if len(batch) == COMPRESS_BATCH or freed >= need:
+                    break
+                batch.append(self.blocks[key])
+                freed += self.blocks[key].nbytes * 15 // 32  # q8 keeps (1 + 1/16) / 2 of float16
+            done += len(batch)
+            self._restore_8bit(batch, groups)
+        self._detach(groups)
+
+    def _restore_8bit(self, batch: list[Block], groups: set[int]) -> None:
+        """Re-store ``batch`` (resident float16 blocks, any layers) 8-bit: one quantize per
+        shape for the batch, each block's payload a view of the result (one new slab)."""
+        by_shape: dict[tuple[int, int, int], list[Block]] = {}
+        for b in batch:
+            by_shape.setdefault(b.shape, []).append(b)
+        for shape, blocks in by_shape.items():
+            packed = {}
+            for n in ("k", "v"):
+                x = mx.stack([b.payload[f"{n}.w"] for b in blocks])  # (m, Hkv, B, D) float16
+                packed.update({f"{n}.{name}": a for name, a in encode_blocks(x, AUTO_PRESSED).items()})
+            pieces = {name: split_blocks(a, len(blocks)) for name, a in packed.items()}
+            mx.eval(list(packed.values()))  # the float16 payloads can go once this is computed
+            slab = None
+            if len(blocks) > 1:
+                slab, self._next_slab = self._next_slab, self._next_slab + 1
+                self._slabs[slab] = [(b.layer, b.index) for b in blocks]
+            for j, b in enumerate(blocks):
+                key = (b.layer, b.index)
+                if b.slab is not None:  # it leaves its old group: the group's rest get their own copies
+                    groups.add(b.slab)
+                    members = self._slabs.get(b.slab)
+                    if members is not None and key in members:
+                        members.remove(key)
+                if b.path is not None:  # a spill file of the float16 payload: no longer what it holds
+                    with contextlib.suppress(OSError):
+                        b.path.unlink()
+                    b.path = None
+                payload = {name: parts[j] for name, parts in pieces.items()}
+                nbytes = sum(a.nbytes for a in payload.values())
+                self.resident_bytes += nbytes - b.nbytes
+                b.payload, b.nbytes, b.kind, b.slab = payload, nbytes, AUTO_PRESSED, slab
+                self.counters.compressed += 1
 
     def _spill(self, b: Block) -> None:
         if b.path is None or not b.path.exists():

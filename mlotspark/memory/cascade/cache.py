@@ -29,7 +29,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from mlotspark.errors import OptionError, SnapshotError
-from mlotspark.memory.cascade.blocks import Block, EpisodicStore, quant_group
+from mlotspark.memory.cascade.blocks import STORED_KINDS, Block, EpisodicStore, quant_group
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models import prefill_ops
 from mlotspark.models.llama import Model, TransformerBlock
@@ -426,7 +426,7 @@ class CascadeCache:
             b = self.store.blocks[(self.layer, i)]
             for name, a in self.store.payload_of(b).items():
                 arrays[f"block.{i}.{name}"] = a
-            blocks.append({"start": b.start, "last_used": b.last_used, "hits": b.hits, "loads": b.loads})
+            blocks.append({"start": b.start, "last_used": b.last_used, "hits": b.hits, "loads": b.loads, "kind": b.kind})
         arrays.update({f"router.{n}": a for n, a in self.router.to_state().items()})
         meta = {
             "layer": self.layer,
@@ -452,15 +452,16 @@ class CascadeCache:
 
         Args:
             arrays, meta: what ``to_state`` returned.
-            config: the configuration to run with; its block kind, block size and
-                summary kind must match the saved ones.
+            config: the configuration to run with; its block size, summary kind and
+                sinks must match the saved ones (each block keeps the kind it was stored
+                as, so another block kind only changes how new blocks are stored).
             store: the episodic store shared by the model's layers (None = a new one).
 
         Raises:
             SnapshotError: the state does not fit ``config`` or is incomplete.
         """
         saved = meta.get("config", {})
-        for name in ("block_size", "block_kind", "representation", "sinks"):
+        for name in ("block_size", "representation", "sinks"):
             if saved.get(name) != getattr(config, name):
                 raise SnapshotError(
                     f"cascade state has {name}={saved.get(name)!r}, the config has {getattr(config, name)!r}"
@@ -486,7 +487,11 @@ class CascadeCache:
                     raise KeyError(prefix)
                 nbytes = sum(a.nbytes for a in payload.values())
                 shape = (c._n_kv_heads, config.block_size, int(meta["head_dim"]))
-                block = Block(c.layer, i, int(info["start"]), shape, nbytes, payload)
+                # States written before blocks recorded their kind hold the config's (never auto then).
+                kind = info.get("kind", saved.get("block_kind", "float16"))
+                if kind not in STORED_KINDS:
+                    raise ValueError(f"block kind {kind!r}")
+                block = Block(c.layer, i, int(info["start"]), shape, nbytes, payload, kind=kind)
                 block.last_used, block.hits, block.loads = int(info["last_used"]), int(info["hits"]), int(info["loads"])
                 store.restore(block)
             store.settle()
@@ -531,7 +536,7 @@ def check_cascade(model: Any, config: CascadeConfig, name: str = "") -> None:
             f"{name or 'the model'}'s trained context of {trained} tokens: lower window or top_k"
         )
     head_dim = model.args.head_dim
-    if config.block_kind != "float16" and quant_group(config.block_size * head_dim) is None:
+    if config.block_kind in ("q8", "q4") and quant_group(config.block_size * head_dim) is None:
         raise OptionError(
             f"invalid cascade block_kind {config.block_kind!r} for block_size {config.block_size} "
             f"x head_dim {head_dim}: quantized blocks need a multiple of 32 values per head"

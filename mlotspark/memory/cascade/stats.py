@@ -18,7 +18,7 @@ def cascade_stats(caches: list) -> dict:
             bytes: {working, summaries, episodic_memory, episodic_disk}   (all layers)
             blocks: {total, in_memory, on_disk}   (all layers)
             retrieval: {calls, routed_calls, blocks_per_call, selection_changes, rebuilds}
-            store: {hits, loads, spills, hit_rate, bytes_written, bytes_read}
+            store: {hits, loads, spills, compressed, hit_rate, bytes_written, bytes_read}
             question_passes: question passes run on these caches (a conversation's carry
                 over from turn to turn: one per prompt at most)
     """
@@ -61,6 +61,7 @@ def cascade_stats(caches: list) -> dict:
             "hits": store.counters.hits,
             "loads": store.counters.loads,
             "spills": store.counters.spills,
+            "compressed": store.counters.compressed,  # re-stored 8-bit to stay in memory (block_kind auto)
             "hit_rate": round(store.counters.hits / served, 4) if served else None,
             "bytes_written": store.counters.bytes_written,
             "bytes_read": store.counters.bytes_read,

@@ -1,0 +1,158 @@
+"""Block kind ``auto`` (the default): episodic blocks are stored float16 and, past the
+in-memory budget, the least recently retrieved are re-stored 8-bit before any spills.
+
+Why: a 1M-token prompt's float16 blocks (~12.9 GB on Qwen2.5-0.5B) would spill ~3 GB
+on a 16 GB Mac, one file per block, while its 8-bit blocks (~6.8 GB) fit; the 1M figure
+in RESULTS ran with 8-bit blocks, and ``auto`` makes that what a user's defaults do.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+from test_cache_interface import CASCADE, _prompt
+from test_cascade import forward, model, tokens  # noqa: F401  (model: the fixture)
+from test_episodic_budget import _engine
+
+from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
+from mlotspark.memory.cascade.blocks import decode, encode
+
+SHAPE = (2, 8, 64)  # (Hkv, B, D) of one block
+F16_BLOCK = 2 * 2 * 8 * 64 * 2  # keys and values, float16
+
+
+def _kv(i: int) -> tuple[mx.array, mx.array]:
+    k = mx.random.normal(SHAPE, key=mx.random.key(i))
+    return k, -k * 0.5 + i
+
+
+def _as_q8(x: mx.array) -> np.ndarray:
+    """What a block stored float16, then re-stored 8-bit, reads back as."""
+    return np.array(decode(encode(x.astype(mx.float16), "q8"), "q8", mx.float32, SHAPE))
+
+
+def _resident(store: EpisodicStore) -> int:
+    return sum(b.nbytes for b in store.blocks.values() if b.payload is not None)
+
+
+def test_past_the_budget_the_least_recently_used_blocks_go_8_bit_before_any_spills(tmp_path):
+    store = EpisodicStore("auto", 10 * F16_BLOCK, str(tmp_path))
+    for i in range(10):
+        store.add(0, i, 8 * i, *_kv(i))
+    assert store.counters.compressed == 0 and all(b.kind == "float16" for b in store.blocks.values())
+    store.fetch(0, [0, 1], mx.float32)  # now the most recently retrieved
+    for i in range(10, 13):  # 13 blocks in a budget of 10 float16 ones: 7 go 8-bit
+        store.add(0, i, 8 * i, *_kv(i))
+    kinds = {i: store.blocks[(0, i)].kind for i in range(13)}
+    assert store.counters.spills == 0 and store.counters.compressed > 0
+    assert store.resident_bytes == _resident(store) <= store.budget_bytes
+    assert kinds[0] == kinds[1] == "float16"  # retrieved lately: kept as they were
+    assert [i for i in range(13) if kinds[i] == "q8"] == list(range(2, 9))  # least recently used first
+    keys, values = store.fetch(0, list(range(13)), mx.float32)  # runs of both kinds, in order
+    for i in range(13):
+        k, v = _kv(i)
+        got_k, got_v = np.array(keys[:, 8 * i : 8 * i + 8]), np.array(values[:, 8 * i : 8 * i + 8])
+        if kinds[i] == "float16":
+            np.testing.assert_array_equal(got_k, np.array(k.astype(mx.float16).astype(mx.float32)))
+        else:
+            np.testing.assert_array_equal(got_k, _as_q8(k))
+            np.testing.assert_array_equal(got_v, _as_q8(v))
+            assert np.abs(got_k - np.array(k)).max() < 0.05  # 8 bits over a few units of range
+    peeked = store.peek_keys(0, list(range(13)), mx.float32)
+    np.testing.assert_array_equal(np.array(peeked), np.array(keys))
+
+
+def test_past_what_8_bit_holds_blocks_spill_and_read_back_as_stored(tmp_path):
+    store = EpisodicStore("auto", 6 * F16_BLOCK, str(tmp_path))
+    for i in range(30):
+        store.add(0, i, 8 * i, *_kv(i))
+    assert store.counters.spills > 0 and store.counters.compressed > 0
+    assert store.resident_bytes == _resident(store) <= store.budget_bytes
+    spilled = [i for i in range(30) if store.blocks[(0, i)].payload is None]
+    assert spilled and all(store.blocks[(0, i)].kind == "q8" for i in spilled)  # compressed before spilling
+    keys, _ = store.fetch(0, spilled, mx.float32)
+    for j, i in enumerate(spilled):
+        np.testing.assert_array_equal(np.array(keys[:, 8 * j : 8 * j + 8]), _as_q8(_kv(i)[0]))
+
+
+def test_a_zero_budget_spills_float16_blocks_as_they_are(tmp_path):
+    store = EpisodicStore("auto", 0, str(tmp_path))
+    for i in range(4):
+        store.add(0, i, 8 * i, *_kv(i))
+    assert store.counters.compressed == 0 and store.counters.spills == 4
+    assert {b.kind for b in store.blocks.values()} == {"float16"}
+
+
+def test_blocks_added_together_can_be_compressed_apart_and_their_bytes_stay_counted(tmp_path):
+    """``add_many`` blocks share one buffer; re-storing some of them gives the rest copies of
+    their own, so what the store counts is what it holds."""
+    store = EpisodicStore("auto", 12 * F16_BLOCK, str(tmp_path))
+    ks = mx.stack([_kv(i)[0] for i in range(8)])
+    vs = mx.stack([_kv(i)[1] for i in range(8)])
+    store.add_many(0, 0, 0, ks, vs)
+    store.add_many(0, 8, 64, ks + 1, vs + 1)
+    assert store.counters.spills == 0 and 0 < store.counters.compressed < 16
+    assert store.resident_bytes == _resident(store) <= store.budget_bytes
+    keys, _ = store.fetch(0, list(range(16)), mx.float32)
+    for i in range(16):
+        k = _kv(i % 8)[0] + (i >= 8)
+        want = (_as_q8(k) if store.blocks[(0, i)].kind == "q8"
+                else np.array(k.astype(mx.float16).astype(mx.float32)))
+        np.testing.assert_allclose(np.array(keys[:, 8 * i : 8 * i + 8]), want, atol=1e-6)
+
+
+def test_a_cache_with_blocks_of_both_kinds_round_trips_and_old_states_restore(model):
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, episodic_budget_mb=0.035)
+    cas = make_cascade_cache(model, cfg)
+    forward(model, cas, tokens(200, seed=5), [60, 60, 80])
+    kinds = [b.kind for b in cas[0].store.layer_blocks(0)]
+    assert "q8" in kinds and "float16" in kinds
+    arrays, meta = cas[0].to_state()
+    back = CascadeCache.from_state(arrays, meta, cfg)
+    assert [b.kind for b in back.store.layer_blocks(0)] == kinds
+    n = cas[0].n_blocks
+    a, _ = cas[0].store.fetch(0, list(range(n)), mx.float32)
+    b, _ = back.store.fetch(0, list(range(n)), mx.float32)
+    np.testing.assert_array_equal(np.array(a), np.array(b))
+    # A state written before blocks recorded their kind holds float16 blocks (its config's kind),
+    # and restores under today's default.
+    old = make_cascade_cache(model, CascadeConfig(**{**cfg.to_dict(), "block_kind": "float16",
+                                                     "episodic_budget_mb": 512}))
+    forward(model, old, tokens(120, seed=6), [60, 60])
+    arrays, meta = old[0].to_state()
+    for info in meta["blocks"]:
+        del info["kind"]
+    back = CascadeCache.from_state(arrays, meta, cfg)
+    assert {b.kind for b in back.store.blocks.values()} == {"float16"}
+
+
+def test_through_the_engine_auto_keeps_in_memory_what_float16_spills(tmp_path):
+    """The same prompt through ``Engine.submit``: with a budget of ~70% of its float16 blocks,
+    float16 spills and the default (auto) keeps every block in memory, some 8-bit."""
+
+    def store_stats(cascade: dict) -> dict:
+        engine = _engine({**CASCADE, **cascade, "spill_dir": str(tmp_path)}, above_weights=None)
+        try:
+            result = engine.submit(prompt_ids=_prompt(400, seed=4), max_tokens=4).result()
+        finally:
+            engine.close()
+        return result.stats.extra["cascade"]
+
+    whole = store_stats({"episodic_budget_mb": 512})
+    assert whole["config"]["block_kind"] == "auto" and whole["store"]["compressed"] == 0
+    budget_mb = whole["bytes"]["episodic_memory"] * 0.7 / 1e6
+    f16 = store_stats({"episodic_budget_mb": budget_mb, "block_kind": "float16"})
+    auto = store_stats({"episodic_budget_mb": budget_mb})
+    assert f16["bytes"]["episodic_disk"] > 0 and f16["store"]["compressed"] == 0
+    assert auto["bytes"]["episodic_disk"] == 0 and auto["store"]["spills"] == 0
+    assert auto["store"]["compressed"] > 0 and auto["bytes"]["episodic_memory"] <= budget_mb * 1e6
+
+
+def test_cli_block_kind_choices_are_the_configs():
+    """``--block-kind`` spells its choices out (the CLI stays MLX-free); they must be ``BLOCK_KINDS``."""
+    from mlotspark.cli import build_parser
+    from mlotspark.memory.cascade.config import BLOCK_KINDS
+
+    sub = next(a for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions
+               if a.dest == "block_kind")
+    assert tuple(sub.choices) == BLOCK_KINDS and "auto" in sub.help
