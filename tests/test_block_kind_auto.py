@@ -156,3 +156,19 @@ def test_cli_block_kind_choices_are_the_configs():
     sub = next(a for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions
                if a.dest == "block_kind")
     assert tuple(sub.choices) == BLOCK_KINDS and "auto" in sub.help
+
+
+def test_the_float16_order_it_compresses_from_is_the_stores_lru_order(tmp_path):
+    """``_compress`` reads its own list of resident float16 blocks (a scan of every resident
+    block per call would be quadratic in a long prompt); it must stay the LRU order's."""
+    rng = np.random.default_rng(0)
+    store = EpisodicStore("auto", 9 * F16_BLOCK, str(tmp_path))
+    for step in range(60):
+        n = len(store.blocks)
+        if n < 5 or rng.random() < 0.5:
+            store.add(0, n, 8 * n, *_kv(n))
+        else:
+            store.fetch(0, sorted(rng.choice(n, size=3, replace=False).tolist()), mx.float32)
+        assert list(store._f16) == [k for k in store._lru if store.blocks[k].kind == "float16"], step
+        assert store.resident_bytes == _resident(store) <= store.budget_bytes
+    assert store.counters.compressed > 0 and store.counters.spills > 0 and store.counters.loads > 0

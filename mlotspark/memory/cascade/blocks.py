@@ -172,6 +172,9 @@ class EpisodicStore:
     counters: StoreCounters = field(default_factory=StoreCounters)
     # Resident blocks, least recently retrieved first: spilling takes from the front.
     _lru: OrderedDict = field(default_factory=OrderedDict)
+    # With kind ``auto``: the resident float16 blocks, least recently retrieved first (what
+    # ``_compress`` re-stores 8-bit; a scan of ``_lru`` would pass every 8-bit block each time).
+    _f16: OrderedDict = field(default_factory=OrderedDict)
     _dir: Path | None = None
     # Blocks whose payloads are views of one buffer made by ``add_many``, per group.
     _slabs: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
@@ -201,6 +204,7 @@ class EpisodicStore:
         block = Block(layer, index, start, tuple(k.shape), nbytes, payload, kind=kind, last_used=self.clock)
         self.blocks[(layer, index)] = block
         self._lru[(layer, index)] = None
+        self._touch(block)
         self.resident_bytes += nbytes
         self._enforce_budget(protect=())
         return block
@@ -238,6 +242,7 @@ class EpisodicStore:
                           last_used=self.clock, slab=slab)
             self.blocks[(layer, index + j)] = block
             self._lru[(layer, index + j)] = None
+            self._touch(block)
             self.resident_bytes += nbytes
             blocks.append(block)
         # Once for all: the resident set after spilling the LRU front is the one that
@@ -254,10 +259,12 @@ class EpisodicStore:
         if block.payload is not None:
             self.resident_bytes += block.nbytes
             self._lru[key] = None
+            self._touch(block)
 
     def settle(self) -> None:
         """Order restored blocks by their last retrieval and spill what the budget excludes."""
         self._lru = OrderedDict((k, None) for k in sorted(self._lru, key=lambda k: self.blocks[k].last_used))
+        self._f16 = OrderedDict((k, None) for k in self._lru if k in self._f16)
         self._enforce_budget(protect=())
 
     # ----------------------------------------------------------------- reading
@@ -283,6 +290,7 @@ class EpisodicStore:
                 b.hits += 1
                 self.counters.hits += 1
             b.last_used = self.clock
+            self._touch(b)
             blocks.append(b)
         out = self._decode_many(blocks, [b.payload for b in blocks], dtype, "kv")
         self._enforce_budget(protect={(layer, i) for i in indices})
@@ -362,27 +370,38 @@ class EpisodicStore:
             self._spill(self.blocks[key])
         self._detach(groups)
 
+    def _touch(self, block: Block) -> None:
+        """Mark a resident float16 block most recently used for ``_compress`` (``auto`` only)."""
+        if self.kind == "auto" and block.kind == AUTO_FIRST:
+            key = (block.layer, block.index)
+            self._f16[key] = None
+            self._f16.move_to_end(key)
+
     def _compress(self, protect: set | tuple) -> None:
         """Re-store the least recently retrieved float16 blocks 8-bit, in memory, until
         the resident bytes are within the budget or none is left to re-store (``auto``).
 
-        8-bit blocks read back within ~0.4% of their float16 keys (``encode``) and cost a
-        decode, while a spilled block costs a disk read when routing selects it again."""
-        candidates = [key for key in self._lru if key not in protect
-                      and self.blocks[key].kind == AUTO_FIRST
-                      and quant_group(self.blocks[key].shape[1] * self.blocks[key].shape[2]) is not None]
+        An 8-bit block reads back within half a step of 1/255 of each group's range
+        (``encode``) for a decode, while a spilled block costs a disk read each time
+        routing selects it again."""
         groups: set[int] = set()
-        done = 0
-        while self.resident_bytes > self.budget_bytes and done < len(candidates):
+        while self.resident_bytes > self.budget_bytes:
             # 8-bit keeps a little over half the bytes: re-store what that frees, in batches.
             need = self.resident_bytes - self.budget_bytes
-            batch, freed = [], 0
-            for key in candidates[done:]:
+            batch, freed, never = [], 0, []
+            for key in self._f16:  # from the front: no pass over the rest
                 if len(batch) == COMPRESS_BATCH or freed >= need:
                     break
-                batch.append(self.blocks[key])
-                freed += self.blocks[key].nbytes * 15 // 32  # q8 keeps (1 + 1/16) / 2 of float16
-            done += len(batch)
+                b = self.blocks[key]
+                if quant_group(b.shape[1] * b.shape[2]) is None:
+                    never.append(key)  # a shape 8-bit cannot group: it stays float16
+                elif key not in protect:
+                    batch.append(b)
+                    freed += b.nbytes * 15 // 32  # q8 keeps (1 + 1/16) / 2 of float16
+            for key in never:
+                del self._f16[key]
+            if not batch:
+                break
             self._restore_8bit(batch, groups)
         self._detach(groups)
 
@@ -418,6 +437,7 @@ class EpisodicStore:
                 nbytes = sum(a.nbytes for a in payload.values())
                 self.resident_bytes += nbytes - b.nbytes
                 b.payload, b.nbytes, b.kind, b.slab = payload, nbytes, AUTO_PRESSED, slab
+                del self._f16[key]
                 self.counters.compressed += 1
 
     def _spill(self, b: Block) -> None:
@@ -437,6 +457,7 @@ class EpisodicStore:
             self.counters.bytes_written += b.nbytes
         b.payload = None
         self._lru.pop((b.layer, b.index), None)
+        self._f16.pop((b.layer, b.index), None)
         self.resident_bytes -= b.nbytes
         self.counters.spills += 1
 
