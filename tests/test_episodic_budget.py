@@ -81,3 +81,24 @@ def test_elsewhere_it_is_half_the_available_memory(monkeypatch):
     psutil = pytest.importorskip("psutil")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=8_000 * MB))
     assert episodic_budget_bytes(CascadeConfig(**CASCADE), weights_bytes=500 * MB) == 4_000 * MB
+
+
+@pytest.mark.parametrize("representation, rows", [("minmax", 2), ("mean", 1), ("keys", 8)])
+def test_the_budget_counts_every_blocks_routing_summary(tmp_path, representation, rows):
+    """Summaries stay in memory when their blocks spill (0.8 GB at 1M tokens on Qwen2.5-0.5B):
+    the budget bounds payloads and summaries together."""
+    import mlx.core as mx
+
+    from mlotspark.memory.cascade import EpisodicStore
+
+    cfg = CascadeConfig(**{**CASCADE, "representation": representation, "block_kind": "float16",
+                           "episodic_budget_mb": 0.06, "spill_dir": str(tmp_path)})
+    store = EpisodicStore.from_config(cfg)
+    assert store.summary_rows == rows
+    k = mx.random.normal((2, 8, 16))
+    for i in range(50):
+        store.add(0, i, 8 * i, k, k)
+    assert store.summary_bytes == 50 * 2 * rows * 16 * 4
+    assert store.memory_bytes == store.resident_bytes + store.summary_bytes <= 60_000
+    fits = (60_000 - store.summary_bytes) // (2 * 2 * 8 * 16 * 2)  # float16 blocks beside the summaries
+    assert store.counters.spills == max(0, 50 - fits)

@@ -159,15 +159,21 @@ class EpisodicStore:
     Args:
         kind: ``auto | float16 | q8 | q4`` (``auto``: float16, re-stored 8-bit past the
             budget before spilling; each block records the kind it is stored as).
-        budget_bytes: payload bytes kept in memory before spilling.
+        budget_bytes: bytes the tier keeps in memory: block payloads, and the routing
+            summaries of every block (``summary_rows``), which stay in memory when a
+            block spills (at 1M tokens on Qwen2.5-0.5B 0.8 GB of the 8.8 GB peak).
         spill_dir: parent of the spill directory; None = ``$MLOTSPARK_HOME/spill``.
+        summary_rows: float32 rows of D per KV head that routing keeps for each block
+            (2 for ``minmax``, 1 ``mean``, B ``keys``); 0 = not counted.
     """
 
     kind: str
     budget_bytes: int
     spill_dir: str | None = None
+    summary_rows: int = 0
     blocks: dict[tuple[int, int], Block] = field(default_factory=dict)
     resident_bytes: int = 0
+    summary_bytes: int = 0  # of every block, resident or spilled (``summary_rows``)
     clock: int = 0
     counters: StoreCounters = field(default_factory=StoreCounters)
     # Resident blocks, least recently retrieved first: spilling takes from the front.
@@ -186,7 +192,18 @@ class EpisodicStore:
         """The store ``config`` asks for; its budget is ``config.episodic_budget_mb``, or when
         that is None the machine's KV budget for a model of ``weights_bytes`` under
         ``memory_limit`` (see ``episodic_budget_bytes``)."""
-        return cls(config.block_kind, episodic_budget_bytes(config, weights_bytes, memory_limit), config.spill_dir)
+        rows = {"minmax": 2, "mean": 1}.get(config.representation, config.block_size)
+        return cls(config.block_kind, episodic_budget_bytes(config, weights_bytes, memory_limit), config.spill_dir,
+                   summary_rows=rows)
+
+    @property
+    def memory_bytes(self) -> int:
+        """What the budget bounds: resident payloads and every block's summary."""
+        return self.resident_bytes + self.summary_bytes
+
+    def _count_summary(self, shape: tuple[int, int, int], n: int = 1) -> None:
+        H, _, D = shape
+        self.summary_bytes += n * H * self.summary_rows * D * 4
 
     @property
     def first_kind(self) -> str:
@@ -206,6 +223,7 @@ class EpisodicStore:
         self._lru[(layer, index)] = None
         self._touch(block)
         self.resident_bytes += nbytes
+        self._count_summary(block.shape)
         self._enforce_budget(protect=())
         return block
 
@@ -245,6 +263,7 @@ class EpisodicStore:
             self._touch(block)
             self.resident_bytes += nbytes
             blocks.append(block)
+        self._count_summary((H, B, D), n)
         # Once for all: the resident set after spilling the LRU front is the one that
         # spilling after every block would leave (adds only append at the back).
         self._enforce_budget(protect=())
@@ -256,6 +275,7 @@ class EpisodicStore:
         key = (block.layer, block.index)
         self.blocks[key] = block
         self.clock = max(self.clock, block.last_used)
+        self._count_summary(block.shape)
         if block.payload is not None:
             self.resident_bytes += block.nbytes
             self._lru[key] = None
@@ -354,14 +374,14 @@ class EpisodicStore:
 
     # ------------------------------------------------------------------- spill
     def _enforce_budget(self, protect: set | tuple) -> None:
-        if self.resident_bytes <= self.budget_bytes:
+        if self.memory_bytes <= self.budget_bytes:
             return
         if self.kind == "auto" and self.budget_bytes > 0:  # a zero budget spills everything anyway
             self._compress(protect)
-            if self.resident_bytes <= self.budget_bytes:
+            if self.memory_bytes <= self.budget_bytes:
                 return
         groups = set()
-        while self.resident_bytes > self.budget_bytes and self._lru:
+        while self.memory_bytes > self.budget_bytes and self._lru:
             key = next(iter(self._lru))
             if key in protect:  # blocks in use were moved to the end: only they remain
                 break
@@ -385,9 +405,9 @@ class EpisodicStore:
         (``encode``) for a decode, while a spilled block costs a disk read each time
         routing selects it again."""
         groups: set[int] = set()
-        while self.resident_bytes > self.budget_bytes:
+        while self.memory_bytes > self.budget_bytes:
             # 8-bit keeps a little over half the bytes: re-store what that frees, in batches.
-            need = self.resident_bytes - self.budget_bytes
+            need = self.memory_bytes - self.budget_bytes
             batch, freed, never = [], 0, []
             for key in self._f16:  # from the front: no pass over the rest
                 if len(batch) == COMPRESS_BATCH or freed >= need:

@@ -56,8 +56,10 @@ class CascadeConfig:
             the least recently retrieved blocks 8-bit in memory before spilling any:
             a 1M-token prompt's float16 blocks (~12.6 GB on Qwen2.5-0.5B) spill ~3 GB
             on a 16 GB Mac, its 8-bit ones (~6.7 GB) stay in memory.
-        episodic_budget_mb: bytes of block payload kept in memory, summed over
-            layers; past it the least-recently-retrieved blocks spill to disk. None
+        episodic_budget_mb: bytes the episodic tier keeps in memory, summed over
+            layers: block payloads and every block's routing summary (those stay
+            when a block spills); past it the least-recently-retrieved blocks go
+            8-bit (``auto``), then spill to disk. None
             (the default): the machine's KV budget when the cache is made
             (``platform.memory.memory_budget``: on Metal the recommended working set
             less the weights, elsewhere half the memory available now, or a memory

@@ -47,7 +47,8 @@ def cascade_stats(caches: list) -> dict:
             "summaries": summaries,
             "episodic_memory": store.resident_bytes,
             "episodic_disk": on_disk_bytes,
-            "episodic_budget": store.budget_bytes,  # past it, blocks spill to disk
+            # bounds episodic_memory + summaries: past it blocks go 8-bit (auto), then spill to disk
+            "episodic_budget": store.budget_bytes,
         },
         "blocks": {"total": len(store.blocks), "in_memory": in_memory, "on_disk": len(store.blocks) - in_memory},
         "retrieval": {
