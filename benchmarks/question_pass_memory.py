@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1 << 20)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--window", type=int, default=512)
-    p.add_argument("--block-kind", default="q8", choices=("float16", "q8", "q4"))
+    p.add_argument("--block-kind", default="q8", choices=("auto", "float16", "q8", "q4"))
     p.add_argument("--step", type=int, default=65536, help="tokens per prefill call (progress lines)")
     args = p.parse_args()
     cfg = dict(model_type="llama", hidden_size=128, num_hidden_layers=args.layers, intermediate_size=128,

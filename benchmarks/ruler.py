@@ -58,15 +58,17 @@ def case_key(rec: dict) -> tuple:
     out of their keys: a run that changes only the routing re-runs only ``cascade``.
     """
     cfg = dict(rec.get("cfg") or {})
+    budget = cfg.get("episodic_budget_mb")
     for k in ("episodic_budget_mb", "spill_dir"):  # where blocks are kept, not which are attended
         cfg.pop(k, None)
     for k, v in ADDED.items():  # records written before a field existed had its default
         if cfg.get(k, v) == v:
             cfg.pop(k, None)
     if cfg.get("block_kind") == "auto":
-        # auto is float16 until the budget is reached (records before it said float16); a case
-        # whose blocks were re-stored 8-bit is another measurement (a plan's key cannot know: run it).
-        cfg["block_kind"] = "auto, 8-bit past the budget" if rec.get("compressed") else "float16"
+        # auto stores float16 until the budget binds, where blocks go 8-bit: a budget set on the
+        # command line is part of the measurement; under the machine's (None) auto counts as the
+        # float16 records written before it (each record's ``compressed`` says if it bound).
+        cfg["block_kind"] = "float16" if budget is None else f"auto, {budget} MB"
     if rec["mode"] == "full":
         cfg = {}
     elif rec["mode"] == "streaming":

@@ -179,9 +179,10 @@ def test_capture_report_ranks_each_needle_as_the_pass_scored(tmp_path):
     assert report(path).splitlines()[1].endswith("rank 0") and report(path, 1).splitlines()[1].endswith("rank 1")
 
 
-def test_resume_takes_auto_blocks_for_float16_until_they_were_re_stored_8_bit():
-    # Records before block_kind auto said float16; auto stores float16 until the budget is
-    # reached, so those records still count, and a case whose blocks went 8-bit does not.
+def test_resume_takes_auto_blocks_for_float16_unless_a_budget_was_set():
+    # Records before block_kind auto said float16; auto stores float16 until the budget binds,
+    # so under the machine's budget those records still count; a budget set on the command
+    # line (where blocks may go 8-bit) is part of the measurement, and its own records count.
     import sys
     from pathlib import Path
 
@@ -189,8 +190,10 @@ def test_resume_takes_auto_blocks_for_float16_until_they_were_re_stored_8_bit():
     from ruler import case_key
 
     rec = {"task": "vt", "length": 4096, "mode": "cascade", "trial": 0, "trials": 8, "seed": 1,
-           "cfg": {"window": 512, "block_kind": "float16"}}
-    auto = {**rec, "cfg": {"window": 512, "block_kind": "auto"}}
-    assert case_key(auto) == case_key(rec) == case_key({**auto, "compressed": 0})
-    assert case_key({**auto, "compressed": 12}) != case_key(rec)
+           "cfg": {"window": 512, "block_kind": "float16", "episodic_budget_mb": None}}
+    auto = {**rec, "cfg": {"window": 512, "block_kind": "auto", "episodic_budget_mb": None}}
+    assert case_key(auto) == case_key(rec) == case_key({**auto, "compressed": 3})
+    pressed = {**rec, "cfg": {"window": 512, "block_kind": "auto", "episodic_budget_mb": 25}}
+    assert case_key(pressed) != case_key(rec)
+    assert case_key({**pressed, "compressed": 2377}) == case_key(pressed)  # a resumed plan finds it
     assert case_key({**rec, "cfg": {"window": 512, "block_kind": "q8"}}) != case_key(rec)

@@ -2,7 +2,7 @@
 
 - ``config``: ``CascadeConfig`` (sizes and policies, validated).
 - ``routing``: block summaries, scores and the routing strategies.
-- ``blocks``: the episodic block store (float16 / q8 / q4, spill to disk).
+- ``blocks``: the episodic block store (float16 / q8 / q4, or auto: 8-bit past the budget; spill to disk).
 - ``cache``: the per-layer cascade cache, ``make_cascade_cache``, ``check_cascade`` and ``is_cascade``.
 - ``stats``: ``cascade_stats``.
 

@@ -33,8 +33,9 @@ _BITS = {"q8": 8, "q4": 4}
 STORED_KINDS = ("float16", "q8", "q4")
 #: What ``auto`` stores blocks as first, and re-stores the least recently used as past the budget.
 AUTO_FIRST, AUTO_PRESSED = "float16", "q8"
-#: Blocks re-stored per MLX op when ``auto`` makes room: few ops for a long prompt.
-COMPRESS_BATCH = 256
+#: Blocks re-stored per MLX op when ``auto`` makes room: few ops for a long prompt, and a
+#: small shared buffer (a block's view kept alive, e.g. by a saved state, holds its batch's).
+COMPRESS_BATCH = 64
 
 
 def quant_group(n: int) -> int | None:
@@ -210,10 +211,21 @@ class EpisodicStore:
         """How new blocks are stored (``auto`` stores float16 first)."""
         return AUTO_FIRST if self.kind == "auto" else self.kind
 
+    def _new_kind(self, nbytes_f16: int) -> str:
+        """How blocks of ``nbytes_f16`` float16 bytes being added are stored: ``auto`` stores
+        them 8-bit at once when they would pass the budget and no older float16 block is left
+        to re-store (they would be re-stored right away: a quantize of float16 copies, a sync)."""
+        if self.kind == "auto" and not self._f16 and self.budget_bytes > self.summary_bytes \
+                and self.memory_bytes + nbytes_f16 > self.budget_bytes:
+            return AUTO_PRESSED
+        return self.first_kind
+
     # ----------------------------------------------------------------- writing
     def add(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> Block:
         """Store a block's keys and values, (Hkv, B, D) each; may spill older blocks."""
-        kind = self.first_kind
+        kind = self._new_kind(2 * k.size * 2)
+        if kind != self.first_kind:  # 8-bit of the float16 values, as re-storing later would give
+            k, v = k.astype(mx.float16), v.astype(mx.float16)
         payload = {f"k.{n}": a for n, a in encode(k, kind).items()}
         payload.update({f"v.{n}": a for n, a in encode(v, kind).items()})
         nbytes = sum(a.nbytes for a in payload.values())
@@ -242,7 +254,9 @@ class EpisodicStore:
             The ``n`` new blocks, in order.
         """
         n, H, B, D = k.shape
-        kind = self.first_kind
+        kind = self._new_kind(2 * k.size * 2)
+        if kind != self.first_kind:  # 8-bit of the float16 values, as re-storing later would give
+            k, v = k.astype(mx.float16), v.astype(mx.float16)
         packed = {f"k.{name}": a for name, a in encode_blocks(k, kind).items()}
         packed.update({f"v.{name}": a for name, a in encode_blocks(v, kind).items()})
         # Each block's payload is a view of its rows of the stored arrays.
@@ -376,7 +390,7 @@ class EpisodicStore:
     def _enforce_budget(self, protect: set | tuple) -> None:
         if self.memory_bytes <= self.budget_bytes:
             return
-        if self.kind == "auto" and self.budget_bytes > 0:  # a zero budget spills everything anyway
+        if self.kind == "auto" and self.budget_bytes > self.summary_bytes:  # else every block spills anyway
             self._compress(protect)
             if self.memory_bytes <= self.budget_bytes:
                 return
@@ -437,7 +451,7 @@ class EpisodicStore:
                 x = mx.stack([b.payload[f"{n}.w"] for b in blocks])  # (m, Hkv, B, D) float16
                 packed.update({f"{n}.{name}": a for name, a in encode_blocks(x, AUTO_PRESSED).items()})
             pieces = {name: split_blocks(a, len(blocks)) for name, a in packed.items()}
-            mx.eval(list(packed.values()))  # the float16 payloads can go once this is computed
+            mx.async_eval(list(packed.values()))  # the float16 payloads go once this is computed
             slab = None
             if len(blocks) > 1:
                 slab, self._next_slab = self._next_slab, self._next_slab + 1
