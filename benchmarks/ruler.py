@@ -44,10 +44,11 @@ FLAGS = {
     "window": int, "sinks": int, "block_size": int, "top_k": int, "routing": str, "representation": str,
     "rolling_window": int, "follow": int, "question_pass": int, "question_sharpen": int,
     "question_focus": float, "question_queries": int, "chunk": int, "block_kind": str, "episodic_budget_mb": int,
+    "answer_route": int,
 }
 
 # Cascade fields added after records were written, with the value those records ran with.
-ADDED = {"question_queries": 16}
+ADDED = {"question_queries": 16, "answer_route": 0}
 
 
 def case_key(rec: dict) -> tuple:
@@ -161,6 +162,8 @@ def main() -> None:
                    help="pin only blocks scoring >= this share of the best (0 = the top-k best)")
     p.add_argument("--question-queries", type=int, default=None,
                    help="the prompt's last queries the question pass scores (default 16)")
+    p.add_argument("--answer-route", type=int, default=None,
+                   help="blocks per KV head each answer token's query routes to beside the pinned ones (0 = off)")
     p.add_argument("--cascade-chunk", dest="chunk", type=int, default=None,
                    help="tokens the cascade attends in one piece (default: the model's, 256 on the CPU)")
     p.add_argument("--multiples", type=int, nargs="*", default=None,

@@ -293,3 +293,29 @@ def test_block_masses_scored_in_steps_equal_one_softmax_over_every_key(model, mo
     share = want.sum(axis=-1)  # each query's share on the blocks: neither ~0 nor ~1, so
     assert float(share.max()) > 0.05 and float(share.min()) < 0.95  # the working keys' term counts too
     assert question.query_mass(c, 0).shape == (H, G * M, 0)
+
+
+def test_answer_route_adds_blocks_the_answer_tokens_choose_beside_the_pinned(model, monkeypatch):  # noqa: F811
+    """With ``answer_route`` each answer step attends the pinned blocks (and those sealed
+    since) plus as many more per KV head as its own query routes to, within the span."""
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=24, question_pass=8, answer_route=2)
+    most = (cfg.max_chunk - 1) // cfg.block_size
+    cas = make_cascade_cache(model, cfg)
+    steps = []
+    original = CascadeCache._attend
+
+    def spy(self, q, k, v, rope, scale):
+        out = original(self, q, k, v, rope, scale)
+        assert self._ctx_len <= cfg.span
+        if self is cas[0] and self.pinned is not None and q.shape[2] == 1:
+            steps.append((self.n_blocks, self._pinned_from, self.selection))
+        return out
+
+    monkeypatch.setattr(CascadeCache, "_attend", spy)
+    greedy(model, cas, tokens(120, seed=5), 30, chunk=32)
+    assert steps
+    for n, start, selection in steps:
+        base = set(cas[0].pinned) | set(range(start, min(n, start + most)))
+        r = min(cfg.answer_route, n - len(base))
+        for head in selection:
+            assert base <= set(head) and len(head) == len(base) + r

@@ -258,6 +258,8 @@ class CascadeCache:
             return tuple(tuple(range(n)) for _ in range(Hkv))
         if self.pinned is not None:  # the question pass chose for the question's re-read and its answer
             pinned = self._with_sealed_since_pin()
+            if decode and self.config.answer_route:
+                return self._route_beside(q, pinned, scale)
             return tuple(pinned for _ in range(Hkv))
         # A slow router keeps its choice for a few decode steps while no block was
         # added: no scoring, no host sync, and the assembled context is reused.
@@ -269,6 +271,36 @@ class CascadeCache:
         self.counters.routed += 1
         relevance = block_distribution(self.index.score(rq, self.router.pool(decode)), scale)
         return top_blocks(relevance, k, self.config.follow)
+
+    def _route_beside(self, q: mx.array, base: tuple[int, ...], scale: float) -> Selection:
+        """``base`` (the pinned blocks and those sealed since) plus, per KV head, the
+        ``answer_route`` other blocks this decode step's query scores best (with their
+        ``follow`` successors, within the count), so every head attends as many blocks.
+
+        Why: the question pass pins what the question matches; a chain (RULER vt) is
+        followed by the answer's own tokens ("3. VAR LZTKA" asks where LZTKA is
+        assigned), which the question never names."""
+        Hkv, n = self._n_kv_heads, self.n_blocks
+        base_set = set(base)
+        r = min(self.config.answer_route, n - len(base_set))
+        if r <= 0:
+            return tuple(base for _ in range(Hkv))
+        self.counters.routed += 1
+        relevance = block_distribution(self.index.score(group_queries(q, Hkv), 1), scale)  # (Hkv, n)
+        follow = self.config.follow
+        out = []
+        for ranked in mx.argsort(-relevance, axis=-1).tolist():
+            chosen: set[int] = set()
+            for b in ranked:
+                if b in base_set:
+                    continue
+                for c in range(b, min(n, b + follow + 1)):
+                    if c not in base_set and len(chosen) < r:
+                        chosen.add(c)
+                if len(chosen) == r:
+                    break
+            out.append(tuple(sorted(base_set | chosen)))
+        return tuple(out)
 
     def pin(self, blocks: tuple[int, ...]) -> None:
         """Attend ``blocks`` (the question pass's choice) until the next prompt's prefill,

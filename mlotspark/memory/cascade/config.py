@@ -96,6 +96,12 @@ class CascadeConfig:
             still uses the last ``rolling_window``). With the chat template the last
             16 tokens are mostly " mentioned in the provided text? Answer
             briefly." and the template's own tokens, not the question's key words.
+        answer_route: blocks per KV head that each decode step's own query routes to
+            (the block summaries, as ``token`` routing scores them), attended beside
+            the blocks the question pass pinned (0 = off, the default: the answer
+            attends only the pinned blocks). For chains the question does not name
+            (RULER vt: the answer's "VAR X" asks where X is assigned); the span grows
+            by ``answer_route * block_size``.
     """
 
     window: int = 1024
@@ -114,6 +120,7 @@ class CascadeConfig:
     question_sharpen: int = 1
     question_focus: float = 0.0
     question_queries: int = 16
+    answer_route: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> OptionError:
@@ -123,7 +130,7 @@ class CascadeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("sinks", "top_k", "chunk", "follow", "question_pass"):
+        for name in ("sinks", "top_k", "chunk", "follow", "question_pass", "answer_route"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise bad(name, "must be an integer >= 0")
@@ -152,7 +159,7 @@ class CascadeConfig:
     @property
     def span(self) -> int:
         """Largest position any attended key gets, plus one."""
-        return self.sinks + self.top_k * self.block_size + self.window + self.max_chunk
+        return self.sinks + (self.top_k + self.answer_route) * self.block_size + self.window + self.max_chunk
 
     @classmethod
     def for_model(cls, context_length: int, **overrides: Any) -> "CascadeConfig":
