@@ -243,3 +243,26 @@ def test_once_no_older_float16_block_is_left_new_blocks_are_stored_8_bit_at_once
     before = store.counters.compressed
     store.add(0, 12, 96, *_kv(12))
     assert store.blocks[(0, 12)].kind == "q8" and store.counters.compressed == before
+
+
+def test_a_restored_cache_applies_its_budget_to_every_layers_blocks_at_once(model, monkeypatch):
+    """``restore_cascade_cache`` settles the shared store once (one sort of every block, not
+    one per layer: 24 at 1M tokens): which blocks go 8-bit is decided over all layers'
+    blocks by their last retrieval."""
+    from mlotspark.memory.cascade import cascade_state, restore_cascade_cache
+
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, episodic_budget_mb=512)
+    cas = make_cascade_cache(model, cfg)
+    forward(model, cas, tokens(200, seed=8), [60, 60, 80])
+    states = cascade_state(cas)
+    small = CascadeConfig(**{**cfg.to_dict(), "episodic_budget_mb": 0.04})
+    settles = []
+    real_settle = EpisodicStore.settle
+    monkeypatch.setattr(EpisodicStore, "settle", lambda self: (settles.append(1), real_settle(self))[1])
+    restored = restore_cascade_cache(states, small)
+    assert len(settles) == 1
+    got = {k for k, b in restored[0].store.blocks.items() if b.kind == "q8"}
+    whole = restore_cascade_cache(states, cfg)[0].store  # every block float16, then the same budget at once
+    whole.set_budget(0.04)
+    want = {k for k, b in whole.blocks.items() if b.kind == "q8"}
+    assert got == want and {layer for layer, _ in got} == {0, 1}

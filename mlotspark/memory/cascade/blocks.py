@@ -413,7 +413,7 @@ class EpisodicStore:
 
     def _compress(self, protect: set | tuple) -> None:
         """Re-store the least recently retrieved float16 blocks 8-bit, in memory, until
-        the resident bytes are within the budget or none is left to re-store (``auto``).
+        the tier's bytes (``memory_bytes``) are within the budget or none is left (``auto``).
 
         An 8-bit block reads back within half a step of 1/255 of each group's range
         (``encode``) for a decode, while a spilled block costs a disk read each time

@@ -478,7 +478,8 @@ class CascadeCache:
 
     @classmethod
     def from_state(
-        cls, arrays: dict[str, mx.array], meta: dict, config: CascadeConfig, store: EpisodicStore | None = None
+        cls, arrays: dict[str, mx.array], meta: dict, config: CascadeConfig, store: EpisodicStore | None = None,
+        settle: bool = True,
     ) -> "CascadeCache":
         """Rebuild a layer's cascade from ``to_state`` output.
 
@@ -488,6 +489,9 @@ class CascadeCache:
                 sinks must match the saved ones (each block keeps the kind it was stored
                 as, so another block kind only changes how new blocks are stored).
             store: the episodic store shared by the model's layers (None = a new one).
+            settle: order the store and apply its budget now; False when more layers
+                follow (``restore_cascade_cache`` settles once, after the last: one sort,
+                and the budget applied to every layer's blocks at once).
 
         Raises:
             SnapshotError: the state does not fit ``config`` or is incomplete.
@@ -526,7 +530,8 @@ class CascadeCache:
                 block = Block(c.layer, i, int(info["start"]), shape, nbytes, payload, kind=kind)
                 block.last_used, block.hits, block.loads = int(info["last_used"]), int(info["hits"]), int(info["loads"])
                 store.restore(block)
-            store.settle()
+            if settle:
+                store.settle()
             c.router.from_state({n[7:]: a for n, a in arrays.items() if n.startswith("router.")})
             c.selection = tuple(tuple(int(i) for i in h) for h in meta["selection"])
             c._since_route, c._new_blocks = int(meta["since_route"]), bool(meta["new_blocks"])
@@ -623,7 +628,8 @@ def restore_cascade_cache(states: list[tuple[dict[str, mx.array], dict]], config
         SnapshotError: a state that does not fit ``config``.
     """
     store = EpisodicStore.from_config(config)
-    caches = [CascadeCache.from_state(arrays, meta, config, store) for arrays, meta in states]
+    caches = [CascadeCache.from_state(arrays, meta, config, store, settle=False) for arrays, meta in states]
+    store.settle()
     question = _question_pass(config)
     for c in caches:
         c.question = question
