@@ -358,16 +358,9 @@ class EpisodicStore:
         out = tuple(p[0] if len(p) == 1 else mx.concatenate(p, axis=1) for p in parts.values())
         return out if which == "kv" else out[0]
 
-    def unpack(
-        self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype, tokens: int | None = None
-    ) -> tuple[mx.array, mx.array]:
-        """Decode a payload of ``block`` (or several stored alike, joined along tokens)
-        to keys and values, (Hkv, tokens, D) each."""
-        H, B, D = block.shape
-        shape = (H, tokens or B, D)
-        k = decode({n[2:]: a for n, a in payload.items() if n.startswith("k.")}, block.kind, dtype, shape)
-        v = decode({n[2:]: a for n, a in payload.items() if n.startswith("v.")}, block.kind, dtype, shape)
-        return k, v
+    def unpack(self, block: Block, payload: dict[str, mx.array], dtype: mx.Dtype) -> tuple[mx.array, mx.array]:
+        """Decode a payload of ``block`` to keys and values, (Hkv, B, D) each."""
+        return self._decode_many([block], [payload], dtype, "kv")
 
     def payload_of(self, block: Block) -> dict[str, mx.array]:
         """A block's stored arrays, read from disk if spilled (residency unchanged)."""
