@@ -17,7 +17,7 @@ import time
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 import mlx.core as mx
 
-from mlotspark.memory.cascade.cache import make_cascade_cache
+from mlotspark.memory.cascade import make_cascade_cache
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models import llama
 
