@@ -222,22 +222,9 @@ class EpisodicStore:
 
     # ----------------------------------------------------------------- writing
     def add(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> Block:
-        """Store a block's keys and values, (Hkv, B, D) each; may spill older blocks."""
-        kind = self._new_kind(2 * k.size * 2)
-        if kind != self.first_kind:  # 8-bit of the float16 values, as re-storing later would give
-            k, v = k.astype(mx.float16), v.astype(mx.float16)
-        payload = {f"k.{n}": a for n, a in encode(k, kind).items()}
-        payload.update({f"v.{n}": a for n, a in encode(v, kind).items()})
-        nbytes = sum(a.nbytes for a in payload.values())
-        self.clock += 1
-        block = Block(layer, index, start, tuple(k.shape), nbytes, payload, kind=kind, last_used=self.clock)
-        self.blocks[(layer, index)] = block
-        self._lru[(layer, index)] = None
-        self._touch(block)
-        self.resident_bytes += nbytes
-        self._count_summary(block.shape)
-        self._enforce_budget(protect=())
-        return block
+        """Store a block's keys and values, (Hkv, B, D) each; may spill older blocks
+        (``add_many`` of one block: the same payload as ``encode`` gives)."""
+        return self.add_many(layer, index, start, k[None], v[None])[0]
 
     def add_many(self, layer: int, index: int, start: int, k: mx.array, v: mx.array) -> list[Block]:
         """Store ``n`` consecutive blocks of ``layer`` at once: what ``n`` calls of ``add``
