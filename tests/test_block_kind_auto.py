@@ -84,14 +84,18 @@ def test_a_zero_budget_spills_float16_blocks_as_they_are(tmp_path):
 
 
 def test_blocks_added_together_can_be_compressed_apart_and_their_bytes_stay_counted(tmp_path):
-    """``add_many`` blocks share one buffer; re-storing some of them gives the rest copies of
-    their own, so what the store counts is what it holds."""
-    store = EpisodicStore("auto", 12 * F16_BLOCK, str(tmp_path))
+    """``add_many`` blocks share one buffer; re-storing some of them (the others retrieved
+    lately) gives the rest copies of their own, so what the store counts is what it holds."""
+    store = EpisodicStore("auto", 100 * F16_BLOCK, str(tmp_path))
     ks = mx.stack([_kv(i)[0] for i in range(8)])
     vs = mx.stack([_kv(i)[1] for i in range(8)])
     store.add_many(0, 0, 0, ks, vs)
     store.add_many(0, 8, 64, ks + 1, vs + 1)
-    assert store.counters.spills == 0 and 0 < store.counters.compressed < 16
+    store.fetch(0, [2, 3], mx.float32)  # now the most recently retrieved: they stay float16
+    store.set_budget(13.5 * F16_BLOCK / 1e6)  # 2.5 blocks over: the first group's other 6 go 8-bit
+    kinds = [store.blocks[(0, i)].kind for i in range(16)]
+    assert kinds == ["q8", "q8", "float16", "float16", "q8", "q8", "q8", "q8"] + ["float16"] * 8
+    assert store.counters.spills == 0 and store.counters.compressed == 6
     assert store.resident_bytes == _resident(store) <= store.budget_bytes
     keys, _ = store.fetch(0, list(range(16)), mx.float32)
     for i in range(16):
@@ -99,6 +103,23 @@ def test_blocks_added_together_can_be_compressed_apart_and_their_bytes_stay_coun
         want = (_as_q8(k) if store.blocks[(0, i)].kind == "q8"
                 else np.array(k.astype(mx.float16).astype(mx.float32)))
         np.testing.assert_allclose(np.array(keys[:, 8 * i : 8 * i + 8]), want, atol=1e-6)
+
+
+def test_blocks_added_together_go_8_bit_together_when_next_in_line(tmp_path):
+    """A re-store batch ends where an ``add_many`` group does: stopping inside one would copy
+    the group's other blocks out of the shared buffer, a copy per array per block, only for
+    them to be re-stored soon after (at 64k tokens a fifth of the blocks were copied first)."""
+    store = EpisodicStore("auto", 100 * F16_BLOCK, str(tmp_path))
+    ks = mx.stack([_kv(i)[0] for i in range(8)])
+    store.add_many(0, 0, 0, ks, -ks)
+    store.add_many(0, 8, 64, ks + 1, -ks - 1)
+    store.set_budget(13 * F16_BLOCK / 1e6)  # 3 blocks over: 7 would do, the whole first group goes
+    assert [store.blocks[(0, i)].kind for i in range(16)] == ["q8"] * 8 + ["float16"] * 8
+    assert store.counters.compressed == 8 and store.counters.spills == 0
+    assert len({store.blocks[(0, i)].slab for i in range(8)}) == 1  # one new buffer for the group
+    second = {store.blocks[(0, i)].slab for i in range(8, 16)}
+    assert len(second) == 1 and None not in second  # the other group still shares its buffer
+    assert store.resident_bytes == _resident(store) <= store.budget_bytes
 
 
 def test_a_cache_with_blocks_of_both_kinds_round_trips_and_old_states_restore(model):

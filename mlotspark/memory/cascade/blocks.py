@@ -404,9 +404,13 @@ class EpisodicStore:
             need = self.memory_bytes - self.budget_bytes
             batch, freed, never = [], 0, []
             for key in self._f16:  # from the front: no pass over the rest
-                if len(batch) == COMPRESS_BATCH or freed >= need:
-                    break
                 b = self.blocks[key]
+                # A batch ends where an ``add_many`` group does: a group left in part would
+                # copy its other blocks out of the shared buffer (``_detach``), a copy per array
+                # per block (at 64k tokens a fifth of the re-stored blocks were copied first).
+                if (len(batch) >= COMPRESS_BATCH or freed >= need) and not (
+                        batch and b.slab is not None and b.slab == batch[-1].slab):
+                    break
                 if quant_group(b.shape[1] * b.shape[2]) is None:
                     never.append(key)  # a shape 8-bit cannot group: it stays float16
                 elif key not in protect:
