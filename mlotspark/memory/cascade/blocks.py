@@ -35,6 +35,7 @@ STORED_KINDS = ("float16", "q8", "q4")
 AUTO_FIRST, AUTO_PRESSED = "float16", "q8"
 #: Blocks re-stored per MLX op when ``auto`` makes room: few ops for a long prompt, and a
 #: small shared buffer (a block's view kept alive, e.g. by a saved state, holds its batch's).
+#: A batch runs on past it to the end of the ``add_many`` group it is in (see ``_compress``).
 COMPRESS_BATCH = 64
 
 
