@@ -254,8 +254,8 @@ def device_info() -> dict[str, Any]:
 
         info["memory_pressure"] = f"{PRESSURE_NAMES.get(level, level)}, {free}% free (kernel)"
     info["kv_budget"] = budget.describe().split("; memory signal")[0] + " (before a model is loaded)"
-    info["cascade_episodic_budget"] = ("the KV budget, per request (blocks past it go 8-bit, "
-                                       "then spill to disk)")
+    info["cascade_episodic_budget"] = ("the KV budget, per request, less 10% of a fixed pool (Metal's working "
+                                       "set, a memory limit); blocks past it go 8-bit, then spill to disk")
     return info
 
 

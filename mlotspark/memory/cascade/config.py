@@ -63,8 +63,9 @@ class CascadeConfig:
             (the default): the machine's KV budget when the cache is made
             (``platform.memory.memory_budget``: on Metal the recommended working set
             less the weights, elsewhere half the memory available now, or a memory
-            limit less the weights), so a 64 GB Mac keeps long contexts in memory and
-            an 8 GB one spills early instead of swapping.
+            limit less the weights; from a fixed pool less a tenth of it, left to what
+            runs beside the store: ``blocks.EPISODIC_HEADROOM``), so a 64 GB Mac keeps
+            long contexts in memory and an 8 GB one spills early instead of swapping.
         spill_dir: where spilled blocks go; None = a private directory under
             ``$MLOTSPARK_HOME/spill`` created on first spill.
         representation: how a block is summarised for routing: ``minmax`` (per-dim
