@@ -48,13 +48,15 @@ pack)
     for f in "$@"; do
         name=$(basename "$f")
         [ -s "$f" ] || { echo "gpu_figures: nothing to pack in $f (missing or empty)" >&2; exit 2; }
-        sha256sum "$f" | sed "s|  .*|  $name|" >"$out/$name.sha256"
         # Parts as even as they come, each small enough that it and the working tree that
         # travels with it (tracked and untracked-not-ignored files: 5.7 MB on 2026-11-27, when
         # 61.4 MB parts no longer fit) stay under a call's 64 MiB, 1 MB spare.
         # (PART_BYTES: smaller parts, for the test.)
-        tree=$(git -C "$(dirname "$0")/.." ls-files -z -co --exclude-standard | (cd "$(dirname "$0")/.." && xargs -0 stat -c %s -- 2>/dev/null) | awk '{s += $1} END {print s + 0}')
+        # (|| true: a tracked file deleted from the tree must not stop the count under pipefail)
+        tree=$(git -C "$(dirname "$0")/.." ls-files -z -co --exclude-standard | (cd "$(dirname "$0")/.." && xargs -0 stat -c %s -- 2>/dev/null || true) | awk '{s += $1} END {print s + 0}')
         most=${PART_BYTES:-$((67108864 - tree - 1000000))}
+        [ "$most" -gt 0 ] || { echo "gpu_figures: the working tree ($tree bytes) leaves no room in a call's 64 MiB" >&2; exit 2; }
+        sha256sum "$f" | sed "s|  .*|  $name|" >"$out/$name.sha256"
         size=$(stat -c %s "$f")
         n=$(((size + most - 1) / most))
         split -b $(((size + n - 1) / n)) -d -a 2 "$f" "$out/$name.part."

@@ -122,6 +122,37 @@ def test_blocks_added_together_go_8_bit_together_when_next_in_line(tmp_path):
     assert store.resident_bytes == _resident(store) <= store.budget_bytes
 
 
+def test_a_batch_past_its_size_runs_on_to_its_groups_end(tmp_path, monkeypatch):
+    """The cap on a batch's size gives way to the group's end (the case a long prompt meets:
+    groups of a prefill piece's blocks, batches of ``COMPRESS_BATCH``)."""
+    from mlotspark.memory.cascade import blocks
+
+    monkeypatch.setattr(blocks, "COMPRESS_BATCH", 3)
+    store = EpisodicStore("auto", 100 * F16_BLOCK, str(tmp_path))
+    ks = mx.stack([_kv(i)[0] for i in range(8)])
+    store.add_many(0, 0, 0, ks, -ks)
+    store.add_many(0, 8, 64, ks + 1, -ks - 1)
+    store.set_budget(15 * F16_BLOCK / 1e6)  # one block over: 3 would do, the first group goes whole
+    assert [store.blocks[(0, i)].kind for i in range(16)] == ["q8"] * 8 + ["float16"] * 8
+    assert len({store.blocks[(0, i)].slab for i in range(8)}) == 1
+    second = {store.blocks[(0, i)].slab for i in range(8, 16)}
+    assert len(second) == 1 and None not in second
+    assert store.resident_bytes == _resident(store) <= store.budget_bytes
+
+
+def test_blocks_8_bit_cannot_group_stay_float16_and_spill(tmp_path):
+    """``auto`` never stores 8-bit what 8-bit cannot group (B x D not a multiple of 32):
+    such blocks stay float16 and spill past the budget, no error."""
+    store = EpisodicStore("auto", 3 * 2 * 2 * 3 * 10 * 2, str(tmp_path))  # three blocks of (2, 3, 10)
+    for i in range(6):
+        k = mx.random.normal((2, 3, 10), key=mx.random.key(i))
+        store.add(0, i, 3 * i, k, -k)
+    assert all(b.kind == "float16" for b in store.blocks.values())
+    assert store.counters.compressed == 0 and store.counters.spills == 3
+    keys, _ = store.fetch(0, list(range(6)), mx.float32)
+    assert keys.shape == (2, 18, 10)
+
+
 def test_a_cache_with_blocks_of_both_kinds_round_trips_and_old_states_restore(model):
     cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16, episodic_budget_mb=0.045)
     cas = make_cascade_cache(model, cfg)

@@ -54,7 +54,7 @@ def test_the_default_budget_is_the_memory_limit_less_the_weights_and_a_headroom(
         got = _bytes(engine)
     finally:
         engine.close()
-    assert got["episodic_budget"] == 3 * MB - int(0.10 * limit)
+    assert got["episodic_budget"] == 3 * MB - min(int(0.10 * limit), 3 * MB // 2)
     assert got["episodic_memory"] > 0 and got["episodic_disk"] == 0
 
 
@@ -77,7 +77,7 @@ def test_on_metal_the_budget_is_the_working_set_less_the_weights_and_a_headroom(
     assert cfg.episodic_budget_mb is None
     assert episodic_budget_bytes(cfg, weights_bytes=2_000 * MB) == 10_000 * MB - 1_200 * MB
     assert episodic_budget_bytes(cfg, weights_bytes=2_000 * MB, memory_limit=3_000 * MB) == 1_000 * MB - 300 * MB
-    assert episodic_budget_bytes(cfg, weights_bytes=11_500 * MB) == 0  # never below nothing
+    assert episodic_budget_bytes(cfg, weights_bytes=11_500 * MB) == 250 * MB  # at most half of the KV budget
     assert episodic_budget_bytes(CascadeConfig(**CASCADE, episodic_budget_mb=64)) == 64 * MB
 
 
@@ -107,3 +107,12 @@ def test_the_budget_counts_every_blocks_routing_summary(tmp_path, representation
     assert store.memory_bytes == store.resident_bytes + store.summary_bytes <= 60_000
     fits = (60_000 - store.summary_bytes) // (2 * 2 * 8 * 16 * 2)  # float16 blocks beside the summaries
     assert store.counters.spills == max(0, 50 - fits)
+
+
+def test_mlotspark_info_states_the_headroom_the_store_leaves():
+    """``platform`` may not import the cascade, so ``mlotspark info`` writes the share out:
+    this keeps the two from drifting."""
+    from mlotspark.memory.cascade.blocks import EPISODIC_HEADROOM
+    from mlotspark.platform.device import device_info
+
+    assert f"less {EPISODIC_HEADROOM:.0%} of a fixed pool" in device_info()["cascade_episodic_budget"]

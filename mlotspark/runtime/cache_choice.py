@@ -57,7 +57,8 @@ class CacheChoice:
 
     def cascade_cache(self, cfg: CascadeConfig) -> list:
         """A fresh cascade cache of ``cfg``; when ``cfg.episodic_budget_mb`` is None its
-        episodic tier may keep as many bytes in memory as one request's KV budget."""
+        episodic tier may keep one request's KV budget in memory, less a headroom from a
+        fixed pool (``memory.cascade.blocks.episodic_budget_bytes``)."""
         return make_cascade_cache(self.loaded.model, cfg, weights_bytes=self.loaded.nbytes(),
                                   memory_limit=self.memory_limit())
 

@@ -123,8 +123,9 @@ EPISODIC_HEADROOM = 0.10
 def episodic_budget_bytes(config: CascadeConfig, weights_bytes: int = 0, memory_limit: int | None = None) -> int:
     """Bytes the episodic tier keeps in memory: ``config.episodic_budget_mb`` when set, else
     the machine's KV budget (``platform.memory.memory_budget``, read now), less
-    ``EPISODIC_HEADROOM`` of the pool when the pool is fixed (Metal's working set, a memory
-    limit; off Metal the KV budget is already half of what is available)."""
+    ``EPISODIC_HEADROOM`` of the pool (at most half that budget) when the pool is fixed
+    (Metal's working set, a memory limit; off Metal the KV budget is already half of what
+    is available)."""
     if config.episodic_budget_mb is not None:
         return int(config.episodic_budget_mb * 1e6)
     from mlotspark.platform.memory import memory_budget  # psutil / MLX device queries: only when needed
@@ -132,7 +133,9 @@ def episodic_budget_bytes(config: CascadeConfig, weights_bytes: int = 0, memory_
     b = memory_budget(weights_bytes, memory_limit)
     if b.admission_limit_bytes is None:  # available memory: the other half is the headroom
         return b.kv_bytes
-    return max(0, b.kv_bytes - int(EPISODIC_HEADROOM * b.pool_bytes))
+    # At most half of what KV may take: a limit just above the weights keeps a budget (0
+    # would spill every block float16, each retrieval a disk read).
+    return b.kv_bytes - min(int(EPISODIC_HEADROOM * b.pool_bytes), b.kv_bytes // 2)
 
 
 @dataclass
@@ -225,11 +228,13 @@ class EpisodicStore:
         """How new blocks are stored (``auto`` stores float16 first)."""
         return AUTO_FIRST if self.kind == "auto" else self.kind
 
-    def _new_kind(self, nbytes_f16: int) -> str:
-        """How blocks of ``nbytes_f16`` float16 bytes being added are stored: ``auto`` stores
-        them 8-bit at once when they would pass the budget and no older float16 block is left
-        to re-store (they would be re-stored right away: a quantize of float16 copies, a sync)."""
+    def _new_kind(self, nbytes_f16: int, shape: tuple[int, ...]) -> str:
+        """How blocks of ``nbytes_f16`` float16 bytes and block ``shape`` (..., B, D) being added
+        are stored: ``auto`` stores them 8-bit at once when they would pass the budget, no older
+        float16 block is left to re-store (they would be re-stored right away: a quantize of
+        float16 copies, a sync) and 8-bit can group their values (else they stay float16)."""
         if self.kind == "auto" and not self._f16 and self.budget_bytes > self.summary_bytes \
+                and quant_group(shape[-2] * shape[-1]) is not None \
                 and self.memory_bytes + nbytes_f16 > self.budget_bytes:
             return AUTO_PRESSED
         return self.first_kind
@@ -255,7 +260,7 @@ class EpisodicStore:
             The ``n`` new blocks, in order.
         """
         n, H, B, D = k.shape
-        kind = self._new_kind(2 * k.size * 2)
+        kind = self._new_kind(2 * k.size * 2, k.shape)
         if kind != self.first_kind:  # 8-bit of the float16 values, as re-storing later would give
             k, v = k.astype(mx.float16), v.astype(mx.float16)
         packed = {f"k.{name}": a for name, a in encode_blocks(k, kind).items()}
