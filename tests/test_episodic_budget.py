@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from test_cache_interface import CASCADE, CHUNK, _model, _prompt
+from test_cascade import model  # noqa: F401  (the fixture)
 from test_scheduler import CharTokenizer, FakeClock
 
 from mlotspark.engine import Engine
@@ -116,3 +117,23 @@ def test_mlotspark_info_states_the_headroom_the_store_leaves():
     from mlotspark.platform.device import device_info
 
     assert f"less {EPISODIC_HEADROOM:.0%} of a fixed pool" in device_info()["cascade_episodic_budget"]
+
+
+def test_a_restored_conversation_keeps_the_budget_its_store_had(model, monkeypatch):  # noqa: F811
+    """A snapshot restores without the weights or the memory limit at hand; the machine's
+    budget without the weights would let the restored store keep the weights' bytes more
+    (4 GB for a 7B model at 4 bits): it takes the saved store's budget instead."""
+    from test_cascade import forward, tokens
+
+    from mlotspark.memory.cascade import cascade_state, make_cascade_cache, restore_cascade_cache
+
+    monkeypatch.setattr(platform_memory, "metal_available", lambda: True)
+    monkeypatch.setattr(platform_memory, "metal_working_set", lambda: 12_000 * MB)
+    cfg = CascadeConfig(window=24, sinks=4, block_size=8, top_k=2, chunk=16)
+    cas = make_cascade_cache(model, cfg, weights_bytes=2_000 * MB)
+    assert cas[0].store.budget_bytes == 8_800 * MB  # 12,000 - 2,000 - a tenth of the pool
+    forward(model, cas, tokens(120, seed=3), [60, 60])
+    states = cascade_state(cas)
+    assert restore_cascade_cache(states, cfg)[0].store.budget_bytes == 8_800 * MB
+    old = [(arrays, {k: v for k, v in meta.items() if k != "episodic_budget"}) for arrays, meta in states]
+    assert restore_cascade_cache(old, cfg)[0].store.budget_bytes == 10_800 * MB  # older states: the machine's

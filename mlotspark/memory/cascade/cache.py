@@ -472,6 +472,7 @@ class CascadeCache:
             "blocks": blocks,
             "counters": asdict(self.counters),
             "config": self.config.to_dict(),
+            "episodic_budget": self.store.budget_bytes,  # the engine's, weights and limit known (restore)
         }
         return arrays, meta
 

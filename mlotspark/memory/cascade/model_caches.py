@@ -102,12 +102,19 @@ def cascade_state(caches: list[CascadeCache]) -> list[tuple[dict[str, mx.array],
 
 
 def restore_cascade_cache(states: list[tuple[dict[str, mx.array], dict]], config: CascadeConfig) -> list[CascadeCache]:
-    """Inverse of ``cascade_state``: per-layer caches sharing one new store.
+    """Inverse of ``cascade_state``: per-layer caches sharing one new store, whose
+    budget is the saved store's when the config leaves it to the machine.
 
     Raises:
         SnapshotError: a state that does not fit ``config``.
     """
     store = EpisodicStore.from_config(config)
+    saved = states[0][1].get("episodic_budget") if states else None
+    if config.episodic_budget_mb is None and isinstance(saved, int) and saved >= 0:
+        # The budget the engine gave the store it was saved from: here neither the weights
+        # nor the memory limit are at hand, and the machine's budget without the weights
+        # would let a restored conversation keep the weights' bytes more (older states: that).
+        store.budget_bytes = saved
     caches = [CascadeCache.from_state(arrays, meta, config, store, settle=False) for arrays, meta in states]
     store.settle()
     question = _question_pass(config)
