@@ -286,20 +286,8 @@ class CascadeCache:
             return tuple(base for _ in range(Hkv))
         self.counters.routed += 1
         relevance = block_distribution(self.index.score(group_queries(q, Hkv), 1), scale)  # (Hkv, n)
-        follow = self.config.follow
-        out = []
-        for ranked in mx.argsort(-relevance, axis=-1).tolist():
-            chosen: set[int] = set()
-            for b in ranked:
-                if b in base_set:
-                    continue
-                for c in range(b, min(n, b + follow + 1)):
-                    if c not in base_set and len(chosen) < r:
-                        chosen.add(c)
-                if len(chosen) == r:
-                    break
-            out.append(tuple(sorted(base_set | chosen)))
-        return tuple(out)
+        chosen = top_blocks(relevance, r, self.config.follow, exclude=base_set)
+        return tuple(tuple(sorted(base_set.union(row))) for row in chosen)
 
     def pin(self, blocks: tuple[int, ...]) -> None:
         """Attend ``blocks`` (the question pass's choice) until the next prompt's prefill,

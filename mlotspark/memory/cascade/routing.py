@@ -145,17 +145,11 @@ class SummaryIndex:
 
     def add(self, summary: mx.array) -> None:
         """Append one block's summary (Hkv, R, D)."""
-        if self.buf is None or self.buf.shape[2] <= self.n:
-            H, R, D = summary.shape
-            cap = 0 if self.buf is None else self.buf.shape[2]
-            extra = mx.zeros((H, R, max(64, cap // 4), D), dtype=mx.float32)
-            self.buf = extra if self.buf is None else mx.concatenate([self.buf, extra], axis=2)
-        self.buf[:, :, self.n] = summary
-        self.n += 1
+        self.add_many(summary[:, :, None])
 
     def add_many(self, summaries: mx.array) -> None:
         """Append ``n`` blocks' summaries (Hkv, R, n, D) (``summarize_blocks``) in one
-        write; the buffer grows as ``n`` calls of ``add`` would grow it."""
+        write; the capacity grows in the steps one block at a time would take."""
         H, R, n, D = summaries.shape
         cap = 0 if self.buf is None else self.buf.shape[2]
         new_cap = cap
@@ -196,7 +190,8 @@ def block_distribution(scores: mx.array, scale: float) -> mx.array:
     return mx.softmax(scores * scale, axis=-1).mean(axis=1)
 
 
-def top_blocks(relevance: mx.array, k: int, follow: int = 0) -> tuple[tuple[int, ...], ...]:
+def top_blocks(relevance: mx.array, k: int, follow: int = 0,
+               exclude: set[int] | frozenset[int] = frozenset()) -> tuple[tuple[int, ...], ...]:
     """The ``k`` blocks to attend per KV head, in original order.
 
     With ``follow`` > 0 each block taken, best first, brings the ``follow`` blocks
@@ -208,12 +203,14 @@ def top_blocks(relevance: mx.array, k: int, follow: int = 0) -> tuple[tuple[int,
         relevance: (Hkv, N) with N > k.
         k: blocks per KV head.
         follow: successors taken with each block.
+        exclude: blocks never taken, nor counted (already attended: the pinned ones
+            ``CascadeCache._route_beside`` routes beside); at least k of the N lie outside it.
 
     Returns:
         One sorted tuple of ``k`` block ids per KV head (a host sync: the block
         store needs the ids).
     """
-    if follow <= 0:
+    if follow <= 0 and not exclude:
         idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
         return tuple(tuple(sorted(row)) for row in idx.tolist())
     n = relevance.shape[-1]
@@ -221,8 +218,10 @@ def top_blocks(relevance: mx.array, k: int, follow: int = 0) -> tuple[tuple[int,
     for ranked in mx.argsort(-relevance, axis=-1).tolist():
         chosen: set[int] = set()
         for b in ranked:
-            for c in range(b, min(n, b + follow + 1)):
-                if len(chosen) < k:
+            if b in exclude:
+                continue
+            for c in range(b, min(n, b + max(follow, 0) + 1)):
+                if c not in exclude and len(chosen) < k:
                     chosen.add(c)
             if len(chosen) == k:
                 break
