@@ -17,8 +17,7 @@ import time
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 import mlx.core as mx
 
-from mlotspark.memory.cascade import make_cascade_cache
-from mlotspark.memory.cascade.config import CascadeConfig
+from mlotspark.memory.cascade import BLOCK_KINDS, CascadeConfig, make_cascade_cache
 from mlotspark.models import llama
 
 
@@ -27,7 +26,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1 << 20)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--window", type=int, default=512)
-    p.add_argument("--block-kind", default="q8", choices=("auto", "float16", "q8", "q4"))
+    p.add_argument("--block-kind", default="q8", choices=BLOCK_KINDS)
     p.add_argument("--step", type=int, default=65536, help="tokens per prefill call (progress lines)")
     args = p.parse_args()
     cfg = dict(model_type="llama", hidden_size=128, num_hidden_layers=args.layers, intermediate_size=128,
