@@ -36,7 +36,7 @@ def test_parts_fit_a_call_and_join_only_when_complete_and_intact(tmp_path):
     assert "parts missing or damaged (2 here)" in out.stderr and not (stage / "model.gguf").exists()
     last = folders[2] / "model.gguf.part.02"
     good = last.read_bytes()
-    last.write_bytes(b"x" + good[1:])  # a part damaged on the way
+    last.write_bytes(bytes([good[0] ^ 0xFF]) + good[1:])  # a part damaged on the way (a byte that differs, always)
     sh("stage", str(folders[2]), stage=stage)
     assert "missing or damaged (3 here)" in sh("join", stage=stage).stderr and not (stage / "model.gguf").exists()
     last.write_bytes(good)
