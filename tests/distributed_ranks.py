@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -278,6 +280,26 @@ def quantized(out: Path, spec: str) -> None:
         out.write_text(json.dumps(report))
     else:
         engine.follow()
+
+
+def free_port_pair() -> int:
+    """A base port whose next one is free too, for two local ranks.
+
+    Drawn from the OS's randomness, not ``random`` (conftest seeds it for every test, so
+    every test, and every run of the suite beside another, would get the same pair), below
+    Linux's ephemeral range (32768-60999, where outgoing connections take their ports), and
+    checked bindable (MLX's ring sets SO_REUSEPORT: a second listener there would not fail,
+    it would share the connections)."""
+    draw = random.SystemRandom()
+    while True:
+        base = draw.randrange(20000, 32000, 2)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base))
+                b.bind(("127.0.0.1", base + 1))
+        except OSError:
+            continue
+        return base
 
 
 def spawn_ranks(args: list[str], n: int, port: int, tmp: Path, env: dict | None = None,

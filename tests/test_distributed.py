@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -35,12 +34,12 @@ HERE = Path(__file__).resolve().parent
 RANKS = HERE / "distributed_ranks.py"
 LAUNCH = Path(sys.executable).with_name("mlx.launch")
 sys.path.insert(0, str(HERE))
-from distributed_ranks import HOT, MAX_TOKENS, PROMPTS, SHORT, spawn_ranks  # noqa: E402
+from distributed_ranks import HOT, MAX_TOKENS, PROMPTS, SHORT, free_port_pair, spawn_ranks  # noqa: E402
 
 
 def _port() -> int:
-    # Two ranks take two consecutive ports; a random base keeps parallel runs apart.
-    return random.randrange(20000, 60000, 2)
+    # Two ranks take two consecutive ports; a random free base keeps parallel runs apart.
+    return free_port_pair()
 
 
 # ------------------------------------------------------------------ no ranks

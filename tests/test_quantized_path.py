@@ -173,13 +173,12 @@ def test_real_model_quantized_through_the_engine_equals_mlx_lm(default_gguf, cpu
 def test_a_two_rank_pipeline_over_quantized_weights_gives_the_single_process_tokens(tmp_path, tiny_path,
                                                                                     default_gguf, monkeypatch):
     import json
-    import random
     import subprocess
 
-    from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, spawn_ranks
+    from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, free_port_pair, spawn_ranks
 
     out = tmp_path / "rank0.json"
-    procs = spawn_ranks(["quantized", str(out), f"{tiny_path},{default_gguf}"], 2, random.randrange(20000, 60000, 2),
+    procs = spawn_ranks(["quantized", str(out), f"{tiny_path},{default_gguf}"], 2, free_port_pair(),
                         tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for p in procs:
         p.wait(timeout=540)

@@ -180,8 +180,11 @@ def test_snapshot_refused_with_a_clear_error(tmp_path, damage):
 
 
 # ----------------------------------------------------------------- kill -9
-def _turns_forever(home: Path, report_fd: int) -> None:
-    """Child of a fork: take turns on the persistence layer (no model, no MLX) until killed."""
+def _turns_forever(home: Path, report_fd: int, kill_at: int = 0) -> None:
+    """Child of a fork: take turns on the persistence layer (no model, no MLX) until killed.
+    ``kill_at`` > 0: after its first turn, the child SIGKILLs itself at that write step
+    (``storage.write_step``, a temp file written, not yet renamed)."""
+    from mlotspark import storage
     from mlotspark.memory.semantic import SemanticStore
 
     os.environ["MLOTSPARK_HOME"] = str(home)
@@ -203,6 +206,8 @@ def _turns_forever(home: Path, report_fd: int) -> None:
             files.snapshots.write(CacheState("kv", layers, start, len(tokens)), tokens, keep, fingerprint=FP, weights=W)
             memory.remember(f"I have {n} cats.")
         os.write(report_fd, f"{n}\n".encode())
+        if kill_at and not storage._KILL_AT:
+            storage._KILL_STEP, storage._KILL_AT, storage._steps = "written", kill_at, 0
 
 
 def temp_files(home: Path) -> list[Path]:
@@ -215,22 +220,29 @@ def test_sigkill_at_random_instants_leaves_the_last_completed_turn(tmp_path):
     home = tmp_path / "home"
     rnd = random.Random(4)
     completed, reported, mid_write = -1, set(), 0
-    for _ in range(20):
+    for life in range(20):
+        # Every fifth life kills itself inside a write (so some kill surely lands mid-write);
+        # the others are killed at a random instant.
+        kill_at = 1 + life // 5 if life % 5 == 4 else 0
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             try:
                 os.close(r)
-                _turns_forever(home, w)
+                _turns_forever(home, w, kill_at)
             finally:
                 os._exit(1)
         os.close(w)
         # Let each life finish one turn (so the test progresses on a busy machine), then
         # kill it at a random instant of the turns that follow.
         select.select([r], [], [], 30)
-        time.sleep(rnd.uniform(0.0, 0.06))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        if kill_at:
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        else:
+            time.sleep(rnd.uniform(0.0, 0.06))
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         with os.fdopen(r) as f:
             done = [int(x) for x in f.read().split()]
         completed = max([completed, *done])

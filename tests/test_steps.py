@@ -60,11 +60,20 @@ def test_status_line_shows_a_running_step_on_a_terminal(monkeypatch):
     monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
     monkeypatch.setattr(progress, "TICK_S", 0.01)
     ticked = threading.Event()
+    real_draw = progress.StatusLine._draw
+
+    def draw(self):  # tells the step when the ticker has drawn it as advanced
+        running = steps.active()
+        real_draw(self)
+        if self.drawn and running and running[-1].done == 1:
+            ticked.set()
+
+    monkeypatch.setattr(progress.StatusLine, "_draw", draw)
 
     def work():
         with steps.step("choosing the KV cache kind", total=3, unit="kinds") as s:
             s.advance()
-            ticked.wait(0.2)  # the ticker redraws meanwhile
+            assert ticked.wait(60), "the ticker never redrew the running step"  # only against a hang
 
     shown = _tty_status("", work)
     assert "mlotspark: choosing the KV cache kind · 1/3 kinds (33%)" in shown
