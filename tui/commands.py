@@ -108,9 +108,15 @@ def parse(text: str) -> Command:
         option, convert, _ = SETTINGS[name]
         if " " in argument:
             raise CommandError(f"/{name} takes one value, got {argument!r}")
-        return Command(name, argument, option, convert(argument))
+        try:
+            return Command(name, argument, option, convert(argument))
+        except CommandError as e:  # "/temp: 'hot' is not a number", as every other message names its command
+            raise CommandError(f"/{name}: {e}") from None
     if name == "forget":
-        return Command(name, argument, value=_integer(argument))
+        try:
+            return Command(name, argument, value=_integer(argument))
+        except CommandError as e:
+            raise CommandError(f"/{name}: {e}") from None
     return Command(name, argument)
 
 

@@ -47,7 +47,8 @@ class SlashCommands:
         try:
             await handler(cmd)
         except OptionError as e:  # named as the user types them here (/temp, not temperature)
-            await self.say(f"/{cmd.name}: {e.render(slash_name)}", error=True)
+            message = e.render(slash_name)  # "invalid /top_p 5.0: ..." names the command already
+            await self.say(message if f"/{cmd.name}" in message else f"/{cmd.name}: {message}", error=True)
         except MlotsparkError as e:
             await self.say(f"/{cmd.name}: {e}", error=True)
         except Exception as e:  # noqa: BLE001  a command must never end the app
