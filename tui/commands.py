@@ -108,16 +108,17 @@ def parse(text: str) -> Command:
         option, convert, _ = SETTINGS[name]
         if " " in argument:
             raise CommandError(f"/{name} takes one value, got {argument!r}")
-        try:
-            return Command(name, argument, option, convert(argument))
-        except CommandError as e:  # "/temp: 'hot' is not a number", as every other message names its command
-            raise CommandError(f"/{name}: {e}") from None
+        return Command(name, argument, option, _value(name, convert, argument))
     if name == "forget":
-        try:
-            return Command(name, argument, value=_integer(argument))
-        except CommandError as e:
-            raise CommandError(f"/{name}: {e}") from None
+        return Command(name, argument, value=_value(name, _integer, argument))
     return Command(name, argument)
+
+
+def _value(name: str, convert: Callable[[str], Any], argument: str) -> Any:
+    try:
+        return convert(argument)
+    except CommandError as e:  # "/temp: 'hot' is not a number": every message names its command
+        raise CommandError(f"/{name}: {e}") from None
 
 
 def slash_name(option: str) -> str:
