@@ -108,12 +108,26 @@ def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, confi
         record=json.dumps(record))
 
 
-def report(path: Path, sharpen: int | None = None) -> str:
+def pinned_by(score: np.ndarray, k: int, before: int, after: int) -> set[int]:
+    """The blocks a rule taking the ``k`` best of ``score``, each with ``before`` blocks before
+    it and ``after`` after it (at most ``k`` in all), would pin; ``after`` alone is ``follow``."""
+    n, chosen = len(score), set()
+    for b in np.argsort(-score, kind="stable").tolist():
+        for c in range(max(0, b - before), min(n, b + after + 1)):
+            if len(chosen) < k:
+                chosen.add(c)
+        if len(chosen) >= k:
+            break
+    return chosen
+
+
+def report(path: Path, sharpen: int | None = None, around: tuple[int, int] | None = None) -> str:
     """One case's lines: the reply's score and tail, then each needle's blocks, whether the
     answer needs it, whether the pass pinned them, and their rank under the pass's
     consensus (0 = the best block): each (layer, KV head)'s mass to the power ``sharpen``
     (default: the ``question_sharpen`` the case ran with), summed, as ``question.consensus``
-    scores; another ``sharpen`` ranks the same masses as that rule would have."""
+    scores; another ``sharpen`` ranks the same masses as that rule would have. ``around``
+    (before, after): also whether ``pinned_by`` with the case's ``top_k`` would pin each needle."""
     d = np.load(path)
     rec = json.loads(str(d["record"]))
     if sharpen is None:
@@ -125,6 +139,8 @@ def report(path: Path, sharpen: int | None = None) -> str:
     rank = np.empty(len(score), dtype=np.int64)
     rank[np.argsort(-score, kind="stable")] = np.arange(len(score))
     chosen = set(d["chosen"].tolist())
+    if around is not None:
+        other = pinned_by(score, int(rec.get("cfg", {}).get("top_k", len(chosen))), *around)
     lines = [f"{rec['task']} {rec['tokens']} tokens, depth {rec['depth']}: {int(d['n_blocks'])} blocks, "
              f"{len(chosen)} pinned; score {rec['score']}: {rec['reply'][-48:]!r} (answer {', '.join(rec['answers'])})"]
     for (a, b), need in zip(d["needle_blocks"].tolist(), d["wanted"].tolist()):
@@ -133,8 +149,11 @@ def report(path: Path, sharpen: int | None = None) -> str:
             lines.append(f"  {what}: in sinks or window (or not found in the prompt's tokens)")
             continue
         blocks = range(a, b + 1)
-        lines.append(f"  {what}: blocks {a}-{b}, pinned {sum(x in chosen for x in blocks)}/{len(blocks)}, "
-                     f"rank {', '.join(str(int(rank[x])) for x in blocks)}")
+        line = (f"  {what}: blocks {a}-{b}, pinned {sum(x in chosen for x in blocks)}/{len(blocks)}, "
+                f"rank {', '.join(str(int(rank[x])) for x in blocks)}")
+        if around is not None:
+            line += f"; {around[0]} before + {around[1]} after: pinned {sum(x in other for x in blocks)}/{len(blocks)}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -145,12 +164,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("paths", nargs="+", type=Path, help=".npz files or folders of them (ruler.py --capture DIR)")
     p.add_argument("--sharpen", type=int, default=None,
                    help="rank as with this question_sharpen (default: the one each case ran with)")
+    p.add_argument("--around", type=int, nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                   help="also say whether taking BEFORE blocks before and AFTER after each chosen block "
+                        "(the case's top_k in all; the engine takes 0 before and `follow` after) pins each needle")
     args = p.parse_args(argv)
     files = [f for x in args.paths for f in (sorted(x.glob("*.npz")) if x.is_dir() else [x])]
     if not files:
         p.error("no .npz captures in " + ", ".join(map(str, args.paths)))
     for f in files:
-        print(f"{f.name}: {report(f, args.sharpen)}")
+        print(f"{f.name}: {report(f, args.sharpen, args.around)}")
 
 
 if __name__ == "__main__":

@@ -179,6 +179,33 @@ def test_capture_report_ranks_each_needle_as_the_pass_scored(tmp_path):
     assert report(path).splitlines()[1].endswith("rank 0") and report(path, 1).splitlines()[1].endswith("rank 1")
 
 
+def test_capture_report_says_what_a_rule_taking_blocks_around_would_pin(tmp_path):
+    # --around BEFORE AFTER: a needle split over two blocks whose second scores best is
+    # whole only when the block before the best one comes with it.
+    import json
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from ruler_capture import pinned_by, report
+
+    score = np.array([0.0, 0.1, 0.9, 0.0, 0.5, 0.2])
+    assert pinned_by(score, 4, 0, 1) == {2, 3, 4, 5}  # follow 1: each best block and the next
+    assert pinned_by(score, 4, 1, 1) == {1, 2, 3, 4}  # the block before too, four in all
+    assert pinned_by(score, 2, 0, 0) == {2, 4}
+    record = {"task": "niah_single", "tokens": 900, "depth": 0.5, "score": 0.0, "reply": "is 1.",
+              "answers": ["2"], "cfg": {"question_sharpen": 1, "top_k": 4}}
+    path = tmp_path / "case.npz"
+    np.savez_compressed(path, mass=score.reshape(1, 1, 6).astype(np.float32), chosen=np.array([2, 3, 4, 5]),
+                        n_blocks=6, sinks=4, block_size=8, needle_blocks=np.array([[1, 2]]), wanted=np.array([1]),
+                        record=json.dumps(record))
+    assert report(path).splitlines()[1] == "  needed: blocks 1-2, pinned 1/2, rank 3, 0"
+    assert report(path, around=(1, 1)).splitlines()[1].endswith("; 1 before + 1 after: pinned 2/2")
+    assert report(path, around=(0, 1)).splitlines()[1].endswith("; 0 before + 1 after: pinned 1/2")
+
+
 def test_resume_takes_auto_blocks_for_float16_unless_a_budget_was_set():
     # Records before block_kind auto said float16; auto stores float16 until the budget binds,
     # so under the machine's budget those records still count; a budget set on the command
