@@ -44,11 +44,11 @@ FLAGS = {
     "window": int, "sinks": int, "block_size": int, "top_k": int, "routing": str, "representation": str,
     "rolling_window": int, "follow": int, "question_pass": int, "question_sharpen": int,
     "question_focus": float, "question_queries": int, "chunk": int, "block_kind": str, "episodic_budget_mb": int,
-    "answer_route": int,
+    "answer_route": int, "lead": int,
 }
 
 # Cascade fields added after records were written, with the value those records ran with.
-ADDED = {"question_queries": 16, "answer_route": 0}
+ADDED = {"question_queries": 16, "answer_route": 0, "lead": 0}
 
 
 def case_key(rec: dict) -> tuple:
@@ -154,6 +154,7 @@ def main() -> None:
                    help="block payload kept in memory; past it blocks spill to disk (peak memory of a long case)")
     p.add_argument("--rolling-window", type=int, default=None)
     p.add_argument("--follow", type=int, default=None, help="blocks after each retrieved block taken with it")
+    p.add_argument("--lead", type=int, default=None, help="blocks before each retrieved block taken with it (0 = none)")
     p.add_argument("--question-pass", type=int, default=None,
                    help="prompt tokens re-read with the blocks all layers' question queries agree on (0 = off)")
     p.add_argument("--question-sharpen", type=int, default=None,

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mlotspark.memory.cascade import question
+from mlotspark.memory.cascade import question, routing
 
 
 class Capture:
@@ -110,10 +110,10 @@ def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, confi
 
 def pinned_by(score: np.ndarray, k: int, before: int, after: int) -> set[int]:
     """The blocks a rule taking the ``k`` best of ``score``, each with ``before`` blocks before
-    it and ``after`` after it (at most ``k`` in all), would pin; ``after`` alone is ``follow``."""
+    it and ``after`` after it (at most ``k`` in all), would pin: the engine's ``lead`` and ``follow``."""
     n, chosen = len(score), set()
     for b in np.argsort(-score, kind="stable").tolist():
-        for c in range(max(0, b - before), min(n, b + after + 1)):
+        for c in routing.around(b, n, before, after):
             if len(chosen) < k:
                 chosen.add(c)
         if len(chosen) >= k:

@@ -185,6 +185,7 @@ def test_focused_respects_the_budget_and_follow():
     assert focused(score, k=3, follow=1, focus=0.5) == (1, 2, 4)  # 1 brings 2; then 4; budget met
     assert focused(score, k=2, follow=1, focus=0.5) == (1, 2)
     assert focused(score, k=8, follow=0, focus=1.0) == (1,)
+    assert focused(score, k=3, follow=0, focus=0.5, lead=1) == (0, 1, 4)  # 1 brings 0, then 4 (before 2)
 
 
 def test_sharpen_and_focus_stay_exact_while_everything_fits(model):  # noqa: F811

@@ -1,4 +1,5 @@
-"""``follow``: each retrieved block brings the block after it (a needle's value crosses block boundaries)."""
+"""``follow``: each retrieved block brings the block after it (a needle's value crosses block boundaries);
+``lead``: the block before it (a needle whose value scored best and whose key did not)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,26 @@ def test_each_block_brings_its_successor_and_k_is_exact():
     assert all(len(h) == 5 for h in top_blocks(rel, 5, follow=3))
 
 
-def test_follow_is_checked():
+def test_lead_brings_the_block_before_and_the_budget_keeps_the_chosen_block_first():
+    rel = mx.array([[0.0, 0.9, 0.1, 0.0, 0.8, 0.0, 0.0, 0.7]])
+    assert top_blocks(rel, 4, follow=0, lead=1)[0] == (0, 1, 3, 4)  # 1 (+0), 4 (+3)
+    assert top_blocks(rel, 4, follow=1, lead=1)[0] == (0, 1, 2, 4)  # 1 (+0, +2), then 4 itself, not its neighbours
+    assert top_blocks(rel, 5, follow=1, lead=1)[0] == (0, 1, 2, 3, 4)  # 4, then the block before it
+    assert top_blocks(rel, 2, follow=0, lead=3)[0] == (0, 1)  # block 0 has nothing before it
+    assert top_blocks(rel, 4, follow=0, lead=1, exclude={3})[0] == (0, 1, 4, 7)  # 3 excluded: 4 alone, then 7
+
+
+def test_follow_and_lead_are_checked():
     with pytest.raises(OptionError, match="follow -1"):
         CascadeConfig(follow=-1)
+    with pytest.raises(OptionError, match="lead -1"):
+        CascadeConfig(lead=-1)
 
 
-@pytest.mark.parametrize("follow", [0, 1, 2])
-def test_equals_full_attention_while_it_fits(model, follow):  # noqa: F811
-    cfg = CascadeConfig(window=180, sinks=8, block_size=8, top_k=4, chunk=24, routing="question", follow=follow)
+@pytest.mark.parametrize("follow, lead", [(0, 0), (1, 0), (2, 0), (1, 1)])
+def test_equals_full_attention_while_it_fits(model, follow, lead):  # noqa: F811
+    cfg = CascadeConfig(window=180, sinks=8, block_size=8, top_k=4, chunk=24, routing="question", follow=follow,
+                        lead=lead)
     prompt = tokens(90, seed=3)
     ref_toks, ref_lp = greedy(model, model.make_cache(), prompt, 60, chunk=32)
     cas = make_cascade_cache(model, cfg)
@@ -62,6 +75,31 @@ def test_the_value_after_the_matching_key_is_attended():
     kd = 0.3 * rng.standard_normal((1, Hkv, 1, D)).astype(np.float32)
     cache.attend(mx.array(qd), mx.array(kd), mx.array(kd), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
     assert all(head == (5, 6) for head in cache.selection)
+
+
+@pytest.mark.parametrize("lead, attended", [(0, (6, 7)), (1, (5, 6))])
+def test_the_key_before_the_best_block_is_attended_with_lead(lead, attended):
+    """The question matches the first token of block 6 best (the value); with lead 1 block 5
+    (where its key ends) comes with it instead of block 7."""
+    Hq, Hkv, D, B = 4, 2, 16, 4
+    cfg = CascadeConfig(window=8, sinks=2, block_size=B, top_k=2, routing="question", rolling_window=4, chunk=64,
+                        follow=1, lead=lead)
+    cache = CascadeCache(cfg, 0, EpisodicStore.from_config(cfg))
+    rng = np.random.default_rng(1)
+    u = rng.standard_normal(D).astype(np.float32)
+    u /= np.linalg.norm(u)
+    n = cfg.sinks + 12 * B + cfg.window
+    k = 0.3 * rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
+    k[0, :, cfg.sinks + 6 * B] = 4.0 * u  # first token of block 6
+    q = 0.3 * rng.standard_normal((1, Hq, n, D)).astype(np.float32)
+    q[0, :, -4:] = 3.0 * u
+    v = rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
+    cache.attend(mx.array(q), mx.array(k), mx.array(v), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
+    cache.settle()
+    qd = 0.5 * rng.standard_normal((1, Hq, 1, D)).astype(np.float32)
+    kd = 0.3 * rng.standard_normal((1, Hkv, 1, D)).astype(np.float32)
+    cache.attend(mx.array(qd), mx.array(kd), mx.array(kd), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
+    assert all(head == attended for head in cache.selection)
 
 
 def test_cli_routing_choices_are_the_configs():

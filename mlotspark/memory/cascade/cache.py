@@ -269,7 +269,7 @@ class CascadeCache:
         self._new_blocks = False
         self.counters.routed += 1
         relevance = block_distribution(self.index.score(rq, self.router.pool(decode)), scale)
-        return top_blocks(relevance, k, self.config.follow)
+        return top_blocks(relevance, k, self.config.follow, lead=self.config.lead)
 
     def _route_beside(self, q: mx.array, base: tuple[int, ...], scale: float) -> Selection:
         """``base`` (the pinned blocks and those sealed since) plus, per KV head, the
@@ -286,7 +286,7 @@ class CascadeCache:
             return tuple(base for _ in range(Hkv))
         self.counters.routed += 1
         relevance = block_distribution(self.index.score(group_queries(q, Hkv), 1), scale)  # (Hkv, n)
-        chosen = top_blocks(relevance, r, self.config.follow, exclude=base_set)
+        chosen = top_blocks(relevance, r, self.config.follow, exclude=base_set, lead=self.config.lead)
         return tuple(tuple(sorted(base_set.union(row))) for row in chosen)
 
     def pin(self, blocks: tuple[int, ...]) -> None:

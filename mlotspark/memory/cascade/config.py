@@ -77,6 +77,11 @@ class CascadeConfig:
         follow: blocks after each retrieved block retrieved with it, within
             ``top_k`` (default 1: a needle's value often crosses into the next
             block, and matches the question less than its key does).
+        lead: blocks before each retrieved block retrieved with it, within ``top_k``
+            (default 0). For a needle split over two blocks whose second (the value)
+            scored best and whose first (its key) did not: SmolLM2's niah_single misses
+            at 16k/32k, captured (RESULTS, "Memory (issue 27)"). Off until measured
+            through the engine on the whole matrix.
         question_pass: prompt tokens re-read once per prompt, after the blocks are
             chosen by the consensus of every layer's question queries; the choice then
             holds for the whole answer (default 64; 0 = off; ``question`` routing
@@ -117,6 +122,7 @@ class CascadeConfig:
     representation: str = "minmax"
     chunk: int = 0
     follow: int = 1
+    lead: int = 0
     question_pass: int = 64
     question_sharpen: int = 1
     question_focus: float = 0.0
@@ -131,7 +137,7 @@ class CascadeConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise bad(name, "must be an integer >= 1")
-        for name in ("sinks", "top_k", "chunk", "follow", "question_pass", "answer_route"):
+        for name in ("sinks", "top_k", "chunk", "follow", "lead", "question_pass", "answer_route"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise bad(name, "must be an integer >= 0")

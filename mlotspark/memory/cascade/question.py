@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
-from mlotspark.memory.cascade.routing import top_blocks
+from mlotspark.memory.cascade.routing import around, top_blocks
 
 
 def block_mass(cache: Any, n: int) -> mx.array:
@@ -103,7 +103,7 @@ def query_mass(cache: Any, n: int) -> mx.array:
 
 
 def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focus: float = 0.0,
-              reduce: Callable[[mx.array], mx.array] | None = None) -> tuple[int, ...]:
+              reduce: Callable[[mx.array], mx.array] | None = None, lead: int = 0) -> tuple[int, ...]:
     """The blocks the question queries of all layers agree on.
 
     Each (layer, KV head)'s ``block_mass`` is raised to ``sharpen`` before the sum
@@ -126,6 +126,7 @@ def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focu
         sharpen: exponent on each (layer, KV head)'s block mass (1 = plain sum).
         focus: keep blocks scoring >= ``focus`` x the best (0 = the ``k`` best).
         reduce: sums the scores over the ranks that hold the other layers (None: one process).
+        lead: predecessors taken with each block (``top_blocks``).
 
     Returns:
         Sorted block ids (``k`` of them unless ``focus`` leaves fewer), or () when a
@@ -145,13 +146,13 @@ def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focu
     if reduce is not None:
         total = reduce(total)
     if focus <= 0:
-        return top_blocks(total[None], k, follow)[0]
-    return focused(total, k, follow, focus)
+        return top_blocks(total[None], k, follow, lead=lead)[0]
+    return focused(total, k, follow, focus, lead)
 
 
-def focused(score: mx.array, k: int, follow: int, focus: float) -> tuple[int, ...]:
+def focused(score: mx.array, k: int, follow: int, focus: float, lead: int = 0) -> tuple[int, ...]:
     """The blocks of ``score`` (n,) at least ``focus`` x its best, best first, each with
-    its ``follow`` successors, at most ``k`` in all; sorted."""
+    its ``lead`` predecessors and ``follow`` successors, at most ``k`` in all; sorted."""
     best = score.max().item()
     ranked = mx.argsort(-score).tolist()
     values = score.tolist()
@@ -160,7 +161,7 @@ def focused(score: mx.array, k: int, follow: int, focus: float) -> tuple[int, ..
     for b in ranked:
         if values[b] < focus * best or len(chosen) >= k:
             break
-        for c in range(b, min(n, b + follow + 1)):
+        for c in around(b, n, lead, follow):
             if len(chosen) < k:
                 chosen.add(c)
     return tuple(sorted(chosen))
@@ -208,7 +209,7 @@ class QuestionPass:
             return False  # every block is attended anyway, or the tail already left the window
         cfg = first.config
         reduce = getattr(model, "reduce_scores", None)  # a ScoreReducer (cache_interface.py) when split over ranks
-        chosen = consensus(caches, k, cfg.follow, cfg.question_sharpen, cfg.question_focus, reduce)
+        chosen = consensus(caches, k, cfg.follow, cfg.question_sharpen, cfg.question_focus, reduce, cfg.lead)
         if not chosen:
             return False
         for c in caches:

@@ -191,7 +191,7 @@ def block_distribution(scores: mx.array, scale: float) -> mx.array:
 
 
 def top_blocks(relevance: mx.array, k: int, follow: int = 0,
-               exclude: set[int] | frozenset[int] = frozenset()) -> tuple[tuple[int, ...], ...]:
+               exclude: set[int] | frozenset[int] = frozenset(), lead: int = 0) -> tuple[tuple[int, ...], ...]:
     """The ``k`` blocks to attend per KV head, in original order.
 
     With ``follow`` > 0 each block taken, best first, brings the ``follow`` blocks
@@ -205,12 +205,13 @@ def top_blocks(relevance: mx.array, k: int, follow: int = 0,
         follow: successors taken with each block.
         exclude: blocks never taken, nor counted (already attended: the pinned ones
             ``CascadeCache._route_beside`` routes beside); at least k of the N lie outside it.
+        lead: predecessors taken with each block (before it, then its successors).
 
     Returns:
         One sorted tuple of ``k`` block ids per KV head (a host sync: the block
         store needs the ids).
     """
-    if follow <= 0 and not exclude:
+    if follow <= 0 and lead <= 0 and not exclude:
         idx = mx.argpartition(-relevance, kth=k - 1, axis=-1)[:, :k]
         return tuple(tuple(sorted(row)) for row in idx.tolist())
     n = relevance.shape[-1]
@@ -220,13 +221,19 @@ def top_blocks(relevance: mx.array, k: int, follow: int = 0,
         for b in ranked:
             if b in exclude:
                 continue
-            for c in range(b, min(n, b + max(follow, 0) + 1)):
+            for c in around(b, n, lead, follow):
                 if c not in exclude and len(chosen) < k:
                     chosen.add(c)
             if len(chosen) == k:
                 break
         out.append(tuple(sorted(chosen)))
     return tuple(out)
+
+
+def around(b: int, n: int, lead: int, follow: int) -> list[int]:
+    """Block ``b``, then ``lead`` blocks before it and ``follow`` after (nearest first), within
+    [0, n): the order they are taken in, so a budget that runs out keeps ``b`` itself."""
+    return [b, *range(b - 1, max(-1, b - lead - 1), -1), *range(b + 1, min(n, b + follow + 1))]
 
 
 # ------------------------------------------------------------------- routers
