@@ -80,8 +80,9 @@ class CascadeConfig:
         lead: blocks before each retrieved block retrieved with it, within ``top_k``
             (default 0). For a needle split over two blocks whose second (the value)
             scored best and whose first (its key) did not: SmolLM2's niah_single misses
-            at 16k/32k, captured (RESULTS, "Memory (issue 27)"). Off until measured
-            through the engine on the whole matrix.
+            at 16k/32k, captured (RESULTS, "Memory (issue 27)"). Off: there it made both
+            needles whole and the 135M model still misread them; a model that reads
+            (Qwen2.5-Coder-0.5B, past 32k) is where it is still to be measured.
         question_pass: prompt tokens re-read once per prompt, after the blocks are
             chosen by the consensus of every layer's question queries; the choice then
             holds for the whole answer (default 64; 0 = off; ``question`` routing
