@@ -55,17 +55,19 @@ def test_equals_full_attention_while_it_fits(model, follow, lead):  # noqa: F811
     assert cascade_stats(cas)["tokens"]["episodic"] == 0
 
 
-def test_the_value_after_the_matching_key_is_attended():
-    """The question matches a key at the end of block 5; the value sits at the start of block 6."""
+def _selection_for_a_key_at(token: int, follow: int, lead: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The blocks a question attends when it matches the remembered token ``token`` (counted
+    from the first block) far better than anything else: 12 blocks of 4, top_k 2."""
     Hq, Hkv, D, B = 4, 2, 16, 4
-    cfg = CascadeConfig(window=8, sinks=2, block_size=B, top_k=2, routing="question", rolling_window=4, chunk=64, follow=1)
+    cfg = CascadeConfig(window=8, sinks=2, block_size=B, top_k=2, routing="question", rolling_window=4, chunk=64,
+                        follow=follow, lead=lead)
     cache = CascadeCache(cfg, 0, EpisodicStore.from_config(cfg))
     rng = np.random.default_rng(1)
     u = rng.standard_normal(D).astype(np.float32)
     u /= np.linalg.norm(u)
     n = cfg.sinks + 12 * B + cfg.window
     k = 0.3 * rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
-    k[0, :, cfg.sinks + 5 * B + B - 1] = 4.0 * u  # the key: last token of block 5
+    k[0, :, cfg.sinks + token] = 4.0 * u
     q = 0.3 * rng.standard_normal((1, Hq, n, D)).astype(np.float32)
     q[0, :, -4:] = 3.0 * u
     v = rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
@@ -74,32 +76,19 @@ def test_the_value_after_the_matching_key_is_attended():
     qd = 0.5 * rng.standard_normal((1, Hq, 1, D)).astype(np.float32)
     kd = 0.3 * rng.standard_normal((1, Hkv, 1, D)).astype(np.float32)
     cache.attend(mx.array(qd), mx.array(kd), mx.array(kd), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
-    assert all(head == (5, 6) for head in cache.selection)
+    return cache.selection
+
+
+def test_the_value_after_the_matching_key_is_attended():
+    """The question matches a key at the end of block 5; the value sits at the start of block 6."""
+    assert all(head == (5, 6) for head in _selection_for_a_key_at(5 * 4 + 3, follow=1))
 
 
 @pytest.mark.parametrize("lead, attended", [(0, (6, 7)), (1, (5, 6))])
 def test_the_key_before_the_best_block_is_attended_with_lead(lead, attended):
     """The question matches the first token of block 6 best (the value); with lead 1 block 5
     (where its key ends) comes with it instead of block 7."""
-    Hq, Hkv, D, B = 4, 2, 16, 4
-    cfg = CascadeConfig(window=8, sinks=2, block_size=B, top_k=2, routing="question", rolling_window=4, chunk=64,
-                        follow=1, lead=lead)
-    cache = CascadeCache(cfg, 0, EpisodicStore.from_config(cfg))
-    rng = np.random.default_rng(1)
-    u = rng.standard_normal(D).astype(np.float32)
-    u /= np.linalg.norm(u)
-    n = cfg.sinks + 12 * B + cfg.window
-    k = 0.3 * rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
-    k[0, :, cfg.sinks + 6 * B] = 4.0 * u  # first token of block 6
-    q = 0.3 * rng.standard_normal((1, Hq, n, D)).astype(np.float32)
-    q[0, :, -4:] = 3.0 * u
-    v = rng.standard_normal((1, Hkv, n, D)).astype(np.float32)
-    cache.attend(mx.array(q), mx.array(k), mx.array(v), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
-    cache.settle()
-    qd = 0.5 * rng.standard_normal((1, Hq, 1, D)).astype(np.float32)
-    kd = 0.3 * rng.standard_normal((1, Hkv, 1, D)).astype(np.float32)
-    cache.attend(mx.array(qd), mx.array(kd), mx.array(kd), rope=nn.RoPE(D, traditional=True), scale=D**-0.5)
-    assert all(head == attended for head in cache.selection)
+    assert all(head == attended for head in _selection_for_a_key_at(6 * 4, follow=1, lead=lead))
 
 
 def test_cli_routing_choices_are_the_configs():
