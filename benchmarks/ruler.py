@@ -11,6 +11,10 @@ Every case runs through the engine as a user's request does (``bench.ruler.answe
 submitted to the scheduler, the engine's prefill chunks, the cascade's question pass
 between prefill and decode); each record counts the question passes that ran.
 
+``--layout`` moves the question: ``first`` (before the text) and ``system`` (before the
+text, after a system prompt that puts it past the cascade's sinks); RULER puts it last
+(``end``, the default), where the cascade's question pass reads the prompt.
+
 Modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context, as the
 engine runs it, unless flags change it), ``streaming`` (the same with top_k 0:
 sinks + window), ``full`` (plain KV; only where prompt + answer fit the model's
@@ -37,7 +41,7 @@ from pathlib import Path
 
 from cascade_common import command_line, emit
 
-from mlotspark.bench.ruler import ANSWER_TOKENS, TASKS, depths, make_case
+from mlotspark.bench.ruler import ANSWER_TOKENS, LAYOUTS, TASKS, depths, make_case, messages
 
 # Fields of CascadeConfig a flag may override (None = the model's default).
 FLAGS = {
@@ -75,7 +79,7 @@ def case_key(rec: dict) -> tuple:
     elif rec["mode"] == "streaming":
         cfg = {k: cfg.get(k) for k in ("window", "sinks", "block_size", "chunk", "block_kind")}
     return (rec["task"], rec["length"], rec["mode"], rec["trial"], rec["trials"], rec["seed"],
-            rec.get("max_tokens"), rec.get("model"), json.dumps(cfg, sort_keys=True))
+            rec.get("max_tokens"), rec.get("model"), json.dumps(cfg, sort_keys=True), rec.get("layout", "end"))
 
 
 def read_cases(path: Path) -> list[dict]:
@@ -96,7 +100,7 @@ def latest(records: list[dict]) -> list[dict]:
     """The last record of each case and mode (a rerun with other settings supersedes)."""
     last: dict[tuple, dict] = {}
     for r in records:
-        last[(r["task"], r["length"], r["mode"], r["trial"], r["trials"], r["seed"])] = r
+        last[(r["task"], r["length"], r["mode"], r["trial"], r["trials"], r["seed"], r.get("layout", "end"))] = r
     return list(last.values())
 
 
@@ -113,8 +117,9 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
     """
     cells: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
     modes: list[str] = []
-    for r in records:
-        cells[(r["task"], r["length"], r["mode"])].append(r)
+    for r in records:  # a layout other than RULER's is a task of its own: "niah_single (first)"
+        name = r["task"] + (f" ({r['layout']})" if r.get("layout", "end") != "end" else "")
+        cells[(name, r["length"], r["mode"])].append({**r, "task": name})
         if r["mode"] not in modes:
             modes.append(r["mode"])
     order = {m: i for i, m in enumerate(("cascade", "streaming", "full"))}
@@ -122,8 +127,11 @@ def table(records: list[dict], label: str = "", details: bool = False) -> str:
     names = {"cascade": f"cascade{label}", "streaming": "sinks + window", "full": "full attention"}
     lines = [f"| task | tokens | {' | '.join(names.get(m, m) for m in modes)} |",
              "|---|---|" + "---|" * len(modes)]
-    for task in TASKS:
-        for n in sorted({r["length"] for r in records if r["task"] == task}):
+    names_in = {t for t, _, _ in cells}
+    for task in [f"{t}{suffix}" for t in TASKS for suffix in ("", *(f" ({x})" for x in LAYOUTS[1:]))]:
+        if task not in names_in:
+            continue
+        for n in sorted({n for t, n, _ in cells if t == task}):
             row = []
             for m in modes:
                 recs = cells.get((task, n, m), [])
@@ -176,6 +184,9 @@ def main() -> None:
     p.add_argument("--order", choices=("length", "trial"), default="length",
                    help="length: every case of a length before the next; trial: the first case of every "
                         "length and task, then the second, ... (a run cut by --stop-after covers every cell)")
+    p.add_argument("--layout", choices=LAYOUTS, default="end",
+                   help="where the question goes: end (RULER's), first (before the text), system (first, after "
+                        "a ~110-token system prompt: past the cascade's sinks)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
     p.add_argument("--seed", type=int, default=0)
@@ -241,7 +252,8 @@ def main() -> None:
         seed = args.seed * 100003 + n + i
         budget = args.max_tokens or ANSWER_TOKENS[task]
         base = {"task": task, "length": n, "trial": i, "trials": args.trials, "seed": seed,
-                "max_tokens": budget, "model": engine.model_name, "cfg": cfg}
+                "max_tokens": budget, "model": engine.model_name, "cfg": cfg,
+                **({"layout": args.layout} if args.layout != "end" else {})}
         todo = [m for m in args.modes if case_key({**base, "mode": m}) not in done]
         if not todo:
             continue
@@ -249,7 +261,7 @@ def main() -> None:
             left = True
             continue
         case = make_case(task, n, depth, seed=seed, count_tokens=count)
-        ids = engine.encode(case.text)
+        ids = engine.encode(messages(case, args.layout))
         for mode in todo:
             if mode == "full" and len(ids) + budget > trained:
                 continue  # past the trained context full attention is not a fair reference

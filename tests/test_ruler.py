@@ -10,6 +10,7 @@ from mlotspark.bench.ruler import (
     depths,
     haystack_sentences,
     make_case,
+    messages,
     more_sentences,
     package_sentences,
 )
@@ -224,3 +225,37 @@ def test_resume_takes_auto_blocks_for_float16_unless_a_budget_was_set():
     assert case_key(pressed) != case_key(rec)
     assert case_key({**pressed, "compressed": 2377}) == case_key(pressed)  # a resumed plan finds it
     assert case_key({**rec, "cfg": {"window": 512, "block_kind": "q8"}}) != case_key(rec)
+
+
+def test_layouts_move_the_question_and_keep_the_text():
+    # The cascade's question pass reads the prompt's last tokens; a question asked first (and,
+    # after a system prompt, past the sinks) is a case of its own, built from the same haystack.
+    case = make_case("niah_multikey", 600, 0.5, seed=3, count_tokens=lambda t: len(t) // 4)
+    assert case.text.endswith(f"{case.question} Answer briefly.") and case.body in case.text
+    assert all(n in case.body for n in case.needles)
+    assert messages(case) == [{"role": "user", "content": case.text}]
+    first = messages(case, "first")
+    assert len(first) == 1 and first[0]["content"].endswith(case.body)
+    asked = first[0]["content"][: -len(case.body)]
+    assert "text below?" in asked and "provided text" not in asked and case.question.split(" for ")[1][:6] in asked
+    system = messages(case, "system")
+    assert [m["role"] for m in system] == ["system", "user"] and system[1] == first[0]
+    with pytest.raises(OptionError, match="'middle'"):
+        messages(case, "middle")
+
+
+def test_a_layout_is_part_of_a_case_and_of_the_summary():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from ruler import case_key, latest, table
+
+    rec = {"task": "niah_single", "length": 4096, "mode": "cascade", "trial": 0, "trials": 4, "seed": 1,
+           "cfg": {"window": 512}, "score": 1.0}
+    moved = {**rec, "layout": "system", "score": 0.0}
+    assert case_key(rec) == case_key({**rec, "layout": "end"}) != case_key(moved)
+    both = latest([rec, moved])
+    assert len(both) == 2
+    lines = table(both).splitlines()
+    assert lines[2] == "| niah_single | 4096 | 1/1 (100%) |" and lines[3] == "| niah_single (system) | 4096 | 0/1 (0%) |"

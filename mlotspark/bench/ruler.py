@@ -81,6 +81,9 @@ class RulerCase:
         answers: strings the reply must contain (score = share found).
         depth: where the (first) needle sits, 0 (start) .. 1 (end of the haystack).
         seed: what generated it.
+        needles: the sentences hidden in the haystack.
+        body: the haystack with its needles (``text`` less the instruction and question).
+        question: the question alone.
     """
 
     task: str
@@ -89,6 +92,8 @@ class RulerCase:
     depth: float
     seed: int
     needles: tuple[str, ...] = field(default=())
+    body: str = ""
+    question: str = ""
 
     def score(self, reply: str) -> float:
         """Share of ``answers`` found in ``reply`` (case-insensitive).
@@ -333,18 +338,55 @@ def make_case(task: str, n_tokens: int, depth: float, seed: int, count_tokens: C
     intro, needles, depths, question, answers = _parts(task, rng, depth)
     chars = n_tokens * 4  # first guess; corrected below with the real tokenizer
 
-    def build(n_chars: int) -> str:
-        sentences = _haystack(random.Random(seed), n_chars)
-        return f"{intro}{_insert(sentences, needles, depths)}\n\n{question} Answer briefly."
+    def build(n_chars: int) -> tuple[str, str]:
+        body = _insert(_haystack(random.Random(seed), n_chars), needles, depths)
+        return f"{intro}{body}\n\n{question} Answer briefly.", body
 
-    text = build(chars)
+    text, body = build(chars)
     for _ in range(5):  # a few corrections land within a sentence or two of the target
         have = count_tokens(text)
         if abs(have - n_tokens) <= max(16, n_tokens // 100):
             break
         chars = max(200, int(chars * n_tokens / max(1, have)))
-        text = build(chars)
-    return RulerCase(task, text, answers, depth, seed, tuple(needles))
+        text, body = build(chars)
+    return RulerCase(task, text, answers, depth, seed, tuple(needles), body, question)
+
+
+#: Where a case's question goes (``messages``). The cascade's question pass reads the
+#: prompt's last tokens, and RULER puts the question last; users also ask first:
+#: ``end`` (RULER's: instruction, text, question), ``first`` (the question, then the text;
+#: no instruction, since it says "afterwards"), ``system`` (as ``first``, after a system
+#: prompt of a user's own, ~110 tokens, so the question lies past the cascade's 64 sinks).
+LAYOUTS = ("end", "first", "system")
+
+_READER_SYSTEM = (
+    "You are a careful reading assistant. The user gives you a question and then a long document. "
+    "Read the whole document before answering. Answer only from the document, never from what you know "
+    "otherwise. Quote numbers, names and dates exactly as the document writes them. If the document does "
+    "not contain the answer, say that it does not. Keep answers short: one sentence unless the user asks "
+    "for more. Do not repeat the question. Do not explain how you found the answer unless asked.")
+
+
+def messages(case: RulerCase, layout: str = "end") -> list[dict[str, str]]:
+    """The chat messages that ask ``case`` with its question where ``layout`` puts it.
+
+    Args:
+        case: a case from ``make_case``.
+        layout: one of ``LAYOUTS``.
+
+    Returns:
+        ``[{"role", "content"}, ...]`` for ``Engine.encode`` / ``Engine.generate``.
+
+    Raises:
+        OptionError: an unknown layout.
+    """
+    if layout not in LAYOUTS:
+        raise OptionError(f"unknown RULER layout {layout!r}: choose from {', '.join(LAYOUTS)}")
+    if layout == "end":
+        return [{"role": "user", "content": case.text}]
+    question = case.question.replace("provided text", "text below").replace("text above", "text below")
+    user = {"role": "user", "content": f"{question} Answer briefly.\n\n{case.body}"}
+    return [user] if layout == "first" else [{"role": "system", "content": _READER_SYSTEM}, user]
 
 
 def depths(n: int) -> list[float]:
@@ -359,8 +401,8 @@ def depths(n: int) -> list[float]:
     return [(i + 0.5) / n for i in range(n)]
 
 
-__all__ = ["ANSWER_TOKENS", "TASKS", "RulerCase", "depths", "haystack_sentences", "haystack_text", "make_case",
-           "more_sentences", "package_sentences"]
+__all__ = ["ANSWER_TOKENS", "LAYOUTS", "TASKS", "RulerCase", "depths", "haystack_sentences", "haystack_text",
+           "make_case", "messages", "more_sentences", "package_sentences"]
 
 
 #: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
