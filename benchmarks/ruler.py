@@ -11,9 +11,10 @@ Every case runs through the engine as a user's request does (``bench.ruler.answe
 submitted to the scheduler, the engine's prefill chunks, the cascade's question pass
 between prefill and decode); each record counts the question passes that ran.
 
-``--layout`` moves the question: ``first`` (before the text) and ``system`` (before the
-text, after a system prompt that puts it past the cascade's sinks); RULER puts it last
-(``end``, the default), where the cascade's question pass reads the prompt.
+``--layout`` moves the question: ``first`` (before the text), ``system`` (before the
+text, after a system prompt that puts it past the cascade's sinks), ``turns`` (in the next
+turn of an ``engine.conversation``, after the text; conversations in a scratch home); RULER
+puts it last (``end``, the default), where the cascade's question pass reads the prompt.
 
 Modes: ``cascade`` (``CascadeConfig.for_model`` of the model's context, as the
 engine runs it, unless flags change it), ``streaming`` (the same with top_k 0:
@@ -36,6 +37,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 from collections import defaultdict
 from pathlib import Path
 
@@ -186,7 +188,8 @@ def main() -> None:
                         "length and task, then the second, ... (a run cut by --stop-after covers every cell)")
     p.add_argument("--layout", choices=LAYOUTS, default="end",
                    help="where the question goes: end (RULER's), first (before the text), system (first, after "
-                        "a ~110-token system prompt: past the cascade's sinks)")
+                        "a ~110-token system prompt: past the cascade's sinks), turns (in a conversation's "
+                        "next turn, after the text)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="answer tokens (default: per task, bench.ruler.ANSWER_TOKENS)")
     p.add_argument("--seed", type=int, default=0)
@@ -212,10 +215,19 @@ def main() -> None:
     import mlx.core as mx
     from cascade_common import load_engine
 
-    from mlotspark.bench.ruler import answer
+    from mlotspark.bench.ruler import answer, answer_in_turns
 
     from mlotspark.memory.cascade import CascadeConfig
 
+    if args.layout == "turns":  # conversations (and what they learn) in a scratch home, beside the models
+        import os
+        import tempfile
+
+        from mlotspark.storage import home_path
+
+        scratch = Path(tempfile.mkdtemp(prefix="ruler-turns-"))
+        (scratch / "models").symlink_to(home_path() / "models", target_is_directory=True)
+        os.environ["MLOTSPARK_HOME"] = str(scratch)
     engine = load_engine(args.model)
     cap = None
     if args.capture is not None:
@@ -226,6 +238,15 @@ def main() -> None:
     trained = engine.loaded.context_length
     overrides = {k: getattr(args, k) for k in FLAGS if getattr(args, k) is not None}
     config = CascadeConfig.for_model(trained, **overrides)
+    engines: dict[str, Any] = {"full": engine}  # turns: an engine per mode, its cascade the mode's
+
+    def engine_for(mode: str) -> Any:
+        if mode not in engines:
+            from mlotspark.engine import Engine
+
+            c = config if mode == "cascade" else CascadeConfig(**{**config.to_dict(), "top_k": 0})
+            engines[mode] = Engine.load(args.model, cascade=c, progress=False)
+        return engines[mode]
     cfg = config.to_dict()
     cfg.pop("spill_dir", None)
     emit({"command": command_line(), "config": cfg, "model": engine.model_name,
@@ -261,7 +282,7 @@ def main() -> None:
             left = True
             continue
         case = make_case(task, n, depth, seed=seed, count_tokens=count)
-        ids = engine.encode(messages(case, args.layout))
+        ids = engine.encode(case.text if args.layout == "turns" else messages(case, args.layout))
         for mode in todo:
             if mode == "full" and len(ids) + budget > trained:
                 continue  # past the trained context full attention is not a fair reference
@@ -269,7 +290,10 @@ def main() -> None:
             if cap is not None:
                 cap.reset()
             mx.reset_peak_memory()
-            result = answer(engine, ids, mode, config, budget)  # as a user's request runs
+            if args.layout == "turns":  # as a chat user asks about a text sent before
+                result = answer_in_turns(engine_for(mode), case, budget, f"ruler-{task}-{n}-{i}-{mode}")
+            else:
+                result = answer(engine, ids, mode, config, budget)  # as a user's request runs
             cstats = result.stats.extra.get("cascade", {})
             passes = cstats.get("question_passes")
             rec = {**base, "mode": mode, "tokens": len(ids), "depth": round(depth, 3),

@@ -259,3 +259,28 @@ def test_a_layout_is_part_of_a_case_and_of_the_summary():
     assert len(both) == 2
     lines = table(both).splitlines()
     assert lines[2] == "| niah_single | 4096 | 1/1 (100%) |" and lines[3] == "| niah_single (system) | 4096 | 0/1 (0%) |"
+
+
+@pytest.mark.slow
+def test_the_turns_layout_asks_in_a_conversation_that_carries_the_cascade(default_gguf, tmp_path, monkeypatch):
+    # The text in one turn, the question in the next: the second turn continues the first's
+    # cascade (its tokens cached, a question pass on the question) and the conversation is gone after.
+    from mlotspark.bench.ruler import answer_in_turns, turns
+    from mlotspark.engine import Engine
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    engine = Engine.load(str(default_gguf), cascade={"window": 64, "sinks": 4, "block_size": 16, "top_k": 2},
+                         progress=False)
+    try:
+        case = make_case("niah_single", 400, 0.5, seed=5, count_tokens=lambda t: len(engine.encode(t)))
+        first, question = turns(case)
+        assert first.startswith(case.text[: case.text.rindex("\n\n")]) and first.endswith("once you have read it.")
+        assert question == f"{case.question} Answer briefly." and case.body in first
+        with pytest.raises(OptionError, match="'turns' for one prompt"):
+            messages(case, "turns")
+        got = answer_in_turns(engine, case, 4, "ruler-case")
+        assert got.stats.cached_tokens > 300  # the first turn's cache carried over
+        assert got.stats.extra["cascade"]["question_passes"] >= 1  # the question's pass ran on the carried caches
+        assert engine.conversations() == []
+    finally:
+        engine.close()

@@ -352,12 +352,13 @@ def make_case(task: str, n_tokens: int, depth: float, seed: int, count_tokens: C
     return RulerCase(task, text, answers, depth, seed, tuple(needles), body, question)
 
 
-#: Where a case's question goes (``messages``). The cascade's question pass reads the
-#: prompt's last tokens, and RULER puts the question last; users also ask first:
+#: Where a case's question goes (``messages``, ``turns``). The cascade's question pass reads
+#: the prompt's last tokens, and RULER puts the question last; users also ask first:
 #: ``end`` (RULER's: instruction, text, question), ``first`` (the question, then the text;
 #: no instruction, since it says "afterwards"), ``system`` (as ``first``, after a system
-#: prompt of a user's own, ~110 tokens, so the question lies past the cascade's 64 sinks).
-LAYOUTS = ("end", "first", "system")
+#: prompt of a user's own, ~110 tokens, so the question lies past the cascade's 64 sinks),
+#: ``turns`` (the instruction and text in one turn of a conversation, the question in the next).
+LAYOUTS = ("end", "first", "system", "turns")
 
 _READER_SYSTEM = (
     "You are a careful reading assistant. The user gives you a question and then a long document. "
@@ -380,8 +381,8 @@ def messages(case: RulerCase, layout: str = "end") -> list[dict[str, str]]:
     Raises:
         OptionError: an unknown layout.
     """
-    if layout not in LAYOUTS:
-        raise OptionError(f"unknown RULER layout {layout!r}: choose from {', '.join(LAYOUTS)}")
+    if layout not in LAYOUTS or layout == "turns":
+        raise OptionError(f"unknown RULER layout {layout!r} for one prompt: choose from end, first, system")
     if layout == "end":
         return [{"role": "user", "content": case.text}]
     question = case.question.replace("provided text", "text below").replace("text above", "text below")
@@ -401,8 +402,22 @@ def depths(n: int) -> list[float]:
     return [(i + 0.5) / n for i in range(n)]
 
 
+def turns(case: RulerCase) -> tuple[str, str]:
+    """The two user turns of the ``turns`` layout: the instruction and text (asking for a
+    short acknowledgement), then the question.
+
+    Args:
+        case: a case from ``make_case``.
+
+    Returns:
+        (first turn, second turn).
+    """
+    text = case.text[: case.text.rindex("\n\n")]
+    return f"{text}\n\nReply with OK once you have read it.", f"{case.question} Answer briefly."
+
+
 __all__ = ["ANSWER_TOKENS", "LAYOUTS", "TASKS", "RulerCase", "depths", "haystack_sentences", "haystack_text",
-           "make_case", "messages", "more_sentences", "package_sentences"]
+           "make_case", "messages", "more_sentences", "package_sentences", "turns", "answer_in_turns"]
 
 
 #: How a case is answered: ``cascade`` (the given config), ``streaming`` (the same with
@@ -440,3 +455,28 @@ def answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int)
         cfg = config if mode == "cascade" else CascadeConfig(**{**config.to_dict(), "top_k": 0})
         cache = engine.caches.cascade_cache(cfg)  # the budget the engine's own cascade gets
     return engine.submit(prompt_ids=ids, cache=cache, max_tokens=max_tokens, temperature=0.0).result()
+
+
+def answer_in_turns(engine: Any, case: RulerCase, max_tokens: int, name: str) -> Any:
+    """Answer ``case`` in the ``turns`` layout as a chat user does: the text in one turn of
+    ``engine.conversation(name)`` (8 tokens of reply), the question in the next (the
+    conversation's cache carried over: the cascade's, if ``engine`` runs one), greedy;
+    the conversation is deleted after.
+
+    Args:
+        engine: a loaded ``Engine`` (its own cascade setting is the mode).
+        case: a case from ``make_case``.
+        max_tokens: the answer's budget.
+        name: a conversation name not in use.
+
+    Returns:
+        The second turn's ``GenerationResult``.
+    """
+    first, question = turns(case)
+    conv = engine.conversation(name)
+    try:
+        conv.send(first, max_tokens=8, temperature=0.0)
+        return conv.send(question, max_tokens=max_tokens, temperature=0.0)
+    finally:
+        conv.delete()
+
