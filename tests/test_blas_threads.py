@@ -69,6 +69,30 @@ def test_psutil_probe_reads_the_cores_other_processes_keep_busy(monkeypatch):
     assert probe.read().cpu_others == pytest.approx(0.0)
 
 
+def test_the_first_reading_waits_out_its_window_once(monkeypatch):
+    # The engine reads the probe as its first request starts, right after making it: the
+    # first figure waits the window out (this process idle) instead of leaving the first
+    # prefill chunk at OpenBLAS's default threads beside a busy core.
+    ps, now, slept = _FakePsutil(), [1000.0], []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+        ps.system += s  # another process keeps one core busy meanwhile
+
+    monkeypatch.setattr("mlotspark.thermal.probes.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("mlotspark.thermal.probes.time.sleep", sleep)
+    probe = PsutilProbe(psutil_module=ps, platform="linux")
+    now[0] += 0.05
+    ps.system += 0.05
+    assert probe.read().cpu_others == pytest.approx(1.0)
+    assert slept == [pytest.approx(0.15)]
+    now[0] += 0.05  # later readings never wait: a short window gives no figure
+    assert probe.read().cpu_others is None and len(slept) == 1
+    mac = PsutilProbe(psutil_module=_FakePsutil(), platform="darwin")  # Accelerate: no threads to fit
+    assert mac.read().cpu_others is None and len(slept) == 1
+
+
 def test_governor_decides_threads_and_says_why(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     probe = ScriptedProbe([{"cpu_others": 0.0}, {"cpu_others": 1.1}, {"cpu_others": 1.1}])

@@ -57,6 +57,9 @@ __all__ = [
 
 # Sensor chips that measure the CPU/SoC; other chips (NVMe, Wi-Fi, GPU) run hot on
 # their own and would make the governor back off for the wrong reason.
+#: The shortest window ``cpu_others`` is measured over (a shorter one is mostly noise).
+OTHERS_WINDOW_S = 0.2
+
 _CPU_CHIP_HINTS = ("coretemp", "k10temp", "zenpower", "cpu", "soc", "pkg", "acpitz")
 
 
@@ -89,6 +92,7 @@ class PsutilProbe:
         # returns a meaningless 0.0, so prime it here.
         self._call("cpu_percent", interval=None)
         self._busy = self._busy_seconds()  # (wall, system busy, this process) for cpu_others
+        self._measured = False  # no cpu_others figure yet: the first one waits out its window
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self._ps, name, None)  # sensors_* are absent on some platforms
@@ -100,7 +104,8 @@ class PsutilProbe:
             return None
 
     def read(self) -> Reading:
-        """Read psutil's view of the machine now (never blocks, never raises).
+        """Read psutil's view of the machine now (never raises; blocks only once, for at
+        most ``OTHERS_WINDOW_S``, off macOS: see ``_others``).
 
         Returns:
             A Reading with the fields psutil can report on this machine.
@@ -152,15 +157,28 @@ class PsutilProbe:
             return None
 
     def _others(self) -> float | None:
-        """Cores other processes kept busy since the last reading (None on the first, or
-        after less than 0.2 s: too short a window to tell)."""
+        """Cores other processes kept busy since the last reading (None after less than
+        ``OTHERS_WINDOW_S``: too short a window to tell).
+
+        Off macOS (where BLAS is Accelerate's, no threads to fit) the first figure waits out
+        its window (at most ``OTHERS_WINDOW_S``, once): the engine's first request reads the
+        probe right after it was made, and without a figure its first prefill chunk ran at
+        OpenBLAS's default threads; beside a busy core that took 269 s for 2,422 tokens
+        instead of 13 s (two cores, round 8's long-prompt audit).
+        """
         now = self._busy_seconds()
+        if not self._measured and not self._darwin and now is not None and self._busy is not None:
+            short = OTHERS_WINDOW_S - (now[0] - self._busy[0])
+            if short > 0:
+                time.sleep(short)  # this process idle meanwhile: what is busy is others
+                now = self._busy_seconds()
         last, self._busy = self._busy, (now if now is not None else self._busy)
-        if now is None or last is None or now[0] - last[0] < 0.2:
+        if now is None or last is None or now[0] - last[0] < OTHERS_WINDOW_S:
             if now is not None and last is not None:
-                self._busy = last  # keep the older start: the window grows to 0.2 s
+                self._busy = last  # keep the older start: the window grows to OTHERS_WINDOW_S
             return None
         wall = now[0] - last[0]
+        self._measured = True
         return max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / wall)
 
     def _temperature(self) -> float | None:
