@@ -394,6 +394,44 @@ def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
     drive(app, script)
 
 
+def test_the_prefill_line_scrolls_into_view_below_a_long_pasted_prompt():
+    # A pasted document fills the log; the progress line that appears under it once the
+    # prefill reports must be on screen without the user scrolling (a helper's audit of the
+    # real app found it drawn below the view).
+    from mlotspark import PrefillProgress
+
+    gate = threading.Semaphore(0)
+    engine = FakeEngine(gate=gate)
+    app = make_app(engine, poll_s=0.02)
+
+    async def script(pilot: Any) -> None:
+        try:
+            await checks(pilot)
+        finally:
+            for _ in range(50):  # a failed check must not leave the fake blocked on its gate
+                gate.release()
+
+    async def checks(pilot: Any) -> None:
+        await type_line(pilot, "\n".join(f"line {i} of a long pasted document" for i in range(300)))
+        await until(pilot, lambda: app.chat.reply is not None, "the reply")
+        await pilot.pause()
+        log = app.chat
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y  # the prompt is taller than the view
+        engine.prefill = PrefillProgress(done=2048, total=9000, elapsed_s=20.0, cascade=False)
+
+        def line() -> str:
+            return str(app.chat.reply.query_one(".mark").render())
+
+        await until(pilot, lambda: "2,048/9,000 tokens" in line(), "the prefill line")
+        await pilot.pause()
+        await pilot.pause()
+        mark = app.chat.reply.query_one(".mark")
+        assert log.scroll_y == log.max_scroll_y, (log.scroll_y, log.max_scroll_y)
+        assert mark.region.height > 0 and log.region.contains_region(mark.region), (mark.region, log.region)
+
+    drive(app, script)
+
+
 def test_a_first_time_step_before_the_prefill_shows_in_the_reply_and_the_loading_panel():
     """The ``--cache-kind auto`` probe (or the embedding model's load) runs before the
     prefill: the reply says so; a GGUF conversion shows under the loading line."""

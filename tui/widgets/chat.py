@@ -140,6 +140,8 @@ class Reply(Vertical):
         self.progress = text
         self.add_class("progress")  # the mark line shows while the prompt prefills
         self.query_one(".mark", Static).update(Text(text))
+        if isinstance(self.parent, ChatLog):  # the line grows the log: follow it once laid out
+            self.call_after_refresh(self.parent.follow)
 
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
