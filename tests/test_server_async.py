@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 import types
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -131,3 +132,45 @@ def test_options_are_validated_once_per_request(served, monkeypatch):
     r = c.post("/v1/chat/completions", json=_body(top_p=0.5))
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] in ("length", "stop")
     assert len(calls) == 1
+
+
+def test_a_silent_stream_sends_keep_alives_and_closing_it_closes_the_stream(monkeypatch):
+    # A long prefill sends nothing for minutes: the stream beats every KEEPALIVE_S instead,
+    # passes every piece on in order, and a client that leaves closes the inner stream (whose
+    # ``finally`` cancels the request) even while it waits.
+    from mlotspark.server import exchange
+
+    monkeypatch.setattr(exchange, "KEEPALIVE_S", 0.02)
+    closed = []
+
+    async def slow() -> Any:
+        try:
+            yield "first"
+            await asyncio.sleep(0.07)  # the prefill: ~3 beats
+            yield "second"
+            await asyncio.sleep(10)
+            yield "never"
+        finally:
+            closed.append(True)
+
+    async def read(n: int) -> list[str]:
+        out, stream = [], exchange.keep_alive(slow(), ": beat")
+        async for item in stream:
+            out.append(item)
+            if len(out) == n:
+                break
+        await stream.aclose()
+        return out
+
+    got = asyncio.run(read(8))
+    assert got[0] == "first" and got.index("second") >= 3 and set(got) == {"first", "second", ": beat"}
+    assert got[got.index("second") + 1:] == [": beat"] * (8 - got.index("second") - 1)
+    assert closed == [True]  # closed mid-wait: the inner stream's finally ran
+
+    async def whole() -> list[str]:
+        async def quick() -> Any:
+            for p in ("a", "b"):
+                yield p
+        return [p async for p in exchange.keep_alive(quick(), ": beat")]
+
+    assert asyncio.run(whole()) == ["a", "b"]

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tools import CallSplitter, require_format
-from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
 
@@ -294,7 +294,8 @@ def build(state: Any) -> list[Route]:
         req = job.request
         mid = new_message_id()
         if req.stream:
-            return StreamingResponse(_stream(state, job, req, mid, t0), media_type="text/event-stream",
+            stream = keep_alive(_stream(state, job, req, mid, t0), _sse("ping", {"type": "ping"}))  # Anthropic's own
+            return StreamingResponse(stream, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         watcher = asyncio.create_task(watch_disconnect(request, job))
         try:

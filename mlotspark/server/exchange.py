@@ -3,9 +3,11 @@ leaves, the figures of a finished request."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from starlette.requests import Request
 
@@ -13,6 +15,42 @@ from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
+#: Seconds of silence after which a stream sends a keep-alive: a long prefill sent nothing for
+#: 52-114 s (5k-13k tokens on two cores), past the 30-60 s read timeouts of proxies and clients.
+KEEPALIVE_S = 10.0
+
+
+async def keep_alive(events: AsyncIterator[str], beat: str) -> AsyncIterator[str]:
+    """``events``, with ``beat`` sent after each ``KEEPALIVE_S`` of silence (an SSE comment
+    or ping event, which clients skip). Closing this closes ``events`` (its ``finally``
+    cancels the request when a client leaves).
+
+    Args:
+        events: the stream's text pieces.
+        beat: what to send while ``events`` is silent.
+    """
+    pending: asyncio.Task | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(events.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=KEEPALIVE_S)
+            if not done:
+                yield beat
+                continue
+            task, pending = pending, None
+            try:
+                item = task.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:  # the client left mid-wait: stop the read, then the stream
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(RuntimeError):
+            await events.aclose()
 
 
 async def read_json(request: Request) -> Any:

@@ -22,7 +22,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.server.embeddings import embeddings_response, parse_embeddings
-from mlotspark.server.exchange import MAX_BODY_BYTES, count, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import (
+    MAX_BODY_BYTES,
+    count,
+    keep_alive,
+    read_json,
+    start_job,
+    wait_outcome,
+    watch_disconnect,
+)
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
 from mlotspark.decoding.tools import CallSplitter, require_format
@@ -58,7 +66,7 @@ def build(state: Any) -> list[Route]:
         rid, created = new_id(kind), int(time.time())
         if parsed.stream:
             return StreamingResponse(
-                _sse(state, job, parsed, rid, created, endpoint, t0),
+                keep_alive(_sse(state, job, parsed, rid, created, endpoint, t0), ": keep-alive\n\n"),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
