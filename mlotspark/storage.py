@@ -127,7 +127,11 @@ def ensure_dir(path: Path) -> Path:
     path = Path(path)
     check_no_symlinks(path)
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Each missing directory by itself: ``mkdir(parents=True, mode=...)`` gives the mode to
+        # the last one only, the parents it makes get the umask's (0755: cache/gguf was).
+        missing = [p for p in (path, *path.parents) if not p.exists()]
+        for p in reversed(missing):
+            p.mkdir(exist_ok=True, mode=0o700)
     except OSError as e:
         raise StoreError(f"cannot create directory {path}: {e.strerror}") from e
     return path

@@ -264,3 +264,13 @@ def test_sigkill_at_random_instants_leaves_the_last_completed_turn(tmp_path):
     files.save(files.load())  # the next saves clear what killed writers left behind
     files.snapshots.save(cache, meta.tokens, fingerprint=FP, weights=W)
     assert not temp_files(home)
+
+
+def test_every_directory_the_data_directory_makes_is_private(tmp_path):
+    # mkdir(parents=True, mode=0o700) gives the mode to the last directory only: the parents
+    # it made got the umask's 0755 ($MLOTSPARK_HOME/cache/gguf was one).
+    from mlotspark.storage import ensure_dir
+
+    ensure_dir(tmp_path / "home" / "cache" / "gguf")
+    for d in (tmp_path / "home", tmp_path / "home" / "cache", tmp_path / "home" / "cache" / "gguf"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
