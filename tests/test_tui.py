@@ -432,6 +432,34 @@ def test_the_prefill_line_scrolls_into_view_below_a_long_pasted_prompt():
     drive(app, script)
 
 
+def test_quitting_mid_prefill_keeps_the_message_the_user_sent():
+    # Ctrl+Q during a long first turn: the turn is stopped as Escape stops it, and the app
+    # waits for it to be stored (the user's pasted document with the cut reply) before it
+    # exits and the engine closes; a helper's audit lost the message of a new conversation.
+    gate = threading.Semaphore(0)
+    engine = FakeEngine(gate=gate)
+    app = make_app(engine, poll_s=0.02)
+    stored_at_exit: list = []
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.chat is not None, "the app ready")
+            await type_line(pilot, "a long pasted document")
+            await until(pilot, lambda: app.chat.reply is not None, "the reply")
+            threading.Timer(0.5, gate.release).start()  # the engine notices the stop at its next chunk
+            await pilot.press("ctrl+q")
+        stored_at_exit.extend(m for rec in engine.store.values() for m in rec["messages"])
+
+    try:
+        asyncio.run(main())
+    finally:
+        for _ in range(20):
+            gate.release()
+    assert [m["role"] for m in stored_at_exit] == ["user", "assistant"], stored_at_exit
+    assert stored_at_exit[0]["content"] == "a long pasted document"
+    assert stored_at_exit[1]["finish_reason"] == "cancelled"
+
+
 def test_a_first_time_step_before_the_prefill_shows_in_the_reply_and_the_loading_panel():
     """The ``--cache-kind auto`` probe (or the embedding model's load) runs before the
     prefill: the reply says so; a GGUF conversion shows under the loading line."""

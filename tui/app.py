@@ -13,6 +13,7 @@ slash commands in ``slash.py``; both are mixins of ``ChatApp``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -41,6 +42,7 @@ from tui.widgets import ChatLog, ConversationList, PromptInput, StatsPanel
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often the side panel reads the scheduler
+QUIT_WAIT_S = 30.0  # how long quitting waits for stopped turns to be stored (a 2,048-token prefill chunk)
 
 
 @dataclass
@@ -488,6 +490,14 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             if turn.conv is not None:
                 with contextlib.suppress(Exception):
                     backend.cancel_turn(turn.conv)
+        # A stopped turn stores the user's message (a pasted document, say) and the cut reply
+        # as Escape does; exiting at once closed the engine first and lost them. The engine
+        # stops a prefill at its next chunk: wait that long, not forever.
+        running = [w for w in self.workers if w.group == "turns" and w.is_running]
+        if running:
+            self.notify("Stopping the reply to keep the conversation…", timeout=QUIT_WAIT_S)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in running)), QUIT_WAIT_S)
         self.exit()
 
     def close_engine(self) -> None:
