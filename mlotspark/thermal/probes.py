@@ -55,11 +55,11 @@ __all__ = [
 ]
 
 
-# Sensor chips that measure the CPU/SoC; other chips (NVMe, Wi-Fi, GPU) run hot on
-# their own and would make the governor back off for the wrong reason.
 #: The shortest window ``cpu_others`` is measured over (a shorter one is mostly noise).
 OTHERS_WINDOW_S = 0.2
 
+# Sensor chips that measure the CPU/SoC; other chips (NVMe, Wi-Fi, GPU) run hot on
+# their own and would make the governor back off for the wrong reason.
 _CPU_CHIP_HINTS = ("coretemp", "k10temp", "zenpower", "cpu", "soc", "pkg", "acpitz")
 
 
