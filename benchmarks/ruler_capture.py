@@ -110,15 +110,13 @@ def save(path: Path, cap: Capture, engine: Any, ids: list[int], case: Any, confi
 
 def pinned_by(score: np.ndarray, k: int, before: int, after: int) -> set[int]:
     """The blocks a rule taking the ``k`` best of ``score``, each with ``before`` blocks before
-    it and ``after`` after it (at most ``k`` in all), would pin: the engine's ``lead`` and ``follow``."""
-    n, chosen = len(score), set()
-    for b in np.argsort(-score, kind="stable").tolist():
-        for c in routing.around(b, n, before, after):
-            if len(chosen) < k:
-                chosen.add(c)
-        if len(chosen) >= k:
-            break
-    return chosen
+    it and ``after`` after it (at most ``k`` in all), would pin: the engine's own
+    ``routing.top_blocks`` with ``lead`` and ``follow``."""
+    import mlx.core as mx  # here: mlotspark's own imports load its BLAS before mlx does
+
+    if len(score) <= k:
+        return set(range(len(score)))
+    return set(routing.top_blocks(mx.array(score)[None], k, after, lead=before)[0])
 
 
 def report(path: Path, sharpen: int | None = None, around: tuple[int, int] | None = None) -> str:
