@@ -265,7 +265,12 @@ class Engine:
         Returns:
             ``"cascade"`` or ``"kv"``.
         """
-        return "kv" if self.caches.cascade_for(total_tokens, options or self.defaults) is None else "cascade"
+        return "kv" if self.cascade_for(total_tokens, options) is None else "cascade"
+
+    def cascade_for(self, total_tokens: int, options: GenerationOptions | None = None) -> CascadeConfig | None:
+        """The cascade config ``make_cache(total_tokens, options)`` would run, or None (a
+        KV cache): a kept cascade (a conversation's snapshot) continues with it."""
+        return self.caches.cascade_for(total_tokens, options or self.defaults)
 
     def submit(
         self,

@@ -431,3 +431,34 @@ def test_a_conversation_turn_runs_the_question_pass(engines, tiny_loaded):
     assert turn.stats.extra["cascade"]["question_passes"] == 1
     # Each prompt its own pass; the count is the conversation's caches' (they carry over).
     assert c.send("And then?", **OPTS).stats.extra["cascade"]["question_passes"] == 2
+
+
+def test_a_kept_cascade_continues_with_the_engines_cascade_config(engines, tiny_loaded):
+    """A conversation kept on the cascade, continued by an engine with another cascade
+    config (a restart with another window or top_k, or ``Engine.cascade`` changed), runs
+    with that config from its snapshot; it ran with the saved one before, silently. One
+    whose sinks differ cannot continue: it is re-prefilled, with one warning."""
+    from mlotspark.memory.cascade import CascadeConfig
+
+    def engine(**fields):
+        e = engines(tiny_loaded)
+        e.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+        e.cascade = CascadeConfig.for_model(tiny_loaded.context_length,
+                                            **{**dict(window=32, sinks=4, block_size=8, top_k=2), **fields})
+        return e
+
+    def config(result) -> dict:
+        return result.stats.extra["cascade"]["config"]
+
+    first = engine().conversation("cfg").send("Tell me more about the harbour and its ships. " * 6, **OPTS)
+    assert config(first)["window"] == 32
+    wider = engine(window=64, top_k=3)
+    second = wider.conversation("cfg").send("And then?", **OPTS)
+    assert second.stats.extra["cache_source"] == "snapshot"
+    assert (config(second)["window"], config(second)["top_k"]) == (64, 3)
+    wider.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=48, sinks=4, block_size=8, top_k=2)
+    third = wider.conversation("cfg").send("And then?", **OPTS)  # the warm cache has the old config
+    assert third.stats.extra["cache_source"] == "snapshot" and config(third)["window"] == 48
+    with pytest.warns(SnapshotWarning, match="sinks"):
+        fourth = engine(sinks=8).conversation("cfg").send("And now?", **OPTS)
+    assert fourth.stats.extra["cache_source"] == "none" and config(fourth)["sinks"] == 8

@@ -43,6 +43,7 @@ class FakeInfo:
 class FakeEntry:
     id: int
     text: str
+    superseded_by: int | None = None
 
 
 @dataclass
@@ -72,6 +73,9 @@ class FakeMemory:
 
     def get(self, entry_id: int) -> FakeEntry | None:
         return self.entries.get(entry_id)
+
+    def superseded_by(self, entry_id: int) -> list[FakeEntry]:
+        return [e for e in self.entries.values() if e.superseded_by == entry_id]
 
     def list(self, limit: int | None = None) -> list[FakeEntry]:
         return list(self.entries.values())[:limit]
@@ -252,6 +256,9 @@ class FakeEngine:
 
     def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
         return "kv"
+
+    def cascade_for(self, total_tokens: int, options: GenerationOptions | None = None) -> Any:
+        return None
 
     def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)

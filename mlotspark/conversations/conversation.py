@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.conversations.host import ConversationHost
@@ -312,9 +313,10 @@ class Conversation:
         prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
         # A conversation that passes the context moves from a KV cache to the cascade:
         # only caches of the kind this turn runs under can continue it.
-        kind = self.engine.cache_kind_for(len(prompt_ids), merged)
+        cascade = self.engine.cascade_for(len(prompt_ids), merged)
+        kind = "kv" if cascade is None else "cascade"
         t0 = time.perf_counter()
-        cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids, kind))
+        cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids, kind, cascade))
         if "cache_switch" in notes:
             context = self.engine.loaded.context_length
             notes["cache_switch"] = (
@@ -332,20 +334,25 @@ class Conversation:
         self._turn = turn
         return turn
 
-    def _prepare_cache(self, ids: list[int], kind: str = "kv") -> tuple[list | None, int, str, dict]:
+    def _prepare_cache(self, ids: list[int], kind: str = "kv",
+                       cascade: CascadeConfig | None = None) -> tuple[list | None, int, str, dict]:
         """[engine thread] The cache of ``kind`` (``kv`` / ``cascade``) sharing the longest
         prefix with ``ids``, cut to it. A kept cache of the other kind is left unused
-        (``notes["cache_switch"]``: the tokens it held)."""
+        (``notes["cache_switch"]``: the tokens it held). A kept cascade continues with
+        ``cascade``, the engine's config now, not the one it was saved with (a warm one
+        of another config is dropped: the snapshot is restored with this one)."""
         p, notes = self._p, {}
         limit = len(ids) - 1  # at least one token must run to get the next one's logits
         warm, self._cache, warm_tokens = self._cache, None, self._cache_tokens
         self._cache_tokens = []  # the cache is the running turn's now
         candidates: list[tuple[int, str]] = []
         if warm is not None:
-            if _kind_of(warm) == kind:
-                candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
-            else:
+            if _kind_of(warm) != kind:
                 notes["cache_switch"] = len(warm_tokens)
+            elif cascade is not None and warm[0].config != cascade:
+                warm = None  # the engine's cascade changed since (``Engine.cascade``)
+            else:
+                candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
         meta = None
         if p.config.snapshots:
             try:
@@ -369,7 +376,7 @@ class Conversation:
                 try:
                     fp, weights = p.model_identity()
                     meta, cache = self.files.snapshots.load(
-                        fingerprint=fp, weights=weights, n_layers=p.n_layers, kind=kind
+                        fingerprint=fp, weights=weights, n_layers=p.n_layers, kind=kind, cascade=cascade
                     )
                     p.counters["restored"] += 1
                     self._snapshot_revision = meta.revision
@@ -378,7 +385,7 @@ class Conversation:
                     notes["snapshot_refused"] = self._refuse(e)
                     cache = None
             else:
-                cache = p.prefix_cache.take(hit)
+                cache = p.prefix_cache.take(hit, cascade=cascade)
             if cache is not None and cache_offset(cache) == n:
                 p.counters[source] += 1
                 return cache, n, source, notes

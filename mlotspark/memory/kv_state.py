@@ -130,14 +130,21 @@ def capture(cache: Sequence[Any], start: int = 0) -> CacheState:
     return CacheState("cascade", layers, 0, end, dict(layers[0][1].get("config", {})))
 
 
-def restore(segments: Sequence[CacheState]) -> list:
+def restore(segments: Sequence[CacheState], cascade: CascadeConfig | None = None) -> list:
     """Per-layer caches holding the tokens of ``segments`` (consecutive, from token 0).
 
     The arrays are copied by slicing, so the states can be restored again later
     (the prefix cache keeps one state and restores it many times).
 
+    Args:
+        segments: the states, in token order.
+        cascade: the config a ``cascade`` state runs with from now on (the engine's for
+            this request; its sinks, block size and summaries must match the saved
+            ones); None = the saved config.
+
     Raises:
-        SnapshotError: segments that do not fit together or an incomplete state.
+        SnapshotError: segments that do not fit together, an incomplete state, or a
+            cascade state that ``cascade`` cannot continue.
     """
     if not segments:
         raise SnapshotError("no cache state to restore")
@@ -152,10 +159,12 @@ def restore(segments: Sequence[CacheState]) -> list:
     if kind == "cascade":
         if len(segments) != 1:
             raise SnapshotError("a cascade state is one segment")
-        try:
-            config = CascadeConfig.from_dict(segments[0].config)
-        except ValueError as e:
-            raise SnapshotError(f"bad cascade config in state: {e}") from e
+        config = cascade
+        if config is None:
+            try:
+                config = CascadeConfig.from_dict(segments[0].config)
+            except ValueError as e:
+                raise SnapshotError(f"bad cascade config in state: {e}") from e
         return restore_cascade_cache(segments[0].layers, config)
     n_layers = len(segments[0].layers)
     if any(len(s.layers) != n_layers for s in segments):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.memory.kv_state import CacheState, evaluate, restore, state_of_prefix
 from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.memory.snapshots import SnapshotWarning, common_prefix, read_state, write_state
@@ -141,15 +142,27 @@ class PrefixCache:
             self.counters.misses += 1
         return best
 
-    def take(self, hit: PrefixHit) -> list | None:
+    def take(self, hit: PrefixHit, cascade: CascadeConfig | None = None) -> list | None:
         """A fresh cache holding the hit's tokens (the entry itself is untouched).
+
+        Args:
+            hit: what ``lookup`` found.
+            cascade: the config a cascade entry continues with (``kv_state.restore``;
+                None = the one it was kept with).
 
         Returns:
             The per-layer caches, or None when the entry cannot be cut to the
-            match (a cascade entry matched partly): counted as a miss then.
+            match (a cascade entry matched partly) or ``cascade`` cannot continue
+            it (other sinks or block size): counted as a miss then.
         """
         state = state_of_prefix(hit.entry.state, hit.tokens)
-        if state is None:
+        try:
+            cache = None if state is None else restore([state], cascade=cascade)
+        except SnapshotError:
+            if cascade is None:
+                raise
+            cache = None
+        if cache is None:
             self.counters.misses += 1
             return None
         e = hit.entry
@@ -159,7 +172,7 @@ class PrefixCache:
         self.counters.hits += 1
         self.counters.tokens_saved += hit.tokens
         self._dirty = True
-        return restore([state])
+        return cache
 
     def add(self, tokens: Sequence[int], state: CacheState) -> bool:
         """Keep ``state`` (a whole-sequence state of ``tokens``) as a prefix entry.

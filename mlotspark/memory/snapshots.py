@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 import numpy as np
 
+from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.memory.kv_state import CacheState, cache_kind, capture, evaluate, restore
 from mlotspark.errors import SnapshotError, StoreError
 from mlotspark.storage import atomic_path, check_no_symlinks, ensure_dir, write_json
@@ -387,7 +388,8 @@ class SnapshotStore:
         )
 
     def load(
-        self, *, fingerprint: str, weights: str, n_layers: int | None = None, kind: str | None = None
+        self, *, fingerprint: str, weights: str, n_layers: int | None = None, kind: str | None = None,
+        cascade: CascadeConfig | None = None,
     ) -> tuple[SnapshotMeta, list]:
         """Restore the cache from disk.
 
@@ -395,6 +397,8 @@ class SnapshotStore:
             fingerprint, weights: the loaded model's; anything else is refused.
             n_layers: the model's layer count (checked when given).
             kind: the cache kind the engine runs (``kv`` / ``cascade``; checked when given).
+            cascade: the ``CascadeConfig`` a cascade snapshot continues with (the
+                engine's now); None = the one it was saved with (``kv_state.restore``).
 
         Returns:
             ``(meta, cache)``: the per-layer caches hold ``meta.tokens``.
@@ -410,7 +414,7 @@ class SnapshotStore:
             raise SnapshotError(f"snapshot {self.meta_path} holds a {meta.kind} cache; the engine runs {kind}")
         if n_layers is not None and meta.n_layers != n_layers:
             raise SnapshotError(f"snapshot {self.meta_path} has {meta.n_layers} layers, the model {n_layers}")
-        cache = restore([self._read_segment(meta, s) for s in meta.segments])
+        cache = restore([self._read_segment(meta, s) for s in meta.segments], cascade=cascade)
         got = int(getattr(cache[0], "offset", -1))
         if got != len(meta.tokens):
             raise SnapshotError(f"snapshot {self.meta_path} restored {got} tokens, it lists {len(meta.tokens)}")
