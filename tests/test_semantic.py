@@ -278,6 +278,26 @@ def test_import_accepts_strings_and_rejects_bad_files_whole(store, tmp_path):
     assert sorted(e.text for e in store.list()) == ["I live in Ghent.", "I speak Dutch."]
 
 
+def test_a_long_import_and_a_reembed_report_their_progress(store, tmp_path):
+    """1,000 entries take minutes with a sentence embedder: the steps say how far they are."""
+    from mlotspark import steps
+
+    (tmp_path / "many.json").write_text(json.dumps([f"Item {i} is kept in drawer {i}." for i in range(200)]))
+    events: list = []
+    stop = steps.listen(events.append)
+    try:
+        assert store.import_json(tmp_path / "many.json") == 200
+        with SemanticStore(store.path, HashingEmbedder(dim=256)) as other:  # another embedder: re-embeds all
+            assert other.stats()["stale_vectors"] == 0
+    finally:
+        stop()
+    last = {e.name: e for e in events}
+    for name in ("embedding 200 entries from many.json", "adding 200 entries from many.json",
+                 "re-embedding 200 memory entries with hashing-v1-256"):
+        assert last[name].finished and last[name].done == last[name].total == 200, name
+    assert sum(e.name.startswith("adding") and not e.finished for e in events) > 2  # it moves as it goes
+
+
 # -- files and safety -----------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from model_cache import MODEL_CACHE
 from mlotspark.memory.semantic import MiniLMEmbedder, MPNetEmbedder, SemanticStore, learn_turn
+from mlotspark.errors import StoreError
 from mlotspark.memory.semantic.database import _MIGRATIONS
 from mlotspark.memory.semantic.updates import holders, restates, retraction, subject, supersedes
 from mlotspark.models import bundles
@@ -229,3 +230,45 @@ def test_memory_list_shows_both_with_dates(capsys):
     assert main(["memory", "list", "--json"]) == 0
     listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
     assert listed[old]["superseded_by"] == new and listed[new]["superseded_by"] is None and listed[old]["superseded"]
+
+
+def test_export_then_import_elsewhere_keeps_superseded_marks_and_dates(store, tmp_path):
+    """A backup keeps its history: imported where the rules would decide otherwise (word
+    hashing marks nothing here; the topic stub would mark what the file has current)."""
+    from mlotspark.memory.semantic import HashingEmbedder
+
+    old = store.remember("I live in Utrecht.")
+    new = store.remember("I moved to Porto last month.")
+    original = store.get(old)
+    assert original.superseded_by == new
+    out = tmp_path / "memory.json"
+    store.export_json(out)
+    with SemanticStore(tmp_path / "hashing.db", HashingEmbedder()) as other:
+        assert other.import_json(out) == 2
+        by_text = {e.text: e for e in other.list()}
+        moved, lived = by_text["I moved to Porto last month."], by_text["I live in Utrecht."]
+        assert lived.superseded_by == moved.id and lived.superseded == original.superseded
+        assert lived.created == original.created and moved.current
+        assert all(h.text != "I live in Utrecht." for h in other.search("Where do I live?"))
+        other.forget(moved.id)  # Utrecht current again; Porto re-added as current too, unmarked
+        other.remember("I moved to Porto last month.")
+        other.export_json(out)
+    with SemanticStore(tmp_path / "topics.db", TopicEmbedder()) as again:
+        assert again.import_json(out) == 2
+        assert all(e.current for e in again.list())  # the file's "current" wins over the rules
+
+
+def test_a_version_1_file_or_a_dangling_mark_leaves_the_rules_to_decide(store, tmp_path):
+    doc = {"format": "mlotspark-semantic-memory", "version": 1,
+           "entries": [{"text": "I live in Utrecht.", "created": 1.0}, {"text": "I moved to Porto last month.", "created": 2.0}]}
+    (tmp_path / "v1.json").write_text(json.dumps(doc))
+    assert store.import_json(tmp_path / "v1.json") == 2
+    marks = {e.text: e.superseded_by for e in store.list()}
+    assert marks["I live in Utrecht."] is not None and marks["I moved to Porto last month."] is None
+    for bad, match in ((dict(doc, version=3), "version 3"),
+                       (dict(doc, version=2, entries=[{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]), "id 1 is used twice"),
+                       (dict(doc, version=2, entries=[{"id": 1, "text": "a", "superseded": "then"}]), "superseded time 'then'")):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(StoreError, match=match):
+            store.import_json(tmp_path / "bad.json")
+

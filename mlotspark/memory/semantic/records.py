@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from mlotspark.options import check_text
 MAX_TEXT_CHARS = 2000  # an entry is a fact, not a document; keeps the prompt section short
 MAX_META_BYTES = 16384
 EXPORT_FORMAT = "mlotspark-semantic-memory"
+EXPORT_VERSION = 2  # 2: entries carry id, superseded_by and superseded (1 had neither: read as all current)
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,20 @@ class Hit:
 
 @dataclass(frozen=True)
 class NewEntry:
-    """A checked entry on its way in (from ``remember`` or an import file)."""
+    """A checked entry on its way in (from ``remember`` or an import file).
+
+    An exported entry also carries its id in the file (``ref``) and, when superseded,
+    the file id of the entry that replaced it and when, so an import keeps the history.
+    """
 
     text: str
     source: str
     conversation: str | None
     meta_json: str
     created: float
+    ref: int | None = None
+    superseded_by: int | None = None
+    superseded: float | None = None
 
 
 ENTRY_COLUMNS = "id, text, source, conversation, meta, created, superseded_by, superseded"
@@ -168,14 +176,16 @@ def export_document(entries: list[Entry]) -> dict[str, Any]:
         entries: the entries, in id order.
 
     Returns:
-        ``{"format", "version", "exported", "entries": [{text, source, conversation, meta, created}]}``.
+        ``{"format", "version", "exported", "entries": [{id, text, source, conversation, meta, created,
+        superseded_by, superseded}]}``: ids only link entries within the file (an import gives new ones).
     """
     return {
         "format": EXPORT_FORMAT,
-        "version": 1,
+        "version": EXPORT_VERSION,
         "exported": time.time(),
         "entries": [
-            {"text": e.text, "source": e.source, "conversation": e.conversation, "meta": e.meta, "created": e.created}
+            {"id": e.id, "text": e.text, "source": e.source, "conversation": e.conversation, "meta": e.meta,
+             "created": e.created, "superseded_by": e.superseded_by, "superseded": e.superseded}
             for e in entries
         ],
     }
@@ -196,25 +206,39 @@ def parse_import(path: Path, doc: Any) -> list[NewEntry]:
     """
     if isinstance(doc, dict) and doc.get("format", EXPORT_FORMAT) != EXPORT_FORMAT:
         raise StoreError(f"cannot import {path}: format {doc.get('format')!r}, expected {EXPORT_FORMAT!r}")
+    version = doc.get("version", 1) if isinstance(doc, dict) else 1
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= EXPORT_VERSION:
+        raise StoreError(f"cannot import {path}: version {version!r}; this mlotspark reads 1 to {EXPORT_VERSION}")
     items = doc.get("entries") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         raise StoreError(f"cannot import {path}: expected a list of entries or {{'entries': [...]}}")
-    parsed = []
+    parsed: list[NewEntry] = []
+    refs: set[int] = set()
     for i, item in enumerate(items):
         try:
             if isinstance(item, str):
                 item = {"text": item}
             if not isinstance(item, dict):
                 raise OptionError(f"expected a string or an object, got {item!r}")
-            parsed.append(
-                check_entry(
-                    item.get("text"),
-                    item.get("source", "import"),
-                    item.get("conversation"),
-                    item.get("meta"),
-                    item.get("created"),
-                )
+            new = check_entry(
+                item.get("text"),
+                item.get("source", "import"),
+                item.get("conversation"),
+                item.get("meta"),
+                item.get("created"),
             )
+            ref, by, when = (item.get(k) for k in ("id", "superseded_by", "superseded"))
+            ref = None if ref is None else check_int(ref, "id")
+            if ref is not None and ref in refs:
+                raise OptionError(f"id {ref} is used twice in the file")
+            by = None if by is None else check_int(by, "superseded_by")
+            if when is not None and (isinstance(when, bool) or not isinstance(when, (int, float))
+                                     or not math.isfinite(when)):
+                raise OptionError(f"invalid superseded time {when!r}: use a Unix time")
+            if ref is not None:
+                refs.add(ref)
+                new = replace(new, ref=ref, superseded_by=by, superseded=None if when is None else float(when))
+            parsed.append(new)
         except OptionError as e:
             raise StoreError(f"cannot import {path}: entries[{i}]: {e}") from e
     return parsed

@@ -18,6 +18,7 @@ from typing import Callable, ContextManager
 
 import numpy as np
 
+from mlotspark import steps
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
 
@@ -54,7 +55,8 @@ def reembed_missing(conn: sqlite3.Connection, write: Write, embedder: Embedder, 
     """Give every entry without a vector from ``embedder`` one.
 
     Entries are embedded ``batch`` at a time, each batch in its own transaction, so
-    a large store makes progress even if it is interrupted (the next open goes on).
+    a large store makes progress even if it is interrupted (the next open goes on);
+    each batch advances a ``mlotspark.steps`` step (the CLI's status line shows it).
 
     Args:
         conn: the store's connection (for reading).
@@ -66,25 +68,31 @@ def reembed_missing(conn: sqlite3.Connection, write: Write, embedder: Embedder, 
         How many entries were embedded.
     """
     name, dim = embedder.name, embedder.dim
-    done = 0
-    while True:
-        rows = conn.execute(
-            """SELECT e.id, e.text FROM entries e WHERE NOT EXISTS (
+    missing = """FROM entries e WHERE NOT EXISTS (
                    SELECT 1 FROM vectors v WHERE v.entry_id = e.id AND v.embedder = ?
-                   AND v.dim = ? AND length(v.vec) = ?) ORDER BY e.id LIMIT ?""",
-            (name, dim, 4 * dim, batch),
-        ).fetchall()
-        if not rows:
-            return done
-        vecs = checked_embed(embedder, [r[1] for r in rows])
-        with write() as c:
-            # An entry forgotten by another process meanwhile gets no orphan vector.
-            c.executemany(
-                "INSERT OR REPLACE INTO vectors (entry_id, embedder, dim, vec) "
-                "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ?)",
-                [(r[0], name, dim, v.astype("<f4").tobytes(), r[0]) for r, v in zip(rows, vecs)],
-            )
-        done += len(rows)
+                   AND v.dim = ? AND length(v.vec) = ?)"""
+    todo = conn.execute(f"SELECT count(*) {missing}", (name, dim, 4 * dim)).fetchone()[0]
+    if not todo:
+        return 0
+    done = 0
+    # A store switched to a sentence embedder takes seconds per hundred entries: say so.
+    with steps.step(f"re-embedding {todo} memory entries with {name}", total=todo, unit="entries") as s:
+        while True:
+            rows = conn.execute(
+                f"SELECT e.id, e.text {missing} ORDER BY e.id LIMIT ?", (name, dim, 4 * dim, batch)
+            ).fetchall()
+            if not rows:
+                return done
+            vecs = checked_embed(embedder, [r[1] for r in rows])
+            with write() as c:
+                # An entry forgotten by another process meanwhile gets no orphan vector.
+                c.executemany(
+                    "INSERT OR REPLACE INTO vectors (entry_id, embedder, dim, vec) "
+                    "SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ?)",
+                    [(r[0], name, dim, v.astype("<f4").tobytes(), r[0]) for r, v in zip(rows, vecs)],
+                )
+            done += len(rows)
+            s.advance(len(rows))
 
 
 __all__ = ["insert_vector", "load_vectors", "reembed_missing"]

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from mlotspark import steps
 from mlotspark.errors import OptionError
 from mlotspark.storage import FileLock
 from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, guarded as _guarded, open_database, sidecar
@@ -54,8 +55,10 @@ from mlotspark.memory.semantic.records import (
 )
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
-from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import
+from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import, restore_marks
 from mlotspark.memory.semantic.updates import retraction
+
+_IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
 
 
 class SemanticStore:
@@ -271,7 +274,7 @@ class SemanticStore:
         return [hits[0].entry]
 
     @_guarded
-    def reembed(self, batch: int = 256) -> int:
+    def reembed(self, batch: int = 64) -> int:
         """Give every entry a vector from the current embedder.
 
         Entries written under another embedder (or with a damaged blob) have none;
@@ -279,7 +282,7 @@ class SemanticStore:
         vectors are kept, so switching back costs nothing.
 
         Args:
-            batch: entries embedded per transaction.
+            batch: entries embedded per transaction (default 64: progress moves every few seconds).
 
         Returns:
             How many entries were embedded.
@@ -442,7 +445,9 @@ class SemanticStore:
         """Add the entries of a file written by ``export_json`` (or a JSON list of strings).
 
         All or nothing: the file is checked first and added in one transaction.
-        Duplicates of existing entries, and within the file, are skipped.
+        Duplicates of existing entries, and within the file, are skipped. Superseded
+        marks in the file are kept (``transfer.restore_marks``). Progress is reported as
+        ``mlotspark.steps`` (embedding, then adding).
 
         Args:
             path: the file to read.
@@ -457,12 +462,23 @@ class SemanticStore:
         path = not_own_file(self.path, path, "import from")
         with self._file_lock:
             items = read_import(path)
-            vecs = checked_embed(self.embedder, [it.text for it in items])
-            added = 0
-            with self._write() as conn:
+            n = len(items)
+            # A sentence embedder takes seconds per hundred entries: a long import shows where it is.
+            with steps.step(f"embedding {n} entries from {path.name}", total=n, unit="entries") as s:
+                vecs = []
+                for start in range(0, n, _IMPORT_CHUNK):
+                    vecs.extend(checked_embed(self.embedder, [it.text for it in items[start : start + _IMPORT_CHUNK]]))
+                    s.advance(min(_IMPORT_CHUNK, n - start))
+            added, ids = 0, []
+            with steps.step(f"adding {n} entries from {path.name}", total=n, unit="entries") as s, \
+                    self._write() as conn:
                 for new, vec in zip(items, vecs):
-                    added += self._insert(conn, new, vec)[1]
-        self._deduplicated += len(items) - added
+                    entry_id, inserted = self._insert(conn, new, vec)
+                    ids.append(entry_id)
+                    added += inserted
+                    s.advance()
+                restore_marks(conn, items, ids)  # the file's history, whatever the rules made of it
+        self._deduplicated += n - added
         return added
 
     # -- stats and lifetime ------------------------------------------------------------------

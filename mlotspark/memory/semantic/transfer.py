@@ -48,4 +48,34 @@ def read_import(path: Path) -> list[NewEntry]:
     return parse_import(path, doc)
 
 
-__all__ = ["export_entries", "not_own_file", "read_import"]
+def restore_marks(conn: sqlite3.Connection, items: list[NewEntry], ids: list[int]) -> None:
+    """The file's superseded marks, on the entries its items became (inside the import's transaction).
+
+    Importing runs the update rules as remembering does, but they depend on the embedder:
+    the file's own history wins for its entries. An entry the file marks superseded by
+    another of its entries is marked so (with the file's time); one the file has current
+    loses a mark the rules gave it from another entry of the same file. An item without
+    an id (a list of strings, a version 1 file) keeps what the rules decided.
+
+    Args:
+        conn: the store's connection, in a write transaction.
+        items: the checked items, in file order.
+        ids: the store id each item became (a new entry or the duplicate it matched).
+    """
+    by_ref = {it.ref: i for it, i in zip(items, ids) if it.ref is not None}
+    created = {i: it.created for it, i in zip(items, ids)}
+    ours = sorted(set(by_ref.values()))
+    for it, entry_id in zip(items, ids):
+        if it.ref is None:
+            continue
+        newer = by_ref.get(it.superseded_by) if it.superseded_by is not None else None
+        if newer is not None and newer != entry_id:
+            when = it.superseded if it.superseded is not None else created[newer]
+            conn.execute("UPDATE entries SET superseded_by = ?, superseded = ? WHERE id = ?", (newer, when, entry_id))
+        elif it.superseded_by is None:
+            marks = ",".join("?" * len(ours))
+            conn.execute(f"UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE id = ? "
+                         f"AND superseded_by IN ({marks})", (entry_id, *ours))
+
+
+__all__ = ["export_entries", "not_own_file", "read_import", "restore_marks"]
