@@ -1,5 +1,6 @@
 """``mlotspark memory`` says what it did: forget confirms or refuses before deleting
-anything, add names a duplicate's id, search hides weak hits unless ``--all``."""
+anything, add names a duplicate's id, search hides weak hits unless ``--all``, reindex
+counts what it re-embedded."""
 
 from __future__ import annotations
 
@@ -50,3 +51,15 @@ def test_search_hides_weak_hits_unless_all(capsys):
     assert [h["text"] for h in json.loads(out)] == ["My sister's name is Ilse.", "The bakery on the corner opens at seven."]
     _, out, _ = out_of(capsys, "search", "quantum chromodynamics")
     assert "nothing found above relevance" in out and "--all" in out
+
+
+def test_reindex_after_switching_embedder_counts_the_entries_it_embedded(capsys, monkeypatch):
+    out_of(capsys, "add", "My sister's name is Ilse.")
+    out_of(capsys, "add", "I play the cello.")
+    from mlotspark.memory.semantic import HashingEmbedder, store
+
+    monkeypatch.setattr(store, "default_embedder", lambda: HashingEmbedder(dim=256))  # "another embedder"
+    code, out, _ = out_of(capsys, "reindex")
+    assert code == 0 and out.strip() == "2 entries re-embedded with hashing-v1-256; 2 in the store"
+    code, out, _ = out_of(capsys, "reindex")
+    assert out.strip() == "0 entries re-embedded with hashing-v1-256; 2 in the store"

@@ -272,3 +272,15 @@ def test_a_version_1_file_or_a_dangling_mark_leaves_the_rules_to_decide(store, t
         with pytest.raises(StoreError, match=match):
             store.import_json(tmp_path / "bad.json")
 
+
+def test_adding_a_superseded_fact_again_says_it_is_still_replaced(capsys):
+    from mlotspark.cli import main
+    from mlotspark.memory.semantic.database import default_path
+
+    with SemanticStore(default_path(), TopicEmbedder()) as s:
+        old = s.remember("I live in Utrecht.")
+        new = s.remember("I moved to Porto last month.")
+    assert main(["memory", "add", "I live in Utrecht."]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"already remembered as #{old}: I live in Utrecht.  [superseded by #{new} on 20")
+    assert f"`memory forget {new}` makes it current" in out

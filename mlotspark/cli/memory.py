@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     # Re-embedding entries written by another embedder loads MiniLM: only where needed.
     # Its first load is a step of seconds: a status line says so (on a terminal).
     status = StatusLine("") if action in _EMBEDDING_ACTIONS else contextlib.nullcontext()
-    with status, SemanticStore(reembed=action in _EMBEDDING_ACTIONS) as store:
+    # reindex re-embeds itself, so that it counts what it did (opening would do it first, silently).
+    with status, SemanticStore(reembed=action in _EMBEDDING_ACTIONS and action != "reindex") as store:
         if action == "list":
             entries = store.list(limit=args.limit)
             if args.json:
@@ -99,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
             entry_id = store.remember(args.text, source="user")
             if len(store) == before:  # remember() returns the existing entry's id for a duplicate
                 existing = store.get(entry_id)
-                print(f"already remembered as #{entry_id}: {existing.text if existing else args.text}")
+                line = f"already remembered as #{entry_id}: {existing.text if existing else args.text}"
+                if existing is not None and existing.superseded_by is not None:  # said again, still replaced
+                    line += (f"  [superseded by #{existing.superseded_by} on {_when(existing.superseded)}:"
+                             f" `memory forget {existing.superseded_by}` makes it current]")
+                print(line)
             else:
                 print(f"remembered #{entry_id}: {args.text.strip()}")
                 for old in store.superseded_by(entry_id):
