@@ -524,3 +524,29 @@ def test_a_streaming_reply_writes_its_pieces_in_batches_and_all_of_them():
             assert app.query_one(Markdown).source == "Hello, world! Bye."
 
     asyncio.run(body())
+
+
+def test_remember_names_a_duplicate_and_memory_marks_superseded_entries(tmp_path):
+    from test_semantic_updates import TopicEmbedder
+
+    from mlotspark.memory.semantic import SemanticStore
+
+    engine = fake_with_history()
+    engine.memory = SemanticStore(tmp_path / "m.db", TopicEmbedder())  # the real store: its ids and marks
+    app = make_app(engine, model_lister=lambda: [])
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "/remember I live in Utrecht.")
+        assert notes(app)[-1] == "remembered #1: I live in Utrecht."
+        await type_line(pilot, "/remember I moved to Porto last month.")
+        assert notes(app)[-1] == "remembered #2: I moved to Porto last month.\n  supersedes #1: I live in Utrecht."
+        await type_line(pilot, "/remember i live in utrecht")  # said again: the entry it has, still replaced
+        assert notes(app)[-1] == "already remembered as #1: I live in Utrecht.  (superseded by #2)"
+        await type_line(pilot, "/memory")
+        assert "#1  I live in Utrecht.  (superseded by #2)" in notes(app)[-1]
+        assert "#2  I moved to Porto last month.\n" in notes(app)[-1] + "\n"
+
+    try:
+        drive(app, script)
+    finally:
+        engine.memory.close()

@@ -20,6 +20,11 @@ from tui.tools import load_tools, split_reply, stored_format
 MEMORY_LIST = 20  # entries /memory shows
 
 
+def _replaced(entry: Any) -> str:
+    """`` (superseded by #N)`` for an entry a newer one replaced, else ""."""
+    return f"  (superseded by #{entry.superseded_by})" if getattr(entry, "superseded_by", None) else ""
+
+
 class SlashCommands:
     """Slash command handlers, mixed into ``ChatApp``."""
 
@@ -99,9 +104,18 @@ class SlashCommands:
 
     # -- semantic memory --------------------------------------------------------------
     async def command_remember(self, cmd: Command) -> None:
+        store = self.engine.memory
+        before = len(store)
         entry = self.engine.remember(cmd.argument)
         self.tiers_stale = True
-        await self.say(f"remembered #{entry}: {cmd.argument}")
+        if len(store) == before:  # remember() gives a duplicate the id it already has
+            known = store.get(entry)
+            await self.say(f"already remembered as #{entry}: {known.text if known else cmd.argument.strip()}"
+                           + _replaced(known))
+            return
+        lines = [f"remembered #{entry}: {cmd.argument.strip()}"]
+        lines += [f"  supersedes #{old.id}: {old.text}" for old in store.superseded_by(entry)]
+        await self.say("\n".join(lines))
 
     async def command_forget(self, cmd: Command) -> None:
         if self.engine.forget(cmd.value):
@@ -118,7 +132,7 @@ class SlashCommands:
             head = f"memory matching {cmd.argument!r}:"
         else:
             entries = store.list(limit=MEMORY_LIST)
-            lines = [f"#{e.id}  {e.text}" for e in entries]
+            lines = [f"#{e.id}  {e.text}{_replaced(e)}" for e in entries]
             head = f"memory ({len(store)} entries):"
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
 
