@@ -273,7 +273,7 @@ def test_a_version_1_file_or_a_dangling_mark_leaves_the_rules_to_decide(store, t
             store.import_json(tmp_path / "bad.json")
 
 
-def test_adding_a_superseded_fact_again_says_it_is_still_replaced(capsys):
+def test_adding_a_superseded_fact_again_says_it_is_still_replaced_and_forget_says_what_returns(capsys):
     from mlotspark.cli import main
     from mlotspark.memory.semantic.database import default_path
 
@@ -284,3 +284,6 @@ def test_adding_a_superseded_fact_again_says_it_is_still_replaced(capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"already remembered as #{old}: I live in Utrecht.  [superseded by #{new} on 20")
     assert f"`memory forget {new}` makes it current" in out
+    assert main(["memory", "forget", str(new)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"forgot #{new}: I moved to Porto last month.",
+                                                    f"  #{old} is current again: I live in Utrecht."]

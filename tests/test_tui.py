@@ -526,7 +526,7 @@ def test_a_streaming_reply_writes_its_pieces_in_batches_and_all_of_them():
     asyncio.run(body())
 
 
-def test_remember_names_a_duplicate_and_memory_marks_superseded_entries(tmp_path):
+def test_remember_names_a_duplicate_memory_marks_superseded_entries_and_forget_what_returns(tmp_path):
     from test_semantic_updates import TopicEmbedder
 
     from mlotspark.memory.semantic import SemanticStore
@@ -545,6 +545,8 @@ def test_remember_names_a_duplicate_and_memory_marks_superseded_entries(tmp_path
         await type_line(pilot, "/memory")
         assert "#1  I live in Utrecht.  (superseded by #2)" in notes(app)[-1]
         assert "#2  I moved to Porto last month.\n" in notes(app)[-1] + "\n"
+        await type_line(pilot, "/forget 2")
+        assert notes(app)[-1] == "forgot #2\n  #1 is current again: I live in Utrecht."
 
     try:
         drive(app, script)

@@ -118,9 +118,11 @@ class SlashCommands:
         await self.say("\n".join(lines))
 
     async def command_forget(self, cmd: Command) -> None:
+        older = self.engine.memory.superseded_by(cmd.value)  # forgetting an update undoes it
         if self.engine.forget(cmd.value):
             self.tiers_stale = True
-            await self.say(f"forgot #{cmd.value}")
+            back = [f"  #{o.id} is current again: {o.text}" for o in older]
+            await self.say("\n".join([f"forgot #{cmd.value}", *back]))
         else:
             await self.say(f"/forget: no memory entry #{cmd.value}", error=True)
 

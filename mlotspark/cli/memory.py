@@ -57,8 +57,12 @@ def forget(store: Any, ids: list[int]) -> None:
     if missing:
         raise StoreError(f"no memory entry with id {', '.join(missing)}: nothing deleted")
     for i, e in entries.items():
+        older = store.superseded_by(i)  # forgetting an update undoes it: say what is current again
         store.forget(i)
         print(f"forgot #{i}: {e.text}")
+        for o in older:
+            if o.id not in entries and store.get(o.id) is not None:
+                print(f"  #{o.id} is current again: {o.text}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("memory", help="list, search, add, forget, export, import or reindex semantic memory",
-                       description="The semantic memory store: what the assistant remembers across conversations.")
+                       description="The semantic memory store: what the assistant remembers across conversations, "
+                                   "in $MLOTSPARK_HOME/memory/semantic.db. `ACTION --help` says more.",
+                       epilog="$MLOTSPARK_EMBEDDER picks the embedder: auto (default: mpnet, else minilm when "
+                              "pulled, else hashing), hashing, minilm or mpnet; `mlotspark info` names the one in use.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     a = actions.add_parser("list", help="entries, newest first (superseded ones marked)",
@@ -146,7 +153,8 @@ def register(sub: Any) -> None:
     a.add_argument("text", help="the fact to remember")
 
     a = actions.add_parser("forget", help="delete entries by id (none if one id is unknown)",
-                           description="Delete entries by id; if one id is unknown, nothing is deleted.")
+                           description="Delete entries by id; if one id is unknown, nothing is deleted. "
+                                       "Forgetting an update makes the entry it superseded current again.")
     a.add_argument("ids", type=int, nargs="+", metavar="ID", help="an entry's id, as list and search show it")
 
     a = actions.add_parser("export", help="write every entry to a JSON file",
@@ -154,8 +162,9 @@ def register(sub: Any) -> None:
     a.add_argument("file", help="the JSON file to write")
 
     a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)",
-                           description="Add the entries of a JSON file: one written by export, or a JSON "
-                                       "list of strings.")
+                           description="Add the entries of a JSON file: one written by export (superseded "
+                                       "marks and dates kept), or a JSON list of strings. All or nothing; "
+                                       "duplicates are skipped.")
     a.add_argument("file", help="the JSON file to read")
 
     actions.add_parser("reindex", help="give every entry a vector from the current embedder "
