@@ -346,6 +346,14 @@ def test_not_a_database_is_a_store_error(tmp_path):
     assert path.read_bytes() == b"this is not sqlite" * 100
 
 
+def test_a_store_whose_wal_cannot_be_made_says_where_to_look(tmp_path):
+    path = tmp_path / "m.db"
+    SemanticStore(path).close()
+    (tmp_path / "m.db-wal").mkdir()  # as an unwritable directory would: SQLite cannot open its WAL
+    with pytest.raises(StoreError, match=f"m.db: unable to open database file .*m.db-wal.*is {tmp_path} writable"):
+        SemanticStore(path)
+
+
 def _writer(path: str, tag: str, n: int, barrier) -> None:
     barrier.wait()  # open and write at the same instant as the other process
     with SemanticStore(Path(path)) as s:

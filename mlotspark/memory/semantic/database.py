@@ -164,7 +164,11 @@ def open_database(path: Path) -> sqlite3.Connection:
         if conn is not None:
             conn.close()
         if isinstance(e, (sqlite3.Error, UnicodeError)):  # a damaged file: text that is not UTF-8
-            raise StoreError(f"cannot open memory store {path}: {e}") from e
+            hint = ""
+            if "unable to open" in str(e):  # SQLite's own words say neither which file nor why
+                hint = (f" (WAL needs {sidecar(path, '-wal').name} and {sidecar(path, '-shm').name} beside it: "
+                        f"is {path.parent} writable, and are they plain files?)")
+            raise StoreError(f"cannot open memory store {path}: {e}{hint}") from e
         raise
     for suffix in ("-wal", "-shm"):
         secure(sidecar(path, suffix))
