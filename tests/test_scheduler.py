@@ -6,6 +6,7 @@ run the real default model. Governor time is a fake clock; no test measures time
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from types import SimpleNamespace
@@ -354,6 +355,30 @@ def test_prompts_file_resume_refuses_rows_made_with_other_options(tmp_path, caps
                                 redo=True) == 3
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         assert len(rows) == 3 and all(r["settings"]["options"] == {"max_tokens": 2} for r in rows)
+    finally:
+        engine.close()
+
+
+def test_prompts_file_resume_refuses_rows_made_with_other_cascade_flags(tmp_path):
+    """``generate --prompts`` with ``--window 64``, rerun with ``--window 128``: the rows
+    were skipped as made "with the same settings" (the cascade flags were not stored)."""
+    from mlotspark.cli.batch import run_prompts_file
+
+    engine = tiny_engine()
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("abc\nhello\n")
+    out = tmp_path / "out.jsonl"
+    run = functools.partial(run_prompts_file, engine, prompts, out, raw=True, options={"max_tokens": 2},
+                            progress=False)
+    try:
+        assert run(cascade={"window": 64}) == 2
+        assert json.loads(out.read_text().splitlines()[0])["settings"]["cascade"] == {"window": 64}
+        assert run(cascade={"window": 64}) == 0
+        for other in ({"window": 128}, "auto"):
+            with pytest.raises(OptionError, match=r"2 of 2 finished rows .* cascade \{'window': 64\} -> "):
+                run(cascade=other)
+        assert run(cascade="auto", redo=True) == 2
+        assert "cascade" not in json.loads(out.read_text().splitlines()[0])["settings"]  # files made before stay valid
     finally:
         engine.close()
 

@@ -126,21 +126,27 @@ def read_prompts(path: Path) -> list[PromptSpec]:
 
 
 def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], *, raw: bool = False,
-                     system: str | None = None, model: str | None = None) -> dict[str, Any]:
+                     system: str | None = None, model: str | None = None,
+                     cascade: Any = None) -> dict[str, Any]:
     """What one result row is made with: its generation options (the file's defaults
-    under the line's own), the system prompt, raw mode and the model. Stored with the
-    row, so a rerun with other settings is told rather than silently mixed.
+    under the line's own), the system prompt, raw mode, the model and the cascade flags
+    when given. Stored with the row, so a rerun with other settings is told rather than
+    silently mixed.
 
     Args:
         spec: the prompt.
         sequence: which of its replies (a seeded request gets ``seed + sequence``).
         defaults: options from the command line.
         raw, system, model: as given to the command.
+        cascade: the cascade flags given (``--window`` ...), as ``cascade_choice`` makes
+            them; ``auto`` or None (not forced) is not stored, so rows made before stay valid.
     """
     opts = {**defaults, **{k: v for k, v in spec.options.items() if k != _PER_REQUEST}}
     if sequence and opts.get("seed") is not None:
         opts["seed"] = opts["seed"] + sequence
     settings = {"options": opts, "system": system, "raw": raw, "model": model}
+    if isinstance(cascade, dict):
+        settings["cascade"] = cascade
     return json.loads(json.dumps(settings))  # as it reads back from the file (tuples -> lists)
 
 
@@ -215,9 +221,9 @@ def _difference(had: Any, want: dict) -> str:
     """The first setting that differs, as ``temperature 0.7 -> 0.2``."""
     if not isinstance(had, dict):
         return "made before settings were stored with each row"
-    for key in ("model", "system", "raw"):
-        if had.get(key) != want[key]:
-            return f"{key} {had.get(key)!r} -> {want[key]!r}"
+    for key in ("model", "system", "raw", "cascade"):
+        if had.get(key) != want.get(key):
+            return f"{key} {had.get(key)!r} -> {want.get(key)!r}"
     old, new = had.get("options") or {}, want["options"]
     for k in sorted(set(old) | set(new)):
         if old.get(k) != new.get(k):
@@ -237,6 +243,7 @@ def run_prompts_file(
     progress: bool = True,
     model: str | None = None,
     redo: bool = False,
+    cascade: Any = None,
 ) -> int:
     """Run a prompts file through ``engine``, appending JSONL results as they finish.
 
@@ -255,6 +262,7 @@ def run_prompts_file(
         progress: a progress bar on stderr.
         model: the model as the user named it (stored with each row).
         redo: make rows with other settings again instead of refusing.
+        cascade: the cascade flags the engine was loaded with (stored with each row).
 
     Returns:
         Sequences finished in this run (those found in ``output`` are skipped).
@@ -267,7 +275,7 @@ def run_prompts_file(
     defaults = {k: v for k, v in (options or {}).items() if k != _PER_REQUEST}
 
     def settings(spec: PromptSpec, j: int) -> dict:
-        return request_settings(spec, j, defaults, raw=raw, system=system, model=model)
+        return request_settings(spec, j, defaults, raw=raw, system=system, model=model, cascade=cascade)
 
     done = finished_sequences(output, specs, settings, redo=redo) if output is not None else set()
     if done:
@@ -367,12 +375,13 @@ def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any,
         output = Path(args.output) if args.output else prompts.with_suffix(".results.jsonl")
         # Other prompts' results, or rows made with other settings, fail now, not after loading.
         finished_sequences(output, specs, None if args.redo else functools.partial(
-            request_settings, defaults=options, raw=args.raw, system=args.system, model=args.model))
+            request_settings, defaults=options, raw=args.raw, system=args.system, model=args.model,
+            cascade=cascade))
     engine = load_engine(args, cascade)
     try:
         n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
                              num_return_sequences=replies, options=options,
-                             progress=sys.stderr.isatty(), model=args.model, redo=args.redo)
+                             progress=sys.stderr.isatty(), model=args.model, redo=args.redo, cascade=cascade)
     finally:
         engine.close()
     if output is not None:
