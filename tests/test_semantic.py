@@ -523,6 +523,10 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
         ("```\nI live in a code block\n```\n`I live inline`", []),
         ("> I live in a quoted line", []),
         ("", []),
+        # what someone else says or believes is not a fact about the user
+        ("My colleague thinks I live in Lyon. My friend said I should move.", []),
+        # a lasting fact that ended is one too: it updates the older one (updates.py)
+        ("I no longer have a cat. I stopped eating meat. I stopped it.", ["I no longer have a cat.", "I stopped eating meat."]),
     ],
 )
 def test_extract_facts_rules(text, facts):

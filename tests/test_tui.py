@@ -526,7 +526,7 @@ def test_a_streaming_reply_writes_its_pieces_in_batches_and_all_of_them():
     asyncio.run(body())
 
 
-def test_remember_names_a_duplicate_memory_marks_superseded_entries_and_forget_what_returns(tmp_path):
+def test_remember_names_a_duplicate_and_what_it_makes_current_memory_marks_superseded_entries_and_forget_what_returns(tmp_path):
     from test_semantic_updates import TopicEmbedder
 
     from mlotspark.memory.semantic import SemanticStore
@@ -540,13 +540,14 @@ def test_remember_names_a_duplicate_memory_marks_superseded_entries_and_forget_w
         assert notes(app)[-1] == "remembered #1: I live in Utrecht."
         await type_line(pilot, "/remember I moved to Porto last month.")
         assert notes(app)[-1] == "remembered #2: I moved to Porto last month.\n  supersedes #1: I live in Utrecht."
-        await type_line(pilot, "/remember i live in utrecht")  # said again: the entry it has, still replaced
-        assert notes(app)[-1] == "already remembered as #1: I live in Utrecht.  (superseded by #2)"
         await type_line(pilot, "/memory")
         assert "#1  I live in Utrecht.  (superseded by #2)" in notes(app)[-1]
         assert "#2  I moved to Porto last month.\n" in notes(app)[-1] + "\n"
-        await type_line(pilot, "/forget 2")
-        assert notes(app)[-1] == "forgot #2\n  #1 is current again: I live in Utrecht."
+        await type_line(pilot, "/remember i live in utrecht")  # said again: moved back, current again
+        assert notes(app)[-1] == ("already remembered as #1: I live in Utrecht.  [current again]\n"
+                                  "  supersedes #2: I moved to Porto last month.")
+        await type_line(pilot, "/forget 1")
+        assert notes(app)[-1] == "forgot #1\n  #2 is current again: I moved to Porto last month."
 
     try:
         drive(app, script)

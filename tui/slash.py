@@ -106,12 +106,16 @@ class SlashCommands:
     async def command_remember(self, cmd: Command) -> None:
         store = self.engine.memory
         before = len(store)
+        replaced = {e.id: e.superseded_by for e in store.list() if e.superseded_by is not None}
         entry = self.engine.remember(cmd.argument)
         self.tiers_stale = True
         if len(store) == before:  # remember() gives a duplicate the id it already has
             known = store.get(entry)
-            await self.say(f"already remembered as #{entry}: {known.text if known else cmd.argument.strip()}"
-                           + _replaced(known))
+            again = "  [current again]" if entry in replaced and known is not None and known.superseded_by is None else ""
+            lines = [f"already remembered as #{entry}: {known.text if known else cmd.argument.strip()}"
+                     + (again or _replaced(known))]
+            lines += [f"  supersedes #{o.id}: {o.text}" for o in store.superseded_by(entry) if replaced.get(o.id) != entry]
+            await self.say("\n".join(lines))
             return
         lines = [f"remembered #{entry}: {cmd.argument.strip()}"]
         lines += [f"  supersedes #{old.id}: {old.text}" for old in store.superseded_by(entry)]

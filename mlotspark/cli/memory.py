@@ -101,14 +101,16 @@ def run(args: argparse.Namespace) -> int:
                     print(f"(nothing found{hint})")
         elif action == "add":
             before = len(store)
+            replaced = {e.id: e.superseded_by for e in store.list() if e.superseded_by is not None}
             entry_id = store.remember(args.text, source="user")
             if len(store) == before:  # remember() returns the existing entry's id for a duplicate
                 existing = store.get(entry_id)
                 line = f"already remembered as #{entry_id}: {existing.text if existing else args.text}"
-                if existing is not None and existing.superseded_by is not None:  # said again, still replaced
-                    line += (f"  [superseded by #{existing.superseded_by} on {_when(existing.superseded)}:"
-                             f" `memory forget {existing.superseded_by}` makes it current]")
+                if entry_id in replaced and existing is not None and existing.superseded_by is None:
+                    line += "  [current again]"  # said again after an update: the newest word on it
                 print(line)
+                for old in (o for o in store.superseded_by(entry_id) if replaced.get(o.id) != entry_id):
+                    print(f"  supersedes #{old.id}: {old.text}")
             else:
                 print(f"remembered #{entry_id}: {args.text.strip()}")
                 for old in store.superseded_by(entry_id):

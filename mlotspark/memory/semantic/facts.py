@@ -10,10 +10,11 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
    (not "to buy milk": that is a reminder, not a fact); X is kept, about anything;
 2. or it is a first-person statement that describes a lasting fact:
    - "My/Our <thing> ..." unless the thing is about the task at hand
-     ("my code", "my question", "my bad");
+     ("my code", "my question", "my bad") or someone reports or believes
+     ("My colleague thinks I live in Lyon", "My friend said I should move");
    - "I/We <verb> ..." with a verb of lasting facts (live, work, prefer, like,
-     have, speak, grew up, ...), adverbs and negations allowed ("I don't eat
-     meat", "I usually cycle to work"), but not with a bare pronoun as object
+     have, speak, grew up, stopped, ...), adverbs and negations allowed ("I don't eat
+     meat", "I no longer have a cat", "I usually cycle to work"), but not with a bare pronoun as object
      ("I like it", "I love that") or a conversational "have" ("I have a
      question", "I have to go");
    - "I am/I'm X" where X is a role or kind ("a nurse", "an engineer"), an age,
@@ -87,12 +88,12 @@ _DURABLE_VERBS = frozenset(
     cook bake run swim cycle ride support collect moved married graduated retired
     volunteer practise practice wear go visit celebrate wake sleep keep raise vote
     listen read watch write am are was were
-    moved changed switched sold quit renamed joined became turned
+    moved changed switched sold quit renamed joined became turned smoke stopped started
     """.split()
 )
 _SKIP = frozenset(
     "also really usually always often still never mostly generally actually currently now normally "
-    "sometimes do not no definitely absolutely strongly truly both all ca can cannot".split()
+    "sometimes do not no longer definitely absolutely strongly truly both all ca can cannot".split()
 )
 _EVENT_SKIP = _SKIP | {"just", "finally", "again", "then", "recently"}  # "I finally finished ..."
 _PRONOUN_OBJECTS = frozenset("it this that these those them you your yours how what when the way".split())
@@ -103,6 +104,13 @@ _BE_DURABLE = frozenset(
     allergic intolerant vegetarian vegan married single divorced engaged widowed retired pregnant
     diabetic colorblind colourblind left-handed right-handed from born based originally called
     named learning studying interested into fluent native lactose gluten blind deaf
+    """.split()
+)
+# Verbs by which someone else reports or believes: "My friend said I should move to Lyon."
+_REPORTS = frozenset(
+    """
+    thinks think thought says say said believes believe believed claims claimed told tells suggested
+    suggests wants wanted wishes hopes hoped asked asks reckons guesses guessed insists insisted
     """.split()
 )
 _A_CHAT = frozenset("bit little lot few quick".split())  # "I am a bit confused"
@@ -169,7 +177,8 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         return False
     first = low[0]
     if first in ("my", "our"):
-        return low[1] not in _TRANSIENT_THINGS and len(low) >= 3
+        # "My colleague thinks I live in Lyon": what someone else says or believes, not a fact
+        return low[1] not in _TRANSIENT_THINGS and len(low) >= 3 and not _REPORTS & set(low[2:5])
     if first == "call" and low[1] == "me":
         return True
     if first not in ("i", "we"):
@@ -198,7 +207,8 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
         return rest[0] not in _HAVE_CHAT and not _CHAT_NOUNS & set(rest[:3])
-    if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest"):
+    if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started"):
+        # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
         return rest[0] not in _PRONOUN_OBJECTS
     return True
 

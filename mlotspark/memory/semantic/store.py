@@ -158,6 +158,7 @@ class SemanticStore:
         existing = self._duplicate_of(conn, new.text, vec)
         if existing is not None:
             self._said_again(conn, existing, new)
+            self._current_again(conn, existing, new)
             return existing, False
         cur = conn.execute(
             "INSERT INTO entries (text, key, source, conversation, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
@@ -173,6 +174,18 @@ class SemanticStore:
         self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
         return entry_id, True
+
+    def _current_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
+        """A superseded fact said again is the newest word on its slot: "I live in Utrecht."
+        after "I moved to Porto." (which had superseded it) makes Utrecht current and marks
+        Porto superseded by it, as a new text saying so would have."""
+        if entry_id not in superseded_ids(conn) or tells_event(new.text):
+            return
+        latest = successors(conn).get(entry_id)
+        conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE id = ?", (entry_id,))
+        if latest is not None and latest != entry_id:
+            mark_superseded(conn, [latest], entry_id, new.created)
+            self._superseded += 1
 
     def _said_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
         """An event said again on another day: one more occurrence (events.py).

@@ -19,8 +19,14 @@ score 0.56. So a newer text supersedes an older one when all of these hold:
    "actually", "sorry", "new", ...) or both give the same "my <thing> is" the same
    kind of value ("My favourite colour is ..." twice; but "My dog is called Biscuit"
    and "My dog is a border collie" are two facts);
-3. the newer one says something the older did not (a content word of its own),
-   and does not say it is an addition ("also", "too", "another", "as well").
+3. the newer one says something the older did not (a content word of its own, or
+   a negation the older lacks: "I no longer have a cat." after "I have a cat
+   called Mochi."), and does not say it is an addition ("also", "too", "another",
+   "as well").
+
+A newer fact that says the older one's content words with a negation flipped ("I
+don't eat meat." after "I eat meat.", "I have a cat again." after "I don't have a
+cat anymore.") replaces it without a cue: it says the older one is no longer true.
 
 Retractions are explicit: "Forget that my cat is called Mochi.", "Please forget my
 age.", "Forget what I said about my brother living in Toronto." name what to
@@ -173,6 +179,14 @@ def _has(text_words: list[str], cues: frozenset[str]) -> bool:
     return any(w in cues for w in text_words)
 
 
+_NEGATIONS = frozenset("not no never nor".split())
+
+
+def _negated(text_words: list[str]) -> bool:
+    """Whether a fact says something is not so ("I don't have a cat", "I no longer smoke")."""
+    return _has(text_words, _NEGATIONS)
+
+
 def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     """Whether ``new`` replaces ``old`` (the rules of the module docstring).
 
@@ -193,7 +207,11 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
         return False
     new_content = {w for w in new_w if w not in _FILLER}
-    if not new_content - set(old_w):
+    old_content = {w for w in old_w if w not in _FILLER}
+    if _negated(new_w) != _negated(old_w):
+        if old_content and old_content <= set(new_w):
+            return True  # the older one's words, negated or no longer negated: no longer true
+    elif not new_content - set(old_w):
         return False  # nothing new: a restatement, not an update
     if not _slots(new_w) & _slots(old_w) and cosine < threshold + NO_OVERLAP:
         return False
