@@ -20,13 +20,16 @@ Unset (always, outside that suite) a step costs one integer test.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import json
 import os
 import re
+import shutil
 import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -298,3 +301,90 @@ class FileLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+
+# (pid, parent, prefix) -> (this process's directory there, the descriptor holding its lock)
+_PROCESS_DIRS: dict[tuple[int, str, str], tuple[Path, int | None]] = {}
+_PROCESS_DIRS_LOCK = threading.Lock()
+
+
+def process_dir(parent: Path, prefix: str) -> Path:
+    """This process's private directory (0700) under ``parent``, ``<prefix>XXXXXXXX``,
+    made on first use and marked in use by a lock this process holds until it ends.
+    Making it first deletes those whose lock no process holds: a process killed or
+    crashed before it deleted its scratch files (the cascade's spill files, gigabytes
+    at long contexts) leaves them there until the next one comes.
+
+    Args:
+        parent: where it goes (created if missing).
+        prefix: its name's start, for this kind of scratch files only.
+
+    Raises:
+        OSError: it cannot be made.
+    """
+    key = (os.getpid(), str(parent), prefix)  # a forked child makes its own
+    with _PROCESS_DIRS_LOCK:
+        if key in _PROCESS_DIRS:
+            path, old = _PROCESS_DIRS[key]
+            if path.is_dir():
+                return path
+            if old is not None:  # deleted under us: start again
+                os.close(old)
+            del _PROCESS_DIRS[key]
+        parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sweep_process_dirs(parent, prefix)
+        # Locked under a hidden name, then renamed: a sweep never sees it unlocked.
+        hidden = Path(tempfile.mkdtemp(prefix="." + prefix, dir=parent))  # mode 0700
+        fd = None
+        try:
+            fd = os.open(hidden / ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path = parent / hidden.name[1:]
+            os.rename(hidden, path)
+        except OSError:
+            if fd is not None:
+                os.close(fd)
+            shutil.rmtree(hidden, ignore_errors=True)
+            raise
+        if not _PROCESS_DIRS:
+            atexit.register(_remove_process_dirs)
+        _PROCESS_DIRS[key] = (path, fd)
+        return path
+
+
+def _remove_process_dirs() -> None:
+    for (pid, _, _), (path, _) in list(_PROCESS_DIRS.items()):
+        if pid == os.getpid():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_process_dirs(parent: Path, prefix: str) -> int:
+    """Delete the ``process_dir``s of ``prefix`` under ``parent`` whose process is gone
+    (their lock is free; one without a lock file is left: it may be in the making).
+
+    Returns:
+        How many were deleted.
+    """
+    if fcntl is None:
+        return 0
+    n = 0
+    for d in [*parent.glob(prefix + "*"), *parent.glob("." + prefix + "*")]:
+        if d.is_symlink() or not d.is_dir():
+            continue
+        try:
+            fd = os.open(d / ".lock", os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # held: its process is running
+            continue
+        try:
+            shutil.rmtree(d, ignore_errors=True)
+            n += 1
+        finally:
+            os.close(fd)
+    return n

@@ -69,6 +69,33 @@ def test_a_budget_in_the_config_wins_and_blocks_past_it_spill(tmp_path):
     assert got["episodic_disk"] > got["episodic_memory"]  # only the blocks attended now stay
 
 
+def test_the_spill_files_of_a_killed_process_go_when_the_next_one_spills(tmp_path):
+    """A process killed mid-request left its spill directory for good (only the store's
+    close deleted it): the next request that spills there deletes it, and not the
+    directory of a store still alive."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mlotspark.memory.cascade.blocks import EpisodicStore
+
+    code = ("import os, sys; from mlotspark.memory.cascade.blocks import EpisodicStore; "
+            "s = EpisodicStore('float16', 0, sys.argv[1]); d = s.directory(); (d / '0.safetensors').write_bytes(b'kv'); "
+            "print(d, flush=True); os.kill(os.getpid(), 9)")
+    dead = Path(subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                               text=True).stdout.strip())
+    assert (dead / "0.safetensors").is_file()
+    living = EpisodicStore("float16", 0, str(tmp_path))
+    alive = living.directory()
+    engine = _engine({**CASCADE, "episodic_budget_mb": 0, "spill_dir": str(tmp_path)}, above_weights=None)
+    try:
+        assert _bytes(engine)["episodic_disk"] > 0  # this request spilled
+    finally:
+        engine.close()
+    assert not dead.exists() and alive.is_dir()
+    living.close()
+
+
 def test_on_metal_the_budget_is_the_working_set_less_the_weights_and_a_headroom(monkeypatch):
     """A store filling working set - weights would push the process past the working set
     by what runs beside it (0.66 GB at 1M tokens on Qwen2.5-0.5B): 10% of the pool is left."""

@@ -26,6 +26,7 @@ from typing import Any
 import mlx.core as mx
 
 from mlotspark.errors import StoreError
+from mlotspark.storage import process_dir, subdir
 from mlotspark.memory.cascade.config import CascadeConfig
 
 _BITS = {"q8": 8, "q4": 4}
@@ -531,12 +532,10 @@ class EpisodicStore:
             if self.spill_dir is not None:
                 parent = Path(self.spill_dir).expanduser()
             else:
-                from mlotspark.storage import subdir
-
                 parent = subdir("spill")
             try:
-                parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                self._dir = Path(tempfile.mkdtemp(prefix="cascade-", dir=parent))  # mode 0700
+                # In this process's directory, which a later process deletes if this one dies.
+                self._dir = Path(tempfile.mkdtemp(prefix="cascade-", dir=process_dir(parent, "proc-")))  # 0700
             except OSError as e:
                 raise StoreError(f"cannot create spill directory under {parent}: {e.strerror or e}") from e
         return self._dir
