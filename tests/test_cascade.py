@@ -89,6 +89,18 @@ def test_block_larger_than_window_refused():
         CascadeConfig(window=16, block_size=32)
 
 
+def test_a_small_window_alone_takes_blocks_of_the_window():
+    """``generate --window 16`` was refused with "invalid cascade block_size 32", a size the
+    user never gave (the default for a long context); a block size given is still checked."""
+    from mlotspark.cli.generate import VALUES_ONLY_CONTEXT
+
+    for ctx in (8192, VALUES_ONLY_CONTEXT):  # the model's; the CLI's check before loading
+        assert CascadeConfig.for_model(ctx, window=16).block_size == 16
+        assert CascadeConfig.for_model(ctx, window=2048).block_size == 32
+    with pytest.raises(OptionError, match="block_size 32: must not exceed the window"):
+        CascadeConfig.for_model(8192, window=16, block_size=32)
+
+
 @pytest.mark.parametrize("ctx", [256, 2048, 8192, 32768, 131072])
 def test_defaults_fit_the_trained_context(ctx):
     c = CascadeConfig.for_model(ctx)

@@ -203,6 +203,8 @@ class CascadeConfig:
         if unknown:
             raise OptionError(f"unknown cascade option(s): {', '.join(sorted(unknown))}")
         base.update(overrides)
+        if "block_size" not in overrides:  # a window given below the default block: blocks of the window
+            base["block_size"] = min(base["block_size"], base["window"])
         config = cls(**base)
         if config.span > context_length:
             raise OptionError(
