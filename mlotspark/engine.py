@@ -14,6 +14,7 @@ it is that interface, each method a short delegate under the API's own docstring
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Iterator, Sequence
 
 from mlotspark.models import catalogue, loader, sampling_defaults
@@ -287,6 +288,7 @@ class Engine:
         cache_key: str | None = None,
         cached_ids: list[int] | None = None,
         validated: GenerationOptions | None = None,
+        arrived_at: float | None = None,
         **options: Any,
     ) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
@@ -313,6 +315,9 @@ class Engine:
                 damaged one) rebuilds it from them instead of failing the request.
             validated: options already made by ``Engine.options`` (not checked again; ``**options``
                 are merged over them).
+            arrived_at: when the request arrived (``time.perf_counter``; default now): its
+                ``stats.extra["queue_s"]`` counts from then, so a server's wait on the engine
+                thread before submitting (its prompt-cache lookup) is part of the queue.
             **options: generation options.
         """
         opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
@@ -335,8 +340,11 @@ class Engine:
                                   constraint=constraint)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
+        if arrived_at is not None and (isinstance(arrived_at, bool) or not isinstance(arrived_at, (int, float))):
+            raise OptionError(f"invalid arrived_at {arrived_at!r}: a time.perf_counter() value")
         scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
-                                 owns_cache=cache is None, meta=meta))
+                                 owns_cache=cache is None, meta=meta,
+                                 submitted_at=time.perf_counter() if arrived_at is None else float(arrived_at)))
         return handle
 
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,

@@ -174,3 +174,36 @@ def test_a_silent_stream_sends_keep_alives_and_closing_it_closes_the_stream(monk
         return [p async for p in exchange.keep_alive(quick(), ": beat")]
 
     assert asyncio.run(whole()) == ["a", "b"]
+
+
+def test_queue_s_and_the_ttft_histogram_count_the_wait_for_the_prompt_cache_lookup(engine, monkeypatch):
+    # The lookup runs on the engine thread between steps: a request that arrives during a
+    # long prefill chunk waits there before it is submitted. That wait is the user's too.
+    from mlotspark.server.prompt_cache import PromptCache
+
+    pc = PromptCache(engine, persist=False)
+    took: list[float] = []
+
+    def slow_take(ids, max_tokens):  # as if the engine thread were busy for 0.3 s
+        time.sleep(0.3)
+        took.append(0.3)
+        return None, 0
+
+    monkeypatch.setattr(pc, "take", slow_take)
+    state = ServerState(engine, prompt_cache=pc)
+    state.close = lambda: state.begin_shutdown()
+    with TestClient(create_app(state)) as c:
+        r = c.post("/v1/chat/completions", json=_body())
+        assert r.status_code == 200 and took
+        ext = r.json()["mlotspark"]
+        assert ext["queue_s"] >= 0.3
+        metrics = c.get("/metrics").text
+    ttft_sum = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("mlotspark_ttft_seconds_sum"))
+    assert ttft_sum >= 0.3 + ext["ttft_s"] - 1e-6  # queue + prefill, as its help says
+
+
+def test_engine_submit_counts_the_queue_from_arrived_at(engine):
+    h = engine.submit(prompt_ids=[4, 5, 6], max_tokens=2, arrived_at=time.perf_counter() - 5.0)
+    assert h.result().stats.extra["queue_s"] >= 5.0
+    with pytest.raises(OptionError, match="invalid arrived_at 'soon'"):
+        engine.submit(prompt_ids=[4, 5, 6], max_tokens=2, arrived_at="soon")

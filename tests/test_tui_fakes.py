@@ -232,7 +232,7 @@ class FakeEngine:
                prompt_ids: list[int] | None = None, cache: list | None = None, cached_tokens: int = 0,
                on_finish: Any = None, on_progress: Any = None, progress: bool = False,
                cache_key: str | None = None, cached_ids: list[int] | None = None, validated: Any = None,
-               **options: Any) -> Any:
+               arrived_at: float | None = None, **options: Any) -> Any:
         raise NotImplementedError("the TUI submits through conversations")
 
     def stream(self, prompt_or_messages: Any, raw: bool = False, *, progress: bool = False,

@@ -100,6 +100,7 @@ class EngineProtocol(Protocol):
         cache_key: str | None = None,
         cached_ids: list[int] | None = None,
         validated: GenerationOptions | None = None,
+        arrived_at: float | None = None,
         **options: Any,
     ) -> RequestHandle: ...
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,

@@ -121,7 +121,7 @@ def count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
     if s.finish_reason == "cancelled":
         state.metrics.cancelled.inc()
     state.metrics.finished(endpoint, outcome.prompt_tokens, outcome.cached_tokens, outcome.completion_tokens,
-                           s.ttft_s, s.decode_tps, time.perf_counter() - t0)
+                           s.ttft_s + float(s.extra.get("queue_s") or 0.0), s.decode_tps, time.perf_counter() - t0)
 
 
 __all__ = ["MAX_BODY_BYTES", "count", "read_json", "start_job", "wait_outcome", "watch_disconnect"]

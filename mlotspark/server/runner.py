@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -142,6 +143,7 @@ class Job:
         return engine.encode(req.prompt, raw=True)
 
     async def _submit(self) -> None:
+        arrived = time.perf_counter()  # queue_s counts the wait for the lookup below too
         req, engine, pc = self.request, self.server.engine, self.server.prompt_cache
         opts = req.checked
         assert opts is not None, "parse_chat / parse_completion validate the options"
@@ -162,7 +164,7 @@ class Job:
                 pc.add(ids[:cached] + list(gen.fed_tokens), gen.cache)
 
         handle = engine.submit(prompt_ids=ids[cached:], cache=cache, cached_tokens=cached,
-                               on_finish=on_finish, validated=opts)
+                               on_finish=on_finish, validated=opts, arrived_at=arrived)
         self._handle = handle
         self.recorder = recorder_of(handle.generation.constraint)
         if self._cancel.is_set():
