@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                         aliases=(specs[0],), pool=pool)
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=10, access_log=args.log_level == "debug")
+                            timeout_graceful_shutdown=10, access_log=args.log_level in ("info", "debug"))
     server = _Server(config, state)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}/v1"
     print(f"mlotspark: serving {state.model_id} on {where}"
@@ -170,7 +170,7 @@ def register(sub: Any) -> None:
                    help="MB (10^6 bytes) for the KV of recent histories, matched by token prefix; 0 = off "
                         "(default 1024)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn's log level (default warning)")
+                   help="uvicorn's log level (default warning; info and debug also log each request)")
     add_scheduler_args(p)
     p.set_defaults(func=run)
 
