@@ -403,6 +403,25 @@ def test_a_conversation_passing_the_context_switches_to_the_cascade(engines, tin
     assert again.stats.extra["cache_source"] == "snapshot" and "snapshot_refused" not in again.stats.extra
 
 
+def test_a_turn_back_under_the_context_says_the_conversation_leaves_the_cascade(engines, tiny_loaded):
+    """A turn can go back under the context after one past it (a long max_tokens, then a
+    short one); the note said "pass the context ... moves from its KV cache to the memory
+    cascade" both ways. Here a larger context brings the second turn back under it."""
+    import dataclasses
+
+    first = engines(dataclasses.replace(tiny_loaded, context_length=256))
+    first.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    long = first.conversation("flip").send("Hello.", temperature=0.0, max_tokens=250)
+    assert long.stats.extra["cache"]["kind"] == "cascade"
+    wide = engines(dataclasses.replace(tiny_loaded, context_length=1024))
+    wide.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    back = wide.conversation("flip").send("Hi.", **OPTS)
+    assert back.stats.extra["cache"]["kind"] != "cascade"
+    assert "fit the model's 1024-token context: the conversation moves from the memory cascade to a KV cache" in (
+        back.stats.extra["cache_switch"])
+
+
+
 def test_a_conversation_past_the_context_without_the_cascade_is_refused_in_one_line(engines, tiny_loaded):
     import dataclasses
 

@@ -318,11 +318,13 @@ class Conversation:
         t0 = time.perf_counter()
         cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids, kind, cascade))
         if "cache_switch" in notes:
-            context = self.engine.loaded.context_length
-            notes["cache_switch"] = (
-                f"prompt + max_tokens ({len(prompt_ids) + merged.max_tokens}) pass the model's {context}-token "
-                f"context: the conversation moves from its KV cache to the memory cascade ({notes['cache_switch']} "
-                f"tokens re-prefilled once)")
+            context, total = self.engine.loaded.context_length, len(prompt_ids) + merged.max_tokens
+            # Either way: a short max_tokens after a long one brings a conversation back to a KV cache.
+            how = (f"pass the model's {context}-token context: the conversation moves from its KV cache to the "
+                   "memory cascade" if kind == "cascade" else f"fit the model's {context}-token context: the "
+                   "conversation moves from the memory cascade to a KV cache")
+            notes["cache_switch"] = (f"prompt + max_tokens ({total}) {how} ({notes['cache_switch']} tokens "
+                                     "re-prefilled once)")
             log.info("conversation %r: %s", self.name, notes["cache_switch"])
         extra.update(cache_source=source, prepare_s=round(time.perf_counter() - t0, 6), **notes)
         turn = _Turn(user, prompt_ids, cached, started, extra)
