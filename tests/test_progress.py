@@ -80,3 +80,14 @@ def test_meter_drops_repeats_and_steps_back():
     assert [e.done for e in got] == [0, 4, 8, 10]
     assert got[2].tokens_per_s == pytest.approx(8 / 3) and got[2].eta_s == pytest.approx(2 / (8 / 3))
     assert got[-1].finished and got[-1].fraction == 1.0
+
+
+def test_describe_counts_down_between_events():
+    # One event per prefill chunk (2,048 tokens: many seconds on a CPU); a display redrawn in
+    # between passes the seconds since the event arrived.
+    e = PrefillProgress(done=4096, total=12000, elapsed_s=48.0, cascade=True)
+    assert "ETA 93 s" in e.describe()
+    assert "ETA 83 s" in e.describe(since_s=10.0)
+    assert "ETA any moment" in e.describe(since_s=200.0)  # slower than the speed so far: never negative
+    first = PrefillProgress(done=0, total=12000, elapsed_s=2.0)  # no speed yet: the elapsed time goes up
+    assert first.describe().endswith("· 2 s") and first.describe(since_s=5.0).endswith("· 7 s")

@@ -8,17 +8,35 @@ import asyncio
 import threading
 from typing import Any
 
+import time
+
 from test_tui import SIZE, drive, make_app, type_line
 from test_tui_fakes import FakeEngine, until
+from tui import app as tui_app
 
 
-def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
+class FakeClock:
+    """``time`` for tui/app.py: monotonic() moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = time.monotonic()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_a_long_prefill_shows_its_progress_counts_down_and_escape_stops_it(monkeypatch):
     from mlotspark import PrefillProgress
 
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate)
     engine.prefill = PrefillProgress(done=4096, total=12000, elapsed_s=48.0, cascade=True)
     app = make_app(engine, poll_s=0.02)
+    clock = FakeClock()
+    monkeypatch.setattr(tui_app, "time", clock)  # the app's own reads of the clock only
 
     async def script(pilot: Any) -> None:
         await type_line(pilot, "Summarise this long document")
@@ -29,6 +47,8 @@ def test_a_long_prefill_shows_its_progress_and_escape_stops_it():
 
         await until(pilot, lambda: "4,096/12,000 tokens" in line(), "the prefill line")
         assert "ETA" in line() and "memory cascade" in line() and "Escape" in line()
+        clock.now += 10.0  # no new event for 10 s (a chunk takes long): the ETA counts down
+        await until(pilot, lambda: "ETA 83 s" in line(), "the ETA counting down")
         await pilot.press("escape")
         gate.release()  # the fake notices the cancel before its first piece
         await until(pilot, lambda: app.chat.reply is None, "the reply ended")

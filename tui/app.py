@@ -57,6 +57,7 @@ class Turn:
     sampled_pieces: int = 0
     sampled_at: float = 0.0
     cancel_requested: bool = False
+    progress_seen: tuple[Any, float] | None = None  # the latest prefill event, when it was first shown
 
 
 class ChatApp(ConversationActions, SlashCommands, App[None]):
@@ -455,7 +456,10 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             if step is not None and event is None:
                 chat.reply.show_progress(f"⏳ {step} · Escape stops the reply")
             return
-        chat.reply.show_progress(f"⏳ {event.describe()} · Escape stops")
+        now = time.monotonic()
+        if turn.progress_seen is None or turn.progress_seen[0] is not event:
+            turn.progress_seen = (event, now)  # one event per prefill chunk: count down in between
+        chat.reply.show_progress(f"⏳ {event.describe(since_s=now - turn.progress_seen[1])} · Escape stops")
 
     @work(thread=True, group="figures", exit_on_error=False)
     def collect_figures(self, engine: Any, with_tiers: bool) -> None:

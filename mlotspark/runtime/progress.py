@@ -60,13 +60,24 @@ class PrefillProgress:
         tps = self.tokens_per_s
         return (self.total - self.done) / tps if tps > 0 else None
 
-    def describe(self) -> str:
-        """One line: ``prefill 4,096/12,000 tokens (34%) · 85 tok/s · ETA 93 s · memory cascade``."""
+    def describe(self, since_s: float = 0.0) -> str:
+        """One line: ``prefill 4,096/12,000 tokens (34%) · 85 tok/s · ETA 93 s · memory cascade``.
+
+        Args:
+            since_s: seconds since this event arrived: a display that redraws between events
+                (one per prefill chunk, which can take many seconds) counts the ETA down, or
+                the elapsed time up before the first chunk has given a speed.
+        """
         parts = [f"prefill {self.done:,}/{self.total:,} tokens ({self.fraction:.0%})"]
         if self.tokens_per_s:
             parts.append(f"{self.tokens_per_s:.0f} tok/s")
         eta = self.eta_s
-        parts.append(f"ETA {eta:.0f} s" if eta is not None and not self.finished else f"{self.elapsed_s:.0f} s")
+        since_s = max(0.0, since_s)
+        if eta is not None and not self.finished:
+            left = eta - since_s
+            parts.append(f"ETA {left:.0f} s" if left >= 0.5 else "ETA any moment")
+        else:
+            parts.append(f"{self.elapsed_s + since_s:.0f} s")
         if self.cached:
             parts.append(f"{self.cached:,} cached")
         if self.cascade:
