@@ -95,3 +95,18 @@ def test_mode_capping_max_batch_is_said_once(capsys, monkeypatch):
     args = build_parser().parse_args(["generate", "--mode", "efficiency"])  # no --max-batch given
     batch.scheduler_kwargs(args)
     assert capsys.readouterr().err == ""
+
+
+def test_beams_on_a_prompt_the_cascade_holds_say_why_it_holds_it(tmp_path):
+    # Under ``cascade="auto"`` a prompt past the context gets the cascade, whose cache beams
+    # cannot copy row-wise: the refusal says why this request has it, not only its class.
+    from mlotspark import Engine
+    from tiny import tiny_model, write_tiny_gguf
+
+    engine = Engine.load(str(write_tiny_gguf(tmp_path / "t.gguf", tiny_model())), progress=False)
+    try:
+        with pytest.raises(OptionError, match="memory cascade holds this request: its prompt plus max_tokens"):
+            engine.generate("hello " * 400, raw=True, num_beams=2, max_tokens=4)
+        assert engine.generate("hello", raw=True, num_beams=2, max_tokens=2).tokens  # a short one beams
+    finally:
+        engine.close()
