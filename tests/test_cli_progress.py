@@ -56,6 +56,18 @@ def test_prefill_bar_on_a_terminal(tiny_gguf, monkeypatch, capsys):
     assert "prefill" not in capsys.readouterr().out  # the reply stays clean
 
 
+def test_the_bar_counts_the_eta_down_between_events():
+    from mlotspark.runtime.progress import PrefillProgress
+
+    out = io.StringIO()
+    bar = progress.PrefillBar(stream=out, enabled=False)  # no ticker: drawn by hand below
+    bar(PrefillProgress(done=4096, total=12000, elapsed_s=48.0))
+    t = bar.event_at  # when the event came
+    assert "ETA 93 s" in bar.current_text(t)
+    assert "ETA 83 s" in bar.current_text(t + 10.0)  # ten seconds later, no new event yet
+    assert bar.current_text(t + 10.0).startswith("████████░")
+
+
 def test_no_bar_when_piped(tiny_gguf, monkeypatch, capsys):
     monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
     piped = io.StringIO()

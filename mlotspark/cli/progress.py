@@ -84,6 +84,10 @@ class StatusLine:
             with self._lock:
                 self._draw()
 
+    def current_text(self, now: float) -> str:
+        """The ``update`` text to draw at ``now`` ("" while none has come)."""
+        return self.text
+
     def _tick(self) -> None:
         while not self._stop.wait(TICK_S):
             with self._lock:
@@ -95,7 +99,7 @@ class StatusLine:
         if not self.enabled or elapsed < SHOW_AFTER_S:
             return
         running = steps.active()
-        line = self.text or (running[-1].describe(now) if running else
+        line = self.current_text(now) or (running[-1].describe(now) if running else
                              f"{self.label} … {elapsed:.0f} s" if self.label else "")
         if not line:  # a step that ended, with no label to fall back to: erase
             if self.drawn:
@@ -123,14 +127,24 @@ class PrefillBar(StatusLine):
         # ``--cache-kind auto`` probe, shows its own line).
         super().__init__("waiting for the engine", stream, enabled)
         self.width = width
+        self._event: Any = None
+        self.event_at = 0.0  # when the latest event came (time.perf_counter)
 
     def __call__(self, event: Any) -> None:
         """Take a ``PrefillProgress`` event (``Engine.submit(on_progress=bar)`` works too)."""
-        filled = int(round(event.fraction * self.width))
-        bar = "█" * filled + "░" * (self.width - filled)
-        self.update(f"{bar} {event.describe()}")
+        self._event, self.event_at = event, time.perf_counter()
+        self.update(self.current_text(self.event_at))
         if event.finished:
             self.close()
+
+    def current_text(self, now: float) -> str:
+        """The bar and the event's line, its ETA counted down since the event came (one
+        event per prefill chunk, many seconds apart on a CPU)."""
+        event = self._event
+        if event is None:
+            return self.text
+        filled = int(round(event.fraction * self.width))
+        return f"{'█' * filled}{'░' * (self.width - filled)} {event.describe(since_s=now - self.event_at)}"
 
 
 __all__ = ["PrefillBar", "SHOW_AFTER_S", "StatusLine"]
