@@ -379,6 +379,11 @@ def test_prompts_file_resume_refuses_rows_made_with_other_cascade_flags(tmp_path
                 run(cascade=other)
         assert run(cascade="auto", redo=True) == 2
         assert "cascade" not in json.loads(out.read_text().splitlines()[0])["settings"]  # files made before stay valid
+        # --weights likewise: rows made with quantized weights are not float32's
+        assert run(weights="quantized", redo=True) == 2
+        assert run(weights="quantized") == 0
+        with pytest.raises(OptionError, match=r"2 of 2 finished rows .* weights 'quantized' -> None"):
+            run(weights="auto")
     finally:
         engine.close()
 

@@ -127,7 +127,7 @@ def read_prompts(path: Path) -> list[PromptSpec]:
 
 def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], *, raw: bool = False,
                      system: str | None = None, model: str | None = None,
-                     cascade: Any = None) -> dict[str, Any]:
+                     cascade: Any = None, weights: str | None = None) -> dict[str, Any]:
     """What one result row is made with: its generation options (the file's defaults
     under the line's own), the system prompt, raw mode, the model and the cascade flags
     when given. Stored with the row, so a rerun with other settings is told rather than
@@ -140,6 +140,8 @@ def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], 
         raw, system, model: as given to the command.
         cascade: the cascade flags given (``--window`` ...), as ``cascade_choice`` makes
             them; ``auto`` or None (not forced) is not stored, so rows made before stay valid.
+        weights: ``--weights`` (the format the weights run in: float32, quantized ...); ``auto``
+            or None is not stored, as for ``cascade``.
     """
     opts = {**defaults, **{k: v for k, v in spec.options.items() if k != _PER_REQUEST}}
     if sequence and opts.get("seed") is not None:
@@ -147,6 +149,8 @@ def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], 
     settings = {"options": opts, "system": system, "raw": raw, "model": model}
     if isinstance(cascade, dict):
         settings["cascade"] = cascade
+    if weights not in (None, "auto"):
+        settings["weights"] = weights
     return json.loads(json.dumps(settings))  # as it reads back from the file (tuples -> lists)
 
 
@@ -221,7 +225,7 @@ def _difference(had: Any, want: dict) -> str:
     """The first setting that differs, as ``temperature 0.7 -> 0.2``."""
     if not isinstance(had, dict):
         return "made before settings were stored with each row"
-    for key in ("model", "system", "raw", "cascade"):
+    for key in ("model", "system", "raw", "cascade", "weights"):
         if had.get(key) != want.get(key):
             return f"{key} {had.get(key)!r} -> {want.get(key)!r}"
     old, new = had.get("options") or {}, want["options"]
@@ -244,6 +248,7 @@ def run_prompts_file(
     model: str | None = None,
     redo: bool = False,
     cascade: Any = None,
+    weights: str | None = None,
 ) -> int:
     """Run a prompts file through ``engine``, appending JSONL results as they finish.
 
@@ -263,6 +268,7 @@ def run_prompts_file(
         model: the model as the user named it (stored with each row).
         redo: make rows with other settings again instead of refusing.
         cascade: the cascade flags the engine was loaded with (stored with each row).
+        weights: the ``--weights`` it was loaded with (stored with each row).
 
     Returns:
         Sequences finished in this run (those found in ``output`` are skipped).
@@ -275,7 +281,8 @@ def run_prompts_file(
     defaults = {k: v for k, v in (options or {}).items() if k != _PER_REQUEST}
 
     def settings(spec: PromptSpec, j: int) -> dict:
-        return request_settings(spec, j, defaults, raw=raw, system=system, model=model, cascade=cascade)
+        return request_settings(spec, j, defaults, raw=raw, system=system, model=model, cascade=cascade,
+                                weights=weights)
 
     done = finished_sequences(output, specs, settings, redo=redo) if output is not None else set()
     if done:
@@ -376,12 +383,13 @@ def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any,
         # Other prompts' results, or rows made with other settings, fail now, not after loading.
         finished_sequences(output, specs, None if args.redo else functools.partial(
             request_settings, defaults=options, raw=args.raw, system=args.system, model=args.model,
-            cascade=cascade))
+            cascade=cascade, weights=getattr(args, "weights", None)))
     engine = load_engine(args, cascade)
     try:
         n = run_prompts_file(engine, prompts, output, raw=args.raw, system=args.system,
                              num_return_sequences=replies, options=options,
-                             progress=sys.stderr.isatty(), model=args.model, redo=args.redo, cascade=cascade)
+                             progress=sys.stderr.isatty(), model=args.model, redo=args.redo, cascade=cascade,
+                             weights=getattr(args, "weights", None))
     finally:
         engine.close()
     if output is not None:
