@@ -116,6 +116,9 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Don't forget that my cat is called Mochi.", None),  # a request to remember
     ("I forgot where my keys are.", None),
     ("Forget it.", None),
+    ("Don't remember where I work.", "where I work"),
+    ("Please stop remembering my address.", "my address"),
+    ("I don't remember where I parked.", None),  # the user's own memory
 ])
 def test_retraction_sentences(text, what):
     assert retraction(text) == what
@@ -324,3 +327,16 @@ def test_a_told_negation_is_remembered_and_supersedes(store):
         assert learned.remembered, said
         assert store.get(cat).superseded_by == learned.remembered[0]
         store.forget(learned.remembered[0])  # undone: the cat is current again for the next phrasing
+
+
+def test_a_weak_retraction_removes_only_an_entry_that_stands_apart(store):
+    # "Forget about my job." names the job in two words: its best match scores under the
+    # threshold, but far above anything else, so it is the one named.
+    job = store.remember("I work as a nurse.")
+    store.remember("My cat is called Mochi.")
+    store.remember("My dog is called Rex.")
+    assert store.retract("Forget about my job.", threshold=0.4) == []  # too weak even so (0.32)
+    assert [e.id for e in store.retract("Forget about my job.", threshold=0.35)] == [job]
+    # Two entries match alike (0.52 each) under the threshold: nothing is deleted on a guess.
+    assert store.retract("Forget my pets cat dog.", threshold=0.55) == []
+    assert len(store) == 2

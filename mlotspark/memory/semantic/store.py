@@ -61,6 +61,10 @@ from mlotspark.memory.semantic.updates import retraction
 _IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
 
 
+RETRACT_SLACK = 0.07  # a retraction's best match may score this far under the threshold ...
+RETRACT_APART = 0.1  # ... when it is this far above the next entry
+
+
 class SemanticStore:
     """Text entries that last across conversations, found by words and by meaning.
 
@@ -266,7 +270,9 @@ class SemanticStore:
 
         The sentence must name what to forget (``updates.retraction``); the entry that
         best matches it, superseded ones included, is forgotten if it scores at least
-        ``threshold``.
+        ``threshold``, or a little less (``RETRACT_SLACK``) when it stands clearly above
+        the next entry (``RETRACT_APART``): a bare "my job" scores 0.35 against "I work as
+        a nurse at the city hospital." with MPNet, where a question would score 0.5.
 
         Args:
             text: one sentence of the user's.
@@ -280,9 +286,12 @@ class SemanticStore:
         if what is None:
             return []
         threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
-        hits = self._search(what, 1, threshold, current_only=False)
-        if not hits:
+        hits = self._search(what, 2, 0.0, current_only=False)
+        if not hits or hits[0].score < threshold - RETRACT_SLACK:
             return []
+        runner_up = hits[1].score if len(hits) > 1 else 0.0
+        if hits[0].score < threshold and hits[0].score - runner_up < RETRACT_APART:
+            return []  # weak and not clearly the one named: nothing is deleted on a guess
         self.forget(hits[0].id)
         return [hits[0].entry]
 

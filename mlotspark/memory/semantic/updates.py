@@ -98,7 +98,8 @@ SLOT_WORDS = {
 
 _RETRACT = re.compile(
     r"^(?:(?:please|ok|okay|so|and|also|oh)[\s,]+)*(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+can\s+|you\s+may\s+)?"
-    r"(?:please\s+)?(?:forget|delete|erase|remove|drop|disregard|ignore)\s+"
+    r"(?:please\s+)?(?:forget|delete|erase|remove|drop|disregard|ignore|"
+    r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop)\s+(?:remember|remembering|keeping\s+track\s+of))\s+"
     r"(?:(?:that|about|what\s+i\s+(?:said|told\s+you)\s+about|the\s+fact\s+that|everything\s+about)\s+)?"
     r"(?P<what>.+?)[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
