@@ -26,7 +26,7 @@ from mlotspark.models import execution, gguf, llama, sampling_defaults
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.platform.dtypes import activation_dtype, settle_quantized_activations
-from mlotspark.models.loader import LoadedModel, choose_weight_format
+from mlotspark.models.loader import LoadedModel, choose_weight_format, stated_tie
 from mlotspark.models.loader import convert_weights  # the loader's one conversion rule
 from mlotspark.models.materialize import materialize
 from mlotspark.distributed.group import RankGroup, host_name, join
@@ -205,7 +205,8 @@ def _read_lazily(source: ModelSource) -> tuple[llama.Model, dict, Any, bool, Any
     from mlotspark.models.tokenizer import load_hf_tokenizer
 
     try:
-        model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_classes)
+        model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_classes,
+                                          model_config=stated_tie(Path(source.path)))
     except (ValueError, FileNotFoundError) as e:
         raise ModelFormatError(f"cannot load model directory {source.path}: {e}") from e
     sampling = sampling_defaults.model_defaults(source.name, model_dir=Path(source.path))

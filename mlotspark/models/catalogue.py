@@ -27,6 +27,7 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
+from mlotspark.models import safetensors_check
 from mlotspark.models.aliases import (
     ALIASES,
     DEFAULT_MODEL,
@@ -148,7 +149,7 @@ def _local_gguf(path: Path) -> ModelSource:
 
 
 def check_model_dir(path: Path) -> None:
-    """Check a directory holds config.json, safetensors weights and a tokenizer.
+    """Check a directory holds config.json, whole safetensors weights and a tokenizer.
 
     Raises:
         ModelFormatError: naming the directory and every missing piece.
@@ -171,6 +172,10 @@ def check_model_dir(path: Path) -> None:
         missing += sorted(s for s in shards if not (path / s).is_file())
     if missing:
         raise ModelFormatError(f"model directory {str(path)!r} is missing: {', '.join(missing)}")
+    # The files mlx-lm loads, header against size: MLX's own error names neither file nor cause.
+    for f in sorted(path.glob("model*.safetensors")):
+        if (fault := safetensors_check.problem(f)) is not None:
+            raise ModelFormatError(f"model directory {str(path)!r}: {f.name} is {fault}")
 
 
 # ---------------------------------------------------------------- Hugging Face

@@ -7,7 +7,9 @@ architecture of an mlx-lm directory runs on mlx-lm's own classes (full attention
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,8 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import execution, gguf, gguf_convert, inventory, llama, sampling_defaults, weight_formats
+from mlotspark.models import (execution, gguf, gguf_convert, inventory, llama, safetensors_check, sampling_defaults,
+                              weight_formats)
 from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
@@ -238,12 +241,27 @@ def _model_classes(config: dict):
     return _get_classes(config)
 
 
-def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
-
+def stated_tie(path: Path) -> dict | None:
+    """``{"tie_word_embeddings": False}`` when config.json does not say and the weights hold
+    an ``lm_head.weight``: mlx-lm's classes default to tied and would drop that head unread
+    (transformers' Llama defaults to untied). None otherwise."""
     try:
-        model, config = mlx_lm_load_model(Path(source.path), lazy=True, get_model_classes=_model_classes)
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        if "tie_word_embeddings" in config or "tie_word_embeddings" in config.get("text_config", {}):
+            return None
+        stored = set().union(*(safetensors_check.tensor_names(f) for f in path.glob("model*.safetensors")))
+    except (OSError, ValueError, AttributeError, struct.error):
+        return None  # mlx-lm's load names what is wrong with the files
+    return {"tie_word_embeddings": False} if "lm_head.weight" in stored else None
+
+
+def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
+    path = Path(source.path)
+    try:
+        model, config = mlx_lm_load_model(path, lazy=True, get_model_classes=_model_classes,
+                                          model_config=stated_tie(path))
     except (ValueError, FileNotFoundError) as e:
-        raise ModelFormatError(f"cannot load model directory {source.path}: {e}") from e
+        raise ModelFormatError(f"cannot load model directory {source.path}: {_one_line(e)}") from e
     quantized = "quantization" in config
     n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
     if quantized:

@@ -20,7 +20,6 @@ processor) and the template did not write it, as llama.cpp does.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -48,14 +47,14 @@ def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
         path: the model directory (``tokenizer.json`` or ``tokenizer.model``, configs).
 
     Returns:
-        mlx-lm's ``TokenizerWrapper``, with the EOS ids of ``config.json`` as mlx-lm's
-        ``load`` gives them.
+        mlx-lm's ``TokenizerWrapper``, with the EOS ids mlx-lm's ``load`` gives it: those
+        of ``generation_config.json`` (often a list) over those of ``config.json``.
 
     Raises:
         ModelNotFoundError: ``path`` is not a directory (nothing is downloaded here).
         ModelFormatError: the tokenizer files cannot be read.
     """
-    from mlx_lm.utils import load_tokenizer
+    from mlx_lm.utils import load_config, load_tokenizer
 
     path = Path(path)
     if not path.is_dir():
@@ -63,8 +62,8 @@ def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
     eos = None
     config = path / "config.json"
     try:
-        if config.is_file():
-            eos = json.loads(config.read_text(encoding="utf-8")).get("eos_token_id")
+        if config.is_file():  # load_config lets generation_config.json's eos ids win, as transformers does
+            eos = load_config(path).get("eos_token_id")
         wrapper = load_tokenizer(path, eos_token_ids=eos)
     except Exception as e:  # tokenizers and transformers raise many kinds for a broken file
         raise ModelFormatError(f"cannot load the tokenizer in {str(path)!r}: {e}") from e
