@@ -5,7 +5,8 @@ EOS ids ends a reply at each of them (it was ignored: the tokenizer read ``confi
 only); an ``lm_head.weight`` in a config that does not say ``tie_word_embeddings`` is
 used, as transformers' Llama does (it was dropped unread: replies from the embeddings);
 a cut-short shard, an empty one or a Git LFS pointer is named in one line (MLX's error
-named neither the file nor the cause).
+named neither the file nor the cause); a config.json without a ``model_type`` says so
+(it was a bare ``KeyError: 'model_type'``).
 """
 
 from __future__ import annotations
@@ -145,3 +146,12 @@ def test_a_missing_lm_head_is_one_line(base, tmp_path):
         Engine.load(str(d), progress=False)
     message = str(info.value)
     assert "lm_head.weight" in message and "\n" not in message and message.count(str(d)) == 1
+
+
+@pytest.mark.parametrize("model_type, needle", [("frobnicator", "frobnicator"), (None, "no model_type")])
+def test_a_config_without_a_known_model_type_is_named(base, tmp_path, model_type, needle):
+    d = _variant(base, tmp_path)
+    _edit_config(d, model_type=model_type, architectures=["LlamaForCausalLM"])
+    with pytest.raises(ModelFormatError, match=needle) as info:  # was a bare KeyError: 'model_type'
+        Engine.load(str(d), progress=False)
+    assert str(d) in str(info.value) and "\n" not in str(info.value)

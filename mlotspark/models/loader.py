@@ -236,6 +236,8 @@ def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], nati
 
 
 def _model_classes(config: dict):
+    if "model_type" not in config:  # mlx-lm: a bare KeyError
+        raise ModelFormatError(f"config.json names no model_type (architectures: {config.get('architectures')})")
     if config.get("model_type") in llama.SUPPORTED_TYPES:
         return llama.Model, llama.ModelArgs
     return _get_classes(config)
