@@ -246,3 +246,30 @@ def test_zero_repetitions_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "-r", "0"])
     assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, name", [("--output", "report.md"), ("--plot", "chart.png")])
+def test_an_unwritable_report_path_is_refused_before_anything_runs(capsys, tmp_path, flag, name):
+    """Checked before the model loads (the model here does not exist): a long run's
+    figures are not lost to a bad path at the end."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for path in (tmp_path, blocker / name):  # a directory; a file's "subdirectory"
+        code, out, err = bench(capsys, "--model", "/nowhere/model.gguf", flag, str(path))
+        assert code == 2 and out == "" and len(err) == 1, err
+        assert err[0].startswith(f"mlotspark: error: invalid {flag} '{path}'"), err
+
+
+def test_a_report_that_cannot_be_written_at_the_end_goes_to_stdout(capsys, tmp_path, tiny_gguf, monkeypatch):
+    import mlotspark.storage as storage
+    from mlotspark.errors import StoreError
+
+    def full_disk(path, data):
+        raise StoreError(f"cannot write {path}: No space left on device")
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(storage, "atomic_write", full_disk)
+    code, out, err = bench(capsys, "--model", str(tiny_gguf), *SMALL, "--suite", "pp", "--format", "json",
+                           "--output", str(tmp_path / "report.json"))
+    assert code == 1 and json.loads(out)["results"][0]["suite"] == "pp"
+    assert "No space left on device" in err[-1] and "stdout" in err[-1]

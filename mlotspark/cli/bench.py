@@ -34,6 +34,24 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def _check_output(path: str, flag: str) -> Path:
+    """``path`` if a report can be written there: checked before the model loads, so a
+    long run's figures are not lost to a typo at the end.
+
+    Raises:
+        OptionError: a directory, or a place where no file can be created.
+    """
+    from mlotspark.errors import OptionError
+    from mlotspark.storage import writable
+
+    p = Path(path)
+    if p.is_dir():
+        raise OptionError(f"invalid {flag} {path!r}: it is a directory, name a file")
+    if not writable(p.parent):
+        raise OptionError(f"invalid {flag} {path!r}: cannot create a file in {str(p.parent)!r}")
+    return p
+
+
 @contextlib.contextmanager
 def _terminate_as_exit() -> Iterator[None]:
     """SIGTERM unwinds like Ctrl+C, so the engine closes and the scratch directory goes."""
@@ -51,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
     from mlotspark.bench import BenchConfig, parse_suites, plot_report, render, run_bench
     from mlotspark.bench.config import parse_int_list
     from mlotspark.bench.plot import check_path
+    from mlotspark.errors import MlotsparkError
     from mlotspark.storage import atomic_write
 
     # Every setting is checked before the model loads: a typo costs nothing.
-    plot = check_path(args.plot) if args.plot else None
+    plot = _check_output(str(check_path(args.plot)), "--plot") if args.plot else None
+    output = _check_output(args.output, "--output") if args.output else None
     config = BenchConfig(
         model=args.model,
         weights=args.weights,
@@ -73,17 +93,27 @@ def run(args: argparse.Namespace) -> int:
     with _terminate_as_exit():
         report = run_bench(config, show_progress=progress, command=command)
     text = render(report, args.format)
-    if args.output:
-        atomic_write(Path(args.output), text)
-        print(f"mlotspark: bench: wrote {args.output}", file=sys.stderr)
+    failed = False
+    if output is not None:
+        try:
+            atomic_write(output, text)
+            print(f"mlotspark: bench: wrote {output}", file=sys.stderr)
+        except MlotsparkError as e:  # e.g. the disk filled during the run: keep the figures
+            sys.stdout.write(text)
+            print(f"mlotspark: bench: {e}; the report went to stdout", file=sys.stderr)
+            failed = True
     else:
         sys.stdout.write(text)
     if plot is not None:
-        plot_report(report, plot)
-        print(f"mlotspark: bench: wrote {plot}", file=sys.stderr)
+        try:
+            plot_report(report, plot)
+            print(f"mlotspark: bench: wrote {plot}", file=sys.stderr)
+        except MlotsparkError as e:
+            print(f"mlotspark: bench: {e}", file=sys.stderr)
+            failed = True
     for e in report.errors:
         print(f"mlotspark: bench: not run: {e.message}", file=sys.stderr)
-    return 1 if report.errors else 0
+    return 1 if report.errors or failed else 0
 
 
 def _suites_epilog() -> str:
