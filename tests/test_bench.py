@@ -273,3 +273,34 @@ def test_a_report_that_cannot_be_written_at_the_end_goes_to_stdout(capsys, tmp_p
                            "--output", str(tmp_path / "report.json"))
     assert code == 1 and json.loads(out)["results"][0]["suite"] == "pp"
     assert "No space left on device" in err[-1] and "stdout" in err[-1]
+
+
+def test_the_header_names_the_blas_threads_mlx_lm_ran_at(monkeypatch):
+    """In one process mlx-lm shares MLX's OpenBLAS, so it runs at the count our engine
+    fitted to the free cores: the report says which count each side ran at (RESULTS.md's
+    headline measures the same way), or that the user's OPENBLAS_NUM_THREADS held for both."""
+    import importlib
+
+    from mlotspark.bench.runner import blas_threads
+    from mlotspark.platform import blas
+
+    class FakeEngine:
+        def run_on_engine(self, fn, *args):
+            return fn(*args)
+
+    def stream_generate(model, tokenizer, prompt, max_tokens, prompt_cache=None):
+        yield from [None] * max_tokens
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setattr(importlib.import_module("mlx_lm.generate"), "stream_generate", stream_generate)
+    ctx = BenchContext(FakeEngine(), BenchConfig(), Progress(1, enabled=False), workdir=".")  # type: ignore[arg-type]
+    ctx._twin, ctx._ref_tokenizer = object(), object()
+    for fitted in (2, 1, 1):  # the machine got busy during the run
+        monkeypatch.setattr(blas, "_FITTED", fitted)
+        assert ctx.mlx_lm([1, 2, 3], 3).tokens == 3
+    assert ctx.mlx_lm_threads == {1, 2}
+    text = blas_threads(ctx.mlx_lm_threads)
+    assert text.startswith("BLAS threads: mlotspark fitted to the free cores (last 1), mlx-lm 1/2 ("), text
+    assert "mlx-lm" not in blas_threads(set())
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert blas_threads(ctx.mlx_lm_threads) == "BLAS threads 1 on both sides (OPENBLAS_NUM_THREADS)"

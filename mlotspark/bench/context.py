@@ -3,7 +3,10 @@
 Both engines are timed at the same points: TTFT from the request to the first
 token (runs of one token), decode speed as (tokens − 1) / (last − first token).
 mlx-lm runs on our engine's thread (``Engine.run_on_engine``), so MLX is only ever
-used from one thread and neither engine pays a thread switch the other does not.
+used from one thread and neither engine pays a thread switch the other does not. It
+shares MLX's OpenBLAS, so its runs get the thread count our engine last fitted to the
+free cores (as the headline's script, RESULTS.md): ``run_mlx_lm`` notes each count it
+ran at, and the report's header names them.
 
 Decode runs ignore EOS so that every run decodes the same number of tokens, as
 ``mlx_lm.benchmark`` does (it empties the tokenizer's EOS set).
@@ -73,6 +76,7 @@ class BenchContext:
         self._rng = np.random.default_rng(config.seed)
         self._twin: Any = None
         self._ref_tokenizer: Any = None
+        self.mlx_lm_threads: set[int | None] = set()  # BLAS thread counts mlx-lm ran at (None: not fitted)
 
     # ----------------------------------------------------------------- facts
     @property
@@ -176,6 +180,20 @@ class BenchContext:
             tps = (n - 1) / (last - first) if n > 1 and last > first else 0.0
             return Run(first - t0, tps, n, mx.get_peak_memory() / 1e6)
 
+        return self.run_mlx_lm(go)
+
+    def run_mlx_lm(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the engine thread, noting in ``mlx_lm_threads`` the OpenBLAS
+        thread count in force (our engine's fitted count: the process shares one OpenBLAS).
+
+        Every mlx-lm call of a suite goes through here.
+        """
+        from mlotspark.platform.blas import fitted_threads
+
+        def go() -> Any:
+            self.mlx_lm_threads.add(fitted_threads())
+            return fn(*args)
+
         return self.engine.run_on_engine(go)
 
     def mlx_lm_prefilled(self, ids: list[int]) -> list:
@@ -192,7 +210,7 @@ class BenchContext:
                 mx.eval([c.state for c in cache])
             return cache
 
-        return self.engine.run_on_engine(go)
+        return self.run_mlx_lm(go)
 
     # ------------------------------------------------------------ repetition
     def measure(

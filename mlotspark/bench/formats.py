@@ -62,7 +62,8 @@ def header_lines(report: Report) -> list[str]:
     lines = [
         f"mlotspark bench {h.get('mlotspark_version', '')}: {h.get('model')} "
         f"({h.get('weights')} weights, {num(h.get('weights_mb'))} MB, context {h.get('context_length')})",
-        f"device {h.get('device')} · {h.get('cpu')} ({h.get('cores_logical')} cores) · BLAS {h.get('blas')}",
+        f"device {h.get('device')} · {h.get('cpu')} ({h.get('cores_logical')} cores) · BLAS {h.get('blas')}"
+        + (f" · {h['blas_threads']}" if h.get("blas_threads") else ""),
         f"MLX {h.get('mlx_version')} · mlx-lm {h.get('mlx_lm_version')} · Python {h.get('python')} · {h.get('platform')}",
         f"thermal: {_thermal(h.get('thermal_start'))} → {_thermal(h.get('thermal_end'))}",
         f"{h.get('date')} · {h.get('duration_s')} s · -p {h.get('prompt_tokens')} -g {h.get('gen_tokens')} · "

@@ -59,6 +59,28 @@ def _scratch_home(path: Path) -> Iterator[None]:
             os.environ["MLOTSPARK_HOME"] = old
 
 
+def blas_threads(mlx_lm_counts: set[int | None]) -> str:
+    """The OpenBLAS thread counts each side ran with, in words, for the header.
+
+    Args:
+        mlx_lm_counts: the counts in force at mlx-lm's runs (``BenchContext.mlx_lm_threads``;
+            None: nothing fitted, OpenBLAS's own default); empty when not compared.
+    """
+    from mlotspark.platform.blas import fitted_threads
+
+    if "OPENBLAS_NUM_THREADS" in os.environ:
+        return f"BLAS threads {os.environ['OPENBLAS_NUM_THREADS']} on both sides (OPENBLAS_NUM_THREADS)"
+
+    def count(n: int | None) -> str:
+        return "default" if n is None else str(n)
+
+    text = f"BLAS threads: mlotspark fitted to the free cores (last {count(fitted_threads())})"
+    if mlx_lm_counts:
+        ran = "/".join(count(n) for n in sorted(mlx_lm_counts, key=lambda n: -1 if n is None else n))
+        text += f", mlx-lm {ran} (one OpenBLAS in this process: our engine's count)"
+    return text
+
+
 def _check_fits(config: BenchConfig, context: int) -> None:
     """An impossible setting fails before anything is timed, naming the value."""
     names = config.suite_names
@@ -107,12 +129,14 @@ def run_bench(
         progress.close()
         raise
     figures, errors = [], []
+    mlx_lm_threads: set[int | None] = set()
     closed = False
     try:
         _check_fits(config, int(engine.loaded.context_length))
         with tempfile.TemporaryDirectory(prefix="mlotspark-bench-") as tmp, _scratch_home(Path(tmp) / "home"):
             progress.show("checking the suites")
             ctx = BenchContext(engine, config, progress, Path(tmp))
+            mlx_lm_threads = ctx.mlx_lm_threads
             chosen = []
             for name, cases in config.suites:
                 module = SUITES[name]
@@ -150,6 +174,7 @@ def run_bench(
         "context_length": engine.loaded.context_length,
         **{k: info.get(k) for k in ("device", "blas", "mlx_version", "mlx_lm_version", "cpu",
                                     "cores_logical", "platform", "python")},
+        "blas_threads": blas_threads(mlx_lm_threads),
         "thermal_start": thermal_start,
         "thermal_end": thermal_state(),
         "prompt_tokens": config.prompt_tokens,
@@ -163,4 +188,4 @@ def run_bench(
     return Report(header, figures, errors)
 
 
-__all__ = ["run_bench", "thermal_state"]
+__all__ = ["blas_threads", "run_bench", "thermal_state"]

@@ -63,7 +63,7 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                 wall = time.perf_counter() - t0
                 return {"aggregate": sum(len(t) for t in response.token_ids) / wall}
 
-            return engine.run_on_engine(go)
+            return ctx.run_mlx_lm(go)
 
         mine, theirs = ctx.measure(f"batch {b}", ours, ref if ctx.compare else None)
         mean_batch = statistics.median(mine.get("mean batch", [1.0]))

@@ -171,7 +171,7 @@ class _Turns:
         from mlx_lm.models.cache import save_prompt_cache
 
         path = str(self.ctx.workdir / "mlx_lm_prompt_cache.safetensors")
-        self.engine.run_on_engine(save_prompt_cache, path, self.ctx.mlx_lm_prefilled(ids))
+        self.ctx.run_mlx_lm(save_prompt_cache, path, self.ctx.mlx_lm_prefilled(ids))
         return path
 
 
