@@ -203,8 +203,9 @@ class CascadeConfig:
         if unknown:
             raise OptionError(f"unknown cascade option(s): {', '.join(sorted(unknown))}")
         base.update(overrides)
-        if "block_size" not in overrides:  # a window given below the default block: blocks of the window
-            base["block_size"] = min(base["block_size"], base["window"])
+        w = base["window"]
+        if "block_size" not in overrides and type(w) is int and w > 0:  # a bad window is named below
+            base["block_size"] = min(base["block_size"], w)  # a window below the default block: blocks of it
         config = cls(**base)
         if config.span > context_length:
             raise OptionError(
