@@ -304,3 +304,35 @@ def test_the_header_names_the_blas_threads_mlx_lm_ran_at(monkeypatch):
     assert "mlx-lm" not in blas_threads(set())
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     assert blas_threads(ctx.mlx_lm_threads) == "BLAS threads 1 on both sides (OPENBLAS_NUM_THREADS)"
+
+
+def test_long_runs_the_cascade_on_the_same_engine(tmp_path, tiny_gguf, monkeypatch):
+    """One model in memory (a second engine's weights had counted in every row's peak
+    memory, full attention's too); the cascade rows ran the cascade, the full rows did not,
+    and the engine's own setting is back afterwards."""
+    from mlotspark.bench import run_bench
+    from mlotspark.engine import Engine
+
+    loads, engines, used = [], [], []
+    real_load, real_ours = Engine.load.__func__, BenchContext.ours
+
+    def load(cls, model=None, *, cascade="auto", **k):
+        loads.append(cascade)
+        engines.append(real_load(cls, model, cascade=cascade, **k))
+        return engines[-1]
+
+    def ours(self, ids, max_tokens, **k):
+        r = real_ours(self, ids, max_tokens, **k)
+        used.append(bool(r.extra.get("cascade")))
+        return r
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(Engine, "load", classmethod(load))
+    monkeypatch.setattr(BenchContext, "ours", ours)
+    config = BenchConfig(model=str(tiny_gguf), gen_tokens=4, repetitions=1, warmup=0, contexts=(64,),
+                         suites=parse_suites("long"))
+    report = run_bench(config, show_progress=False)
+    assert len(loads) == 1 and engines[0].cascade == "auto"
+    assert not report.errors, report.errors
+    assert sorted(used) == [False, True]
+    assert {f.case for f in report.figures} == {"full 64", "cascade 64"}

@@ -7,8 +7,10 @@ as a user waits for it). Cases:
 
 - ``full``: full attention, the main engine; lengths beyond the model's context
   cannot run and are skipped;
-- ``cascade``: a second engine loaded with the memory cascade
-  (``Engine.load(model, cascade=CascadeConfig.for_model(context))``).
+- ``cascade``: the same engine with the memory cascade always on
+  (``engine.cascade = CascadeConfig.for_model(context)``, what ``Engine.load(model,
+  cascade=...)`` sets): no second copy of the weights, so each row's peak memory holds
+  one model, as a user's process does.
 
 Both run in the same repetition, alternating which goes first. With
 ``--compare mlx-lm`` each row's ratio is against mlx-lm's full attention at that length.
@@ -16,8 +18,9 @@ Both run in the same repetition, alternating which goes first. With
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any
+from typing import Any, Iterator
 
 from mlotspark.errors import OptionError
 from mlotspark.bench.context import BenchContext, SuiteUnavailable, figure
@@ -60,60 +63,63 @@ def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
         )
 
 
-def _load_cascade_engine(ctx: BenchContext) -> Any:
-    from mlotspark.memory.cascade import CascadeConfig
-    from mlotspark.engine import Engine
-
-    config = CascadeConfig.for_model(ctx.context_length)
-    return Engine.load(ctx.config.model, weights=ctx.engine.loaded.weights, progress=False, cascade=config)
+@contextlib.contextmanager
+def _cascade_setting(engine: Any, setting: Any) -> Iterator[None]:
+    """``engine.cascade = setting`` for the duration (None: full attention), then the old one."""
+    saved = engine.cascade
+    engine.cascade = setting
+    try:
+        yield
+    finally:
+        engine.cascade = saved
 
 
 def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
     chosen = _cases(cases)
     g = ctx.config.gen_tokens
-    cascade = _load_cascade_engine(ctx) if "cascade" in chosen else None
+    cascade = None
+    if "cascade" in chosen:
+        from mlotspark.memory.cascade import CascadeConfig
+
+        cascade = CascadeConfig.for_model(ctx.context_length)
     out: list[Figure] = []
-    try:
-        for length in ctx.config.contexts:
-            ids = ctx.random_ids(length)
-            full = "full" in chosen and _fits(ctx, length)
-            if not full and cascade is None:
-                for _ in range(ctx.rounds):
-                    ctx.progress.step(f"long {length}: beyond the context")
-                continue
-            variants = ([("full", ctx.engine)] if full else []) + ([("cascade", cascade)] if cascade else [])
-            turn = [0]
+    for length in ctx.config.contexts:
+        ids = ctx.random_ids(length)
+        full = "full" in chosen and _fits(ctx, length)
+        if not full and cascade is None:
+            for _ in range(ctx.rounds):
+                ctx.progress.step(f"long {length}: beyond the context")
+            continue
+        variants = ([("full", None)] if full else []) + ([("cascade", cascade)] if cascade else [])
+        turn = [0]
 
-            def ours() -> dict[str, float]:
-                metrics: dict[str, float] = {}
-                turn[0] += 1
-                for name, engine in variants if turn[0] % 2 else variants[::-1]:
-                    with ctx.ignoring_eos(engine):
-                        r = ctx.ours(ids, g, engine=engine)
-                    metrics[f"{name} prefill"] = length / r.ttft_s if r.ttft_s else float("nan")
-                    metrics[f"{name} decode"] = 1000 / r.decode_tps if r.decode_tps else float("nan")
-                    metrics[f"{name} peak"] = r.peak_mb
-                return metrics
+        def ours() -> dict[str, float]:
+            metrics: dict[str, float] = {}
+            turn[0] += 1
+            for name, setting in variants if turn[0] % 2 else variants[::-1]:
+                with ctx.ignoring_eos(), _cascade_setting(ctx.engine, setting):
+                    r = ctx.ours(ids, g)
+                metrics[f"{name} prefill"] = length / r.ttft_s if r.ttft_s else float("nan")
+                metrics[f"{name} decode"] = 1000 / r.decode_tps if r.decode_tps else float("nan")
+                metrics[f"{name} peak"] = r.peak_mb
+            return metrics
 
-            def ref() -> dict[str, float]:
-                r = ctx.mlx_lm(ids, g)
-                ms = 1000 / r.decode_tps if r.decode_tps else float("nan")
-                tps = length / r.ttft_s if r.ttft_s else float("nan")
-                return ({f"{name} prefill": tps for name, _ in variants} | {f"{name} decode": ms for name, _ in variants}
-                        | {f"{name} peak": r.peak_mb for name, _ in variants})
+        def ref() -> dict[str, float]:
+            r = ctx.mlx_lm(ids, g)
+            ms = 1000 / r.decode_tps if r.decode_tps else float("nan")
+            tps = length / r.ttft_s if r.ttft_s else float("nan")
+            return ({f"{name} prefill": tps for name, _ in variants} | {f"{name} decode": ms for name, _ in variants}
+                    | {f"{name} peak": r.peak_mb for name, _ in variants})
 
-            compared = ctx.compare and _fits(ctx, length)
-            mine, theirs = ctx.measure(f"long {length}", ours, ref if compared else None)
-            for name, _ in variants:
-                note = "" if full or name == "full" else f"full attention: beyond the model's context ({ctx.context_length})"
-                out.append(figure("long", f"{name} {length}", "prefill", "tok/s", True, mine, theirs,
-                                  key=f"{name} prefill",
-                                  notes="; ".join(n for n in ("prompt tokens / time to first token", note) if n)))
-                out.append(figure("long", f"{name} {length}", "decode", "ms/token", False, mine, theirs,
-                                  key=f"{name} decode", notes=note))
-                out.append(figure("long", f"{name} {length}", "peak memory", "MB", False, mine, theirs,
-                                  key=f"{name} peak"))
-    finally:
-        if cascade is not None:
-            cascade.close()
+        compared = ctx.compare and _fits(ctx, length)
+        mine, theirs = ctx.measure(f"long {length}", ours, ref if compared else None)
+        for name, _ in variants:
+            note = "" if full or name == "full" else f"full attention: beyond the model's context ({ctx.context_length})"
+            out.append(figure("long", f"{name} {length}", "prefill", "tok/s", True, mine, theirs,
+                              key=f"{name} prefill",
+                              notes="; ".join(n for n in ("prompt tokens / time to first token", note) if n)))
+            out.append(figure("long", f"{name} {length}", "decode", "ms/token", False, mine, theirs,
+                              key=f"{name} decode", notes=note))
+            out.append(figure("long", f"{name} {length}", "peak memory", "MB", False, mine, theirs,
+                              key=f"{name} peak"))
     return out
