@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import struct
 import tempfile
 import zlib
@@ -336,3 +337,13 @@ def test_long_runs_the_cascade_on_the_same_engine(tmp_path, tiny_gguf, monkeypat
     assert not report.errors, report.errors
     assert sorted(used) == [False, True]
     assert {f.case for f in report.figures} == {"full 64", "cascade 64"}
+
+
+def test_ruler_notes_say_what_each_mode_ran(full_run):
+    """sinks + window is the cascade with top-k 0 (its note had said the cascade's top-k),
+    and the cascade's rows count the requests whose question pass ran (stats.extra)."""
+    _, doc, _, _ = full_run
+    rows = {r["case"].split()[1]: r for r in doc["results"] if r["suite"] == "ruler"}
+    assert {"cascade", "streaming"} <= set(rows)
+    assert "top-k 0 x" in rows["streaming"]["notes"] and "question pass" not in rows["streaming"]["notes"]
+    assert re.search(r"question pass in \d+/\d+", rows["cascade"]["notes"]), rows["cascade"]["notes"]

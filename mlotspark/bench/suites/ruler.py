@@ -45,6 +45,7 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
     for length in ctx.config.contexts:
         for task in _tasks(cases):
             scores: dict[str, list[float]] = {m: [] for m in MODES}
+            passes: dict[str, int] = {m: 0 for m in MODES}  # requests whose question pass ran
             for i, depth in enumerate(depths(trials)):
                 case = make_case(task, length, depth, seed=ctx.config.seed * 100003 + length + i,
                                  count_tokens=lambda text: len(engine.encode(text)))
@@ -52,13 +53,16 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                 for mode in MODES:
                     if mode == "full" and len(ids) + ANSWER_TOKENS[task] > ctx.context_length:
                         continue
-                    reply = answer(engine, ids, mode, config, ANSWER_TOKENS[task]).text
-                    scores[mode].append(100.0 * case.score(reply))
+                    result = answer(engine, ids, mode, config, ANSWER_TOKENS[task])
+                    scores[mode].append(100.0 * case.score(result.text))
+                    passes[mode] += bool(result.stats.extra.get("cascade", {}).get("question_passes"))
                 ctx.progress.step(f"ruler {task} {length}")
             for mode, values in scores.items():
                 if not values:  # full attention beyond the model's context: no figure
                     continue
-                note = (f"window {config.window}, sinks {config.sinks}, top-k {config.top_k} x {config.block_size}"
+                top_k = config.top_k if mode == "cascade" else 0  # streaming: sinks + window only
+                note = (f"window {config.window}, sinks {config.sinks}, top-k {top_k} x {config.block_size}"
+                        + (f"; question pass in {passes[mode]}/{len(values)}" if mode == "cascade" else "")
                         if mode != "full" else "plain KV cache")
                 out.append(Figure("ruler", f"{task} {mode} {length}", "score", "%", True, values, notes=note))
     return out
