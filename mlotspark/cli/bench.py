@@ -147,7 +147,7 @@ def register(sub: Any) -> None:
     p.add_argument("-p", "--prompt-tokens", type=positive_int, default=512, help="prompt tokens of the pp suite (default 512)")
     p.add_argument("-g", "--gen-tokens", type=positive_int, default=128,
                    help="tokens to decode in tg, long, batch and spec (default 128)")
-    p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5)")
+    p.add_argument("-r", "--repetitions", type=positive_int, default=5, help="timed repetitions (default 5); ruler: cases per task and length, no warm-up")
     p.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs first (default 1)")
     p.add_argument("--suite", "-s", default=DEFAULT_SUITES,
                    help=f"comma-separated suites, or suite:case (default {DEFAULT_SUITES}; 'all' = every suite below)")
