@@ -298,6 +298,9 @@ def test_a_superseded_fact_said_again_wins_at_retrieval(store):
     utrecht = store.remember("I live in Utrecht.")
     porto = store.remember("I moved to Porto last month.")
     assert [h.id for h in store.search("Where do I live?", k=3)] == [porto]
+    (old := store.path.with_name("old.json")).write_text('["I live in Utrecht."]')
+    assert store.import_json(old) == 0  # an import adds what is new; it does not re-tell what is known
+    assert store.get(utrecht).superseded_by == porto
     assert store.remember("I live in Utrecht.") == utrecht
     assert store.get(utrecht).superseded_by is None and store.get(porto).superseded_by == utrecht
     assert [h.id for h in store.search("Where do I live?", k=3)] == [utrecht]

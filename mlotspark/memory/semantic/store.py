@@ -157,12 +157,17 @@ class SemanticStore:
         near = None if relative_time(text) else self.near_duplicate
         return duplicate_of(conn, self._vectors(), text, vec, near)
 
-    def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray) -> tuple[int, bool]:
-        """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted)."""
+    def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray, told: bool = True) -> tuple[int, bool]:
+        """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted).
+
+        ``told``: the user says it now (``remember``), so a superseded duplicate is current
+        again; an import adds entries without re-ordering what the store knows.
+        """
         existing = self._duplicate_of(conn, new.text, vec)
         if existing is not None:
             self._said_again(conn, existing, new)
-            self._current_again(conn, existing, new)
+            if told:
+                self._current_again(conn, existing, new)
             return existing, False
         cur = conn.execute(
             "INSERT INTO entries (text, key, source, conversation, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
@@ -495,7 +500,7 @@ class SemanticStore:
             with steps.step(f"adding {n} entries from {path.name}", total=n, unit="entries") as s, \
                     self._write() as conn:
                 for new, vec in zip(items, vecs):
-                    entry_id, inserted = self._insert(conn, new, vec)
+                    entry_id, inserted = self._insert(conn, new, vec, told=False)
                     ids.append(entry_id)
                     added += inserted
                     s.advance()
