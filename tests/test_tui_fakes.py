@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from mlotspark.errors import OptionError, StoreError
+from mlotspark.memory.semantic.store import Told
 from mlotspark import GenerationResult, GenerationStats
 from mlotspark.options import GenerationOptions
 
@@ -67,6 +68,9 @@ class FakeMemory:
         self.entries[self.next_id] = FakeEntry(self.next_id, text)
         self.next_id += 1
         return self.next_id - 1
+
+    def tell(self, text: str) -> Told:
+        return Told(self.remember(text), True, False, ())
 
     def forget(self, entry_id: int) -> bool:
         return self.entries.pop(entry_id, None) is not None

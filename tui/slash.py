@@ -105,20 +105,15 @@ class SlashCommands:
     # -- semantic memory --------------------------------------------------------------
     async def command_remember(self, cmd: Command) -> None:
         store = self.engine.memory
-        before = len(store)
-        replaced = {e.id: e.superseded_by for e in store.list() if e.superseded_by is not None}
-        entry = self.engine.remember(cmd.argument)
+        told = store.tell(cmd.argument)
         self.tiers_stale = True
-        if len(store) == before:  # remember() gives a duplicate the id it already has
-            known = store.get(entry)
-            again = "  [current again]" if entry in replaced and known is not None and known.superseded_by is None else ""
-            lines = [f"already remembered as #{entry}: {known.text if known else cmd.argument.strip()}"
-                     + (again or _replaced(known))]
-            lines += [f"  supersedes #{o.id}: {o.text}" for o in store.superseded_by(entry) if replaced.get(o.id) != entry]
-            await self.say("\n".join(lines))
-            return
-        lines = [f"remembered #{entry}: {cmd.argument.strip()}"]
-        lines += [f"  supersedes #{old.id}: {old.text}" for old in store.superseded_by(entry)]
+        if told.new:
+            lines = [f"remembered #{told.id}: {cmd.argument.strip()}"]
+        else:  # a duplicate: the entry it matched
+            known = store.get(told.id)
+            lines = [f"already remembered as #{told.id}: {known.text if known else cmd.argument.strip()}"
+                     + ("  [current again]" if told.current_again else _replaced(known))]
+        lines += [f"  supersedes #{old.id}: {old.text}" for old in filter(None, map(store.get, told.superseded))]
         await self.say("\n".join(lines))
 
     async def command_forget(self, cmd: Command) -> None:

@@ -100,21 +100,16 @@ def run(args: argparse.Namespace) -> int:
                     hint = "" if args.all else f" above relevance {floor:.2f}; --all shows weaker hits"
                     print(f"(nothing found{hint})")
         elif action == "add":
-            before = len(store)
-            replaced = {e.id: e.superseded_by for e in store.list() if e.superseded_by is not None}
-            entry_id = store.remember(args.text, source="user")
-            if len(store) == before:  # remember() returns the existing entry's id for a duplicate
-                existing = store.get(entry_id)
-                line = f"already remembered as #{entry_id}: {existing.text if existing else args.text}"
-                if entry_id in replaced and existing is not None and existing.superseded_by is None:
-                    line += "  [current again]"  # said again after an update: the newest word on it
-                print(line)
-                for old in (o for o in store.superseded_by(entry_id) if replaced.get(o.id) != entry_id):
-                    print(f"  supersedes #{old.id}: {old.text}")
-            else:
-                print(f"remembered #{entry_id}: {args.text.strip()}")
-                for old in store.superseded_by(entry_id):
-                    print(f"  supersedes #{old.id}: {old.text}")
+            told = store.tell(args.text, source="user")
+            if told.new:
+                print(f"remembered #{told.id}: {args.text.strip()}")
+            else:  # a duplicate: the entry it matched
+                existing = store.get(told.id)
+                # said again after an update: the newest word on it
+                print(f"already remembered as #{told.id}: {existing.text if existing else args.text}"
+                      + ("  [current again]" if told.current_again else ""))
+            for old in filter(None, map(store.get, told.superseded)):
+                print(f"  supersedes #{old.id}: {old.text}")
         elif action == "forget":
             forget(store, args.ids)
         elif action == "export":

@@ -20,6 +20,7 @@ cache; the schema is ``database.py``, searching ``search.py``, duplicates
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import json
 import sqlite3
 import threading
@@ -59,6 +60,16 @@ from mlotspark.memory.semantic.transfer import export_entries, not_own_file, rea
 from mlotspark.memory.semantic.updates import retraction
 
 _IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
+
+
+@dataclass(frozen=True)
+class Told:
+    """What remembering one text changed (``SemanticStore.tell``)."""
+
+    id: int  # the entry: a new one, or the duplicate the text matched
+    new: bool
+    current_again: bool  # a superseded duplicate, current again (said again after an update)
+    superseded: tuple[int, ...]  # entries this telling marked superseded
 
 
 RETRACT_SLACK = 0.07  # a retraction's best match may score this far under the threshold ...
@@ -157,8 +168,8 @@ class SemanticStore:
         near = None if relative_time(text) else self.near_duplicate
         return duplicate_of(conn, self._vectors(), text, vec, near)
 
-    def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray, told: bool = True) -> tuple[int, bool]:
-        """Insert unless a duplicate exists, inside ``_write``; returns (id, inserted).
+    def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray, told: bool = True) -> Told:
+        """Insert unless a duplicate exists, inside ``_write``; says what it did.
 
         ``told``: the user says it now (``remember``), so a superseded duplicate is current
         again; an import adds entries without re-ordering what the store knows.
@@ -166,9 +177,8 @@ class SemanticStore:
         existing = self._duplicate_of(conn, new.text, vec)
         if existing is not None:
             self._said_again(conn, existing, new)
-            if told:
-                self._current_again(conn, existing, new)
-            return existing, False
+            marked = self._current_again(conn, existing, new) if told else None
+            return Told(existing, False, marked is not None, tuple(marked or ()))
         cur = conn.execute(
             "INSERT INTO entries (text, key, source, conversation, meta, created) VALUES (?, ?, ?, ?, ?, ?)",
             (new.text, dedupe_key(new.text), new.source, new.conversation, new.meta_json, new.created),
@@ -182,19 +192,22 @@ class SemanticStore:
         mark_superseded(conn, old, entry_id, new.created)
         self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
-        return entry_id, True
+        return Told(entry_id, True, False, tuple(old))
 
-    def _current_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
+    def _current_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> list[int] | None:
         """A superseded fact said again is the newest word on its slot: "I live in Utrecht."
         after "I moved to Porto." (which had superseded it) makes Utrecht current and marks
-        Porto superseded by it, as a new text saying so would have."""
+        Porto superseded by it, as a new text saying so would have. Returns the entries it
+        marked, or None when ``entry_id`` was current (nothing changed)."""
         if entry_id not in superseded_ids(conn) or tells_event(new.text):
-            return
+            return None
         latest = successors(conn).get(entry_id)
         conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE id = ?", (entry_id,))
-        if latest is not None and latest != entry_id:
-            mark_superseded(conn, [latest], entry_id, new.created)
-            self._superseded += 1
+        if latest is None or latest == entry_id:
+            return []
+        mark_superseded(conn, [latest], entry_id, new.created)
+        self._superseded += 1
+        return [latest]
 
     def _said_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
         """An event said again on another day: one more occurrence (events.py).
@@ -212,7 +225,6 @@ class SemanticStore:
             conn.execute("UPDATE entries SET meta = ? WHERE id = ?",
                          (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
 
-    @_guarded
     def remember(
         self,
         text: str,
@@ -240,12 +252,29 @@ class SemanticStore:
         Raises:
             OptionError: bad text, source, conversation or meta (the value is named).
         """
+        return self.tell(text, source=source, conversation=conversation, meta=meta).id
+
+    @_guarded
+    def tell(
+        self,
+        text: str,
+        *,
+        source: str = "user",
+        conversation: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Told:
+        """``remember``, saying what it changed (for ``memory add`` and the chat's /remember).
+
+        Returns:
+            A ``Told``: the entry's id, whether it is new, whether a superseded duplicate
+            became current again, and the entries marked superseded now.
+        """
         new = check_entry(text, source, conversation, meta, self.clock())
         vec = checked_embed(self.embedder, [new.text])[0]
         with self._write() as conn:
-            entry_id, inserted = self._insert(conn, new, vec)
-        self._deduplicated += not inserted
-        return entry_id
+            told = self._insert(conn, new, vec)
+        self._deduplicated += not told.new
+        return told
 
     @_guarded
     def forget(self, entry_id: int) -> bool:
@@ -500,9 +529,9 @@ class SemanticStore:
             with steps.step(f"adding {n} entries from {path.name}", total=n, unit="entries") as s, \
                     self._write() as conn:
                 for new, vec in zip(items, vecs):
-                    entry_id, inserted = self._insert(conn, new, vec, told=False)
-                    ids.append(entry_id)
-                    added += inserted
+                    done = self._insert(conn, new, vec, told=False)
+                    ids.append(done.id)
+                    added += done.new
                     s.advance()
                 restore_marks(conn, items, ids)  # the file's history, whatever the rules made of it
         self._deduplicated += n - added
