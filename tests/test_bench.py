@@ -347,3 +347,15 @@ def test_ruler_notes_say_what_each_mode_ran(full_run):
     assert {"cascade", "streaming"} <= set(rows)
     assert "top-k 0 x" in rows["streaming"]["notes"] and "question pass" not in rows["streaming"]["notes"]
     assert re.search(r"question pass in \d+/\d+", rows["cascade"]["notes"]), rows["cascade"]["notes"]
+
+
+@pytest.mark.parametrize("argv", [["--models-dir", "/m", "bench"], ["bench", "--models-dir", "/m"]])
+def test_the_recorded_command_names_the_models_folder(argv):
+    """An alias means the model in ``--models-dir``: the report's command line must say which."""
+    from mlotspark.cli import build_parser
+    from mlotspark.cli.bench import _command
+
+    args = build_parser().parse_args([*argv, "--model", "qwen2.5-coder-0.5b", "--suite", "tg"])
+    assert _command(args).startswith("mlotspark bench --models-dir /m --model qwen2.5-coder-0.5b ")
+    plain = build_parser().parse_args(["bench", "--suite", "tg"])
+    assert "--models-dir" not in _command(plain)

@@ -17,6 +17,8 @@ from mlotspark.cli.common import add_model_args, non_negative_int, positive_int
 def _command(args: argparse.Namespace) -> str:
     """The run's settings as one command line that repeats it (recorded in the report)."""
     parts = ["mlotspark", "bench"]
+    if getattr(args, "models_dir", None):  # where --model's alias was found
+        parts += ["--models-dir", args.models_dir]
     if args.model:
         parts += ["--model", args.model]
     if args.weights != "auto":
