@@ -324,6 +324,29 @@ def test_memory_cli(capsys, tmp_path):
     assert sorted(texts) == ["I live in Ghent.", "My sister's name is Ilse."]
 
 
+def test_memory_export_and_import_through_a_pipe(capsys, monkeypatch):
+    """``-`` is stdout / stdin: ``mlotspark memory export - | ssh other mlotspark memory import -``."""
+    import io
+
+    from mlotspark.cli import main
+
+    assert main(["memory", "add", "My sister's name is Ilse."]) == 0
+    capsys.readouterr()
+    assert main(["memory", "export", "-"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # stdout holds the document alone
+    assert "1 entries written to stdout" in err
+    assert main(["memory", "forget", "1"]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(doc)))
+    capsys.readouterr()
+    assert main(["memory", "import", "-"]) == 0
+    assert "1 entries added from stdin" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("not json"))
+    assert main(["memory", "import", "-"]) != 0
+    err = capsys.readouterr().err
+    assert "cannot read stdin" in err and "mlotspark-memory-" not in err
+
+
 # ----------------------------------------------------------------- real model
 @pytest.fixture(scope="module")
 def real_loaded(default_gguf):

@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from mlotspark.cli.common import positive_int
 from mlotspark.memory.semantic.events import occurrences
@@ -65,8 +67,17 @@ def forget(store: Any, ids: list[int]) -> None:
                 print(f"  #{o.id} is current again: {o.text}")
 
 
+@contextlib.contextmanager
+def _scratch_file() -> Iterator[Path]:
+    """A file in a private temporary folder (removed after): ``-`` goes through the store's
+    file functions, which check, lock and write atomically."""
+    with tempfile.TemporaryDirectory(prefix="mlotspark-memory-") as d:
+        yield Path(d) / "memory.json"
+
+
 def run(args: argparse.Namespace) -> int:
     from mlotspark.cli.progress import StatusLine
+    from mlotspark.errors import StoreError
     from mlotspark.memory.semantic import SemanticStore
 
     action = args.action
@@ -113,11 +124,26 @@ def run(args: argparse.Namespace) -> int:
         elif action == "forget":
             forget(store, args.ids)
         elif action == "export":
-            n = store.export_json(Path(args.file))
-            print(f"{n} entries written to {args.file}")
+            if args.file == "-":  # to stdout, for a pipe: the count goes to stderr
+                with _scratch_file() as tmp:
+                    n = store.export_json(tmp)
+                    sys.stdout.write(tmp.read_text(encoding="utf-8"))
+                print(f"{n} entries written to stdout", file=sys.stderr)
+            else:
+                n = store.export_json(Path(args.file))
+                print(f"{n} entries written to {args.file}")
         elif action == "import":
-            n = store.import_json(Path(args.file))
-            print(f"{n} entries added from {args.file}")
+            if args.file == "-":  # from stdin: checked and added as a file is
+                with _scratch_file() as tmp:
+                    tmp.write_text(sys.stdin.read(), encoding="utf-8")
+                    try:
+                        n = store.import_json(tmp)
+                    except StoreError as e:  # name what the user gave, not the scratch file
+                        raise StoreError(str(e).replace(str(tmp), "stdin")) from None
+                print(f"{n} entries added from stdin")
+            else:
+                n = store.import_json(Path(args.file))
+                print(f"{n} entries added from {args.file}")
         elif action == "reindex":
             n = store.reembed()
             print(f"{n} entries re-embedded with {store.embedder.name}; {len(store)} in the store")
@@ -156,13 +182,13 @@ def register(sub: Any) -> None:
 
     a = actions.add_parser("export", help="write every entry to a JSON file",
                            description="Write every entry to a JSON file (what import reads).")
-    a.add_argument("file", help="the JSON file to write")
+    a.add_argument("file", help="the JSON file to write (- for stdout)")
 
     a = actions.add_parser("import", help="add the entries of a JSON file (from export, or a list of strings)",
                            description="Add the entries of a JSON file: one written by export (superseded "
                                        "marks and dates kept), or a JSON list of strings. All or nothing; "
                                        "duplicates are skipped.")
-    a.add_argument("file", help="the JSON file to read")
+    a.add_argument("file", help="the JSON file to read (- for stdin)")
 
     actions.add_parser("reindex", help="give every entry a vector from the current embedder "
                        "(after `mlotspark pull all-mpnet-base-v2`, say)",
