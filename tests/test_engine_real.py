@@ -96,7 +96,8 @@ def test_prompt_too_long_without_the_cascade(default_gguf):
 
 
 def test_cli_generate_json(default_gguf, capsys):
-    assert main(["generate", "-m", str(default_gguf), "-p", "What is the capital of France?",
+    # the prompt as an argument, as `mlotspark generate "..."` gives it
+    assert main(["generate", "-m", str(default_gguf), "What is the capital of France?",
                  "--temp", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert JSON_FIELDS <= out.keys()

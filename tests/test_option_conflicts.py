@@ -31,6 +31,8 @@ CLI_CONFLICTS = [
     (["--raw", "--system", "x"], ("--system", "--raw")),
     (["--output", "o.jsonl"], ("--output", "--prompts")),
     (["--prompts", "p.txt", "-p", "hi"], ("--prompt", "--prompts")),
+    (["--prompts", "p.txt", "hi"], ("--prompt", "--prompts")),  # the prompt as an argument
+    (["-p", "hi", "hello"], ("argument", "--prompt")),
     (["--prompts", "p.txt", "--json"], ("--json", "--prompts")),
     (["--no-cascade", "--window", "64"], ("--no-cascade", "--window")),
     (["--prompts", "p.txt", "--num-return-sequences", "2", "--length-penalty", "0.5"],

@@ -30,6 +30,10 @@ def check_flags(args: argparse.Namespace) -> None:
     Raises:
         OptionError: naming both flags.
     """
+    if getattr(args, "prompt_text", None) is not None:  # `mlotspark generate "Hello"`, as -p gives it
+        if args.prompt is not None:
+            raise OptionError("the prompt is given twice: as an argument and as --prompt; give one")
+        args.prompt, args.prompt_text = args.prompt_text, None
     if args.raw and args.system is not None:
         raise OptionError("--system conflicts with --raw: a raw prompt has no chat template to put it in")
     if args.prompts is None:
@@ -167,6 +171,8 @@ def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
 def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="generate a reply to a prompt, streamed to stdout",
                        description="Generate a reply to a prompt, streamed to stdout.")
+    p.add_argument("prompt_text", nargs="?", default=None, metavar="PROMPT",
+                   help="the prompt (as -p gives it)")
     p.add_argument("-p", "--prompt", default=None,
                    help="the prompt ('-' reads stdin; default: a sample question)")
     p.add_argument("--system", default=None,
