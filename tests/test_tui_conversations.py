@@ -53,7 +53,8 @@ def test_f8_deletes_the_highlighted_conversation_by_its_title_and_f9_undoes_it()
     async def script(pilot: Any) -> None:
         clist = app.query_one(ConversationList)
         assert app.current == "chat-2"
-        clist.focus()
+        clist.focus()  # deferred (call_later): the keys must find it done
+        await until(pilot, lambda: clist.has_focus, "the list focused")
         await pilot.press("down")  # highlight chat-1; chat-2 stays open
         await until(pilot, lambda: clist.index == 1, "chat-1 highlighted")
         await pilot.press("f8")
@@ -86,7 +87,8 @@ def test_opening_from_the_list_moves_focus_to_the_input():
 
     async def script(pilot: Any) -> None:
         clist = app.query_one(ConversationList)
-        clist.focus()
+        clist.focus()  # deferred (call_later): the keys must find it done
+        await until(pilot, lambda: clist.has_focus, "the list focused")
         await pilot.press("down")
         await pilot.press("enter")
         await until(pilot, lambda: app.current == "chat-1", "chat-1 opened")

@@ -40,10 +40,14 @@ class ConversationList(ListView):
     async def show(self, rows: list[ConversationRow], current: str | None, streaming: set[str]) -> None:
         """Show ``rows`` and highlight ``current``; items are updated in place when the
         conversations are the same, so the list does not flicker while replies stream.
-        An update in place keeps the highlight where the user moved it (a reply ending
-        while they pick a conversation must not pull it back to the open one)."""
+        While the open conversation stays the same, the highlight stays on the conversation
+        the user moved it to, in place or re-sorted (a reply ending while they pick one must
+        not pull it back to the open one)."""
         items = list(self.query(ConversationItem))
         same = [i.row.name for i in items] == [r.name for r in rows]
+        # The conversation the user has highlighted, to keep when the list is rebuilt in another
+        # order (a reply ending re-sorts it; the highlight must not jump back to the open one).
+        highlighted = items[self.index].row.name if self.index is not None and self.index < len(items) else None
         if same:
             for item, row in zip(items, rows):
                 item.set(row, row.name in streaming)
@@ -52,7 +56,10 @@ class ConversationList(ListView):
                 await self.clear()
                 await self.extend([ConversationItem(r, r.name in streaming) for r in rows])
         names = self.names
-        if current in names and not (same and current == self._shown_current):
+        if current == self._shown_current and highlighted in names:
+            if not same:
+                self.index = names.index(highlighted)
+        elif current in names:
             self.index = names.index(current)
         self._shown_current = current
 
