@@ -47,7 +47,8 @@ class ConversationList(ListView):
         same = [i.row.name for i in items] == [r.name for r in rows]
         # The conversation the user has highlighted, to keep when the list is rebuilt in another
         # order (a reply ending re-sorts it; the highlight must not jump back to the open one).
-        highlighted = items[self.index].row.name if self.index is not None and self.index < len(items) else None
+        child = self.highlighted_child
+        highlighted = child.row.name if isinstance(child, ConversationItem) else None
         if same:
             for item, row in zip(items, rows):
                 item.set(row, row.name in streaming)
