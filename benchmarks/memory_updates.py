@@ -148,10 +148,12 @@ def main() -> None:
     ap.add_argument("--sets", nargs="+", default=["fit", "held_out"], choices=["fit", "held_out"])
     ap.add_argument("--e2e-model", default=None, help="chat model (alias or path) for the end-to-end questions (held out)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", type=Path, default=DATA / "memory_updates.json",
+                    help="the cases (default: memory_updates.json; memory_updates_round2.json is a second set, in other words)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     print("command: python " + " ".join(sys.argv), flush=True)
-    data = json.loads((DATA / "memory_updates.json").read_text(encoding="utf-8"))
+    data = json.loads(args.data.read_text(encoding="utf-8"))
     bg = background()
     split_u = halves(len(data["updates"]), args.seed)
     split_p = halves(len(data["unrelated_pairs"]), args.seed + 1)
