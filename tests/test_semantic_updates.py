@@ -20,6 +20,7 @@ from mlotspark.memory.semantic import MiniLMEmbedder, MPNetEmbedder, SemanticSto
 from mlotspark.errors import StoreError
 from mlotspark.memory.semantic.database import _MIGRATIONS
 from mlotspark.memory.semantic.updates import holders, restates, retraction, subject, supersedes
+from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.models import bundles
 
 TOPICS = {
@@ -144,6 +145,32 @@ def test_holders_with_a_word_between():
     assert holders("My childhood friend Sven now lives in Perth.") == {"friend"}
     assert holders("My best friend lives in Oslo.") == {"friend"}
     assert not supersedes("My childhood friend Sven now lives in Perth.", "I moved to Rotterdam in 2019.", 0.7, 0.4)
+
+
+def test_whose_fact_it_is_comes_from_the_subject():
+    # A relation after a preposition is what the user's own fact is about.
+    assert holders("I changed my PIN hint to my grandmother's birthday.") == frozenset()
+    assert holders("I have lunch with my sister every Thursday.") == frozenset()
+    assert holders("My sister moved to Lyon.") == {"sister"}
+    # A kinship word opening a sentence names that person ("Dad", "Mum").
+    assert holders("Dad sold his house in Groningen and lives in Zwolle now.") == {"father"}
+    assert supersedes("Dad sold his house in Groningen and lives in Zwolle now.", "My father lives in Groningen.", 0.76, 0.4)
+    assert not supersedes("Dad lives in Zwolle now.", "I live in Groningen.", 0.7, 0.4)
+    assert supersedes("I changed my PIN hint to my grandmother's birthday.", "My PIN hint is my first dog's name.", 0.67, 0.4)
+
+
+def test_a_change_told_by_its_verb():
+    # CHANGE_WORDS count as a cue beside an older fact of the same thing...
+    assert supersedes("My daughter just started grade 4.", "My daughter is in grade 3.", 0.89, 0.4)
+    assert supersedes("The landlord put my rent up to 1350 euros.", "My rent is 1200 euros a month.", 0.76, 0.4)
+    assert supersedes("My son swapped the drums for the piano.", "My son is learning to play the drums.", 0.65, 0.4)
+    # ... not for another person's fact, nor for an addition, nor for the same kind of thing
+    assert not supersedes("My son just started hockey.", "My daughter plays hockey.", 0.7, 0.4)
+    assert not supersedes("I just started piano too.", "I play the guitar.", 0.6, 0.4)
+    assert not supersedes("My cat just turned 3.", "My dog is 5.", 0.6, 0.4)
+    # and alone they are no change: "We finished the marathon last weekend." stays an event
+    assert tells_event("We finally finished the marathon last weekend.")
+    assert not supersedes("I have been self-employed since 2022.", "My job title is data analyst.", 0.5, 0.4)
 
 
 def test_restates():
