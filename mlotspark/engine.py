@@ -41,7 +41,7 @@ from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
 from mlotspark.decoding.tools import with_tool_calls
 from mlotspark.decoding.cache_policy import CacheDecision
-from mlotspark.runtime.cache_choice import CacheChoice, resolve_cascade
+from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument, resolve_cascade
 
 Messages = Sequence[dict]
 
@@ -60,7 +60,7 @@ class Engine:
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
-                 cascade: "CascadeConfig | dict | str | None" = "auto"):
+                 cascade: "CascadeConfig | dict | str | None" = "auto", cascade_settings: dict | None = None):
         self.loaded = loaded
         self.defaults = defaults
         self._lock = threading.RLock()  # the engine thread holds it around each step
@@ -70,7 +70,7 @@ class Engine:
         self.scheduling = scheduling or SchedulerConfig()
         #: Which cache each request gets and why (``runtime/cache_choice.py``).
         self.caches = CacheChoice(loaded, cascade, device=self.device, run=self.run_on_engine,
-                                  memory_limit=lambda: self.scheduling.memory_limit)
+                                  memory_limit=lambda: self.scheduling.memory_limit, settings=cascade_settings)
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
         # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
@@ -86,6 +86,7 @@ class Engine:
         pull: bool = True,
         progress: bool = True,
         cascade: "CascadeConfig | dict | str | None" = "auto",
+        cascade_settings: dict | None = None,
         mode: str = "auto",
         max_batch: int = 8,
         memory_limit: int | str | None = None,
@@ -109,6 +110,9 @@ class Engine:
                 always the cascade. A dict (e.g. ``{"window": 512}``): always the
                 cascade, ``for_model`` defaults of this model's context with those
                 fields. None: never (a too-long prompt is an error).
+            cascade_settings: with ``cascade="auto"`` only: the ``CascadeConfig``
+                fields of the cascade past the context (e.g. ``{"window": 512}``,
+                sized as the dict above); None (default): ``for_model`` defaults.
             mode: thermal governor mode: ``auto`` (balanced on AC, efficiency on
                 battery), ``performance``, ``balanced`` or ``efficiency``.
             max_batch: most requests decoded together (default 8).
@@ -131,8 +135,7 @@ class Engine:
         GenerationOptions().merged(**defaults)  # a bad option fails before the model loads
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
-        if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
-            raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
+        check_cascade_argument(cascade, cascade_settings)
         if distributed is not None:
             check_distributed(distributed, split)
             if distributed == "tensor" and isinstance(cascade, (CascadeConfig, dict)):
@@ -146,7 +149,9 @@ class Engine:
         # The model's recommended sampling (GGUF, generation_config.json, catalogue
         # table) replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
-        engine = cls(loaded, options, scheduling, cascade if distributed != "tensor" else None)
+        if distributed == "tensor":  # heads split across ranks: never the cascade
+            cascade, cascade_settings = None, None
+        engine = cls(loaded, options, scheduling, cascade, cascade_settings)
         # Wire the weights and the most KV they can use (not the whole working set); close() restores.
         engine._metal_limits = configure_metal_limits(
             loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))

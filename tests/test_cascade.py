@@ -92,7 +92,7 @@ def test_block_larger_than_window_refused():
 def test_a_small_window_alone_takes_blocks_of_the_window():
     """``generate --window 16`` was refused with "invalid cascade block_size 32", a size the
     user never gave (the default for a long context); a block size given is still checked."""
-    from mlotspark.cli.generate import VALUES_ONLY_CONTEXT
+    from mlotspark.runtime.cache_choice import VALUES_ONLY_CONTEXT
 
     for ctx in (8192, VALUES_ONLY_CONTEXT):  # the model's; the CLI's check before loading
         assert CascadeConfig.for_model(ctx, window=16).block_size == 16

@@ -360,8 +360,9 @@ def test_prompts_file_resume_refuses_rows_made_with_other_options(tmp_path, caps
 
 
 def test_prompts_file_resume_refuses_rows_made_with_other_cascade_flags(tmp_path):
-    """``generate --prompts`` with ``--window 64``, rerun with ``--window 128``: the rows
-    were skipped as made "with the same settings" (the cascade flags were not stored)."""
+    """``generate --prompts`` with ``--window 64``, rerun with ``--window 128`` (or with
+    ``--cascade auto --window 64``): the rows were skipped as made "with the same settings"
+    (the cascade flags were not stored)."""
     from mlotspark.cli.batch import run_prompts_file
 
     engine = tiny_engine()
@@ -370,14 +371,19 @@ def test_prompts_file_resume_refuses_rows_made_with_other_cascade_flags(tmp_path
     out = tmp_path / "out.jsonl"
     run = functools.partial(run_prompts_file, engine, prompts, out, raw=True, options={"max_tokens": 2},
                             progress=False)
+    on64 = {"cascade": {"window": 64}}  # as cli.common.cascade_kwargs makes them
     try:
-        assert run(cascade={"window": 64}) == 2
+        assert run(cascade=on64) == 2
         assert json.loads(out.read_text().splitlines()[0])["settings"]["cascade"] == {"window": 64}
-        assert run(cascade={"window": 64}) == 0
-        for other in ({"window": 128}, "auto"):
+        assert run(cascade=on64) == 0
+        for other in ({"cascade": {"window": 128}}, {"cascade": "auto"},
+                      {"cascade": "auto", "cascade_settings": {"window": 64}}):  # --cascade auto --window 64
             with pytest.raises(OptionError, match=r"2 of 2 finished rows .* cascade \{'window': 64\} -> "):
                 run(cascade=other)
-        assert run(cascade="auto", redo=True) == 2
+        assert run(cascade={"cascade": "auto", "cascade_settings": {"window": 64}}, redo=True) == 2
+        with pytest.raises(OptionError, match=r"cascade_settings \{'window': 64\} -> None"):
+            run(cascade={"cascade": "auto"})
+        assert run(cascade={"cascade": "auto"}, redo=True) == 2
         assert "cascade" not in json.loads(out.read_text().splitlines()[0])["settings"]  # files made before stay valid
         # --weights likewise: rows made with quantized weights are not float32's
         assert run(weights="quantized", redo=True) == 2

@@ -127,7 +127,7 @@ def read_prompts(path: Path) -> list[PromptSpec]:
 
 def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], *, raw: bool = False,
                      system: str | None = None, model: str | None = None,
-                     cascade: Any = None, weights: str | None = None) -> dict[str, Any]:
+                     cascade: dict[str, Any] | None = None, weights: str | None = None) -> dict[str, Any]:
     """What one result row is made with: its generation options (the file's defaults
     under the line's own), the system prompt, raw mode, the model and the cascade flags
     when given. Stored with the row, so a rerun with other settings is told rather than
@@ -138,8 +138,10 @@ def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], 
         sequence: which of its replies (a seeded request gets ``seed + sequence``).
         defaults: options from the command line.
         raw, system, model: as given to the command.
-        cascade: the cascade flags given (``--window`` ...), as ``cascade_choice`` makes
-            them; ``auto`` or None (not forced) is not stored, so rows made before stay valid.
+        cascade: ``Engine.load``'s cascade keywords, as ``cascade_kwargs`` makes them: the
+            cascade forced on (its flags, ``--window`` ...) is stored as ``cascade``, the flags
+            shaping ``auto`` as ``cascade_settings``; ``auto`` alone or off is not stored, so
+            rows made before stay valid.
         weights: ``--weights`` (the format the weights run in: float32, quantized ...); ``auto``
             or None is not stored, as for ``cascade``.
     """
@@ -147,8 +149,11 @@ def request_settings(spec: PromptSpec, sequence: int, defaults: dict[str, Any], 
     if sequence and opts.get("seed") is not None:
         opts["seed"] = opts["seed"] + sequence
     settings = {"options": opts, "system": system, "raw": raw, "model": model}
-    if isinstance(cascade, dict):
-        settings["cascade"] = cascade
+    cascade = cascade or {}
+    if isinstance(cascade.get("cascade"), dict):
+        settings["cascade"] = cascade["cascade"]
+    if cascade.get("cascade_settings"):
+        settings["cascade_settings"] = cascade["cascade_settings"]
     if weights not in (None, "auto"):
         settings["weights"] = weights
     return json.loads(json.dumps(settings))  # as it reads back from the file (tuples -> lists)
@@ -225,7 +230,7 @@ def _difference(had: Any, want: dict) -> str:
     """The first setting that differs, as ``temperature 0.7 -> 0.2``."""
     if not isinstance(had, dict):
         return "made before settings were stored with each row"
-    for key in ("model", "system", "raw", "cascade", "weights"):
+    for key in ("model", "system", "raw", "cascade", "cascade_settings", "weights"):
         if had.get(key) != want.get(key):
             return f"{key} {had.get(key)!r} -> {want.get(key)!r}"
     old, new = had.get("options") or {}, want["options"]
@@ -247,7 +252,7 @@ def run_prompts_file(
     progress: bool = True,
     model: str | None = None,
     redo: bool = False,
-    cascade: Any = None,
+    cascade: dict[str, Any] | None = None,
     weights: str | None = None,
 ) -> int:
     """Run a prompts file through ``engine``, appending JSONL results as they finish.
@@ -267,7 +272,7 @@ def run_prompts_file(
         progress: a progress bar on stderr.
         model: the model as the user named it (stored with each row).
         redo: make rows with other settings again instead of refusing.
-        cascade: the cascade flags the engine was loaded with (stored with each row).
+        cascade: the cascade keywords the engine was loaded with (stored with each row).
         weights: the ``--weights`` it was loaded with (stored with each row).
 
     Returns:
@@ -360,14 +365,14 @@ def _progress(total: int, initial: int, enabled: bool) -> Any:
 
 
 # ---------------------------------------------------------------- command
-def run(args: argparse.Namespace, options: dict[str, Any], cascade: Any,
+def run(args: argparse.Namespace, options: dict[str, Any], cascade: dict[str, Any],
         load_engine: Callable[[argparse.Namespace, Any], Any]) -> int:
     """``generate --prompts``: load the engine, run the file, report where results went.
 
     Args:
         args: the parsed ``generate`` flags.
         options: generation options from the flags.
-        cascade: ``Engine.load``'s ``cascade`` from the cascade flags.
+        cascade: ``Engine.load``'s cascade keywords from the flags (``common.cascade_kwargs``).
         load_engine: ``generate.load_engine`` (loads with a status line on a terminal).
     """
     prompts = Path(args.prompts)

@@ -8,7 +8,7 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
-from mlotspark.cli.common import add_model_args, add_sampling_args, sampling_options
+from mlotspark.cli.common import add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, sampling_options
 
 
 #: Why the chat does not run across ranks: ``mlx.launch`` pipes every rank's stdin and
@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     if args.distributed:
         raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
+    cascade = cascade_kwargs(args)  # a bad flag or a conflict fails before the app starts
     from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
     from tui.backend import load_engine
     from tui.tools import load_tools
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         conversation=args.conversation,
         options=options,
-        loader=functools.partial(load_engine, weights=args.weights),
+        loader=functools.partial(load_engine, weights=args.weights, **cascade),  # a model /model opens too
         tools=tools,
     )
     try:
@@ -60,4 +61,5 @@ def register(sub: Any) -> None:
     p.add_argument("--distributed", choices=("pipeline", "tensor"), default=None,
                    help="not supported: mlx.launch gives no rank a terminal; the error names the commands "
                         "that do run across ranks")
+    add_cascade_args(p)
     p.set_defaults(func=run)

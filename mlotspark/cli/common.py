@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from mlotspark.errors import OptionError
 from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 
 # Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
@@ -83,3 +84,104 @@ def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
+# ------------------------------------------------------------------ the memory cascade
+#: The flags that shape the cascade: (argparse dest, ``CascadeConfig`` field).
+CASCADE_FLAGS = (("window", "window"), ("sinks", "sinks"), ("block_size", "block_size"),
+                 ("top_k_blocks", "top_k"), ("routing", "routing"), ("block_kind", "block_kind"))
+CASCADE_MODES = ("auto", "on", "off")
+
+
+def add_cascade_args(p: argparse.ArgumentParser) -> None:
+    """``--cascade {auto,on,off}``, the flags that shape it and ``--no-cascade``: the same
+    flags, with the same meaning, for ``generate``, ``serve`` and ``chat``."""
+    g = p.add_argument_group(
+        "memory cascade",
+        "Full attention keeps every token of the context; the memory cascade attends the sinks, a "
+        "recent window and the episodic blocks it retrieves, so a prompt past the model's context "
+        "runs in bounded memory. These flags hold for every request: each prompt of generate, each "
+        "request of serve (every client's), each turn of chat.",
+    )
+    g.add_argument("--cascade", choices=CASCADE_MODES, default=None,
+                   help="auto = full attention while prompt + max_tokens fit the model's context, the "
+                        "cascade (shaped by the flags below) past it; on = the cascade for every request, "
+                        "short ones too (slower than full attention on a prompt that fits: on a server "
+                        "every request pays it); off = never, a prompt past the context is refused "
+                        "(default: on when a flag below is given, else auto)")
+    g.add_argument("--window", type=positive_int, default=None,
+                   help="recent tokens always attended (default: an eighth of the model's context, "
+                        "within 64-4096: 1024 for 8k)")
+    g.add_argument("--sinks", type=int, default=None,
+                   help="first tokens always attended, the attention sinks (default 64; fewer for models "
+                        "with under 2k tokens of context)")
+    g.add_argument("--block-size", type=positive_int, default=None,
+                   help="tokens per episodic block (default 32; 16 for models with under 2k tokens of "
+                        "context)")
+    g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
+                   help="episodic blocks retrieved per step, 0 = sinks + window only (default 32; fewer "
+                        "for short contexts: at most a quarter of the context)")
+    # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
+    g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid", "question"], default=None,
+                   help="how blocks are chosen (default question)")
+    g.add_argument("--block-kind", choices=["auto", "float16", "q8", "q4"], default=None,
+                   help="storage of episodic blocks (default auto: float16, and 8-bit in memory "
+                        "for the least recently used once the episodic budget is reached, before "
+                        "any spill to disk)")
+    g.add_argument("--no-cascade", action="store_true", help="the same as --cascade off")
+
+
+def _shaping_flags(args: argparse.Namespace) -> list[str]:
+    """The shaping flags given, as typed (``--top-k-blocks``), in ``CASCADE_FLAGS`` order."""
+    return ["--" + dest.replace("_", "-") for dest, _ in CASCADE_FLAGS if getattr(args, dest, None) is not None]
+
+
+def cascade_mode(args: argparse.Namespace) -> str:
+    """``auto``, ``on`` or ``off`` for the flags: ``--cascade`` as given, ``--no-cascade`` =
+    ``off``; unsaid, ``on`` when a shaping flag is given, else ``auto``.
+
+    Raises:
+        OptionError: ``--no-cascade`` with ``--cascade on|auto``, or ``off`` with a shaping flag.
+    """
+    given = _shaping_flags(args)
+    mode = getattr(args, "cascade", None)
+    no = getattr(args, "no_cascade", False)
+    if no and mode not in (None, "off"):
+        raise OptionError(f"--no-cascade conflicts with --cascade {mode}: --no-cascade is --cascade off")
+    if no or mode == "off":
+        if given:
+            raise OptionError(f"{'--no-cascade' if no else '--cascade off'} conflicts with {given[0]}: "
+                              "it shapes the memory cascade, which is off")
+        return "off"
+    return mode or ("on" if given else "auto")
+
+
+def cascade_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``Engine.load``'s cascade keywords for the flags: ``cascade`` None (off), a dict of
+    the shaping flags given (on: always the cascade, sized against the loaded model's
+    context) or ``"auto"`` with those flags as ``cascade_settings``.
+
+    Raises:
+        OptionError: a conflict (``cascade_mode``; with the cascade forced on,
+            ``--speculative`` or ``--cache-kind``, which it cannot honour) or a bad value.
+    """
+    mode = cascade_mode(args)
+    if mode == "off":
+        return {"cascade": None}
+    given = {field: getattr(args, dest) for dest, field in CASCADE_FLAGS if getattr(args, dest, None) is not None}
+    if mode == "on":  # every request through the cascade: what it cannot honour is refused
+        forced = "--cascade on" if getattr(args, "cascade", None) == "on" else _shaping_flags(args)[0]
+        if getattr(args, "speculative", None):
+            raise OptionError(f"--speculative conflicts with {forced}: the memory cascade decodes "
+                              "plainly (it cannot verify drafts token by token)")
+        if getattr(args, "cache_kind", None):
+            raise OptionError(f"--cache-kind conflicts with {forced}: the memory cascade keeps its "
+                              "own KV (choose it with --block-kind)")
+    if given:
+        from mlotspark.memory.cascade.config import CascadeConfig
+        from mlotspark.runtime.cache_choice import VALUES_ONLY_CONTEXT
+
+        # The values now, so a bad one fails before the model loads; their sizes are checked
+        # against the loaded model's own context by Engine.load.
+        CascadeConfig.for_model(VALUES_ONLY_CONTEXT, **given)
+    if mode == "on":
+        return {"cascade": given}
+    return {"cascade": "auto", "cascade_settings": given} if given else {"cascade": "auto"}

@@ -13,10 +13,8 @@ from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.progress import PrefillBar, StatusLine
-from mlotspark.cli.common import add_model_args, add_sampling_args, flag, note, positive_int, sampling_options
-
-# A context so long that no span exceeds it: checks flag values, not their fit.
-VALUES_ONLY_CONTEXT = 1 << 30
+from mlotspark.cli.common import (add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, flag, note,
+                                  positive_int, sampling_options)
 
 SAMPLE_PROMPT = "What is the capital of France? Answer in one sentence."
 
@@ -63,14 +61,14 @@ def run(args: argparse.Namespace) -> int:
         from mlotspark.cli import batch
 
         if args.distributed:  # rank 0 reads the file and batches it for every rank; the others follow
-            cascade = cascade_choice(args)
+            cascade = _ranked_cascade(args)
             return distributed.run_ranked(args, lambda: _load_ranked(args, cascade),
                                           lambda engine: batch.run(args, options, cascade, lambda *_: engine))
-        return batch.run(args, options, cascade_choice(args), load_engine)
+        return batch.run(args, options, cascade_kwargs(args), load_engine)
     prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
-    cascade = cascade_choice(args)  # validated again against the model once loaded
+    cascade = _ranked_cascade(args) if args.distributed else cascade_kwargs(args)  # checked again once loaded
     messages: Any = prompt
     if args.system and not args.raw:
         messages = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
@@ -80,12 +78,25 @@ def run(args: argparse.Namespace) -> int:
     return _reply(load_engine(args, cascade), args, messages, options)
 
 
-def _load_ranked(args: argparse.Namespace, cascade: Any) -> Any:
+def _ranked_cascade(args: argparse.Namespace) -> dict[str, Any]:
+    """``cascade_kwargs`` across ranks: the cascade when forced on, else none (as before
+    ``--cascade``: ``auto`` is not offered there).
+
+    Raises:
+        OptionError: ``--cascade auto`` with ``--distributed``.
+    """
+    if args.cascade == "auto":
+        raise OptionError(f"--cascade auto conflicts with --distributed {args.distributed}: across ranks the "
+                          "memory cascade runs only when forced on (--cascade on)")
+    cascade = cascade_kwargs(args)
+    return {"cascade": None} if cascade["cascade"] == "auto" else cascade
+
+
+def _load_ranked(args: argparse.Namespace, cascade: dict[str, Any]) -> Any:
     """This rank's share of a distributed engine (under ``mlx.launch``)."""
     from mlotspark.engine import Engine
 
-    return Engine.load(args.model, weights=args.weights, progress=False,
-                       cascade=None if cascade == "auto" else cascade,
+    return Engine.load(args.model, weights=args.weights, progress=False, **cascade,
                        distributed=args.distributed, split=args.split, rank_timeout=args.rank_timeout)
 
 
@@ -127,17 +138,17 @@ def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[s
     return 0
 
 
-def load_engine(args: argparse.Namespace, cascade: Any) -> Any:
-    """``Engine.load`` for the flags; on a terminal, a line says it is loading (the
-    weights' conversion can take seconds) once a fetch, with its own bar, is done."""
+def load_engine(args: argparse.Namespace, cascade: dict[str, Any]) -> Any:
+    """``Engine.load`` for the flags (``cascade``: ``cascade_kwargs``); on a terminal, a line
+    says it is loading (the weights' conversion can take seconds) once a fetch, with its own
+    bar, is done."""
     from mlotspark.engine import Engine
     from mlotspark.models import catalogue
 
     tty = sys.stderr.isatty()
     catalogue.resolve(args.model, pull=True, progress=tty)  # fetched first, so the bars never mix
     with StatusLine("loading the model", enabled=tty):
-        return Engine.load(args.model, weights=args.weights, progress=tty, cascade=cascade,
-                           **scheduler_kwargs(args))
+        return Engine.load(args.model, weights=args.weights, progress=tty, **cascade, **scheduler_kwargs(args))
 
 
 def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:
@@ -235,61 +246,3 @@ def json_schema_format(path: str) -> dict:
     if not schema:
         return {"type": "json_object"}
     return {"type": "json_schema", "json_schema": {"name": Path(path).stem, "schema": schema}}
-
-
-def add_cascade_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "memory cascade",
-        "Default: plain full attention while the prompt fits the model's context, the "
-        "cascade past it. Any of these flags turns the cascade on; --no-cascade turns it off.",
-    )
-    g.add_argument("--window", type=positive_int, default=None,
-                   help="recent tokens always attended (default: an eighth of the model's context, "
-                        "within 64-4096: 1024 for 8k)")
-    g.add_argument("--sinks", type=int, default=None,
-                   help="first tokens always attended, the attention sinks (default 64; fewer for models "
-                        "with under 2k tokens of context)")
-    g.add_argument("--block-size", type=positive_int, default=None,
-                   help="tokens per episodic block (default 32; 16 for models with under 2k tokens of "
-                        "context)")
-    g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
-                   help="episodic blocks retrieved per step, 0 = sinks + window only (default 32; fewer "
-                        "for short contexts: at most a quarter of the context)")
-    # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
-    g.add_argument("--routing", choices=["sequence", "rolling", "token", "hybrid", "question"], default=None,
-                   help="how blocks are chosen (default question)")
-    g.add_argument("--block-kind", choices=["auto", "float16", "q8", "q4"], default=None,
-                   help="storage of episodic blocks (default auto: float16, and 8-bit in memory "
-                        "for the least recently used once the episodic budget is reached, before "
-                        "any spill to disk)")
-    g.add_argument("--no-cascade", action="store_true", help="plain full attention only")
-
-
-def cascade_choice(args: argparse.Namespace) -> dict[str, Any] | str | None:
-    """The ``cascade`` argument of ``Engine.load``: 'auto', None (--no-cascade) or the
-    cascade flags that were given (sized against the loaded model's context)."""
-    flags = {
-        "window": args.window, "sinks": args.sinks, "block_size": args.block_size,
-        "top_k": args.top_k_blocks, "routing": args.routing, "block_kind": args.block_kind,
-    }
-    given = {k: v for k, v in flags.items() if v is not None}
-    if given and not args.no_cascade:  # the cascade forced on: what it cannot honour is refused
-        forced = "--" + ("top-k-blocks" if next(iter(given)) == "top_k" else next(iter(given)).replace("_", "-"))
-        if getattr(args, "speculative", None):
-            raise OptionError(f"--speculative conflicts with {forced}: the memory cascade decodes "
-                              "plainly (it cannot verify drafts token by token)")
-        if getattr(args, "cache_kind", None):
-            raise OptionError(f"--cache-kind conflicts with {forced}: the memory cascade keeps its "
-                              "own KV (choose it with --block-kind)")
-    if args.no_cascade:
-        if given:
-            raise OptionError(f"--no-cascade conflicts with --{next(iter(given)).replace('_', '-')}")
-        return None
-    if given:
-        from mlotspark.memory.cascade.config import CascadeConfig
-
-        # Check the values now, so a bad one fails before the model loads; the sizes are
-        # checked against the loaded model's own context by Engine.load.
-        CascadeConfig.from_flags(VALUES_ONLY_CONTEXT, **given)
-        return given
-    return "auto"

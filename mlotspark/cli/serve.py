@@ -12,10 +12,10 @@ import ipaddress
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP
+from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, cascade_kwargs
 from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 from mlotspark.errors import OptionError
 
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if not d.is_dir():
             raise OptionError(f"invalid --allow-load {str(d)!r}: not a directory")
     kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
+    load = engine_loader(args, kwargs)
     import uvicorn
 
     from mlotspark.engine import Engine
@@ -75,10 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
     # One memory budget and one thermal governor for every model served (server/governance.py).
     governance = shared_governance(kwargs)
-
-    def load(spec: str, governor: Any = None) -> Engine:
-        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(),
-                           governor=governor, **kwargs)
 
     def make_cache(engine: Engine) -> PromptCache | None:
         return None if args.prompt_cache_mb == 0 else PromptCache(engine, budget_mb=args.prompt_cache_mb)
@@ -106,6 +103,25 @@ def run(args: argparse.Namespace) -> int:
           f"{' (API key required)' if api_key else ''}; Ctrl+C stops", file=sys.stderr, flush=True)
     server.run()
     return 0 if server.started else 1
+
+
+def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """``load(spec, governor=None) -> Engine`` for every model the server loads, with the
+    flags: weights, the memory cascade (``cascade_kwargs``) and the scheduler's ``kwargs``.
+
+    Raises:
+        OptionError: a bad or conflicting cascade flag (before any model loads).
+    """
+    cascade = cascade_kwargs(args)
+    kwargs = scheduler_kwargs(args) if kwargs is None else kwargs
+
+    def load(spec: str, governor: Any = None) -> Any:
+        from mlotspark.engine import Engine
+
+        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), governor=governor,
+                           **cascade, **kwargs)
+
+    return load
 
 
 def shared_governance(kwargs: dict[str, Any]) -> Any:
@@ -172,7 +188,8 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning; info and debug also log each request)")
     add_scheduler_args(p)
+    add_cascade_args(p)
     p.set_defaults(func=run)
 
 
-__all__ = ["check_bind", "is_loopback", "register", "run"]
+__all__ = ["check_bind", "engine_loader", "is_loopback", "register", "run"]

@@ -1,7 +1,8 @@
 """Which cache a request gets, and why: the memory cascade or a KV cache of some kind.
 
 The cascade when it is forced on (a ``CascadeConfig``), or under ``auto`` when
-prompt + ``max_tokens`` pass the model's context (llama-family models only); else a
+prompt + ``max_tokens`` pass the model's context (llama-family models only; shaped by
+the engine's ``cascade_settings``, else ``CascadeConfig.for_model`` defaults); else a
 KV cache of ``options.cache_kind``, where ``auto`` is decided by
 ``decoding/cache_policy.py`` on the engine thread. ``story`` tells a request which it
 got and why (``stats.extra["cache"]``, shown by ``-v``).
@@ -13,9 +14,13 @@ from typing import Any, Callable
 
 from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache
 from mlotspark.memory.cascade import CascadeConfig, check_cascade, is_cascade, make_cascade_cache
+from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 
-__all__ = ["CacheChoice", "resolve_cascade"]
+__all__ = ["CacheChoice", "check_cascade_argument", "resolve_cascade"]
+
+# A context so long that no span exceeds it: checks field values before a model is loaded.
+VALUES_ONLY_CONTEXT = 1 << 30
 
 
 class CacheChoice:
@@ -24,15 +29,25 @@ class CacheChoice:
     Args:
         loaded: the ``LoadedModel`` (model, context length, weights).
         cascade: ``"auto"``, a ``CascadeConfig``, a dict of its fields, or None (never).
+        settings: under ``"auto"``, the ``CascadeConfig`` fields of the cascade past the
+            context (None or empty: ``for_model`` defaults); built and checked here.
         device: where the model runs (part of the ``auto`` probe's key).
         memory_limit: the engine's memory limit now (bytes, or None).
         run: runs MLX work on the engine thread (``Engine.run_on_engine``).
     """
 
     def __init__(self, loaded: Any, cascade: "CascadeConfig | dict | str | None", *, device: str,
-                 memory_limit: Callable[[], int | None], run: Callable[..., Any]):
+                 memory_limit: Callable[[], int | None], run: Callable[..., Any],
+                 settings: dict | None = None):
         self.loaded = loaded
         self.cascade = resolve_cascade(loaded, cascade)
+        #: The config ``auto`` runs past the context when settings were given, else None
+        #: (``for_model`` defaults, made per request: a tiny test model has no defaults).
+        self.auto_config: CascadeConfig | None = None
+        if settings:
+            self.auto_config = CascadeConfig.for_model(loaded.context_length, **settings)
+            if loaded.supports_cascade:  # else auto never runs it: a long prompt is refused
+                check_cascade(loaded.model, self.auto_config, loaded.name)
         self.device = device
         self.memory_limit = memory_limit
         self.run = run
@@ -45,7 +60,7 @@ class CacheChoice:
         if cfg == "auto":
             cfg = None
             if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
-                cfg = CascadeConfig.for_model(self.loaded.context_length)
+                cfg = self.auto_config or CascadeConfig.for_model(self.loaded.context_length)
         return cfg  # type: ignore[return-value]
 
     def make(self, total_tokens: int, options: GenerationOptions) -> list:
@@ -97,3 +112,23 @@ def resolve_cascade(loaded: Any, cascade: "CascadeConfig | dict | str | None") -
     if isinstance(cascade, CascadeConfig):
         check_cascade(loaded.model, cascade, loaded.name)
     return cascade
+
+
+def check_cascade_argument(cascade: Any, settings: Any = None) -> None:
+    """Check ``Engine.load``'s ``cascade`` and ``cascade_settings`` before a model loads:
+    their types, and the settings' field names and values (their span is checked against
+    the model's context once it is loaded).
+
+    Raises:
+        OptionError: one line naming the bad value.
+    """
+    if not (cascade is None or cascade == "auto" or isinstance(cascade, (CascadeConfig, dict))):
+        raise OptionError(f"invalid cascade {cascade!r}: a CascadeConfig, a dict of its fields, 'auto' or None")
+    if settings is None:
+        return
+    if not isinstance(settings, dict):
+        raise OptionError(f"invalid cascade_settings {settings!r}: a dict of CascadeConfig fields, or None")
+    if settings and cascade != "auto":
+        raise OptionError(f"cascade_settings {settings!r} shape cascade='auto' only, not cascade={cascade!r}: "
+                          "to force the cascade on, give its fields as cascade={...}")
+    CascadeConfig.for_model(VALUES_ONLY_CONTEXT, **settings)
