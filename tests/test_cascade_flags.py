@@ -216,3 +216,47 @@ def test_chat_loads_its_engine_with_the_chosen_cascade(tiny_gguf, monkeypatch, f
             assert engine.cascade_for(len(LONG), short).window == window
     finally:
         engine.close()
+
+
+# -- serve's prompt cache holds to the server's cascade -------------------------------------------
+def _served_with_cache(tiny_gguf, *flags: str) -> Any:
+    from live_server import LiveServer
+    from mlotspark.cli import serve
+    from mlotspark.server import PromptCache
+
+    args = build_parser().parse_args(["serve", "--model", str(tiny_gguf), *flags])
+    engine = serve.engine_loader(args)(args.model[0])
+    return LiveServer(engine, prompt_cache=PromptCache(engine, budget_mb=64))
+
+
+def test_an_exact_repeat_through_the_prompt_cache_still_runs_the_question_pass(tiny_gguf, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    srv = _served_with_cache(tiny_gguf, "--cascade", "on", "--window", "128")
+    try:
+        first, again = _complete(srv, LONG), _complete(srv, LONG)
+        assert first["cascade"]["question_passes"] == 1
+        # The cached prefix stops short of the tail the pass re-reads (question_pass = 64 tokens).
+        assert 0 < again["cached_tokens"] <= len(LONG) - 64
+        assert again["cascade"]["question_passes"] == 1
+    finally:
+        srv.stop()
+
+
+def test_a_restarted_server_uses_no_saved_entry_of_another_cache(tiny_gguf, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    srv = _served_with_cache(tiny_gguf, "--cascade", "on", "--window", "128")
+    try:
+        assert _complete(srv, LONG)["cascade"]["config"]["window"] == 128
+        assert "cascade" in _complete(srv, "abc")
+    finally:
+        srv.stop()  # saves the entries: a cascade one for LONG (and for "abc")
+    assert list((tmp_path / "prefix_cache").rglob("*")), "the first server saved its entries"
+    srv = _served_with_cache(tiny_gguf, "--cascade", "off")
+    try:
+        body = {"model": srv.model, "prompt": LONG, "max_tokens": 3, "temperature": 0}
+        r = httpx.post(srv.url + "/v1/completions", json=body, timeout=120)
+        assert r.status_code == 400, r.text  # past the context, with the cascade off: refused, not resumed
+        figures = _complete(srv, "abc")
+        assert "cascade" not in figures and figures["cached_tokens"] == 0
+    finally:
+        srv.stop()

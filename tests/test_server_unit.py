@@ -156,13 +156,17 @@ def test_a_full_queue_answers_503_with_retry_after():
 def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
     import mlx.core as mx
 
+    from mlotspark.memory.cascade import CascadeConfig
     from mlotspark.models.kv_cache import KVCache
     from mlotspark.server import PromptCache
     from tiny import tiny_model
 
     model = tiny_model()
     engine = types.SimpleNamespace(loaded=types.SimpleNamespace(fingerprint="tiny", weights="float32",
-                                                               context_length=512))
+                                                               context_length=512),
+                                   # Engine.cascade_for under "auto": a KV cache while prompt + max_tokens fit
+                                   cascade_for=lambda n, options: None if n + options.max_tokens <= 512 else
+                                   CascadeConfig.for_model(512))
 
     def run(ids):
         cache = [KVCache() for _ in model.layers]

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 from mlotspark.errors import SnapshotError, StoreError
 from mlotspark.memory.kv_state import cache_kind, cache_offset, prefix_state
 from mlotspark.memory.prefix_cache import PrefixCache
+from mlotspark.options import GenerationOptions
 from mlotspark.storage import safe_name, subdir
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,6 @@ class PromptCache:
         self.engine = engine
         self.cache = PrefixCache(budget_mb=budget_mb, directory=directory, fingerprint=loaded.fingerprint,
                                  weights=loaded.weights, keep_on_disk=keep_on_disk)
-        self.context_length = int(loaded.context_length)
         self.save_every = save_every
         self._added = 0
 
@@ -74,20 +74,28 @@ class PromptCache:
         """[engine thread] A cache holding the longest cached prefix of ``ids``.
 
         At least the last prompt token is left to run (its logits start the reply).
-        A plain KV entry is not used when prompt + ``max_tokens`` pass the model's
-        context (the engine then picks the memory cascade for the request).
+        Only an entry of the cache this request runs under is used (``Engine.cascade_for``):
+        a KV entry for a request that fits the context, a cascade entry, continued with
+        the engine's own cascade config, for one that runs the cascade. So a restarted
+        server's ``--cascade`` and ``--window`` hold for entries an earlier one saved.
+        A cascade request leaves its prompt's last ``question_pass`` tokens to prefill:
+        the question pass re-reads them (an exact repeat would otherwise skip it).
 
         Returns:
             (cache, tokens it holds), or (None, 0) on a miss.
         """
         if not self.enabled or len(ids) < 2:
             return None, 0
-        hit = self.cache.lookup(ids[: len(ids) - 1])
+        cascade = self.engine.cascade_for(len(ids), GenerationOptions(max_tokens=max_tokens))
+        upto = len(ids) - 1
+        if cascade is not None and cascade.routing == "question":
+            upto -= cascade.question_pass
+        if upto < 1:
+            return None, 0
+        hit = self.cache.lookup(ids[:upto], kind="kv" if cascade is None else "cascade")
         if hit is None:
             return None, 0
-        if hit.entry.state.kind == "kv" and len(ids) + max_tokens > self.context_length:
-            return None, 0
-        cache = self.cache.take(hit)
+        cache = self.cache.take(hit, cascade=cascade)
         if cache is None or cache_offset(cache) != hit.tokens:
             return None, 0
         return cache, hit.tokens
