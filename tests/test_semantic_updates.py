@@ -23,6 +23,23 @@ from mlotspark.memory.semantic.updates import holders, restates, retraction, sub
 from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.models import bundles
 
+def test_a_retraction_takes_the_fact_and_the_values_it_replaced(store):
+    # "Forget where I live." after a move: neither the move nor the old city comes back
+    # (forget(id) of the update alone undoes the update instead: test above).
+    old = store.remember("I live in Utrecht.")
+    new = store.remember("I moved to Porto.")
+    pet = store.remember("My cat is called Mochi.")
+    assert store.get(old).superseded_by == new
+    gone = store.retract("Forget that I moved to Porto.")
+    assert sorted(e.id for e in gone) == sorted([new, old])
+    assert [e.id for e in store.list()] == [pet]
+    # Naming the older value takes the current one too: it is the same slot.
+    old = store.remember("I live in Ghent.")
+    new = store.remember("I moved to Lyon.")
+    assert sorted(e.id for e in store.retract("Please forget that I live in Ghent.")) == sorted([old, new])
+    assert [e.id for e in store.list()] == [pet]
+
+
 TOPICS = {
     "home": ("live", "lives", "moved", "utrecht", "porto", "lyon", "ghent"),
     "pet": ("cat", "dog", "mochi", "tofu", "rex", "tom"),

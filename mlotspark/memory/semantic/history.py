@@ -39,6 +39,15 @@ def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
     return out
 
 
+def update_chain(conn: sqlite3.Connection, entry_id: int) -> list[int]:
+    """The entries of ``entry_id``'s slot: the current one at the end of its chain of updates
+    first, then every older one superseded on the way to it ("Forget my address." names
+    the move and the address it replaced alike: a retraction takes them all)."""
+    ends = successors(conn)
+    last = ends.get(entry_id, entry_id) or entry_id  # None: a chain with no current end
+    return [last, *sorted(i for i, end in ends.items() if end == last and i != last)]
+
+
 def replaced_by(
     conn: sqlite3.Connection, vectors: VectorIndex, new_id: int, text: str, vec: np.ndarray, threshold: float
 ) -> list[int]:
@@ -92,4 +101,4 @@ def revive(conn: sqlite3.Connection, newer_id: int) -> None:
     conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE superseded_by = ?", (newer_id,))
 
 
-__all__ = ["mark_superseded", "replaced_by", "revive", "successors", "superseded_ids"]
+__all__ = ["mark_superseded", "replaced_by", "revive", "successors", "superseded_ids", "update_chain"]

@@ -39,7 +39,7 @@ from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.events import add_occurrence, asks_when, relative_time
 from mlotspark.memory.semantic.facts import tells_event
-from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids
+from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids, update_chain
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.choice import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
@@ -306,7 +306,8 @@ class SemanticStore:
         best matches it, superseded ones included, is forgotten if it scores at least
         ``threshold``, or a little less (``RETRACT_SLACK``) when it stands clearly above
         the next entry (``RETRACT_APART``): a bare "my job" scores 0.35 against "I work as
-        a nurse at the city hospital." with MPNet, where a question would score 0.5.
+        a nurse at the city hospital." with MPNet, where a question would score 0.5. The
+        whole slot goes (``history.update_chain``): the current value and those it replaced.
 
         Args:
             text: one sentence of the user's.
@@ -326,8 +327,10 @@ class SemanticStore:
         runner_up = hits[1].score if len(hits) > 1 else 0.0
         if hits[0].score < threshold and hits[0].score - runner_up < RETRACT_APART:
             return []  # weak and not clearly the one named: nothing is deleted on a guess
-        self.forget(hits[0].id)
-        return [hits[0].entry]
+        gone = [e for i in update_chain(self._conn, hits[0].id) if (e := self.get(i)) is not None]
+        for e in gone:  # the fact and its older values: nothing it replaced comes back
+            self.forget(e.id)
+        return gone
 
     @_guarded
     def reembed(self, batch: int = 64) -> int:
