@@ -64,7 +64,6 @@ CONFLICTS = [
     (["--no-cascade", "--top-k-blocks", "2"], ("--no-cascade", "--top-k-blocks")),
     (["--no-cascade", "--cascade", "on"], ("--no-cascade", "--cascade on")),
     (["--no-cascade", "--cascade", "auto"], ("--no-cascade", "--cascade auto")),
-    (["--cascade", "auto", "--sinks", "-1"], ("sinks -1",)),
     (["--cascade", "auto", "--window", "16", "--block-size", "32"], ("block_size 32",)),
 ]
 
@@ -80,12 +79,22 @@ def test_each_command_refuses_a_conflict_or_a_bad_value_in_one_line(capsys, comm
 def test_generate_keeps_its_conflicts_with_the_cascade_forced_on(capsys):
     for argv, forced in ((["--cascade", "on", "--speculative", "prompt_lookup"], "--cascade on"),
                          (["--window", "64", "--speculative", "prompt_lookup"], "--window"),
-                         (["--cascade", "on", "--cache-kind", "q8"], "--cascade on")):
+                         (["--cascade", "on", "--cache-kind", "q8"], "--cascade on"),
+                         (["--cascade", "on", "--beams", "2"], "--cascade on"),
+                         (["--window", "64", "--num-return-sequences", "2"], "--window")):
         line = one_line_error(capsys, "generate", *argv)
         assert forced in line and argv[2] in line
     # Under auto the cascade takes only a prompt past the context: a short one may still speculate.
     assert kwargs_for("generate", "--cascade", "auto", "--window", "64", "--speculative", "prompt_lookup",
                       "--cache-kind", "q8") == {"cascade": "auto", "cascade_settings": {"window": 64}}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_negative_count_names_its_flag(capsys, command):
+    for flag in ("--top-k-blocks", "--sinks"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, flag, "-1"])
+        assert f"argument {flag}: must be >= 0" in capsys.readouterr().err
 
 
 def test_generate_refuses_cascade_auto_across_ranks(capsys):

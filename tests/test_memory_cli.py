@@ -29,6 +29,13 @@ def test_add_says_the_id_and_a_duplicate_says_it_exists(capsys):
     assert len(ids(capsys)) == 1
 
 
+def test_add_refuses_a_retraction_rather_than_keeping_it_as_a_fact(capsys):
+    out_of(capsys, "add", "I have a cat called Luna.")
+    code, out, err = out_of(capsys, "add", "Forget that I have a cat called Luna.")
+    assert code == 2 and not out and "memory forget" in err and len(err.strip().splitlines()) == 1
+    assert list(ids(capsys)) == ["I have a cat called Luna."]
+
+
 def test_forget_confirms_each_and_refuses_all_if_one_id_is_unknown(capsys):
     for text in ("I live in Ghent.", "I play the cello."):
         out_of(capsys, "add", text)

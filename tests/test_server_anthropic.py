@@ -40,6 +40,26 @@ def test_a_message_with_system_and_usage(live):
     assert 0 < r.usage.output_tokens <= 5
 
 
+def test_cached_input_is_counted_apart_and_mlotspark_figures_come_along(tmp_path, monkeypatch):
+    from live_server import LiveServer
+    from mlotspark.engine import Engine
+    from mlotspark.server import PromptCache
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    engine = Engine.load(str(write_tool_model(tmp_path / "tools.gguf")), progress=False, cascade=None)
+    srv = LiveServer(engine, prompt_cache=PromptCache(engine, budget_mb=64, persist=False))
+    try:
+        c = anthropic.Anthropic(base_url=srv.url, api_key="x", max_retries=0, timeout=120)
+        first = c.messages.create(model=srv.model, system="Be brief. " * 20, messages=ASK, max_tokens=3, extra_body=T0)
+        again = c.messages.create(model=srv.model, system="Be brief. " * 20, messages=ASK, max_tokens=3, extra_body=T0)
+        assert first.usage.cache_read_input_tokens == 0 and again.usage.cache_read_input_tokens > 0
+        # Anthropic's input_tokens leave out what was read from the cache: the two add up to the prompt.
+        assert again.usage.input_tokens + again.usage.cache_read_input_tokens == first.usage.input_tokens
+        assert again.model_extra["mlotspark"]["cached_tokens"] == again.usage.cache_read_input_tokens
+    finally:
+        srv.stop()
+
+
 def test_streaming_follows_anthropics_event_sequence(live):
     with client(live).messages.stream(model=live.model, messages=ASK, max_tokens=6, extra_body=T0) as s:
         events = [e.type for e in s]

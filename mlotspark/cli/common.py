@@ -106,17 +106,17 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
                         "cascade (shaped by the flags below) past it; on = the cascade for every request, "
                         "short ones too (slower than full attention on a prompt that fits: on a server "
                         "every request pays it); off = never, a prompt past the context is refused "
-                        "(default: on when a flag below is given, else auto)")
+                        "(default: on when a flag below is given, else auto; with --distributed, else off)")
     g.add_argument("--window", type=positive_int, default=None,
                    help="recent tokens always attended (default: an eighth of the model's context, "
                         "within 64-4096: 1024 for 8k)")
-    g.add_argument("--sinks", type=int, default=None,
+    g.add_argument("--sinks", type=non_negative_int, default=None,
                    help="first tokens always attended, the attention sinks (default 64; fewer for models "
                         "with under 2k tokens of context)")
     g.add_argument("--block-size", type=positive_int, default=None,
                    help="tokens per episodic block (default 32; 16 for models with under 2k tokens of "
                         "context)")
-    g.add_argument("--top-k-blocks", dest="top_k_blocks", type=int, default=None,
+    g.add_argument("--top-k-blocks", dest="top_k_blocks", type=non_negative_int, default=None,
                    help="episodic blocks retrieved per step, 0 = sinks + window only (default 32; fewer "
                         "for short contexts: at most a quarter of the context)")
     # Written out (importing the cascade's config would load MLX); a test keeps them equal to ROUTINGS.
@@ -175,6 +175,10 @@ def cascade_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, "cache_kind", None):
             raise OptionError(f"--cache-kind conflicts with {forced}: the memory cascade keeps its "
                               "own KV (choose it with --block-kind)")
+        for flag, dest in (("--beams", "num_beams"), ("--num-return-sequences", "num_return_sequences")):
+            if (getattr(args, dest, None) or 1) > 1:
+                raise OptionError(f"{flag} conflicts with {forced}: it copies a KV cache per reply, "
+                                  "which the memory cascade cannot")
     if given:
         from mlotspark.memory.cascade.config import CascadeConfig
         from mlotspark.runtime.cache_choice import VALUES_ONLY_CONTEXT

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mlotspark.cli.common import positive_int
+from mlotspark.errors import OptionError
+from mlotspark.memory.semantic.updates import retraction
 from mlotspark.memory.semantic.events import occurrences
 
 
@@ -111,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
                     hint = "" if args.all else f" above relevance {floor:.2f}; --all shows weaker hits"
                     print(f"(nothing found{hint})")
         elif action == "add":
+            if retraction(args.text) is not None:  # "Forget that ..." kept as a fact would be the opposite
+                raise OptionError(f"{args.text.strip()!r} asks to forget, it is no fact to remember: "
+                                  "find its id with mlotspark memory search, then mlotspark memory forget ID")
             told = store.tell(args.text, source="user")
             if told.new:
                 print(f"remembered #{told.id}: {args.text.strip()}")

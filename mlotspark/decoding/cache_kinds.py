@@ -223,8 +223,8 @@ def tile_cache(cache: list, n: int) -> list:
                 new.keys = mx.repeat(_rows(c.keys, c.offset), n, axis=0)
                 new.values = mx.repeat(_rows(c.values, c.offset), n, axis=0)
         else:
-            why = (" (the memory cascade holds this request: its prompt plus max_tokens passes the model's "
-                   "context; a shorter prompt or max_tokens keeps a KV cache)") if "Cascade" in type(c).__name__ else ""
+            why = (" (the memory cascade holds this request: it was turned on, or its prompt plus max_tokens "
+                   "passes the model's context)") if "Cascade" in type(c).__name__ else ""
             raise OptionError(f"beam search and multiple returns need a plain or quantized KV cache, "
                               f"not {type(c).__name__}{why}")
         new.offset = c.offset

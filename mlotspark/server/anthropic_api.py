@@ -28,7 +28,8 @@ from starlette.routing import Route
 from mlotspark.decoding.tools import CallSplitter, require_format
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
-from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
+from mlotspark.server.responses import extension
+from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options
 
 ENDPOINT = "/v1/messages"
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
@@ -188,8 +189,10 @@ def message_response(mid: str, model: str, outcome: Outcome) -> dict:
     return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(choice.finish, choice.calls, choice.stop_sequence),
             "stop_sequence": None if choice.calls else choice.stop_sequence,
-            "usage": {"input_tokens": outcome.prompt_tokens, "output_tokens": outcome.completion_tokens,
-                      "cache_read_input_tokens": outcome.cached_tokens}}
+            # Anthropic's input_tokens leave out the cached ones (their total is the sum)
+            "usage": {"input_tokens": outcome.prompt_tokens - outcome.cached_tokens,
+                      "output_tokens": outcome.completion_tokens, "cache_read_input_tokens": outcome.cached_tokens},
+            EXTENSION_KEY: extension(outcome.stats)}
 
 
 def _sse(event: str, data: dict) -> str:
