@@ -84,7 +84,7 @@ def _short_blas(blas: str) -> str:
 
 def _cascade_phrase(c: dict | None) -> str:
     if not c:
-        return "cascade off (full attention)"
+        return "no cascade for this request (full attention)"
     cfg, tokens, blocks = c.get("config") or {}, c.get("tokens") or {}, c.get("blocks") or {}
     retrieval = c.get("retrieval") or {}
     return (f"cascade on (window {cfg.get('window')}, {cfg.get('sinks')} sinks, {tokens.get('total', 0):,} tokens, "

@@ -269,3 +269,15 @@ def test_a_restarted_server_uses_no_saved_entry_of_another_cache(tiny_gguf, tmp_
         assert "cascade" not in figures and figures["cached_tokens"] == 0
     finally:
         srv.stop()
+
+
+def test_serve_says_which_cascade_it_runs():
+    from mlotspark.cli.serve import cascade_summary
+
+    def said(*argv: str) -> str:
+        return cascade_summary(build_parser().parse_args(["serve", *argv]))
+
+    assert said() == "memory cascade past the context"
+    assert said("--cascade", "auto", "--window", "256") == "memory cascade past the context (window 256)"
+    assert said("--top-k-blocks", "8") == "memory cascade for every request (top_k 8)"
+    assert said("--cascade", "off").startswith("memory cascade off")

@@ -109,7 +109,7 @@ def add_cascade_args(p: argparse.ArgumentParser) -> None:
                         "(default: on when a flag below is given, else auto; with --distributed, else off)")
     g.add_argument("--window", type=positive_int, default=None,
                    help="recent tokens always attended (default: an eighth of the model's context, "
-                        "within 64-4096: 1024 for 8k)")
+                        "kept within 64-4096: 1024 for 8k)")
     g.add_argument("--sinks", type=non_negative_int, default=None,
                    help="first tokens always attended, the attention sinks (default 64; fewer for models "
                         "with under 2k tokens of context)")

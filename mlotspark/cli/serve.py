@@ -100,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
     server = _Server(config, state)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}/v1"
     print(f"mlotspark: serving {state.model_id} on {where}"
-          f"{' (API key required)' if api_key else ''}; Ctrl+C stops", file=sys.stderr, flush=True)
+          f"{' (API key required)' if api_key else ''}; {cascade_summary(args)}; Ctrl+C stops",
+          file=sys.stderr, flush=True)
     server.run()
     return 0 if server.started else 1
 
@@ -122,6 +123,18 @@ def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None
                            **cascade, **kwargs)
 
     return load
+
+
+def cascade_summary(args: argparse.Namespace) -> str:
+    """The memory cascade the server runs, in words for its start-up line."""
+    kw = cascade_kwargs(args)
+    shape = kw.get("cascade_settings") or (kw["cascade"] if isinstance(kw["cascade"], dict) else {})
+    fields = ", ".join(f"{k} {v}" for k, v in shape.items())
+    if kw["cascade"] is None:
+        return "memory cascade off (prompts past the context are refused)"
+    if kw["cascade"] == "auto":
+        return "memory cascade past the context" + (f" ({fields})" if fields else "")
+    return "memory cascade for every request" + (f" ({fields})" if fields else "")
 
 
 def shared_governance(kwargs: dict[str, Any]) -> Any:
