@@ -87,7 +87,7 @@ def test_verbose_tells_the_cascade_and_the_acceptance(tiny_gguf, monkeypatch):
     assert _generate(monkeypatch, err, "-m", str(tiny_gguf), "-p", LONG, "-v", "--no-cascade",
                      "--speculative", "prompt_lookup") == 0
     story = err.getvalue()
-    assert "cascade off" in story and "drafts accepted" in story
+    assert "no cascade for this request" in story and "drafts accepted" in story
 
 
 def test_verbose_beams_report_prefill_and_ttft(tiny_gguf, monkeypatch):
