@@ -107,7 +107,7 @@ def test_beams_on_a_prompt_the_cascade_holds_say_why_it_holds_it(tmp_path):
 
     engine = Engine.load(str(write_tiny_gguf(tmp_path / "t.gguf", tiny_model())), progress=False)
     try:
-        with pytest.raises(OptionError, match="memory cascade holds this request: its prompt plus max_tokens"):
+        with pytest.raises(OptionError, match="memory cascade holds this request: it was turned on, or its prompt plus max_tokens"):
             engine.generate("hello " * 400, raw=True, num_beams=2, max_tokens=4)
         assert engine.generate("hello", raw=True, num_beams=2, max_tokens=2).tokens  # a short one beams
     finally:
