@@ -184,6 +184,10 @@ def test_memory_retrieved_into_prompt_and_facts_learned_from_turns(engines, tiny
     assert r.stats.extra["cache_source"] == "warm"  # memory never invalidates earlier turns
     r = b.send("Tell me my favourite colour again.", **OPTS)
     assert fact in r.stats.extra["memory"]["used"] and r.stats.extra["memory"]["added"] == []
+    assert r.stats.extra["memory"]["forgotten"] == []
+    # A retraction in a turn: the turn says which entry it removed (by id: the text is gone).
+    r = b.send("Please forget that I live in Ghent.", **OPTS)
+    assert r.stats.extra["memory"]["forgotten"] == [learned[0]] and e.memory.get(learned[0]) is None
 
 
 def test_events_learned_over_days_reach_the_prompt_with_their_days(engines, tiny_loaded):

@@ -562,3 +562,12 @@ def test_remember_names_a_duplicate_and_what_it_makes_current_memory_marks_super
         drive(app, script)
     finally:
         engine.memory.close()
+
+
+def test_the_stats_panel_says_what_a_turn_learned_and_forgot():
+    from tui.backend import TurnFigures
+    from tui.widgets.stats import memories_text
+
+    text = memories_text(TurnFigures(memories=["I live in Porto."], learned=1, forgotten=2)).plain
+    assert "I live in Porto." in text and "+ learned 1" in text and "- forgot 2" in text
+    assert "forgot" not in memories_text(TurnFigures(learned=1)).plain

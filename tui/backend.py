@@ -55,6 +55,7 @@ class TurnFigures:
     peak_memory_mb: float | None = None
     memories: list[str] = field(default_factory=list)
     learned: int = 0
+    forgotten: int = 0
     cascade: dict = field(default_factory=dict)
 
 
@@ -263,6 +264,7 @@ def turn_figures(engine: "EngineProtocol", stats: Any) -> TurnFigures:
         peak_memory_mb=getattr(stats, "peak_memory_mb", None),
         memories=memory_texts(engine, used) if used else [],
         learned=len(memory.get("learned") or []),
+        forgotten=len(memory.get("forgotten") or []),
         cascade=dict(extra.get("cascade") or {}),
     )
 

@@ -454,7 +454,9 @@ class Conversation:
             self._snapshot_revision = info.get("revision", "")
             p.save_prefix()
             p.note_warm(self)
-        extra["memory"]["learned"] = p.learn(turn.user["content"], self.name)
+        learned = p.learn(turn.user["content"], self.name)
+        # Ids only: the text of what the user asked to forget is not kept in the turn's record.
+        extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten])
         stats.extra.update(extra)
 
 

@@ -35,6 +35,7 @@ from mlotspark.memory.snapshots import PendingSave, common_prefix
 from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, format_memory_section, learn_turn
 from mlotspark.memory.semantic.events import asks_when
+from mlotspark.memory.semantic.learning import Learned
 from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
@@ -349,15 +350,15 @@ class Persistence:
         """The prompt's memory section for ``hits``, with every entry's day when ``query`` asks when."""
         return format_memory_section(hits, days=asks_when(query))
 
-    def learn(self, user_text: str, conversation: str) -> list[int]:
-        """Remember the facts the user stated in a turn; returns their entry ids."""
+    def learn(self, user_text: str, conversation: str) -> Learned:
+        """Apply a turn to semantic memory: its retractions, then the facts the user stated."""
         if not self.config.learn or self.read_only:
-            return []
+            return Learned()
         try:
-            return learn_turn(self.memory, user_text, conversation).remembered  # retractions, then facts
+            return learn_turn(self.memory, user_text, conversation)  # retractions, then facts
         except (StoreError, OptionError) as e:
             log.warning("semantic memory not updated: %s", e)
-            return []
+            return Learned()
 
     # -- budgets and stats ----------------------------------------------------------------
     def set_budgets(self, **budgets: Any) -> PersistenceConfig:

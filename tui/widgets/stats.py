@@ -112,6 +112,8 @@ def memories_text(turn: TurnFigures) -> Text:
         out.append(f" {m}\n")
     if turn.learned:
         out.append(f" + learned {turn.learned}\n", style="dim")
+    if turn.forgotten:  # a retraction in the message ("Forget that ...")
+        out.append(f" - forgot {turn.forgotten}\n", style="dim")
     return out
 
 
