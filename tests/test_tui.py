@@ -571,3 +571,13 @@ def test_the_stats_panel_says_what_a_turn_learned_and_forgot():
     text = memories_text(TurnFigures(memories=["I live in Porto."], learned=1, forgotten=2)).plain
     assert "I live in Porto." in text and "+ learned 1" in text and "- forgot 2" in text
     assert "forgot" not in memories_text(TurnFigures(learned=1)).plain
+
+
+def test_a_retrieved_entry_forgotten_in_the_same_turn_says_so():
+    import types
+
+    from tui.backend import memory_texts
+
+    store = types.SimpleNamespace(get=lambda i: types.SimpleNamespace(text="I live in Porto.") if i == 1 else None)
+    assert memory_texts(types.SimpleNamespace(memory=store), [1, 2]) == ["#1 I live in Porto.", "#2 (forgotten)"]
+    assert memory_texts(types.SimpleNamespace(), [3]) == ["#3"]  # no store to read: the bare id

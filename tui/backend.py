@@ -234,17 +234,18 @@ def tiers(engine: "EngineProtocol") -> dict | None:
 
 
 def memory_texts(engine: "EngineProtocol", ids: Iterable[int]) -> list[str]:
-    """The texts of semantic memory entries (``#id text``); ids it cannot read stay bare."""
+    """The texts of semantic memory entries (``#id text``); an id no longer stored is
+    ``#id (forgotten)`` (a retraction in the same turn), one it cannot read stays bare."""
     out = []
     store = None
     with contextlib.suppress(Exception):
         store = engine.memory
     for i in ids:
-        entry = None
+        entry, read = None, False
         if store is not None:
             with contextlib.suppress(Exception):
-                entry = store.get(i)
-        out.append(f"#{i} {entry.text}" if entry is not None else f"#{i}")
+                entry, read = store.get(i), True
+        out.append(f"#{i} {entry.text}" if entry is not None else f"#{i} (forgotten)" if read else f"#{i}")
     return out
 
 
