@@ -275,7 +275,7 @@ def test_serve_says_which_cascade_it_runs():
     from mlotspark.cli.serve import cascade_summary
 
     def said(*argv: str) -> str:
-        return cascade_summary(build_parser().parse_args(["serve", *argv]))
+        return cascade_summary(cascade_kwargs(build_parser().parse_args(["serve", *argv])))
 
     assert said() == "memory cascade past the context"
     assert said("--cascade", "auto", "--window", "256") == "memory cascade past the context (window 256)"

@@ -158,6 +158,7 @@ def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
 
     from mlotspark.memory.cascade import CascadeConfig
     from mlotspark.models.kv_cache import KVCache
+    from mlotspark.options import GenerationOptions
     from mlotspark.server import PromptCache
     from tiny import tiny_model
 
@@ -176,12 +177,12 @@ def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
     turn1 = list(range(1, 41))
     turn2 = turn1 + list(range(100, 120))
     pc = PromptCache(engine, budget_mb=64)
-    assert pc.take(turn1, 8) == (None, 0)
+    assert pc.take(turn1, GenerationOptions(max_tokens=8)) == (None, 0)
     assert pc.add(turn1, run(turn1)) and pc.add(turn2, run(turn2))
     assert list(pc.cache.entries) == [tuple(turn2)]  # turn 2 extends turn 1: one entry left
-    cache, n = pc.take(turn2 + [7, 8, 9], 8)
+    cache, n = pc.take(turn2 + [7, 8, 9], GenerationOptions(max_tokens=8))
     assert n == len(turn2) and cache[0].offset == n
-    assert pc.take(turn2, 600)[1] == 0  # would pass the context: left to the cascade
+    assert pc.take(turn2, GenerationOptions(max_tokens=600))[1] == 0  # would pass the context: left to the cascade
     pc.save()
     again = PromptCache(engine, budget_mb=64)  # a restarted server
-    assert again.load() == 1 and again.take(turn2 + [5], 8)[1] == len(turn2)
+    assert again.load() == 1 and again.take(turn2 + [5], GenerationOptions(max_tokens=8))[1] == len(turn2)

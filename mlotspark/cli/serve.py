@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         if not d.is_dir():
             raise OptionError(f"invalid --allow-load {str(d)!r}: not a directory")
     kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
-    load = engine_loader(args, kwargs)
+    cascade = cascade_kwargs(args)  # so does a bad or conflicting cascade flag
+    load = engine_loader(args, kwargs, cascade)
     import uvicorn
 
     from mlotspark.engine import Engine
@@ -100,20 +101,22 @@ def run(args: argparse.Namespace) -> int:
     server = _Server(config, state)
     where = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}/v1"
     print(f"mlotspark: serving {state.model_id} on {where}"
-          f"{' (API key required)' if api_key else ''}; {cascade_summary(args)}; Ctrl+C stops",
+          f"{' (API key required)' if api_key else ''}; {cascade_summary(cascade)}; Ctrl+C stops",
           file=sys.stderr, flush=True)
     server.run()
     return 0 if server.started else 1
 
 
-def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None) -> Callable[..., Any]:
+def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None,
+                  cascade: dict[str, Any] | None = None) -> Callable[..., Any]:
     """``load(spec, governor=None) -> Engine`` for every model the server loads, with the
-    flags: weights, the memory cascade (``cascade_kwargs``) and the scheduler's ``kwargs``.
+    flags: weights, the memory cascade (``cascade``, else ``cascade_kwargs(args)``) and the
+    scheduler's ``kwargs`` (else ``scheduler_kwargs(args)``).
 
     Raises:
         OptionError: a bad or conflicting cascade flag (before any model loads).
     """
-    cascade = cascade_kwargs(args)
+    cascade = cascade_kwargs(args) if cascade is None else cascade
     kwargs = scheduler_kwargs(args) if kwargs is None else kwargs
 
     def load(spec: str, governor: Any = None) -> Any:
@@ -125,9 +128,8 @@ def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None
     return load
 
 
-def cascade_summary(args: argparse.Namespace) -> str:
-    """The memory cascade the server runs, in words for its start-up line."""
-    kw = cascade_kwargs(args)
+def cascade_summary(kw: dict[str, Any]) -> str:
+    """The memory cascade the server runs (``cascade_kwargs``), in words for its start-up line."""
     shape = kw.get("cascade_settings") or (kw["cascade"] if isinstance(kw["cascade"], dict) else {})
     fields = ", ".join(f"{k} {v}" for k, v in shape.items())
     if kw["cascade"] is None:

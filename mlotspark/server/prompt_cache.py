@@ -70,7 +70,7 @@ class PromptCache:
             log.warning("server prompt cache not loaded: %s", e)
             return 0
 
-    def take(self, ids: Sequence[int], max_tokens: int) -> tuple[list | None, int]:
+    def take(self, ids: Sequence[int], options: GenerationOptions) -> tuple[list | None, int]:
         """[engine thread] A cache holding the longest cached prefix of ``ids``.
 
         At least the last prompt token is left to run (its logits start the reply).
@@ -81,12 +81,16 @@ class PromptCache:
         A cascade request leaves its prompt's last ``question_pass`` tokens to prefill:
         the question pass re-reads them (an exact repeat would otherwise skip it).
 
+        Args:
+            ids: the request's prompt tokens.
+            options: its generation options.
+
         Returns:
             (cache, tokens it holds), or (None, 0) on a miss.
         """
         if not self.enabled or len(ids) < 2:
             return None, 0
-        cascade = self.engine.cascade_for(len(ids), GenerationOptions(max_tokens=max_tokens))
+        cascade = self.engine.cascade_for(len(ids), options)  # the request's options: its max_tokens counts
         upto = len(ids) - 1
         if cascade is not None and cascade.routing == "question":
             upto -= cascade.question_pass
