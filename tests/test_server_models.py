@@ -98,6 +98,7 @@ def test_default_names_the_first_model_and_ps_shows_the_pool(live, capsys):
 
     r = ask(live, "default")
     assert r.status_code == 200
+    assert r.json()["model"] == live.model  # the reply names the model that answered, not "default"
     assert main(["ps", "--url", live.url]) == 0
     out = capsys.readouterr().out
     assert live.model in out and "(default)" in out and "never" in out

@@ -85,6 +85,8 @@ async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any]
     try:
         engine = (slot or state.pool.default).engine
         parsed = parse(body, state.served if slot is None else [body["model"]], engine.options)
+        if parsed.model == "default" and slot is not None:
+            parsed.model = slot.name  # replies name the model that answered, as OpenAI's name a dated model
         job = Job(slot, parsed)
         state.admit(job)
     except BaseException:
