@@ -243,6 +243,20 @@ def test_a_prompt_past_the_context_of_a_model_the_cascade_cannot_serve_is_refuse
         engine.close()
 
 
+def test_cascade_settings_a_model_cannot_run_are_said_at_load(tmp_path, caplog):
+    """``--cascade auto --window 512`` on Gemma: the flags never apply, and the load says so."""
+    from mlotspark.engine import Engine
+
+    path, _ = write_tiny(tmp_path / "g.gguf", "gemma3", "Q8_0")
+    with caplog.at_level("WARNING", logger="mlotspark.runtime.cache_choice"):
+        Engine.load(str(path), cascade="auto", cascade_settings={"window": 128}).close()
+    assert "g (gemma3_text) does not run the memory cascade: its settings (window) do not apply" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mlotspark.runtime.cache_choice"):
+        Engine.load(str(path)).close()  # no settings: nothing to say
+    assert "memory cascade" not in caplog.text
+
+
 def test_hf_llama3_rope_scaling_runs_on_our_model_as_in_mlx_lm():
     """An HF / mlx-lm directory's `rope_scaling: llama3` on our llama model equals mlx-lm's llama."""
     from mlx_lm.models import llama as mlx_llama

@@ -10,6 +10,7 @@ got and why (``stats.extra["cache"]``, shown by ``-v``).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache
@@ -18,6 +19,8 @@ from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 
 __all__ = ["CacheChoice", "check_cascade_argument", "resolve_cascade"]
+
+log = logging.getLogger(__name__)
 
 # A context so long that no span exceeds it: checks field values before a model is loaded.
 VALUES_ONLY_CONTEXT = 1 << 30
@@ -46,8 +49,12 @@ class CacheChoice:
         self.auto_config: CascadeConfig | None = None
         if settings:
             self.auto_config = CascadeConfig.for_model(loaded.context_length, **settings)
-            if loaded.supports_cascade:  # else auto never runs it: a long prompt is refused
+            if loaded.supports_cascade:
                 check_cascade(loaded.model, self.auto_config, loaded.name)
+            else:  # auto never runs it: said, not raised (a server's flags hold for every model it loads)
+                log.warning("%s (%s) does not run the memory cascade: its settings (%s) do not apply; a prompt past its "
+                            "%d-token context is refused", loaded.name, loaded.config.get("model_type"),
+                            ", ".join(settings), loaded.context_length)
         self.device = device
         self.memory_limit = memory_limit
         self.run = run
