@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from mlotspark.memory.semantic import HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore
-from mlotspark.memory.semantic.updates import retraction
+from mlotspark.memory.semantic.retractions import retraction
 from mlotspark.models import bundles, catalogue
 
 sys.path.insert(0, str(Path(__file__).parent))

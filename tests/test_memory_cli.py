@@ -70,3 +70,17 @@ def test_reindex_after_switching_embedder_counts_the_entries_it_embedded(capsys,
     assert code == 0 and out.strip() == "2 entries re-embedded with hashing-v1-256; 2 in the store"
     code, out, _ = out_of(capsys, "reindex")
     assert out.strip() == "0 entries re-embedded with hashing-v1-256; 2 in the store"
+
+
+def test_list_shows_the_forgotten_successor(capsys):
+    """A retraction takes the entry it names; the value it had replaced stays superseded, and
+    ``list`` says its successor is gone rather than pointing at a missing id."""
+    from mlotspark.memory.semantic import SemanticStore
+
+    with SemanticStore() as store:
+        old = store.remember("My favourite colour is green.")
+        new = store.remember("My favourite colour is purple.")
+        assert store.get(old).superseded_by == new
+        assert [e.id for e in store.retract("Forget that my favourite colour is purple.")] == [new]
+    _, out, _ = out_of(capsys, "list")
+    assert f"[superseded by #{new} (forgotten since) on" in out and "green" in out and "purple" not in out

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from mlotspark.cli.common import positive_int
 from mlotspark.errors import OptionError
-from mlotspark.memory.semantic.updates import retraction
+from mlotspark.memory.semantic.retractions import retraction
 from mlotspark.memory.semantic.events import occurrences
 
 
@@ -34,14 +34,15 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
-def _line(e: Any, score: float | None = None) -> str:
+def _line(e: Any, score: float | None = None, gone: bool = False) -> str:
     head = f"{e.id:>5}  {_when(e.created)}  {e.source:<6}"
     line = f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
     said = occurrences(e)
     if len(said) > 1:  # an event told on several days (semantic/events.py)
         line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
     if e.superseded_by is not None:
-        line += f"  [superseded by #{e.superseded_by} on {_when(e.superseded)}]"
+        by = f"#{e.superseded_by}" + (" (forgotten since)" if gone else "")  # a retraction keeps older values superseded
+        line += f"  [superseded by {by} on {_when(e.superseded)}]"
     return line
 
 
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False, indent=2))
             else:
                 for e in entries:
-                    print(_line(e))
+                    print(_line(e, gone=e.superseded_by is not None and store.get(e.superseded_by) is None))
                 if not entries:
                     print("(memory is empty)")
         elif action == "search":

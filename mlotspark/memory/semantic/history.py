@@ -15,7 +15,7 @@ import numpy as np
 
 from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.index import VectorIndex
-from mlotspark.memory.semantic.updates import restates, supersedes
+from mlotspark.memory.semantic.updates import CUE_SLACK, restates, supersedes
 
 CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
 NEAREST_MARGIN = 0.1  # besides the nearest passing entry, others this close to its cosine (one slot stated twice)
@@ -75,19 +75,25 @@ def replaced_by(
     ids, sims = vectors.similarities(vec)
     gone = superseded_ids(conn)
     out: list[int] = []
+    under: list[int] = []  # passing under the threshold (``updates.CUE_SLACK``): kept only when alone
     nearest = None
     for j in np.argsort(-sims)[: CANDIDATES + len(gone) + 1]:
         entry_id, cosine = int(ids[j]), float(sims[j])
         if nearest is not None and cosine < nearest - NEAREST_MARGIN:
             break
-        if entry_id == new_id or entry_id in gone or cosine < threshold:
+        if entry_id == new_id or entry_id in gone or cosine < threshold - CUE_SLACK:
             continue
         row = conn.execute("SELECT text FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is not None and not tells_event(row[0]) and supersedes(text, row[0], cosine, threshold):
+            if cosine < threshold:
+                under.append(entry_id)
+                continue
             out.append(entry_id)
             if nearest is None and not restates(text, row[0]):
                 nearest = cosine  # a restated entry goes too, but the window is the changed one's
-    return out
+    # Under the threshold a change is taken only when it picks out one entry: "Lately I can't get
+    # enough of Ethiopian food, it's my new favourite." passes four favourites at 0.34-0.39.
+    return out or (under if len(under) == 1 else [])
 
 
 def mark_superseded(conn: sqlite3.Connection, old_ids: list[int], new_id: int, when: float) -> None:

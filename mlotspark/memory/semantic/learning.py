@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mlotspark.memory.semantic.facts import extract_facts, sentences
 from mlotspark.memory.semantic.records import Entry
-from mlotspark.memory.semantic.updates import retraction
+from mlotspark.memory.semantic.retractions import retraction
 
 
 @dataclass

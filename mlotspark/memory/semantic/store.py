@@ -57,7 +57,7 @@ from mlotspark.memory.semantic.records import (
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import, restore_marks
-from mlotspark.memory.semantic.updates import retraction
+from mlotspark.memory.semantic.retractions import named_entry, retraction
 
 _IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
 
@@ -72,8 +72,6 @@ class Told:
     superseded: tuple[int, ...]  # entries this telling marked superseded
 
 
-RETRACT_SLACK = 0.07  # a retraction's best match may score this far under the threshold ...
-RETRACT_APART = 0.1  # ... when it is this far above the next entry
 
 
 class SemanticStore:
@@ -289,11 +287,14 @@ class SemanticStore:
         Returns:
             True if it existed; False for an unknown id (forgetting twice is harmless).
         """
-        entry_id = check_int(entry_id, "memory id")
+        return self._delete(check_int(entry_id, "memory id"), revive_older=True)
+
+    def _delete(self, entry_id: int, revive_older: bool) -> bool:
         with self._write() as conn:
             conn.execute("DELETE FROM vectors WHERE entry_id = ?", (entry_id,))
             deleted = conn.execute("DELETE FROM entries WHERE id = ?", (entry_id,)).rowcount > 0
-            revive(conn, entry_id)
+            if revive_older:
+                revive(conn, entry_id)
         if self._index is not None:
             self._index.remove(entry_id)
         return deleted
@@ -306,8 +307,11 @@ class SemanticStore:
         best matches it, superseded ones included, is forgotten if it scores at least
         ``threshold``, or a little less (``RETRACT_SLACK``) when it stands clearly above
         the next entry (``RETRACT_APART``): a bare "my job" scores 0.35 against "I work as
-        a nurse at the city hospital." with MPNet, where a question would score 0.5. The
-        whole slot goes (``history.update_chain``): the current value and those it replaced.
+        a nurse at the city hospital." with MPNet, where a question would score 0.5; and
+        not when two entries of other slots match alike (``RETRACT_TIE``). Only the entry
+        named goes: values it had replaced stay superseded (listed, never injected, so
+        "Forget that I moved to Porto." brings no older city back), and nothing the update
+        rules tied to it by mistake is lost ("forget(id)" instead undoes an update).
 
         Args:
             text: one sentence of the user's.
@@ -321,16 +325,13 @@ class SemanticStore:
         if what is None:
             return []
         threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
-        hits = self._search(what, 2, 0.0, current_only=False)
-        if not hits or hits[0].score < threshold - RETRACT_SLACK:
+        hits = self._search(what, 16, 0.0, current_only=False)
+        chosen = named_entry([(h.id, h.score) for h in hits], threshold, lambda i: update_chain(self._conn, i))
+        named = self.get(chosen) if chosen is not None else None
+        if named is None:
             return []
-        runner_up = hits[1].score if len(hits) > 1 else 0.0
-        if hits[0].score < threshold and hits[0].score - runner_up < RETRACT_APART:
-            return []  # weak and not clearly the one named: nothing is deleted on a guess
-        gone = [e for i in update_chain(self._conn, hits[0].id) if (e := self.get(i)) is not None]
-        for e in gone:  # the fact and its older values: nothing it replaced comes back
-            self.forget(e.id)
-        return gone
+        self._delete(named.id, revive_older=False)
+        return [named]
 
     @_guarded
     def reembed(self, batch: int = 64) -> int:
