@@ -227,6 +227,16 @@ def test_chat_loads_its_engine_with_the_chosen_cascade(tiny_gguf, monkeypatch, f
         engine.close()
 
 
+def test_chat_refuses_a_window_past_the_context_before_its_app_starts(tiny_gguf, monkeypatch, capsys):
+    import tui
+
+    started = []
+    monkeypatch.setattr(tui, "ChatApp", lambda **kw: started.append(kw))
+    assert main(["chat", "-m", str(tiny_gguf), "--window", "99999"]) == 2
+    err = capsys.readouterr().err
+    assert not started and "window 99999" in err and "--window" in err and len(err.strip().splitlines()) == 1
+
+
 # -- serve's prompt cache holds to the server's cascade -------------------------------------------
 def _served_with_cache(tiny_gguf, *flags: str) -> Any:
     from live_server import LiveServer

@@ -25,6 +25,14 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
     cascade = cascade_kwargs(args)  # a bad flag or a conflict fails before the app starts
+    shape = cascade.get("cascade_settings") or (cascade["cascade"] if isinstance(cascade["cascade"], dict) else None)
+    if shape:  # and a span past the model's context, read from its files (the load would say it in a popup)
+        from mlotspark.memory.cascade import CascadeConfig
+        from mlotspark.models.loader import stated_context
+
+        context = stated_context(args.model)
+        if context:
+            CascadeConfig.for_model(context, **shape)
     from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
     from tui.backend import load_engine
     from tui.tools import load_tools

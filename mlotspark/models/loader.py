@@ -257,6 +257,32 @@ def stated_tie(path: Path) -> dict | None:
     return {"tie_word_embeddings": False} if "lm_head.weight" in stored else None
 
 
+def stated_context(spec: str | None) -> int | None:
+    """The trained context of a model that runs the memory cascade, read from its files'
+    metadata without loading it (``chat`` checks its cascade flags before its app starts).
+
+    Args:
+        spec: what ``--model`` names (None: the default model).
+
+    Returns:
+        The context in tokens; None for a model on mlx-lm's classes, one not on disk, or
+        files that do not say (the load then checks, as always).
+    """
+    from mlotspark.models.catalogue import resolve
+
+    try:
+        path = Path(resolve(spec, pull=False, progress=False).path)
+        if path.is_dir():
+            config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+            ours = config.get("model_type") in llama.SUPPORTED_TYPES
+            return int(config["max_position_embeddings"]) if ours else None
+        meta, _ = gguf_convert.read_metadata(path)  # from the conversion cache when fresh
+        arch = gguf.ARCHITECTURES.get(meta.get("general.architecture"))
+        return int(meta[f"{meta['general.architecture']}.context_length"]) if arch and arch.ours else None
+    except (MlotsparkError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
     path = Path(source.path)
     try:

@@ -211,7 +211,8 @@ class CascadeConfig:
             raise OptionError(
                 f"cascade span {config.span} (sinks {config.sinks} + top_k {config.top_k} x "
                 f"block_size {config.block_size} + window {config.window} + chunk {config.max_chunk}) "
-                f"exceeds the model's trained context of {context_length} tokens: lower window or top_k"
+                f"exceeds the model's trained context of {context_length} tokens: lower window or top_k "
+                "(--window, --top-k-blocks)"
             )
         return config
 

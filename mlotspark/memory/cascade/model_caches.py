@@ -50,7 +50,8 @@ def check_cascade(model: Any, config: CascadeConfig, name: str = "") -> None:
     if trained and config.span > trained:
         raise OptionError(
             f"cascade span {config.span} (sinks + top_k x block_size + window + chunk) exceeds "
-            f"{name or 'the model'}'s trained context of {trained} tokens: lower window or top_k"
+            f"{name or 'the model'}'s trained context of {trained} tokens: lower window or top_k "
+            "(--window, --top-k-blocks)"
         )
     head_dim = model.args.head_dim
     if config.block_kind in ("q8", "q4") and quant_group(config.block_size * head_dim) is None:
