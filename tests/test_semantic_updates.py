@@ -454,3 +454,21 @@ def test_a_change_under_the_threshold_supersedes_only_an_entry_it_picks_out_alon
     assert history.replaced_by(conn, Cosines([0.36, 0.35]), -1, new, vec, 0.4) == []  # two: a guess
     assert history.replaced_by(conn, Cosines([0.36, 0.1]), -1, new, vec, 0.4) == [a]  # alone
     assert history.replaced_by(conn, Cosines([0.3, 0.1]), -1, new, vec, 0.4) == []  # under the slack
+
+
+def test_beside_the_nearest_entry_only_the_same_thing_is_superseded(store):
+    """The audit's double mark: "My phone number changed to ..." took the work phone too."""
+    from mlotspark.memory.semantic import history
+
+    home = store.remember("My phone number is 0687 654 321.")
+    work = store.remember("My work phone number is 020 123 4567.")
+
+    class Cosines:
+        def __len__(self):
+            return 2
+
+        def similarities(self, v):
+            return np.array([home, work]), np.array([0.8, 0.75])
+
+    new = "My phone number changed to 0612 345 678."
+    assert history.replaced_by(store._conn, Cosines(), -1, new, np.ones(TopicEmbedder.dim), 0.4) == [home]

@@ -15,7 +15,7 @@ import numpy as np
 
 from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.index import VectorIndex
-from mlotspark.memory.semantic.updates import CUE_SLACK, restates, supersedes
+from mlotspark.memory.semantic.updates import CUE_SLACK, names_its_thing, restates, supersedes
 
 CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
 NEAREST_MARGIN = 0.1  # besides the nearest passing entry, others this close to its cosine (one slot stated twice)
@@ -88,6 +88,8 @@ def replaced_by(
             if cosine < threshold:
                 under.append(entry_id)
                 continue
+            if out and not names_its_thing(text, row[0]):
+                continue  # beside the nearest, only the same thing said again: not "my work phone"
             out.append(entry_id)
             if nearest is None and not restates(text, row[0]):
                 nearest = cosine  # a restated entry goes too, but the window is the changed one's

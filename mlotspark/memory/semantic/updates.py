@@ -333,6 +333,14 @@ def _other_things(new_w: list[str], old_w: list[str]) -> bool:
     return new_w[1] != old_w[1] and new_w[1] not in old_w and old_w[1] not in new_w
 
 
+def names_its_thing(new: str, old: str) -> bool:
+    """Whether ``new`` names every word of the "my <thing>" ``old`` opens with (or ``old`` has
+    none): "My phone number changed to ..." names the thing of "My phone number is ..." but not
+    of "My work phone number is ..." (for the entries besides the nearest one, ``history``)."""
+    head = subject(old)
+    return head is None or all(w in words(new) for w in head.split() if w not in _FILLER)
+
+
 def restates(new: str, old: str) -> bool:
     """Whether ``new`` says everything ``old`` does (and perhaps more): "I cycle to work now
     instead of taking the train." restates "I cycle to work."; "I moved to Porto last month."
@@ -360,4 +368,4 @@ def _values(text: str) -> list[str]:
     return out
 
 
-__all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "RELATIONS", "UPDATE_CUES", "frame", "holders", "restates", "subject", "supersedes"]
+__all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "names_its_thing", "RELATIONS", "UPDATE_CUES", "frame", "holders", "restates", "subject", "supersedes"]
