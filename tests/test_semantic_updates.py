@@ -156,6 +156,8 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Scratch the Spotify application from memory, it's confidential.", "the Spotify application"),
     ("Please get rid of what I told you about my mother-in-law.", "my mother-in-law"),
     ("Remove the print statements.", None),  # a request about code, not memory
+    ("Ignore my last message, I sent it too early.", None),  # about the chat
+    ("Disregard what I said about my brother living in Toronto.", "my brother living in Toronto"),
     ("Never mind, I'll do it myself.", None),
     ("Forget that, I was joking.", None),
 ])

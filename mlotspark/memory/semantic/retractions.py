@@ -29,22 +29,24 @@ RETRACT_TIE = 0.04
 # what it names. Verbs of memory ("forget", "don't keep", "I'd rather you didn't store") name
 # anything; verbs of deleting ("remove", "drop", "scratch") only something of the user's or
 # framed as what was said ("the bit about ...", "... from memory"): "Remove the print
-# statements." is a request about code, not about memory.
+# statements." is a request about code, not about memory; "ignore" and "disregard" only
+# what was said ("Disregard what I said about my brother."), not "Ignore my last message.".
 _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|right|sorry|"
          r"on\s+second\s+thoughts?)[\s,]+)*"
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
          r"i['’]?d\s+like\s+you\s+to\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?")
 _KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
-_MEMORY_VERB = (r"forget|disregard|never\s+mind|"
+_MEMORY_VERB = (r"forget|never\s+mind|"
                 rf"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+{_KEEP}|"
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
                 rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}")
-_DELETE_VERB = r"delete|erase|remove|drop|ignore|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
+_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
+_ASIDE_VERB = r"ignore|disregard"  # "Ignore my last message." is about the chat: only "what I said about ..."
 _FRAMED = (r"(?:(?:that|this)\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
-    rf"^{_LEAD}(?:(?P<memory>{_MEMORY_VERB})|(?P<delete>{_DELETE_VERB}))\s+"
+    rf"^{_LEAD}(?:(?P<memory>{_MEMORY_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB}))\s+"
     rf"(?:(?P<framed>{_FRAMED})\s+|(?:about|that)\s+)?"
     r"(?P<what>.+?)(?P<from_memory>\s+(?:from|out\s+of)\s+(?:your\s+)?memory)?[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
@@ -66,8 +68,11 @@ def retraction(text: str) -> str | None:
     if not m:
         return None
     what = m.group("what").strip(" ,.")
-    if m.group("delete") and not (m.group("framed") or m.group("from_memory") or _PERSONAL & set(words(what))):
+    framed = m.group("framed") or m.group("from_memory")
+    if m.group("delete") and not (framed or _PERSONAL & set(words(what))):
         return None  # "Remove the print statements.": not about anything the user told
+    if m.group("aside") and not framed:
+        return None  # "Ignore my last message.": about the chat, not what is remembered
     if len(words(what)) < 2 and not any(w not in STOPWORDS for w in words(what)):
         return None  # "forget it", "forget that": nothing named
     return what
