@@ -160,6 +160,8 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Disregard what I said about my brother living in Toronto.", "my brother living in Toronto"),
     ("Never mind, I'll do it myself.", None),
     ("Forget that, I was joking.", None),
+    ("Forget about it, let's talk about my trip to Japan.", None),  # names nothing
+    ("Forget it.", None),
 ])
 def test_retraction_sentences(text, what):
     assert retraction(text) == what

@@ -73,8 +73,8 @@ def retraction(text: str) -> str | None:
         return None  # "Remove the print statements.": not about anything the user told
     if m.group("aside") and not framed:
         return None  # "Ignore my last message.": about the chat, not what is remembered
-    if len(words(what)) < 2 and not any(w not in STOPWORDS for w in words(what)):
-        return None  # "forget it", "forget that": nothing named
+    if not any(w not in STOPWORDS for w in words(what.split(",")[0])):
+        return None  # "forget it", "Forget about it, let's talk about my trip.": nothing named
     return what
 
 
