@@ -83,4 +83,17 @@ def test_list_shows_the_forgotten_successor(capsys):
         assert store.get(old).superseded_by == new
         assert [e.id for e in store.retract("Forget that my favourite colour is purple.")] == [new]
     _, out, _ = out_of(capsys, "list")
-    assert f"[superseded by #{new} (forgotten since) on" in out and "green" in out and "purple" not in out
+    assert "[superseded by an entry forgotten since on" in out and "green" in out and "purple" not in out
+
+def test_an_entry_whose_successor_was_retracted_stays_superseded_through_export_and_import(tmp_path):
+    from mlotspark.memory.semantic import SemanticStore
+
+    with SemanticStore(tmp_path / "a.db") as store:
+        store.remember("My favourite colour is green.")
+        store.remember("My favourite colour is purple.")
+        store.retract("Forget that my favourite colour is purple.")
+        assert store.export_json(tmp_path / "m.json") == 1
+    with SemanticStore(tmp_path / "b.db") as other:
+        other.import_json(tmp_path / "m.json")
+        (green,) = other.list()
+        assert not green.current and other.search("my favourite colour", k=3) == []

@@ -161,6 +161,19 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Never mind, I'll do it myself.", None),
     ("Forget that, I was joking.", None),
     ("Forget about it, let's talk about my trip to Japan.", None),  # names nothing
+    # Review: ordinary chat and coding requests
+    ("Never mind the weather, where does my sister live?", None),  # another subject
+    ("Forget Rust, what's the best way to learn Go?", None),
+    ("Forget the docs, just tell me what my cat is called.", None),
+    ("Don't store passwords in plain text.", None),  # advice
+    ("Don't keep my password in the config file.", None),
+    ("Drop the users table from my database.", None),
+    ("Can you remove my API key from this config file?", None),
+    ("Remove my cat from the photo.", None),
+    ("Delete my branch.", None),
+    ("forget my" + " " * 4000, None),  # quick on long input
+    ("forget my " + ", " * 20000, None),
+    ("", None),
     ("Forget it.", None),
 ])
 def test_retraction_sentences(text, what):
@@ -437,27 +450,47 @@ def test_update_rules_round_4():
     assert not supersedes("We've moved house to the Biltstraat.", "Our home network is called Hobbit Hole.", 0.36, 0.4)
 
 
+@pytest.mark.parametrize("new, old, cosine", [
+    ("I have a sister named Eva.", "I have a sister named Anna.", 0.72),  # a second sister
+    ("My kids go to Riverside Primary School.", "My kids go to Oakwood Primary School.", 0.82),  # no "my X is"
+    ("I will start at Google next week.", "My friend Will works at Google.", 0.6),  # "will" is no name
+    ("My Tesla needs new tyres.", "My friend's Tesla broke down.", 0.6),  # the friend's Tesla names no friend
+])
+def test_what_round_4_must_not_mark(new, old, cosine):
+    assert not supersedes(new, old, cosine, 0.4)
+
+
+@pytest.mark.parametrize("new, old", [
+    ("My favourite food is sushi now.", "My favourite food is fried chicken."),  # "fried" is a value
+    ("My middle name is now Karim.", "My middle name is Ahmed."),  # so is "Ahmed"
+])
+def test_an_ed_word_is_passive_only_before_a_preposition(new, old):
+    assert supersedes(new, old, 0.7, 0.4)
+
+
+class Cosines:
+    """A vector index whose cosines to any query are given: ``replaced_by`` on chosen figures."""
+
+    def __init__(self, ids, sims):
+        self.ids, self.sims = np.array(ids), np.array(sims)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def similarities(self, v):
+        return self.ids, self.sims
+
+
 def test_a_change_under_the_threshold_supersedes_only_an_entry_it_picks_out_alone(store):
     from mlotspark.memory.semantic import history
 
     a = store.remember("My favourite fruit is mango.")
     b = store.remember("My favourite restaurant is De Kas.")
     conn, vec = store._conn, np.ones(TopicEmbedder.dim)
-
-    class Cosines:  # the vector index, with the cosines given
-        def __init__(self, sims):
-            self.sims = np.array(sims)
-
-        def __len__(self):
-            return 2
-
-        def similarities(self, v):
-            return np.array([a, b]), self.sims
-
     new = "Lately Ethiopian food is my new favourite."
-    assert history.replaced_by(conn, Cosines([0.36, 0.35]), -1, new, vec, 0.4) == []  # two: a guess
-    assert history.replaced_by(conn, Cosines([0.36, 0.1]), -1, new, vec, 0.4) == [a]  # alone
-    assert history.replaced_by(conn, Cosines([0.3, 0.1]), -1, new, vec, 0.4) == []  # under the slack
+    assert history.replaced_by(conn, Cosines([a, b], [0.36, 0.35]), -1, new, vec, 0.4) == []  # two: a guess
+    assert history.replaced_by(conn, Cosines([a, b], [0.36, 0.1]), -1, new, vec, 0.4) == [a]  # alone
+    assert history.replaced_by(conn, Cosines([a, b], [0.3, 0.1]), -1, new, vec, 0.4) == []  # under the slack
 
 
 def test_beside_the_nearest_entry_only_the_same_thing_is_superseded(store):
@@ -466,13 +499,6 @@ def test_beside_the_nearest_entry_only_the_same_thing_is_superseded(store):
 
     home = store.remember("My phone number is 0687 654 321.")
     work = store.remember("My work phone number is 020 123 4567.")
-
-    class Cosines:
-        def __len__(self):
-            return 2
-
-        def similarities(self, v):
-            return np.array([home, work]), np.array([0.8, 0.75])
-
     new = "My phone number changed to 0612 345 678."
-    assert history.replaced_by(store._conn, Cosines(), -1, new, np.ones(TopicEmbedder.dim), 0.4) == [home]
+    index = Cosines([home, work], [0.8, 0.75])
+    assert history.replaced_by(store._conn, index, -1, new, np.ones(TopicEmbedder.dim), 0.4) == [home]

@@ -8,7 +8,8 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
-from mlotspark.cli.common import add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, sampling_options
+from mlotspark.cli.common import (add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, cascade_shape,
+                                  sampling_options)
 
 
 #: Why the chat does not run across ranks: ``mlx.launch`` pipes every rank's stdin and
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
     cascade = cascade_kwargs(args)  # a bad flag or a conflict fails before the app starts
-    shape = cascade.get("cascade_settings") or (cascade["cascade"] if isinstance(cascade["cascade"], dict) else None)
+    shape = cascade_shape(cascade)
     if shape:  # and a span past the model's context, read from its files (the load would say it in a popup)
         from mlotspark.memory.cascade import CascadeConfig
         from mlotspark.models.loader import stated_context

@@ -189,3 +189,8 @@ def cascade_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     if mode == "on":
         return {"cascade": given}
     return {"cascade": "auto", "cascade_settings": given} if given else {"cascade": "auto"}
+
+
+def cascade_shape(kw: dict[str, Any]) -> dict[str, Any]:
+    """The shaping flags given in ``cascade_kwargs``' result (``{"window": 512}``; {} for none)."""
+    return kw.get("cascade_settings") or (kw["cascade"] if isinstance(kw.get("cascade"), dict) else {})

@@ -34,14 +34,15 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
 
 
-def _line(e: Any, score: float | None = None, gone: bool = False) -> str:
+def _line(e: Any, score: float | None = None, successor_forgotten: bool = False) -> str:
     head = f"{e.id:>5}  {_when(e.created)}  {e.source:<6}"
     line = f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
     said = occurrences(e)
     if len(said) > 1:  # an event told on several days (semantic/events.py)
         line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
     if e.superseded_by is not None:
-        by = f"#{e.superseded_by}" + (" (forgotten since)" if gone else "")  # a retraction keeps older values superseded
+        # A retraction keeps the values it replaced superseded: their successor is gone.
+        by = "an entry forgotten since" if successor_forgotten else f"#{e.superseded_by}"
         line += f"  [superseded by {by} on {_when(e.superseded)}]"
     return line
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False, indent=2))
             else:
                 for e in entries:
-                    print(_line(e, gone=e.superseded_by is not None and store.get(e.superseded_by) is None))
+                    print(_line(e, successor_forgotten=e.superseded_by is not None and store.get(e.superseded_by) is None))
                 if not entries:
                     print("(memory is empty)")
         elif action == "search":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, cascade_kwargs
+from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, cascade_kwargs, cascade_shape
 from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 from mlotspark.errors import OptionError
 
@@ -130,7 +130,7 @@ def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None
 
 def cascade_summary(kw: dict[str, Any]) -> str:
     """The memory cascade the server runs (``cascade_kwargs``), in words for its start-up line."""
-    shape = kw.get("cascade_settings") or (kw["cascade"] if isinstance(kw["cascade"], dict) else {})
+    shape = cascade_shape(kw)
     fields = ", ".join(f"{k} {v}" for k, v in shape.items())
     if kw["cascade"] is None:
         return "memory cascade off (prompts past the context are refused)"

@@ -20,7 +20,8 @@ found by a hybrid search and put into the system prompt at the start of a turn.
   thresholds, per embedder.
 - ``facts``: ``extract_facts``, the sentences of a user turn worth remembering;
   ``learning``: ``learn_turn``, a turn's retractions then its facts; ``updates``
-  and ``history``: when a newer fact supersedes an older one, and marking it.
+  and ``history``: when a newer fact supersedes an older one, and marking it;
+  ``retractions``: what "forget that ..." names, and the entry it takes.
 - ``events``: dated facts ("I got the promotion today!" shown with the day it
   was said; the store's ``clock`` dates entries) and events told on several days
   (one entry, each day an occurrence).

@@ -4,7 +4,8 @@ The rules for *when* a fact replaces another are in ``updates.py``; this module
 applies them to the store's rows, inside the caller's write transaction. An older
 entry is never deleted by an update: ``superseded_by`` names the newer entry and
 ``superseded`` the time, so ``mlotspark memory list`` shows both with dates.
-Forgetting the newer entry revives the older one (the update is undone).
+``forget(id)`` of the newer entry revives the older one (the update is undone); a
+retraction deletes only the entry it names and leaves the older one superseded.
 """
 
 from __future__ import annotations
@@ -27,22 +28,28 @@ def superseded_ids(conn: sqlite3.Connection) -> set[int]:
 
 
 def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
-    """Every superseded entry -> the current entry at the end of its chain (None if there is none)."""
-    links = {int(a): int(b) for a, b in conn.execute("SELECT id, superseded_by FROM entries WHERE superseded_by IS NOT NULL")}
+    """Every superseded entry -> the current entry at the end of its chain (None if there is
+    none: a loop, or an end a retraction deleted, ``FORGOTTEN``)."""
+    links, gone = {}, set()
+    for a, b, there in conn.execute("SELECT e.id, e.superseded_by, n.id FROM entries e LEFT JOIN entries n "
+                                    "ON n.id = e.superseded_by WHERE e.superseded_by IS NOT NULL"):
+        links[int(a)] = int(b)
+        if there is None:
+            gone.add(int(b))
     out: dict[int, int | None] = {}
     for start in links:
         seen, cur = {start}, links[start]
         while cur in links and cur not in seen:  # Utrecht -> Porto -> Lisbon: Lisbon
             seen.add(cur)
             cur = links[cur]
-        out[start] = None if cur in seen else cur
+        out[start] = None if cur in seen or cur in gone else cur
     return out
 
 
 def update_chain(conn: sqlite3.Connection, entry_id: int) -> list[int]:
     """The entries of ``entry_id``'s slot: the current one at the end of its chain of updates
-    first, then every older one superseded on the way to it ("Forget my address." names
-    the move and the address it replaced alike: a retraction takes them all)."""
+    first, then every older one superseded on the way to it (``retractions.named_entry``: a
+    retraction that names an older value may mean the current one)."""
     ends = successors(conn)
     last = ends.get(entry_id, entry_id) or entry_id  # None: a chain with no current end
     return [last, *sorted(i for i, end in ends.items() if end == last and i != last)]
@@ -98,6 +105,11 @@ def replaced_by(
     return out or (under if len(under) == 1 else [])
 
 
+#: ``superseded_by`` of an entry whose successor was forgotten by a retraction and is in no
+#: file an import reads: it stays superseded (no entry has id 0).
+FORGOTTEN = 0
+
+
 def mark_superseded(conn: sqlite3.Connection, old_ids: list[int], new_id: int, when: float) -> None:
     """Mark ``old_ids`` as superseded by ``new_id`` at ``when`` (inside a write transaction)."""
     conn.executemany("UPDATE entries SET superseded_by = ?, superseded = ? WHERE id = ?",
@@ -109,4 +121,4 @@ def revive(conn: sqlite3.Connection, newer_id: int) -> None:
     conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE superseded_by = ?", (newer_id,))
 
 
-__all__ = ["mark_superseded", "replaced_by", "revive", "successors", "superseded_ids", "update_chain"]
+__all__ = ["FORGOTTEN", "mark_superseded", "replaced_by", "revive", "successors", "superseded_ids", "update_chain"]

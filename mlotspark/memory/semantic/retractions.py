@@ -16,7 +16,6 @@ import re
 from typing import Callable, Sequence
 
 from mlotspark.memory.semantic.text import STOPWORDS, words
-from mlotspark.memory.semantic.updates import _PERSONAL  # "I", "my", "we": the user's own
 
 RETRACT_SLACK = 0.07  # a retraction's best match may score this far under the threshold ...
 RETRACT_APART = 0.1  # ... when it is this far above the next entry
@@ -26,33 +25,45 @@ RETRACT_APART = 0.1  # ... when it is this far above the next entry
 RETRACT_TIE = 0.04
 
 # A retraction: a lead-in ("ugh,", "can you", "I'd like you to"), a verb that forgets and
-# what it names. Verbs of memory ("forget", "don't keep", "I'd rather you didn't store") name
-# anything; verbs of deleting ("remove", "drop", "scratch") only something of the user's or
-# framed as what was said ("the bit about ...", "... from memory"): "Remove the print
-# statements." is a request about code, not about memory; "ignore" and "disregard" only
-# what was said ("Disregard what I said about my brother."), not "Ignore my last message.".
+# what it names. The verbs differ in how sure they are of being about memory:
+# - "forget", "don't remember", "I'd rather you didn't keep": anything named;
+# - "don't keep / store", "never mind": something of the user's ("Don't keep my street name.")
+#   or framed as what was said; "Don't store passwords in plain text." and "Don't keep my key
+#   in the repo." are advice ("don't save" is left out: "Don't save my changes.");
+# - "remove", "drop", "delete", "scratch", "ignore", "disregard": only what is framed as what was
+#   said ("the bit about ...", "what I told you about ...", "... from memory"): "Remove my cat
+#   from the photo.", "Delete my branch." and "Ignore my last message." are requests about
+#   other things.
 _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|right|sorry|"
          r"on\s+second\s+thoughts?)[\s,]+)*"
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
          r"i['’]?d\s+like\s+you\s+to\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?")
 _KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
-_MEMORY_VERB = (r"forget|never\s+mind|"
-                rf"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+{_KEEP}|"
+_FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
                 rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}")
-_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
-_ASIDE_VERB = r"ignore|disregard"  # "Ignore my last message." is about the chat: only "what I said about ..."
+_KEEP_VERB = r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind"
+_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)|ignore|disregard"
 _FRAMED = (r"(?:(?:that|this)\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
-    rf"^{_LEAD}(?:(?P<memory>{_MEMORY_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB}))\s+"
+    rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB}))\s+"
     rf"(?:(?P<framed>{_FRAMED})\s+|(?:about|that)\s+)?"
-    r"(?P<what>.+?)(?P<from_memory>\s+(?:from|out\s+of)\s+(?:your\s+)?memory)?[\s,]*(?:,?\s*please)?[.!?]*$",
+    r"(?P<what>.+?)(?P<from_memory>\s+(?:from|out\s+of|in)\s+(?:your\s+)?memory)?[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
 )
 # A clause after a comma that gives a reason, not more of what to forget ("..., I'd rather you didn't store it").
 _REASON = re.compile(r",\s*(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|we|since|because|as|so|it\s+is)\b.*$", re.I)
+# A clause after a comma that asks or tells something else: the user changes the subject
+# ("Never mind the weather, where does my sister live?", "Forget Rust, what's the best way to learn Go?").
+_NEXT_TOPIC = re.compile(r"^(?:what|where|who|whom|whose|when|why|how|which|can|could|would|will|do|does|did|is|are|"
+                         r"should|tell|show|give|let['’]?s|let|just|help|explain|write|now|instead|please)\b", re.I)
+# Where a thing is kept, other than memory: "my password in the config file".
+_PLACE = re.compile(r"\s(?:in|into|on|at|inside|under)\s", re.I)
+# What is said of a thing, not the thing: "the cat diet thing", "that stuff about ...".
+_THING = re.compile(r"\b(?:thing|things|stuff|bit|part)$", re.I)
+_LONGEST = 400  # characters: a retraction is a sentence; the pattern stays quick on anything longer
 
 
 def retraction(text: str) -> str | None:
@@ -64,16 +75,22 @@ def retraction(text: str) -> str | None:
     Returns:
         The thing named ("my cat is called Mochi"), or None when the sentence is no retraction.
     """
-    m = _RETRACT.match(_REASON.sub("", text.strip()))
+    text = " ".join(text.split())
+    if len(text) > _LONGEST:
+        return None
+    m = _RETRACT.match(_REASON.sub("", text))
     if not m:
         return None
-    what = m.group("what").strip(" ,.")
-    framed = m.group("framed") or m.group("from_memory")
-    if m.group("delete") and not (framed or _PERSONAL & set(words(what))):
-        return None  # "Remove the print statements.": not about anything the user told
-    if m.group("aside") and not framed:
-        return None  # "Ignore my last message.": about the chat, not what is remembered
-    if not any(w not in STOPWORDS for w in words(what.split(",")[0])):
+    what, _, rest = m.group("what").partition(",")
+    what = what.strip(" ,.")
+    if _NEXT_TOPIC.match(rest.strip()) or (rest and text.endswith("?")):
+        return None  # "Never mind the weather, where does my sister live?": another subject
+    framed = bool(m.group("framed") or m.group("from_memory") or _THING.search(what))
+    if m.group("delete") and not framed:
+        return None  # "Remove my cat from the photo.", "Ignore my last message."
+    if m.group("keep") and not (framed or (words(what)[:1] in (["my"], ["our"], ["me"], ["i"]) and not _PLACE.search(what))):
+        return None  # "Don't store passwords in plain text.", "Don't keep my key in the repo.": advice
+    if not any(w not in STOPWORDS for w in words(what)):
         return None  # "forget it", "Forget about it, let's talk about my trip.": nothing named
     return what
 
@@ -90,19 +107,19 @@ def named_entry(hits: Sequence[tuple[int, float]], threshold: float,
 
     Returns:
         The best match if it scores ``threshold`` (or ``RETRACT_SLACK`` less when it stands
-        ``RETRACT_APART`` above the next), unless the next entry, of another slot, scores
-        within ``RETRACT_TIE`` of it. An older value gives way to its slot's current one when
+        ``RETRACT_APART`` above every entry of another fact), unless an entry of another fact
+        scores within ``RETRACT_TIE`` of it. An older value gives way to its slot's current one when
         the words name that about as well ("Forget my address." after a move).
     """
     if not hits or hits[0][1] < threshold - RETRACT_SLACK:
         return None
     best, score = hits[0]
-    runner_up = hits[1][1] if len(hits) > 1 else 0.0
+    slot = chain(best)
+    runner_up = next((s for i, s in hits[1:] if i not in slot), 0.0)  # the best of another fact
     if score < threshold and score - runner_up < RETRACT_APART:
         return None  # weak and not clearly the one named
-    slot = chain(best)
-    if len(hits) > 1 and score - runner_up < RETRACT_TIE and hits[1][0] not in slot:
-        return None  # two slots match alike: which one was meant is a guess
+    if score - runner_up < RETRACT_TIE:
+        return None  # two facts match alike: which one was meant is a guess
     end = slot[0]
     if end != best:  # an older value: the current one, when the words name it about as well
         end_score = next((s for i, s in hits if i == end), 0.0)

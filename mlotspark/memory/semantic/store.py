@@ -72,8 +72,6 @@ class Told:
     superseded: tuple[int, ...]  # entries this telling marked superseded
 
 
-
-
 class SemanticStore:
     """Text entries that last across conversations, found by words and by meaning.
 
@@ -303,7 +301,7 @@ class SemanticStore:
     def retract(self, text: str, threshold: float | None = None) -> list[Entry]:
         """Act on a retraction: "Forget that my cat is called Mochi." deletes the entry it names.
 
-        The sentence must name what to forget (``updates.retraction``); the entry that
+        The sentence must name what to forget (``retractions.retraction``); the entry that
         best matches it, superseded ones included, is forgotten if it scores at least
         ``threshold``, or a little less (``RETRACT_SLACK``) when it stands clearly above
         the next entry (``RETRACT_APART``): a bare "my job" scores 0.35 against "I work as

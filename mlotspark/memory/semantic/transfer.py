@@ -7,6 +7,7 @@ from pathlib import Path
 
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.memory.semantic.database import sidecar
+from mlotspark.memory.semantic.history import FORGOTTEN
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, NewEntry, entry_from_row, export_document, parse_import
 from mlotspark.storage import read_json, write_json
 
@@ -72,6 +73,9 @@ def restore_marks(conn: sqlite3.Connection, items: list[NewEntry], ids: list[int
         if newer is not None and newer != entry_id:
             when = it.superseded if it.superseded is not None else created[newer]
             conn.execute("UPDATE entries SET superseded_by = ?, superseded = ? WHERE id = ?", (newer, when, entry_id))
+        elif it.superseded_by is not None and newer is None:  # its successor was forgotten: still superseded
+            when = it.superseded if it.superseded is not None else created[entry_id]
+            conn.execute("UPDATE entries SET superseded_by = ?, superseded = ? WHERE id = ?", (FORGOTTEN, when, entry_id))
         elif it.superseded_by is None:
             marks = ",".join("?" * len(ours))
             conn.execute(f"UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE id = ? "

@@ -1,4 +1,4 @@
-"""Knowledge updates and retractions: when a new fact replaces an old one, and what "forget that ..." names.
+"""Knowledge updates: when a new fact replaces an old one (retractions: ``retractions.py``).
 
 "I moved to Porto last month." after "I live in Utrecht." is about the same thing,
 so the newer entry wins at retrieval and the older one is marked superseded (kept,
@@ -159,16 +159,29 @@ def holders(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def _tokens(text: str) -> list[str]:
+    """Words as written (case kept), punctuation and a possessive "'s" taken off."""
+    out = []
+    for t in text.split():
+        t = t.strip(".,;:!?()\"'“”")
+        out.append(t[:-2] if t.endswith(("'s", "’s")) else t)
+    return out
+
+
 def named(text: str) -> dict[str, str]:
     """People a fact names with their relation: "My nephew Ruben is studying in Delft." ->
-    {"ruben": "nephew"}; "Aunt Rosa quit teaching." -> {"rosa": "aunt"}."""
-    toks = text.replace("'s", " ").replace(",", " ").split()
+    {"Ruben": "nephew"}; "Aunt Rosa quit teaching." -> {"Rosa": "aunt"}. Only a capitalised
+    name right after the relation word itself ("My friend's Tesla" names no friend; "My friend
+    Will" names Will, whom "I will start ..." does not mention)."""
+    raw = text.split()
+    toks = _tokens(text)
     out = {}
     for i, t in enumerate(toks[:-1]):
-        rel = t.lower().strip(".;:!?")
-        name = toks[i + 1].strip(".;:!?")
-        if rel in RELATIONS and name[:1].isupper() and name.lower() not in _PERSONAL:
-            out[name.lower()] = _SAME.get(rel, rel)
+        rel, name = t.lower(), toks[i + 1]
+        if raw[i].rstrip(".,;:!?").endswith(("'s", "’s")) or rel not in RELATIONS:
+            continue
+        if name[:1].isupper() and name.lower() not in STOPWORDS and name.lower() not in _PERSONAL:
+            out[name] = _SAME.get(rel, rel)
     return out
 
 
@@ -178,7 +191,7 @@ def _holders_by_name(new: str, old: str) -> tuple[frozenset[str], frozenset[str]
     hn, ho = holders(new), holders(old)
     for a, b in ((new, old), (old, new)):
         for name, rel in named(b).items():
-            if name in words(a):
+            if name in _tokens(a):
                 hn, ho = (hn | {rel}, ho) if a is new else (hn, ho | {rel})
     return hn, ho
 
@@ -225,17 +238,20 @@ def frame(text: str) -> tuple[str, str] | None:
     toks = words(text)
     rest = toks[len(head.split()) + 2 :]
     rest = [w for w in rest if w not in ("now", "actually", "still", "also", "currently", "really")]
-    if rest and (rest[0] in _FRAMES or _participle(rest[0])):
+    if rest and (rest[0] in _FRAMES or _passive(rest)):
         return head, rest[0]  # "My salary is paid on the 25th": said of the salary, not its value
     return head, "value"
 
 
 _IRREGULAR_PARTICIPLES = frozenset("paid made done kept held set built sent spent written given taken known".split())
+_AFTER_PASSIVE = frozenset("on by in at for to every each from with monthly weekly yearly daily".split())
 
 
-def _participle(word: str) -> bool:
-    """A past participle after "is" ("paid", "booked"): the sentence is passive."""
-    return word in _IRREGULAR_PARTICIPLES or (len(word) > 4 and word.endswith("ed") and word not in ("red", "bed"))
+def _passive(rest: list[str]) -> bool:
+    """Whether the words after "is" open a passive ("paid on the 25th", "booked for Friday"): an
+    irregular participle, or an "-ed" word a preposition follows ("fried chicken", "Ahmed" are values)."""
+    first, nxt = rest[0], rest[1] if len(rest) > 1 else ""
+    return first in _IRREGULAR_PARTICIPLES or (first.endswith("ed") and len(first) > 4 and nxt in _AFTER_PASSIVE)
 
 
 def _slots(text_words: list[str]) -> set[str]:
@@ -319,10 +335,14 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
         return True
     # No word of change, but the older sentence's words again with another value: "Oops, my
     # partner's birthday is the 21st of May." after "My partner's birthday is on the 12th of May."
+    # Only for a one-value "my <thing> is" the newer one names: "I have a sister named Eva." is
+    # a second sister, not a correction of "I have a sister named Anna.".
+    if cosine < SAME_SENTENCE or subject(old) is None or not names_its_thing(new, old):
+        return False
     vn, vo = set(_values(new)), set(_values(old))
     template = {w for w in old_w if w not in _FILLER} - vo  # two words at least: "My laptop is a
     same_words = len(template) >= 2 and template <= set(new_w)  # ThinkPad." / "My laptop runs Windows."
-    return cosine >= SAME_SENTENCE and same_words and bool(vn - vo) and bool(vo - vn)
+    return same_words and bool(vn - vo) and bool(vo - vn)
 
 
 def _other_things(new_w: list[str], old_w: list[str]) -> bool:
