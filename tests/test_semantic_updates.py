@@ -170,7 +170,8 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Drop the users table from my database.", None),
     ("Can you remove my API key from this config file?", None),
     ("Remove my cat from the photo.", None),
-    ("Delete my branch.", None),
+    ("Delete my Python virtualenv and recreate it.", None),
+    ("Remove my phone number.", "my phone number"),  # a bare thing of the user's: the search decides
     ("forget my" + " " * 4000, None),  # quick on long input
     ("forget my " + ", " * 20000, None),
     ("", None),

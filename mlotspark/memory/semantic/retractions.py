@@ -30,10 +30,11 @@ RETRACT_TIE = 0.04
 # - "don't keep / store", "never mind": something of the user's ("Don't keep my street name.")
 #   or framed as what was said; "Don't store passwords in plain text." and "Don't keep my key
 #   in the repo." are advice ("don't save" is left out: "Don't save my changes.");
-# - "remove", "drop", "delete", "scratch", "ignore", "disregard": only what is framed as what was
-#   said ("the bit about ...", "what I told you about ...", "... from memory"): "Remove my cat
-#   from the photo.", "Delete my branch." and "Ignore my last message." are requests about
-#   other things.
+# - "remove", "drop", "delete", "scratch": what is framed as what was said ("the bit about ...",
+#   "what I told you about ...", "... from memory") or a bare thing of the user's ("Remove my
+#   phone number."), not one somewhere else or with more to do ("Remove my cat from the photo.",
+#   "Delete my virtualenv and recreate it."); "ignore", "disregard": only what is framed
+#   ("Ignore my last message." is about the chat).
 _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|right|sorry|"
          r"on\s+second\s+thoughts?)[\s,]+)*"
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
@@ -59,8 +60,9 @@ _REASON = re.compile(r",\s*(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|
 # ("Never mind the weather, where does my sister live?", "Forget Rust, what's the best way to learn Go?").
 _NEXT_TOPIC = re.compile(r"^(?:what|where|who|whom|whose|when|why|how|which|can|could|would|will|do|does|did|is|are|"
                          r"should|tell|show|give|let['’]?s|let|just|help|explain|write|now|instead|please)\b", re.I)
-# Where a thing is kept, other than memory: "my password in the config file".
-_PLACE = re.compile(r"\s(?:in|into|on|at|inside|under)\s", re.I)
+# Where a thing is, or what else to do with it: "my password in the config file", "my cat from
+# the photo", "my virtualenv and recreate it".
+_PLACE = re.compile(r"\s(?:in|into|on|at|inside|under|from|and|then)\s", re.I)
 # What is said of a thing, not the thing: "the cat diet thing", "that stuff about ...".
 _THING = re.compile(r"\b(?:thing|things|stuff|bit|part)$", re.I)
 _LONGEST = 400  # characters: a retraction is a sentence; the pattern stays quick on anything longer
@@ -86,9 +88,10 @@ def retraction(text: str) -> str | None:
     if _NEXT_TOPIC.match(rest.strip()) or (rest and text.endswith("?")):
         return None  # "Never mind the weather, where does my sister live?": another subject
     framed = bool(m.group("framed") or m.group("from_memory") or _THING.search(what))
-    if m.group("delete") and not framed:
-        return None  # "Remove my cat from the photo.", "Ignore my last message."
-    if m.group("keep") and not (framed or (words(what)[:1] in (["my"], ["our"], ["me"], ["i"]) and not _PLACE.search(what))):
+    own = words(what)[:1] in (["my"], ["our"]) and not _PLACE.search(what)  # "my phone number", no "from the photo"
+    if m.group("delete") and not (framed or (own and m.group("delete").lower() not in ("ignore", "disregard"))):
+        return None  # "Remove my cat from the photo.", "Drop the users table.", "Ignore my last message."
+    if m.group("keep") and not (framed or own):
         return None  # "Don't store passwords in plain text.", "Don't keep my key in the repo.": advice
     if not any(w not in STOPWORDS for w in words(what)):
         return None  # "forget it", "Forget about it, let's talk about my trip.": nothing named
