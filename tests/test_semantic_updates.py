@@ -161,6 +161,12 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("Never mind, I'll do it myself.", None),
     ("Forget that, I was joking.", None),
     ("Forget about it, let's talk about my trip to Japan.", None),  # names nothing
+    # A fourth set's fit half
+    ("I don't want you to know about the tattoo, forget it.", "the tattoo"),
+    ("Would you mind not remembering who my therapist is?", "who my therapist is"),
+    ("I'd prefer you didn't keep how I voted on record, please delete it.", "how I voted on record"),
+    ("Delete that, about my back operation.", "my back operation"),
+    ("Do you know my address?", None),
     # Review: ordinary chat and coding requests
     ("Never mind the weather, where does my sister live?", None),  # another subject
     ("Forget Rust, what's the best way to learn Go?", None),
@@ -503,3 +509,12 @@ def test_beside_the_nearest_entry_only_the_same_thing_is_superseded(store):
     new = "My phone number changed to 0612 345 678."
     index = Cosines([home, work], [0.8, 0.75])
     assert history.replaced_by(store._conn, index, -1, new, np.ones(TopicEmbedder.dim), 0.4) == [home]
+
+
+def test_update_rules_from_a_fourth_sets_fit_half():
+    assert supersedes("Just turned 35 today!", "I'm 34.", 0.59, 0.4)  # no "I", an opener first
+    assert supersedes("I've gone fully vegan since the summer.", "I'm vegetarian.", 0.66, 0.4)
+    assert supersedes("Got the promotion! Salary's going up to 61k.", "I earn 52k a year.", 0.45, 0.4)  # pay, "going up"
+    assert supersedes("Arjun's latest plan is astronaut, apparently.", "My son Arjun wants to be a vet.", 0.49, 0.4)
+    assert holders("My father-in-law Gerald drives a taxi.") == {"father-in-law"}  # not the father
+    assert not supersedes("My father-in-law retired.", "My father is a pilot.", 0.6, 0.4)

@@ -39,13 +39,13 @@ _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|r
          r"on\s+second\s+thoughts?)[\s,]+)*"
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
          r"i['’]?d\s+like\s+you\s+to\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?")
-_KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
+_KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|know|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
 _FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
-                rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}")
+                rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}|(?:would|do)\s+you\s+mind\s+not\s+{_KEEP}")
 _KEEP_VERB = r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind"
 _DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)|ignore|disregard"
-_FRAMED = (r"(?:(?:that|this)\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
+_FRAMED = (r"(?:(?:that|this),?\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
@@ -55,7 +55,8 @@ _RETRACT = re.compile(
     re.I,
 )
 # A clause after a comma that gives a reason, not more of what to forget ("..., I'd rather you didn't store it").
-_REASON = re.compile(r",\s*(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|we|since|because|as|so|it\s+is)\b.*$", re.I)
+_REASON = re.compile(r",\s*(?:(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|we|since|because|as|so|it\s+is)\b.*|"
+                     r"(?:please\s+)?(?:forget|delete|remove|erase|drop)\s+(?:it|that|this)\W*(?:please\W*)?)$", re.I)
 # A clause after a comma that asks or tells something else: the user changes the subject
 # ("Never mind the weather, where does my sister live?", "Forget Rust, what's the best way to learn Go?").
 _NEXT_TOPIC = re.compile(r"^(?:what|where|who|whom|whose|when|why|how|which|can|could|would|will|do|does|did|is|are|"

@@ -85,8 +85,8 @@ UPDATE_CUES = frozenset(
     """
     now anymore longer moved move relocated changed change switched switch instead actually
     correction corrected new newly renamed replaced quit stopped became become turned
-    sold transferred rescheduled raised lowered upgraded updated went lately
-    nowadays currently days remarried cancelled sorry wrong mistake
+    sold transferred rescheduled raised lowered upgraded updated went gone lately latest
+    nowadays currently days remarried cancelled sorry wrong mistake retired
     """.split()
 )
 # Verbs and words that tell a change only beside an older fact of the same thing ("The
@@ -117,7 +117,9 @@ _FILLER = STOPWORDS | UPDATE_CUES | CHANGE_WORDS | ADDITION_CUES | TIME_WORDS | 
 # word even in other words: "I moved to Porto" / "I currently live in Tromso".
 SLOT_WORDS = {
     **dict.fromkeys("live lives moved move relocated reside based".split(), "home"),
-    **dict.fromkeys("work works working worked job jobs employed employer".split(), "work"),
+    **dict.fromkeys("work works working worked job jobs employed employer freelance freelancer freelancing "
+                    "self-employed hired fired retired promotion promoted".split(), "work"),
+    **dict.fromkeys("salary salaries earn earns earning earnings income wage wages".split(), "pay"),
     **dict.fromkeys("boss manager supervisor".split(), "boss"),
     **dict.fromkeys("drive drives driving car".split(), "car"),
 }
@@ -155,7 +157,7 @@ def holders(text: str) -> frozenset[str]:
             continue  # "my sister", and one word between: "my best friend", "my childhood friend"
         if at > 0 and toks[at - 1] in _OBJECT_PREPOSITIONS:
             continue  # "I changed my PIN hint to my grandmother's birthday": the user's fact
-        found.add(_SAME.get(w, w))
+        found.add(_SAME.get(w, w) + ("-in-law" if toks[i + 1 : i + 3] == ["in", "law"] else ""))
     return frozenset(found)
 
 
@@ -178,10 +180,12 @@ def named(text: str) -> dict[str, str]:
     out = {}
     for i, t in enumerate(toks[:-1]):
         rel, name = t.lower(), toks[i + 1]
-        if raw[i].rstrip(".,;:!?").endswith(("'s", "’s")) or rel not in RELATIONS:
+        base = rel.removesuffix("-in-law")  # "My father-in-law Gerald"
+        if raw[i].rstrip(".,;:!?").endswith(("'s", "’s")) or base not in RELATIONS:
             continue
+        rel = _SAME.get(base, base) + ("-in-law" if base != rel else "")
         if name[:1].isupper() and name.lower() not in STOPWORDS and name.lower() not in _PERSONAL:
-            out[name] = _SAME.get(rel, rel)
+            out[name] = rel
     return out
 
 
@@ -266,8 +270,14 @@ def _personal(text_words: list[str]) -> bool:
     Pixel 8 last month.", "Had allergy tests done.")."""
     if _has(text_words, _PERSONAL):
         return True
-    first = text_words[0] if text_words else ""
-    return first in _KIN_NAMES or first in _PAST_VERBS or (first.endswith("ed") and len(first) > 4)
+    if text_words and text_words[0] in _KIN_NAMES:
+        return True
+    lead = [w for w in text_words[:3] if w not in _OPENERS]  # "Just turned 35 today", "Finally sold the car"
+    first = lead[0] if lead else ""
+    return first in _PAST_VERBS or (first.endswith("ed") and len(first) > 4)
+
+
+_OPENERS = frozenset("just finally recently so well anyway also oh ok okay today yesterday".split())
 
 
 # Irregular past tenses that open a chat sentence with its "I" left out ("Got a new job.").
@@ -282,7 +292,12 @@ def _has(text_words: list[str], cues: frozenset[str]) -> bool:
 def _says_change(text_words: list[str], cues: frozenset[str]) -> bool:
     """A cue of change, not one of a plan: "My daughter wants to become a vet." and "I'd like to
     move to Porto." change nothing yet."""
-    return any(w in cues and (i == 0 or text_words[i - 1] != "to") for i, w in enumerate(text_words))
+    return any((w in cues and (i == 0 or text_words[i - 1] != "to"))
+               or (w in ("up", "down") and i > 0 and text_words[i - 1] in _GO)  # "Salary's going up to 61k"
+               for i, w in enumerate(text_words))
+
+
+_GO = frozenset("go goes going went gone put bumped".split())
 
 
 _NEGATIONS = frozenset("not no never nor".split())
