@@ -127,6 +127,13 @@ def test_a_retraction_removes_what_it_names(store):
     assert not any("Mochi" in h.text for h in store.retrieve_for_prompt("What is my cat called?", threshold=0.1))
 
 
+def test_a_turn_counts_the_retractions_that_named_nothing_clearly(store):
+    store.remember("My cat is called Mochi.")
+    store.remember("My dog is called Rex.")
+    learned = learn_turn(store, "Forget my cat and my dog. Forget that my dog is called Rex.")
+    assert [e.text for e in learned.forgotten] == ["My dog is called Rex."] and learned.unclear == 1
+
+
 def test_a_turn_applies_retractions_then_facts(store):
     store.remember("I live in Ghent.")
     learned = learn_turn(store, "Please forget that I live in Ghent. My cat is called Tofu.", "c1")

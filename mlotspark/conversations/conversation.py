@@ -456,7 +456,8 @@ class Conversation:
             p.note_warm(self)
         learned = p.learn(turn.user["content"], self.name)
         # Ids only: the text of what the user asked to forget is not kept in the turn's record.
-        extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten])
+        extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten],
+                               not_forgotten=learned.unclear)
         stats.extra.update(extra)
 
 

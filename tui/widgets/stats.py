@@ -114,6 +114,8 @@ def memories_text(turn: TurnFigures) -> Text:
         out.append(f" + learned {turn.learned}\n", style="dim")
     if turn.forgotten:  # a retraction in the message ("Forget that ...")
         out.append(f" - forgot {turn.forgotten}\n", style="dim")
+    if turn.not_forgotten:  # one that named nothing clearly: nothing was deleted on a guess
+        out.append(f" ? {turn.not_forgotten} not forgotten: /memory, /forget ID\n", style="yellow")
     return out
 
 
