@@ -45,9 +45,15 @@ def test_a_retraction_that_matches_two_things_alike_deletes_neither(store):
     cat = store.remember("My cat is called Mochi.")
     dog = store.remember("My dog is called Rex.")
     assert store.get(cat).current and store.get(dog).current  # two facts, kept apart
-    assert store.retract("Forget my cat and my dog.") == []  # both alike: which one is a guess
+    assert store.retract("Forget my cat or dog.") == []  # both alike: which one is a guess
     assert len(store.list()) == 2
     assert [e.id for e in store.retract("Forget that my dog is called Rex.")] == [dog]
+
+
+def test_a_retraction_of_two_things_takes_each(store):
+    cat = store.remember("My cat is called Mochi.")
+    dog = store.remember("My dog is called Rex.")
+    assert sorted(e.id for e in store.retract("Forget my cat and my dog.")) == sorted([cat, dog])
 
 
 TOPICS = {
@@ -130,7 +136,7 @@ def test_a_retraction_removes_what_it_names(store):
 def test_a_turn_counts_the_retractions_that_named_nothing_clearly(store):
     store.remember("My cat is called Mochi.")
     store.remember("My dog is called Rex.")
-    learned = learn_turn(store, "Forget my cat and my dog. Forget that my dog is called Rex.")
+    learned = learn_turn(store, "Forget my cat or dog. Forget that my dog is called Rex.")
     assert [e.text for e in learned.forgotten] == ["My dog is called Rex."] and learned.unclear == 1
 
 

@@ -99,6 +99,16 @@ def retraction(text: str) -> str | None:
     return what
 
 
+def things_named(what: str) -> list[str]:
+    """The things a retraction names, each searched alone: "my cat and my dog" -> ["my cat",
+    "my dog"]; split only where every part opens with "my" / "our" ("my sister and I went to
+    Paris" is one thing)."""
+    parts = [p.strip(" ,") for p in re.split(r",?\s+and\s+|,\s*", what) if p.strip(" ,")]
+    if len(parts) > 1 and all(words(p)[:1] in (["my"], ["our"]) for p in parts):
+        return parts
+    return [what]
+
+
 def named_entry(hits: Sequence[tuple[int, float]], threshold: float,
                 chain: Callable[[int], list[int]]) -> int | None:
     """The entry a retraction names, or None when it names none clearly.
@@ -132,4 +142,4 @@ def named_entry(hits: Sequence[tuple[int, float]], threshold: float,
     return best
 
 
-__all__ = ["RETRACT_APART", "RETRACT_SLACK", "RETRACT_TIE", "named_entry", "retraction"]
+__all__ = ["RETRACT_APART", "RETRACT_SLACK", "RETRACT_TIE", "named_entry", "retraction", "things_named"]

@@ -57,7 +57,7 @@ from mlotspark.memory.semantic.records import (
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import, restore_marks
-from mlotspark.memory.semantic.retractions import named_entry, retraction
+from mlotspark.memory.semantic.retractions import named_entry, retraction, things_named
 
 _IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
 
@@ -323,13 +323,15 @@ class SemanticStore:
         if what is None:
             return []
         threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
-        hits = self._search(what, 16, 0.0, current_only=False)
-        chosen = named_entry([(h.id, h.score) for h in hits], threshold, lambda i: update_chain(self._conn, i))
-        named = self.get(chosen) if chosen is not None else None
-        if named is None:
-            return []
-        self._delete(named.id, revive_older=False)
-        return [named]
+        gone: list[Entry] = []
+        for thing in things_named(what):  # "my cat and my dog": each
+            hits = self._search(thing, 16, 0.0, current_only=False)
+            chosen = named_entry([(h.id, h.score) for h in hits], threshold, lambda i: update_chain(self._conn, i))
+            named = self.get(chosen) if chosen is not None else None
+            if named is not None:
+                self._delete(named.id, revive_older=False)
+                gone.append(named)
+        return gone
 
     @_guarded
     def reembed(self, batch: int = 64) -> int:
