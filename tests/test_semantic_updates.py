@@ -137,7 +137,7 @@ def test_a_turn_counts_the_retractions_that_named_nothing_clearly(store):
     store.remember("My cat is called Mochi.")
     store.remember("My dog is called Rex.")
     learned = learn_turn(store, "Forget my cat or dog. Forget that my dog is called Rex.")
-    assert [e.text for e in learned.forgotten] == ["My dog is called Rex."] and learned.unclear == 1
+    assert [e.text for e in learned.forgotten] == ["My dog is called Rex."] and learned.not_forgotten == 1
 
 
 def test_a_turn_applies_retractions_then_facts(store):

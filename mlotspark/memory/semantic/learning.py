@@ -23,13 +23,13 @@ class Learned:
     Attributes:
         remembered: ids of the entries the turn's facts became (or already were).
         forgotten: the entries its retractions removed.
-        unclear: its retractions that named no entry clearly, so removed nothing (none
-            matched, or two alike): the user should say which (``memory forget ID``).
+        not_forgotten: its retractions that named no entry clearly, so removed nothing
+            (none matched, or two alike): the user should say which (``memory forget ID``).
     """
 
     remembered: list[int] = field(default_factory=list)
     forgotten: list[Entry] = field(default_factory=list)
-    unclear: int = 0
+    not_forgotten: int = 0
 
 
 def learn_turn(store, user_text: str, conversation: str | None = None) -> Learned:  # store: SemanticStore
@@ -50,7 +50,7 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
         if retraction(s) is not None:
             gone = store.retract(s)
             out.forgotten += gone
-            out.unclear += not gone
+            out.not_forgotten += not gone
     for fact in extract_facts(user_text):
         out.remembered.append(store.remember(fact, source="turn", conversation=conversation))
     return out

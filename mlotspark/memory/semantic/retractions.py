@@ -44,12 +44,13 @@ _FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
                 rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}|(?:would|do)\s+you\s+mind\s+not\s+{_KEEP}")
 _KEEP_VERB = r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind"
-_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)|ignore|disregard"
+_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
+_ASIDE_VERB = r"ignore|disregard"
 _FRAMED = (r"(?:(?:that|this),?\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
-    rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB}))\s+"
+    rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB}))\s+"
     rf"(?:(?P<framed>{_FRAMED})\s+|(?:about|that)\s+)?"
     r"(?P<what>.+?)(?P<from_memory>\s+(?:from|out\s+of|in)\s+(?:your\s+)?memory)?[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
@@ -89,9 +90,11 @@ def retraction(text: str) -> str | None:
     if _NEXT_TOPIC.match(rest.strip()) or (rest and text.endswith("?")):
         return None  # "Never mind the weather, where does my sister live?": another subject
     framed = bool(m.group("framed") or m.group("from_memory") or _THING.search(what))
-    own = words(what)[:1] in (["my"], ["our"]) and not _PLACE.search(what)  # "my phone number", no "from the photo"
-    if m.group("delete") and not (framed or (own and m.group("delete").lower() not in ("ignore", "disregard"))):
-        return None  # "Remove my cat from the photo.", "Drop the users table.", "Ignore my last message."
+    own = _opens_with_my(what) and not _PLACE.search(what)  # "my phone number", no "from the photo"
+    if m.group("delete") and not (framed or own):
+        return None  # "Remove my cat from the photo.", "Drop the users table."
+    if m.group("aside") and not framed:
+        return None  # "Ignore my last message.": about the chat
     if m.group("keep") and not (framed or own):
         return None  # "Don't store passwords in plain text.", "Don't keep my key in the repo.": advice
     if not any(w not in STOPWORDS for w in words(what)):
@@ -104,9 +107,13 @@ def things_named(what: str) -> list[str]:
     "my dog"]; split only where every part opens with "my" / "our" ("my sister and I went to
     Paris" is one thing)."""
     parts = [p.strip(" ,") for p in re.split(r",?\s+and\s+|,\s*", what) if p.strip(" ,")]
-    if len(parts) > 1 and all(words(p)[:1] in (["my"], ["our"]) for p in parts):
+    if len(parts) > 1 and all(map(_opens_with_my, parts)):
         return parts
     return [what]
+
+
+def _opens_with_my(text: str) -> bool:
+    return words(text)[:1] in (["my"], ["our"])
 
 
 def named_entry(hits: Sequence[tuple[int, float]], threshold: float,
