@@ -98,11 +98,11 @@ def layer_tensors(arch: str, s: dict, rng: np.random.Generator) -> dict[str, np.
     return {k: v.astype(np.float32) for k, v in out.items()}
 
 
-def write_header(w: GGUFWriter, arch: str, s: dict, qtype: str) -> None:
+def write_header(w: GGUFWriter, arch: str, s: dict, qtype: str, context: int = 512) -> None:
     """The hyperparameters of a tiny model of shapes ``s`` (the test models share them)."""
     w.add_file_type(_FILE_TYPES[qtype])
     w.add_block_count(s["layers"])
-    w.add_context_length(512)
+    w.add_context_length(context)
     w.add_embedding_length(s["hidden"])
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["heads"])

@@ -104,15 +104,16 @@ _LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                    "original_max_position_embeddings": _ORIGINAL_CONTEXT}
 
 
-def write_gguf(path: Path, variant: str, qtype: str | None = None, seed: int = 0) -> Path:
-    """A tiny GGUF of ``variant`` with its matrices stored as ``qtype`` (default ``GGUF_TYPES``)."""
+def write_gguf(path: Path, variant: str, qtype: str | None = None, seed: int = 0, context: int = 512) -> Path:
+    """A tiny GGUF of ``variant`` with its matrices stored as ``qtype`` (default ``GGUF_TYPES``),
+    trained to ``context`` tokens."""
     arch, qtype = VARIANTS[variant], qtype or GGUF_TYPES[variant]
     rng = np.random.default_rng(seed)
     s = _shapes(variant)
     values = _values(variant, rng)
     w = GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{variant}")
-    write_header(w, arch, s, qtype)
+    write_header(w, arch, s, qtype, context)
     if variant == "phi3-longrope":
         w.add_uint32("phi3.rope.scaling.original_context_length", _ORIGINAL_CONTEXT)
     _tokenizer(w, s["vocab"])

@@ -77,11 +77,25 @@ class BenchContext:
         self._twin: Any = None
         self._ref_tokenizer: Any = None
         self.mlx_lm_threads: set[int | None] = set()  # BLAS thread counts mlx-lm ran at (None: not fitted)
+        self.cells_not_run: list[tuple[str, str]] = []  # (suite, why): the report lists them under "not run"
+
+    def not_run(self, suite: str, why: str) -> None:
+        """Record a case of ``suite`` that cannot run here while its other cases do (a suite
+        that cannot run at all raises ``SuiteUnavailable`` instead)."""
+        self.cells_not_run.append((suite, why))
 
     # ----------------------------------------------------------------- facts
     @property
     def compare(self) -> bool:
         return self.config.compare == "mlx-lm"
+
+    @property
+    def cascade_here(self) -> str | None:
+        """Why the loaded model cannot run the memory cascade, or None when it can."""
+        if self.engine.loaded.supports_cascade:
+            return None
+        return (f"{self.engine.model_name} runs on mlx-lm's classes, and the memory cascade needs "
+                "mlotspark's llama-family model (llama, mistral, qwen2, qwen3)")  # 'needs': a not-run line says what it lacks
 
     @property
     def context_length(self) -> int:

@@ -82,10 +82,15 @@ class Figure:
 
 @dataclass
 class SuiteError:
-    """A suite (or one of its cases) that could not run, with the one-line reason."""
+    """A suite (or one of its cases) that could not run, with the one-line reason.
+
+    ``cell``: one case or length of a suite whose other cells ran (full attention past the
+    model's context, the cascade on a model that has none): listed, but no failure of the
+    command, since the suite ran what it could as documented."""
 
     suite: str
     message: str
+    cell: bool = False
 
 
 @dataclass

@@ -155,6 +155,7 @@ def run_bench(
                     except MlotsparkError as e:  # the other suites' figures are kept
                         errors.append(SuiteError(name, f"{name} failed: {e}"))
             finally:
+                errors += [SuiteError(suite, why, cell=True) for suite, why in ctx.cells_not_run]
                 progress.close()
                 closed = True
                 engine.close()  # inside the scratch home: it saves the prefix cache there

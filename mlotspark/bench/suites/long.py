@@ -51,6 +51,8 @@ def steps(ctx: BenchContext, cases: tuple[str, ...]) -> int:
 
 def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
     chosen = _cases(cases)
+    if chosen == ("cascade",) and ctx.cascade_here:
+        raise SuiteUnavailable(f"long:cascade: {ctx.cascade_here}; --suite long:full measures full attention alone")
     if "cascade" in chosen and not cascade_supported():
         raise SuiteUnavailable(
             "long needs the memory cascade in the engine (Engine.load(model, cascade=CascadeConfig(...))), "
@@ -78,7 +80,9 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
     chosen = _cases(cases)
     g = ctx.config.gen_tokens
     cascade = None
-    if "cascade" in chosen:
+    if "cascade" in chosen and ctx.cascade_here:  # full attention's rows still run
+        ctx.not_run("long", f"long cascade: {ctx.cascade_here}")
+    elif "cascade" in chosen:
         from mlotspark.memory.cascade import CascadeConfig
 
         cascade = CascadeConfig.for_model(ctx.context_length)
@@ -87,6 +91,8 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
         ids = ctx.random_ids(length)
         full = "full" in chosen and _fits(ctx, length)
         if not full and cascade is None:
+            ctx.not_run("long", f"long {length}: full attention needs prompt + {g} tokens within the model's "
+                                f"context of {ctx.context_length}, and only the cascade goes past it")
             for _ in range(ctx.rounds):
                 ctx.progress.step(f"long {length}: beyond the context")
             continue
