@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore, extract_facts
-from mlotspark.memory.semantic.calibration import about_user, calibration_for
+from mlotspark.memory.semantic.calibration import about_user, calibration_for, speaks_about_user
 from mlotspark.models import bundles, catalogue
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -81,13 +81,14 @@ def candidates(store: SemanticStore, query: str) -> list[tuple[int, float, float
     return [(h.id, h.vector, h.lexical) for h in store.search(query, k=15)]
 
 
-def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> dict:
-    """Recall and injection figures of ``cal`` on candidate lists (chosen as ``retrieve_for_prompt`` does, top 3, its token budget aside)."""
+def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list, named: frozenset[str] = frozenset()) -> dict:
+    """Recall and injection figures of ``cal`` on candidate lists (chosen as ``retrieve_for_prompt`` does, top 3, its token budget aside;
+    ``named``: the messages that name a person the store introduces, ``SemanticStore.names_someone``)."""
     def ranked(cands):
         return sorted(((cal.score(v, lx), i) for i, v, lx in cands), key=lambda t: (-t[0], -t[1]))
 
     def chosen(text, cands):
-        th, out = cal.threshold(text), []
+        th, out = cal.threshold(text, text in named), []
         for score, i in ranked(cands):
             if score < th or (out and score < out[0][0] - cal.margin) or len(out) == 3:
                 break
@@ -113,7 +114,8 @@ def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> di
             "wrong_only": wrong_only / n, "foreign_share": n_foreign / max(1, n_inj), "misses@3": misses}
 
 
-def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05) -> Calibration:
+def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05,
+        named: frozenset[str] = frozenset()) -> Calibration:
     """Thresholds that inject the asked fact most often with unrelated injections <= ``max_wrong``.
 
     The two thresholds (about the user / other) are fitted together on a grid of
@@ -123,7 +125,7 @@ def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wron
     grid = np.round(0.05 + 0.01 * np.arange(76), 2)
 
     def kind(text: str) -> int:
-        return int(about_user(text))
+        return int(speaks_about_user(text, text in named))
 
     def chosen_at(cands, t: float) -> list[int]:
         out: list[tuple[float, int]] = []
@@ -231,6 +233,7 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     filled = time.perf_counter() - t0
     qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
     unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"] + extra]
+    named = frozenset(t for t, _ in qs + unrelated if store.names_someone(t))  # as retrieve_for_prompt sees them
     entries = len(store)
     superseded = store.stats()["superseded"]  # updates marked among the eval's 420 distinct facts and notes
     shipped = calibration_for(embedder.name)
@@ -239,9 +242,9 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
 
     def on(cal: Calibration, name: str) -> dict:
         q, u = parts[name]
-        return figures(cal, pick(qs, q), pick(ids, q), pick(unrelated, u))
+        return figures(cal, pick(qs, q), pick(ids, q), pick(unrelated, u), named)
 
-    fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]))
+    fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]), named=named)
     if misses:
         print_misses(store, shipped, pairs, ids, parts[misses][0], f"{embedder.name}, {misses} set")
     reranked = None

@@ -89,16 +89,19 @@ class Calibration:
         mixed = self.vector_weight * cosine + (1.0 - self.vector_weight) * lexical
         return min(1.0, max(cosine, mixed) if self.lexical_raises_only else mixed)
 
-    def threshold(self, query: str) -> float:
+    def threshold(self, query: str, names_someone: bool = False) -> float:
         """The injection threshold for ``query`` (see the module docstring).
 
         Args:
             query: the user's message.
+            names_someone: the message names a person the user told about ("Where is
+                Ingrid based?" after "My sister Ingrid lives in Bergen."): a question
+                about the user's life without a first-person word (``search.names_someone``).
 
         Returns:
             ``threshold_about_user`` or ``threshold_other``.
         """
-        return self.threshold_about_user if about_user(query) else self.threshold_other
+        return self.threshold_about_user if speaks_about_user(query, names_someone) else self.threshold_other
 
 
 HASHING = Calibration(vector_weight=0.5, lexical_raises_only=False, threshold_about_user=0.35, threshold_other=0.35)
@@ -141,6 +144,12 @@ def about_user(query: str) -> bool:
     """
     text = query.replace("’", "'")
     return bool(_FIRST_PERSON.search(_REQUEST.sub(" ", text))) and not is_request(text)
+
+
+def speaks_about_user(query: str, names_someone: bool = False) -> bool:
+    """``about_user``, or a message that names a person the user told about and asks no task
+    ("Where is Ingrid based?"; ``Calibration.threshold``)."""
+    return about_user(query) or (names_someone and not is_request(query))
 
 
 def is_request(query: str) -> bool:

@@ -21,6 +21,7 @@ Sentence embedders' thresholds depend on whether the message is about the user
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Callable
 
@@ -33,8 +34,10 @@ from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.lexical import lexical_scores
 from mlotspark.memory.semantic.prompt import format_memory_section
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, Hit, entry_from_row
+from mlotspark.memory.semantic.updates import named, name_tokens
 
 DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
+_NAME = re.compile(r"[^\W\d_a-z][^\W_]*(?:[-'][^\W\d_][^\W_]*)*")  # "Ingrid", "Jean-Luc", "O'Brien": safe in an FTS phrase
 
 
 def search_entries(
@@ -103,6 +106,22 @@ def search_entries(
     return hits
 
 
+def names_someone(conn: sqlite3.Connection, query: str) -> bool:
+    """Whether ``query`` names a person an entry introduces by relation ("Where is Ingrid
+    based?" after "My sister Ingrid lives in Bergen.", ``updates.named``; superseded entries
+    count, since the person stays the user's when her city changes): such a
+    question is about the user's life though it says no "I" or "my", so it gets the
+    threshold of one (``Calibration.threshold``). Each capitalised word is looked up in the
+    full-text index, so the cost does not grow with the store."""
+    for name in dict.fromkeys(t for t in name_tokens(query) if _NAME.fullmatch(t)):
+        rows = conn.execute(
+            "SELECT e.text FROM entries_fts f JOIN entries e ON e.id = f.rowid "
+            "WHERE entries_fts MATCH ? LIMIT 50", (f'"{name}"',))
+        if any(name in named(text) for (text,) in rows):
+            return True
+    return False
+
+
 def choose_for_prompt(
     hits: list[Hit], top_k: int, margin: float, token_budget: int, count: Callable[[str], int], header: str,
     days: bool = False,
@@ -136,4 +155,4 @@ def choose_for_prompt(
     return chosen
 
 
-__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "search_entries"]
+__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "names_someone", "search_entries"]

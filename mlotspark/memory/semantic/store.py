@@ -54,7 +54,7 @@ from mlotspark.memory.semantic.records import (
     check_unit,
     entry_from_row,
 )
-from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, search_entries  # noqa: F401 (re-exported)
+from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import, restore_marks
 from mlotspark.memory.semantic.retractions import named_entry, retraction, things_named
@@ -468,7 +468,7 @@ class SemanticStore:
         top_k = check_int(top_k, "top_k")
         if not isinstance(query, str):
             raise OptionError(f"invalid memory query {query!r}: use a string")
-        threshold = self.calibration.threshold(query) if threshold is None else check_unit(threshold, "threshold")
+        threshold = self.threshold_for(query) if threshold is None else check_unit(threshold, "threshold")
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
         hits = self._search(query, 3 * top_k, threshold) if top_k else []
@@ -477,6 +477,18 @@ class SemanticStore:
         self._hits += bool(chosen)
         self._last_retrieval = [h.id for h in chosen]
         return chosen
+
+    @_guarded
+    def names_someone(self, query: str) -> bool:
+        """Whether ``query`` names a person an entry introduces by relation
+        (``search.names_someone``): then it is about the user's life."""
+        assert self._conn is not None
+        return names_someone(self._conn, query)
+
+    def threshold_for(self, query: str) -> float:
+        """The score an entry needs to be injected for ``query``: the calibration's for a message
+        about the user (a first-person one, or one naming a person an entry introduces), else its other one."""
+        return self.calibration.threshold(query, self.names_someone(query))
 
     format_memory_section = staticmethod(format_memory_section)
 

@@ -161,7 +161,7 @@ def holders(text: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def _tokens(text: str) -> list[str]:
+def name_tokens(text: str) -> list[str]:
     """Words as written (case kept), punctuation and a possessive "'s" taken off."""
     out = []
     for t in text.split():
@@ -176,7 +176,7 @@ def named(text: str) -> dict[str, str]:
     name right after the relation word itself ("My friend's Tesla" names no friend; "My friend
     Will" names Will, whom "I will start ..." does not mention)."""
     raw = text.split()
-    toks = _tokens(text)
+    toks = name_tokens(text)
     out = {}
     for i, t in enumerate(toks[:-1]):
         rel, name = t.lower(), toks[i + 1]
@@ -195,7 +195,7 @@ def _holders_by_name(new: str, old: str) -> tuple[frozenset[str], frozenset[str]
     hn, ho = holders(new), holders(old)
     for a, b in ((new, old), (old, new)):
         for name, rel in named(b).items():
-            if name in _tokens(a):
+            if name in name_tokens(a):
                 hn, ho = (hn | {rel}, ho) if a is new else (hn, ho | {rel})
     return hn, ho
 
