@@ -56,10 +56,9 @@ from mlotspark.memory.semantic.records import (
 )
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
-from mlotspark.memory.semantic.transfer import export_entries, not_own_file, read_import, restore_marks
+from mlotspark.memory.semantic.transfer import embed_import, export_entries, not_own_file, read_import, restore_marks
 from mlotspark.memory.semantic.retractions import named_entry, retraction, things_named
 
-_IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
 
 
 @dataclass(frozen=True)
@@ -480,14 +479,12 @@ class SemanticStore:
 
     @_guarded
     def names_someone(self, query: str) -> bool:
-        """Whether ``query`` names a person an entry introduces by relation
-        (``search.names_someone``): then it is about the user's life."""
+        """Whether ``query`` names a person an entry introduces by relation (``search.names_someone``)."""
         assert self._conn is not None
         return names_someone(self._conn, query)
 
     def threshold_for(self, query: str) -> float:
-        """The score an entry needs to be injected for ``query``: the calibration's for a message
-        about the user (a first-person one, or one naming a person an entry introduces), else its other one."""
+        """The score an entry needs to be injected for ``query`` (``Calibration.threshold``)."""
         return self.calibration.threshold(query, self.names_someone(query))
 
     format_memory_section = staticmethod(format_memory_section)
@@ -535,12 +532,7 @@ class SemanticStore:
         with self._file_lock:
             items = read_import(path)
             n = len(items)
-            # A sentence embedder takes seconds per hundred entries: a long import shows where it is.
-            with steps.step(f"embedding {n} entries from {path.name}", total=n, unit="entries") as s:
-                vecs = []
-                for start in range(0, n, _IMPORT_CHUNK):
-                    vecs.extend(checked_embed(self.embedder, [it.text for it in items[start : start + _IMPORT_CHUNK]]))
-                    s.advance(min(_IMPORT_CHUNK, n - start))
+            vecs = embed_import(self.embedder, items, path.name)
             added, ids = 0, []
             with steps.step(f"adding {n} entries from {path.name}", total=n, unit="entries") as s, \
                     self._write() as conn:

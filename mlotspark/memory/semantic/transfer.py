@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from mlotspark import steps
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.memory.semantic.database import sidecar
+from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.history import FORGOTTEN
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, NewEntry, entry_from_row, export_document, parse_import
 from mlotspark.storage import read_json, write_json
@@ -47,6 +49,20 @@ def read_import(path: Path) -> list[NewEntry]:
     if doc is None:
         raise StoreError(f"cannot import {path}: no such file (or it holds null)")
     return parse_import(path, doc)
+
+
+IMPORT_CHUNK = 64  # entries embedded between two progress events of an import
+
+
+def embed_import(embedder: Embedder, items: list[NewEntry], name: str) -> list:
+    """The vectors of an import's entries, in chunks: a sentence embedder takes seconds per
+    hundred entries, so a long import shows where it is (``mlotspark.steps``)."""
+    n, vecs = len(items), []
+    with steps.step(f"embedding {n} entries from {name}", total=n, unit="entries") as s:
+        for start in range(0, n, IMPORT_CHUNK):
+            vecs.extend(checked_embed(embedder, [it.text for it in items[start : start + IMPORT_CHUNK]]))
+            s.advance(min(IMPORT_CHUNK, n - start))
+    return vecs
 
 
 def restore_marks(conn: sqlite3.Connection, items: list[NewEntry], ids: list[int]) -> None:
