@@ -10,12 +10,15 @@ retraction deletes only the entry it names and leaves the older one superseded.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import numpy as np
 
+from mlotspark.memory.semantic.events import add_occurrence
 from mlotspark.memory.semantic.facts import tells_event
 from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.records import ENTRY_COLUMNS, NewEntry, entry_from_row
 from mlotspark.memory.semantic.updates import CUE_SLACK, names_its_thing, restates, supersedes
 
 CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
@@ -121,4 +124,23 @@ def revive(conn: sqlite3.Connection, newer_id: int) -> None:
     conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE superseded_by = ?", (newer_id,))
 
 
-__all__ = ["FORGOTTEN", "mark_superseded", "replaced_by", "revive", "successors", "superseded_ids", "update_chain"]
+def said_again(conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
+    """An event said again on another day: one more occurrence of ``entry_id`` (events.py),
+    inside a write transaction.
+
+    Only events: "I moved to Porto last week." retold is one move, not two. A dated
+    text's duplicates are exact (``SemanticStore._duplicate_of``), so the entry is the same event.
+    """
+    if not tells_event(new.text):
+        return
+    row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
+    if row is None:
+        return
+    meta = add_occurrence(entry_from_row(row), new.created)
+    if meta is not None:
+        conn.execute("UPDATE entries SET meta = ? WHERE id = ?",
+                     (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
+
+
+__all__ = ["FORGOTTEN", "mark_superseded", "replaced_by", "revive", "said_again", "successors", "superseded_ids",
+           "update_chain"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-import json
 import sqlite3
 import threading
 import time
@@ -37,9 +36,11 @@ from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, gua
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
-from mlotspark.memory.semantic.events import add_occurrence, asks_when, relative_time
+from mlotspark.memory.semantic.events import asks_when, relative_time
 from mlotspark.memory.semantic.facts import tells_event
-from mlotspark.memory.semantic.history import mark_superseded, replaced_by, revive, successors, superseded_ids, update_chain
+from mlotspark.memory.semantic.history import (
+    mark_superseded, replaced_by, revive, said_again, successors, superseded_ids, update_chain,
+)
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.choice import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
@@ -171,7 +172,7 @@ class SemanticStore:
         """
         existing = self._duplicate_of(conn, new.text, vec)
         if existing is not None:
-            self._said_again(conn, existing, new)
+            said_again(conn, existing, new)
             marked = self._current_again(conn, existing, new) if told else None
             return Told(existing, False, marked is not None, tuple(marked or ()))
         cur = conn.execute(
@@ -203,22 +204,6 @@ class SemanticStore:
         mark_superseded(conn, [latest], entry_id, new.created)
         self._superseded += 1
         return [latest]
-
-    def _said_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
-        """An event said again on another day: one more occurrence (events.py).
-
-        Only events: "I moved to Porto last week." retold is one move, not two. A dated
-        text's duplicates are exact (``_duplicate_of``), so the entry is the same event.
-        """
-        if not tells_event(new.text):
-            return
-        row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
-        if row is None:
-            return
-        meta = add_occurrence(entry_from_row(row), new.created)
-        if meta is not None:
-            conn.execute("UPDATE entries SET meta = ? WHERE id = ?",
-                         (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
 
     def remember(
         self,
