@@ -533,6 +533,17 @@ def test_extract_facts_rules(text, facts):
     assert extract_facts(text) == facts
 
 
+def test_statements_are_what_a_turn_states():
+    """What ``learn_turn`` checks for updates: statements tidied as facts are, without questions,
+    hypotheticals, requests to remember (``extract_facts`` takes those) or a long paste."""
+    from mlotspark.memory.semantic.facts import statements
+
+    text = ("Big news, finally moved to Porto! Where should I eat? If I were rich I'd stay. "
+            "Remember that my dog is Rex. Ok. Honestly it's purple these days")
+    assert statements(text) == ["Finally moved to Porto.", "Honestly it's purple these days."]
+    assert statements(" ".join(f"I walked to village number {i}." for i in range(30))) == []
+
+
 def test_long_paste_yields_only_explicit_requests():
     story = " ".join(f"I walked to village number {i}." for i in range(30))
     assert extract_facts(story) == []

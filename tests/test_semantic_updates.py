@@ -89,6 +89,26 @@ def store(tmp_path):
         yield s
 
 
+def test_an_update_said_as_chat_is_learned_and_supersedes(store):
+    """Users say updates as chat, which the narrow fact rules leave out ("Finally moved to Porto"
+    has no "I"; "Tom moved to Lyon." names no relation): a turn's statement is kept when it would
+    supersede an entry about the user or the user's people, and only then."""
+    home = learn_turn(store, "I live in Utrecht.").remembered[0]
+    brother = learn_turn(store, "My brother Tom lives in Ghent.").remembered[0]
+    assert learn_turn(store, "Put the meeting notes in the shared folder. Loving it so far.").remembered == []
+    learned = learn_turn(store, "Big news, finally moved to Porto last month! Loving it so far.")
+    assert [store.get(i).text for i in learned.remembered] == ["Finally moved to Porto last month."]
+    assert store.get(home).superseded_by == learned.remembered[0]
+    # Tom is the user's brother: his move is about him, not the user's home.
+    learned = learn_turn(store, "Tom moved to Lyon.")
+    assert [store.get(i).text for i in learned.remembered] == ["Tom moved to Lyon."]
+    assert store.get(brother).superseded_by == learned.remembered[0]
+    assert store.get(learned.remembered[0] - 1).current  # Porto stays the user's city
+    assert [h.text for h in store.retrieve_for_prompt("Which city do I live in?")][:1] == ["Finally moved to Porto last month."]
+    # Someone the user never introduced moves: no fact of the user's changes, nothing is kept.
+    assert learn_turn(store, "Rex moved to Lyon.").remembered == []
+
+
 def test_an_update_supersedes_and_the_newer_fact_wins(store):
     old = store.remember("I live in Utrecht.")
     store.remember("I work as a nurse.")

@@ -249,6 +249,35 @@ def _changes(low: list[str]) -> bool:
     return any(w in ("new", "newly") and _ACQUIRE & set(low[max(0, i - 3) : i]) for i, w in enumerate(low))
 
 
+def statements(user_text: str) -> list[str]:
+    """The turn's sentences that state something, tidied as ``extract_facts`` tidies them:
+    no question, hypothetical, request to remember, sentence under three or over forty words,
+    and nothing of a long paste. ``learn_turn`` keeps those of them that update an entry
+    ("Traded in the old car, I've got a Mazda CX-5 now." after "I drive a Honda Civic."), which
+    the narrow rules above leave out.
+
+    Args:
+        user_text: the user's message.
+
+    Returns:
+        Sentences in order, without repeats.
+    """
+    if not isinstance(user_text, str) or not user_text.strip():
+        return []
+    found = _sentences(user_text)
+    if len(user_text) > MAX_TURN_CHARS or len(found) > MAX_SENTENCES:
+        return []
+    out: dict[str, None] = {}
+    for raw in found:
+        s = _LEAD_IN.sub("", raw).strip()
+        if not s or s.endswith("?") or _EXPLICIT.match(s):
+            continue
+        low, _ = _tokens(s)
+        if MIN_WORDS <= len(low) <= MAX_WORDS and low[0] not in _QUESTION_START | _HYPOTHETICAL_START:
+            out.setdefault(_tidy(s), None)
+    return [s for s in out if s]
+
+
 def extract_facts(user_text: str) -> list[str]:
     """The sentences of a finished user turn worth remembering (see module docstring).
 

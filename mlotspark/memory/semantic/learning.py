@@ -3,7 +3,8 @@
 "Forget that my cat is called Mochi." deletes the entry it names
 (``SemanticStore.retract``); the turn's lasting statements (``extract_facts``) are
 remembered, and a newer one about the same thing supersedes the older entry
-(``updates.py``). Retractions go first, so "Forget that I live in Ghent. I live
+(``updates.py``); any other statement of the turn is remembered when it would supersede
+one (``SemanticStore.would_update``: updates are mostly said as chat). Retractions go first, so "Forget that I live in Ghent. I live
 in Porto." leaves only Porto.
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlotspark.memory.semantic.facts import extract_facts, sentences
+from mlotspark.memory.semantic.facts import extract_facts, sentences, statements
 from mlotspark.memory.semantic.records import Entry
 from mlotspark.memory.semantic.retractions import retraction
+from mlotspark.memory.semantic.updates import may_update
 
 
 @dataclass
@@ -51,8 +53,16 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
             gone = store.retract(s)
             out.forgotten += gone
             out.not_forgotten += not gone
-    for fact in extract_facts(user_text):
+    facts = extract_facts(user_text)
+    for fact in facts:
         out.remembered.append(store.remember(fact, source="turn", conversation=conversation))
+    # Updates said as chat ("Traded in the old car, I've got a Mazda now.", "Ingrid moved to
+    # Stavanger."): the narrow rules above miss most; kept when they replace an entry.
+    said = [s for s in statements(user_text)
+            if s not in facts and retraction(s) is None and (may_update(s) or store.names_someone(s))]
+    for s, replaced in zip(said, store.would_update(said)):
+        if replaced:  # judged on the store as the turn found it (one batched embedding)
+            out.remembered.append(store.remember(s, source="turn", conversation=conversation))
     return out
 
 

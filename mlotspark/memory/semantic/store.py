@@ -463,6 +463,16 @@ class SemanticStore:
         return chosen
 
     @_guarded
+    def would_update(self, texts: list[str]) -> list[list[int]]:
+        """For each text, the current entries it would supersede if remembered now (one batched
+        embedding; nothing is written): ``learn_turn`` keeps chat that updates what the user told."""
+        assert self._conn is not None
+        todo = [t for t in texts if isinstance(t, str) and t.strip() and not tells_event(t)]
+        vecs = dict(zip(todo, checked_embed(self.embedder, todo))) if todo else {}
+        return [replaced_by(self._conn, self._vectors(), -1, t, vecs[t], self.calibration.supersede) if t in vecs else []
+                for t in texts]
+
+    @_guarded
     def names_someone(self, query: str) -> bool:
         """Whether ``query`` names a person an entry introduces by relation (``search.names_someone``)."""
         assert self._conn is not None

@@ -264,6 +264,12 @@ def _slots(text_words: list[str]) -> set[str]:
     return {"slot:" + SLOT_WORDS[w] if w in SLOT_WORDS else w for w in text_words if w in SLOT_WORDS or w not in _FILLER}
 
 
+def may_update(text: str) -> bool:
+    """Whether ``text`` could update an entry at all: it speaks of the user or the user's own
+    people (``supersedes`` asks it of both sentences); a cheap test before any embedding."""
+    return _personal(words(text)) or bool(holders(text))
+
+
 def _personal(text_words: list[str]) -> bool:
     """About the user or the user's own people: "I", "my", "we", a kinship name first ("Dad"),
     or a chat's sentence with its "I" left out, opening with a verb of the past ("Switched to a
