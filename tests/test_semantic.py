@@ -527,6 +527,11 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
         ("My colleague thinks I live in Lyon. My friend said I should move.", []),
         # a lasting fact that ended is one too: it updates the older one (updates.py)
         ("I no longer have a cat. I stopped eating meat. I stopped it.", ["I no longer have a cat.", "I stopped eating meat."]),
+        # money, body, habits and doses are lasting facts too; "I take it ..." is talk
+        ("I earn 52k a year. I weigh 92 kilos. I bank with Barclays. I rent a flat in Leipzig.",
+         ["I earn 52k a year.", "I weigh 92 kilos.", "I bank with Barclays.", "I rent a flat in Leipzig."]),
+        ("I take 20 mg of citalopram every morning. I take it you mean the other file. I take your point.",
+         ["I take 20 mg of citalopram every morning."]),
     ],
 )
 def test_extract_facts_rules(text, facts):

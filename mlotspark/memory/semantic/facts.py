@@ -13,7 +13,7 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
      ("my code", "my question", "my bad") or someone reports or believes
      ("My colleague thinks I live in Lyon", "My friend said I should move");
    - "I/We <verb> ..." with a verb of lasting facts (live, work, prefer, like,
-     have, speak, grew up, stopped, ...), adverbs and negations allowed ("I don't eat
+     have, speak, grew up, stopped, rent, earn, weigh, take, ...), adverbs and negations allowed ("I don't eat
      meat", "I no longer have a cat", "I usually cycle to work"), but not with a bare pronoun as object
      ("I like it", "I love that") or a conversational "have" ("I have a
      question", "I have to go");
@@ -89,6 +89,7 @@ _DURABLE_VERBS = frozenset(
     volunteer practise practice wear go visit celebrate wake sleep keep raise vote
     listen read watch write am are was were
     moved changed switched sold quit renamed joined became turned smoke stopped started
+    rent earn weigh commute bank attend take
     """.split()
 )
 _SKIP = frozenset(
@@ -207,7 +208,7 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
         return rest[0] not in _HAVE_CHAT and not _CHAT_NOUNS & set(rest[:3])
-    if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started"):
+    if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started", "take"):
         # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
         return rest[0] not in _PRONOUN_OBJECTS
     return True
