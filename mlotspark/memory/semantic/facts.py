@@ -20,7 +20,9 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
    - "I am/I'm X" where X is a role or kind ("a nurse", "an engineer"), an age,
      a capitalised name or nationality ("I'm Anna", "I am Belgian"), or a
      lasting state (allergic, vegetarian, married, from, born, learning, ...),
-     not a mood ("I'm fine", "I'm confused", "I'm trying to ...");
+     not a mood ("I'm fine", "I'm confused", "I'm trying to ..."); or an ongoing part of
+     life in a fixed shape ("I'm training for ...", "I'm seeing a therapist", "I'm reading
+     Dune"), not the task at hand ("I'm working on a bug", "I'm reading your answer");
    - "Call me X";
 3. or it tells something that happened, within days of now: a first-person verb
    in the past with "today", "yesterday", "last night", "three days ago", ... ("I
@@ -89,9 +91,13 @@ _DURABLE_VERBS = frozenset(
     volunteer practise practice wear go visit celebrate wake sleep keep raise vote
     listen read watch write am are was were
     moved changed switched sold quit renamed joined became turned smoke stopped started
-    rent earn weigh commute bank attend take
+    rent earn weigh commute bank attend take owe voted
     """.split()
 )
+# "I'm <doing> ..." that states an ongoing part of the user's life, each with the word that must
+# follow ("I'm training for a 10k", "I'm seeing a therapist"); "I'm working on a bug" is talk.
+_ONGOING = {"training": ("for",), "saving": ("for", "up"), "applying": ("for", "to"), "subscribed": ("to",),
+            "seeing": ("a", "an"), "enrolled": ("in", "at"), "renting": ("a", "an")}
 _SKIP = frozenset(
     "also really usually always often still never mostly generally actually currently now normally "
     "sometimes do not no longer definitely absolutely strongly truly both all ca can cannot".split()
@@ -204,6 +210,10 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
             return True
         if nxt in ("working", "living"):  # "working as a nurse", not "working on a bug"
             return len(rest) > 1 and rest[1] in ("as", "at", "for", "in", "with")
+        if nxt in _ONGOING:
+            return len(rest) > 1 and rest[1] in _ONGOING[nxt]
+        if nxt == "reading":  # a title: "I'm reading Dune", not "I'm reading your answer"
+            return len(rest_orig) > 1 and rest_orig[1][:1].isupper()
         # A capitalised word after "I am" is a name or a nationality.
         return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
