@@ -4,8 +4,8 @@
 (``SemanticStore.retract``); the turn's lasting statements (``extract_facts``) are
 remembered, and a newer one about the same thing supersedes the older entry
 (``updates.py``); any other statement of the turn is remembered when it would supersede
-one (``SemanticStore.would_update``: updates are mostly said as chat). Retractions go first, so "Forget that I live in Ghent. I live
-in Porto." leaves only Porto.
+one (``SemanticStore.would_update``: updates are mostly said as chat). Retractions go
+first, so "Forget that I live in Ghent. I live in Porto." leaves only Porto.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from mlotspark.memory.semantic.records import ENTRY_COLUMNS, Hit, entry_from_row
 from mlotspark.memory.semantic.updates import named, name_tokens
 
 DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
+MAX_NAMES = 16  # capitalised words of one message looked up by ``names_someone``
 _NAME = re.compile(r"[^\W\d_a-z][^\W_]*(?:[-'][^\W\d_][^\W_]*)*")  # "Ingrid", "Jean-Luc", "O'Brien": safe in an FTS phrase
 
 
@@ -112,8 +113,10 @@ def names_someone(conn: sqlite3.Connection, query: str) -> bool:
     count, since the person stays the user's when her city changes): such a
     question is about the user's life though it says no "I" or "my", so it gets the
     threshold of one (``Calibration.threshold``). Each capitalised word is looked up in the
-    full-text index, so the cost does not grow with the store."""
-    for name in dict.fromkeys(t for t in name_tokens(query) if _NAME.fullmatch(t)):
+    full-text index, so the cost does not grow with the store; a long paste's first
+    ``MAX_NAMES`` only."""
+    names = dict.fromkeys(t for t in name_tokens(query) if _NAME.fullmatch(t))
+    for name in list(names)[:MAX_NAMES]:
         rows = conn.execute(
             "SELECT e.text FROM entries_fts f JOIN entries e ON e.id = f.rowid "
             "WHERE entries_fts MATCH ? LIMIT 50", (f'"{name}"',))

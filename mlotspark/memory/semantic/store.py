@@ -61,7 +61,6 @@ from mlotspark.memory.semantic.transfer import embed_import, export_entries, not
 from mlotspark.memory.semantic.retractions import named_entry, retraction, things_named
 
 
-
 @dataclass(frozen=True)
 class Told:
     """What remembering one text changed (``SemanticStore.tell``)."""
