@@ -185,6 +185,12 @@ def test_memory_retrieved_into_prompt_and_facts_learned_from_turns(engines, tiny
     r = b.send("Tell me my favourite colour again.", **OPTS)
     assert fact in r.stats.extra["memory"]["used"] and r.stats.extra["memory"]["added"] == []
     assert r.stats.extra["memory"]["forgotten"] == []
+    # An update said as chat (a sentence opening "Moved ..." is no fact the rules keep alone): learned, and the
+    # turn says which entry it replaced.
+    r = b.send("Moved away from Ghent, I live in Porto now! Anyway, trains.", **OPTS)
+    moved = r.stats.extra["memory"]["learned"]
+    assert [e.memory.get(i).text for i in moved] == ["Moved away from Ghent, I live in Porto now."], e.memory.list()
+    assert r.stats.extra["memory"]["updated"] == [learned[0]] and e.memory.get(learned[0]).superseded_by == moved[0]
     # A retraction in a turn: the turn says which entry it removed (by id: the text is gone).
     r = b.send("Please forget that I live in Ghent.", **OPTS)
     assert r.stats.extra["memory"]["forgotten"] == [learned[0]] and e.memory.get(learned[0]) is None

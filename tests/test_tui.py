@@ -571,6 +571,7 @@ def test_the_stats_panel_says_what_a_turn_learned_and_forgot():
     text = memories_text(TurnFigures(memories=["I live in Porto."], learned=1, forgotten=2)).plain
     assert "I live in Porto." in text and "+ learned 1" in text and "- forgot 2" in text
     assert "forgot" not in memories_text(TurnFigures(learned=1)).plain
+    assert "+ learned 1 · updated 1: /memory" in memories_text(TurnFigures(learned=1, updated=1)).plain
     # A retraction that named nothing clearly deleted nothing: the panel says so, and how to.
     assert "? 1 not forgotten: /memory, /forget ID" in memories_text(TurnFigures(not_forgotten=1)).plain
 

@@ -55,6 +55,7 @@ class TurnFigures:
     peak_memory_mb: float | None = None
     memories: list[str] = field(default_factory=list)
     learned: int = 0
+    updated: int = 0  # older entries the turn's facts superseded
     forgotten: int = 0
     not_forgotten: int = 0  # retractions that named nothing clearly
     cascade: dict = field(default_factory=dict)
@@ -266,6 +267,7 @@ def turn_figures(engine: "EngineProtocol", stats: Any) -> TurnFigures:
         peak_memory_mb=getattr(stats, "peak_memory_mb", None),
         memories=memory_texts(engine, used) if used else [],
         learned=len(memory.get("learned") or []),
+        updated=len(memory.get("updated") or []),
         forgotten=len(memory.get("forgotten") or []),
         not_forgotten=int(memory.get("not_forgotten") or 0),
         cascade=dict(extra.get("cascade") or {}),

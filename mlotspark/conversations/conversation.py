@@ -308,7 +308,7 @@ class Conversation:
         if new:
             user["memory"] = p.memory_section(new, text)
             user["memory_ids"] = [h.id for h in new]
-        extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": []}
+        extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": [], "updated": []}
         # With tools the template shows them to the model (the calls come back as its reply's text).
         prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
         # A conversation that passes the context moves from a KV cache to the cascade:
@@ -457,7 +457,7 @@ class Conversation:
         learned = p.learn(turn.user["content"], self.name)
         # Ids only: the text of what the user asked to forget is not kept in the turn's record.
         extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten],
-                               not_forgotten=learned.not_forgotten)
+                               not_forgotten=learned.not_forgotten, updated=learned.updated)
         stats.extra.update(extra)
 
 

@@ -110,8 +110,9 @@ def memories_text(turn: TurnFigures) -> Text:
         out.append(f" {DASH}\n", style="dim")
     for m in turn.memories[:5]:
         out.append(f" {m}\n")
-    if turn.learned:
-        out.append(f" + learned {turn.learned}\n", style="dim")
+    if turn.learned:  # and what it replaced: an update the rules saw (/forget the newer one undoes it)
+        updated = f" · updated {turn.updated}: /memory" if turn.updated else ""
+        out.append(f" + learned {turn.learned}{updated}\n", style="dim")
     if turn.forgotten:  # a retraction in the message ("Forget that ...")
         out.append(f" - forgot {turn.forgotten}\n", style="dim")
     if turn.not_forgotten:  # one that named nothing clearly: nothing was deleted on a guess

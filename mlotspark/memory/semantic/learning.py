@@ -27,11 +27,18 @@ class Learned:
         forgotten: the entries its retractions removed.
         not_forgotten: its retractions that named no entry clearly, so removed nothing
             (none matched, or two alike): the user should say which (``memory forget ID``).
+        updated: the older entries its facts superseded (kept, marked; ``memory list``
+            shows them, and ``memory forget ID`` of the newer entry undoes a wrong update).
     """
 
     remembered: list[int] = field(default_factory=list)
     forgotten: list[Entry] = field(default_factory=list)
     not_forgotten: int = 0
+    updated: list[int] = field(default_factory=list)
+
+    def keep(self, told) -> None:  # told: store.Told
+        self.remembered.append(told.id)
+        self.updated += told.superseded
 
 
 def learn_turn(store, user_text: str, conversation: str | None = None) -> Learned:  # store: SemanticStore
@@ -55,14 +62,14 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
             out.not_forgotten += not gone
     facts = extract_facts(user_text)
     for fact in facts:
-        out.remembered.append(store.remember(fact, source="turn", conversation=conversation))
+        out.keep(store.tell(fact, source="turn", conversation=conversation))
     # Updates said as chat ("Traded in the old car, I've got a Mazda now.", "Ingrid moved to
     # Stavanger."): the narrow rules above miss most; kept when they replace an entry.
     said = [s for s in statements(user_text)
             if s not in facts and retraction(s) is None and (may_update(s) or store.names_someone(s))]
     for s, replaced in zip(said, store.would_update(said)):
         if replaced:  # judged on the store as the turn found it (one batched embedding)
-            out.remembered.append(store.remember(s, source="turn", conversation=conversation))
+            out.keep(store.tell(s, source="turn", conversation=conversation))
     return out
 
 
