@@ -19,15 +19,15 @@ def test_a_slow_finish_does_not_stall_another_requests_decode(engines, tiny_load
     entered, release = threading.Event(), threading.Event()
     seen: dict = {}
     store = e.memory
-    remember = store.remember
+    tell = store.tell  # what a turn's learning writes with (remember is tell's id)
 
-    def slow_remember(text, **kw):  # the semantic store's write, held until the test lets go
+    def slow_tell(text, **kw):  # the semantic store's write, held until the test lets go
         seen["thread"] = threading.current_thread().name
         entered.set()
         assert release.wait(GUARD_S)
-        return remember(text, **kw)
+        return tell(text, **kw)
 
-    store.remember = slow_remember
+    store.tell = slow_tell
     conv = e.conversation("slow")
     turn: dict = {}
     sender = threading.Thread(target=lambda: turn.setdefault("result", conv.send("I live in Ghent. Hi!", **OPTS)))
