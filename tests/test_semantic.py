@@ -532,6 +532,11 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
          ["I earn 52k a year.", "I weigh 92 kilos.", "I bank with Barclays.", "I rent a flat in Leipzig."]),
         ("I take 20 mg of citalopram every morning. I take it you mean the other file. I take your point.",
          ["I take 20 mg of citalopram every morning."]),
+        # hobbies, fears and the user's history with its year or age; not talk of the task at hand
+        ("I knit scarves in winter. I am scared of spiders. We adopted our dog in 2021. I learned to swim at age 30. "
+         "I got an error in line 2020. I asked you this in 2024. I tried that 5 minutes ago.",
+         ["I knit scarves in winter.", "I am scared of spiders.", "We adopted our dog in 2021.",
+          "I learned to swim at age 30."]),
         # an ongoing part of the user's life, not the task at hand
         ("I'm training for the Bristol 10k. I'm seeing a therapist. I'm reading Dune. I'm reading your answer. "
          "I'm training a model. I'm working on a bug in the parser.",

@@ -17,6 +17,8 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
      meat", "I no longer have a cat", "I usually cycle to work"), but not with a bare pronoun as object
      ("I like it", "I love that") or a conversational "have" ("I have a
      question", "I have to go");
+   - a past verb with a year or an age: the user's history ("We adopted our dog in 2021.",
+     "I learned to swim at age 30."), not the task at hand ("I got an error in line 2020");
    - "I am/I'm X" where X is a role or kind ("a nurse", "an engineer"), an age,
      a capitalised name or nationality ("I'm Anna", "I am Belgian"), or a
      lasting state (allergic, vegetarian, married, from, born, learning, ...),
@@ -92,8 +94,14 @@ _DURABLE_VERBS = frozenset(
     listen read watch write am are was were
     moved changed switched sold quit renamed joined became turned smoke stopped started
     rent earn weigh commute bank attend take owe voted
+    knit sew crochet paint draw sing dance climb hike ski surf meditate garden fish
     """.split()
 )
+# A past verb with a year or an age is the user's history, a lasting fact: "I failed my driving
+# test twice.", no; "We adopted our dog in 2021.", "I learned to swim at age 30.", yes.
+_DATED_PAST = re.compile(r"\b(?:in|since|back in|from) (?:19|20)\d\d\b"
+                         r"|\b(?:\d+|a|one|two|three|four|five|six|seven|eight|nine|ten|a few|several) years? ago\b"
+                         r"|\bat (?:the )?age (?:of )?\d+|\bwhen (?:I|we) (?:was|were) \d+", re.I)
 # "I'm <doing> ..." that states an ongoing part of the user's life, each with the word that must
 # follow ("I'm training for a 10k", "I'm seeing a therapist"); "I'm working on a bug" is talk.
 _ONGOING = {"training": ("for",), "saving": ("for", "up"), "applying": ("for", "to"), "subscribed": ("to",),
@@ -102,6 +110,7 @@ _SKIP = frozenset(
     "also really usually always often still never mostly generally actually currently now normally "
     "sometimes do not no longer definitely absolutely strongly truly both all ca can cannot".split()
 )
+_PAST_IRREGULAR = frozenset("got had gave learnt took made met won lost broke built began ran swam flew".split())
 _EVENT_SKIP = _SKIP | {"just", "finally", "again", "then", "recently"}  # "I finally finished ..."
 _PRONOUN_OBJECTS = frozenset("it this that these those them you your yours how what when the way".split())
 _HAVE_CHAT = frozenset("to been got just tried seen done read no".split())  # "I have to go"
@@ -109,8 +118,9 @@ _CHAT_NOUNS = frozenset("question questions problem issue idea follow-up request
 _BE_DURABLE = frozenset(
     """
     allergic intolerant vegetarian vegan married single divorced engaged widowed retired pregnant
-    diabetic colorblind colourblind left-handed right-handed from born based originally called
+    diabetic colorblind colourblind colour-blind color-blind left-handed right-handed from born based originally called
     named learning studying interested into fluent native lactose gluten blind deaf
+    short-sighted long-sighted near-sighted far-sighted scared afraid terrified shy introverted
     """.split()
 )
 # Verbs by which someone else reports or believes: "My friend said I should move to Lyon."
@@ -200,6 +210,10 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
     verb, rest, rest_orig = body[j], body[j + 1 :], orig[j + 2 :]
     while rest and rest[0] in _FILLERS:  # "I am not a smoker", "I am very allergic"
         rest, rest_orig = rest[1:], rest_orig[1:]
+    if verb not in _DURABLE_VERBS and rest and (verb.endswith("ed") or verb in _PAST_IRREGULAR):
+        # "We adopted our dog in 2021."; not "I got an error in 2021's build" (the task at hand)
+        return (bool(_DATED_PAST.search(" ".join(orig))) and not _TRANSIENT_THINGS & set(rest[:4])
+                and rest[0] not in _PRONOUN_OBJECTS)  # "I asked you this in 2024" is talk
     if verb not in _DURABLE_VERBS or not rest:
         return False
     if verb in ("am", "are", "was", "were"):
