@@ -287,9 +287,11 @@ def extraction(doc: dict) -> dict:
 
 
 def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path],
-               which: str = "held_out") -> dict:
+               which: str = "held_out", tell: str = "turn") -> dict:
     """``n`` questions of set ``which`` (seeded sample; ``fit`` to tune, ``held_out`` to report), each in a
-    new conversation of an engine whose memory holds every entry."""
+    new conversation of an engine whose memory holds every other entry (imported) and the asked facts:
+    with ``tell="turn"`` each said in a conversation's turn first, as a user tells it (kept or not by
+    the turn's rules), with ``"import"`` imported with the rest."""
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
     os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
     if embedder_name in BUNDLE:  # the embedder in this home: a link to the pulled copy
@@ -304,12 +306,18 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
         # Filled as ``mlotspark memory import`` does (one batched embedding, entries in order,
         # each through the same insert and update rules as ``Engine.remember``): one
         # ``remember`` per entry took 45 minutes on the loaded CPU in round 1.
-        fill = home / "fill.json"
-        fill.write_text(json.dumps([p["fact"] for p in pairs] + doc["distractors"] + fresh["distractors"]), encoding="utf-8")
-        engine.memory.import_json(fill)
         held = sets(doc, fresh, seed)[which][0]
         sample = [pairs[i] for i in random.Random(seed).sample(held, min(n, len(held)))]
         n = len(sample)
+        told = {p["fact"] for p in sample} if tell == "turn" else set()
+        fill = home / "fill.json"
+        fill.write_text(json.dumps([p["fact"] for p in pairs if p["fact"] not in told] + doc["distractors"]
+                                   + fresh["distractors"]), encoding="utf-8")
+        engine.memory.import_json(fill)
+        for i, p in enumerate(sample):
+            if p["fact"] in told:
+                engine.conversation(f"tell{i}").send(p["fact"], temperature=0.0, max_tokens=1)
+        stored = {e.text for e in engine.memory.list()}
         hits = injected = 0
         rows = []
         for i, p in enumerate(sample):
@@ -319,10 +327,10 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
             hits += ok
             injected += p["fact"] in used
             rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text,
-                         "shown": used})
+                         "shown": used, "stored": p["fact"] in stored})
             print(f"e2e {i + 1}/{n}: {'ok' if ok else 'miss'} {p['question']!r} -> {r.text!r}", flush=True)
-        return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "answer_has_key": hits / n,
-                "fact_injected": injected / n, "rows": rows}
+        return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "tell": tell, "answer_has_key": hits / n,
+                "fact_stored": sum(r["stored"] for r in rows) / n, "fact_injected": injected / n, "rows": rows}
     finally:
         engine.close()
 
@@ -333,6 +341,9 @@ def main() -> None:
     ap.add_argument("--e2e", type=int, default=0, help="questions asked end to end per embedder (0: none)")
     ap.add_argument("--e2e-set", choices=["fit", "held_out", "fresh", "all"], default="held_out",
                     help="the set --e2e samples (fit: to tune prompts; held_out: the figure to report)")
+    ap.add_argument("--e2e-tell", choices=["turn", "import"], default="turn",
+                    help="how the asked facts reach memory: each said in a conversation's turn first (the default: "
+                         "a user's path, kept or not by the turn's rules), or imported with the others")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rerank", type=int, default=0,
                     help="held-out questions (and half as many unrelated prompts) reranked by the chat model (0: none)")
@@ -360,7 +371,10 @@ def main() -> None:
             results[name] = r
             if args.e2e:
                 results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, dirs,
-                                                  args.e2e_set)
+                                                  args.e2e_set, args.e2e_tell)
+                e = results[name]["e2e"]
+                print(f"end to end ({name}, {e['set']}, told as {e['tell']}): fact stored {e['fact_stored']:.0%}, "
+                      f"injected {e['fact_injected']:.0%}, key in reply {e['answer_has_key']:.0%} of {e['n']}")
     if reranker is not None:
         reranker.close()
     print("\n| embedder | recall@1 | recall@3 | fact injected | unrelated prompts injected | wrong-only | injected not the fact | end to end (key in reply) |")
