@@ -467,8 +467,10 @@ class SemanticStore:
         embedding; nothing is written): ``learn_turn`` keeps chat that updates what the user told."""
         assert self._conn is not None
         todo = [t for t in texts if isinstance(t, str) and t.strip() and not tells_event(t)]
-        vecs = dict(zip(todo, checked_embed(self.embedder, todo))) if todo else {}
-        return [replaced_by(self._conn, self._vectors(), -1, t, vecs[t], self.calibration.supersede) if t in vecs else []
+        if not todo:
+            return [[] for _ in texts]
+        vecs, index = dict(zip(todo, checked_embed(self.embedder, todo))), self._vectors()  # the index read once
+        return [replaced_by(self._conn, index, -1, t, vecs[t], self.calibration.supersede) if t in vecs else []
                 for t in texts]
 
     @_guarded
