@@ -537,6 +537,9 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
          "I got an error in line 2020. I asked you this in 2024. I tried that 5 minutes ago.",
          ["I knit scarves in winter.", "I am scared of spiders.", "We adopted our dog in 2021.",
           "I learned to swim at age 30."]),
+        # an initial ends no sentence unless a new one opens after it
+        ("My favourite author is Ursula K. Le Guin. I grew up in the U.S. It shows.",
+         ["My favourite author is Ursula K. Le Guin.", "I grew up in the U.S."]),
         # an ongoing part of the user's life, not the task at hand
         ("I'm training for the Bristol 10k. I'm seeing a therapist. I'm reading Dune. I'm reading your answer. "
          "I'm training a model. I'm working on a bug in the parser.",

@@ -57,6 +57,9 @@ _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INLINE_CODE = re.compile(r"`[^`\n]*`")
 _SPLIT = re.compile(r"(?<=[.!?…])\s+|\s*\n\s*")
 _WORD = re.compile(r"[\w'’-]+")
+_INITIALS = re.compile(r"(?:[A-Z]\.)+$")  # "K." of "Ursula K. Le Guin", "J.R.R.", "U.S."
+# Words that open a new sentence after an initial: "I grew up in the U.S. I love Tolkien."
+_OPENERS = frozenset("i i'm i've i'd i'll my we we're our the it it's he she they this that there".split())
 _ABBREV = ("mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "e.g.", "i.e.", "etc.", "vs.", "jr.", "sr.", "no.")
 
 _LEAD_IN = re.compile(
@@ -140,10 +143,12 @@ def _sentences(text: str) -> list[str]:
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(">")]  # quoted replies
     pieces = [p.strip() for p in _SPLIT.split("\n".join(lines)) if p and p.strip()]
     merged: list[str] = []
-    for piece in pieces:  # "Dr. Peeters" must not end a sentence (but "... in August." does)
-        if merged and merged[-1].lower().split()[-1].endswith(_ABBREV) and (
-            merged[-1].lower().split()[-1] in _ABBREV or merged[-1].lower().split()[-1].endswith(("e.g.", "i.e."))
-        ):
+    for piece in pieces:  # "Dr. Peeters", "Ursula K. Le Guin" must not end a sentence (but "... in August." does)
+        last = merged[-1].split()[-1] if merged else ""
+        initial = _INITIALS.match(last) and piece.split()[0].lower().strip(",;:") not in _OPENERS
+        if merged and (initial or last.lower().endswith(_ABBREV) and (
+            last.lower() in _ABBREV or last.lower().endswith(("e.g.", "i.e."))
+        )):
             merged[-1] += " " + piece
         else:
             merged.append(piece)
