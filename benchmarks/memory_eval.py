@@ -31,7 +31,9 @@ and scores, and the three entries above it (study the fit half, judge on the
 held-out set).
 
 Fact extraction: ``extract_facts`` on 50 turns stating a personal fact (a kept
-sentence must contain the turn's key word) and 50 turns that state none.
+sentence must contain the turn's key word) and 50 turns that state none; and on
+``benchmarks/data/extraction_round5.json`` (80 + 80 turns written by a helper who read
+none of the rules, 2026-11-28), split into a fit half (even rows) and a held-out half.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from embed_cache import Precomputed  # noqa: E402
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
 FRESH = Path(__file__).with_name("data") / "memory_eval_fresh.json"
 FIT_EXTRA = Path(__file__).with_name("data") / "memory_eval_fit_extra.json"  # first-person requests, fit set only
+TURNS_ROUND5 = Path(__file__).with_name("data") / "extraction_round5.json"  # extraction only: fit = even rows
 
 
 BUNDLE = {"minilm": bundles.EMBEDDER_MODEL, "mpnet": bundles.MPNET_MODEL}
@@ -270,6 +273,7 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
 
 
 def extraction(doc: dict) -> dict:
+    """Precision and recall of ``extract_facts`` on ``doc["turns"]`` (``fact``: {text, key}; ``chat``: texts)."""
     kept_fact = correct = 0
     for t in doc["turns"]["fact"]:
         facts = extract_facts(t["text"])
@@ -284,6 +288,14 @@ def extraction(doc: dict) -> dict:
         "kept_from_chat": kept_chat,
         "kept_wrong_from_fact_turns": kept_fact - correct,
     }
+
+
+def extraction_halves(path: Path) -> dict:
+    """``extraction`` on a file of turns alone, its even rows (fit) and odd rows (held out) apart."""
+    turns = json.loads(path.read_text(encoding="utf-8"))
+    half = lambda xs, odd: [x for i, x in enumerate(xs) if i % 2 == odd]  # noqa: E731
+    return {name: extraction({"turns": {"fact": half(turns["fact"], odd), "chat": half(turns["chat"], odd)}})
+            for name, odd in (("fit", 0), ("held_out", 1))}
 
 
 def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path],
@@ -356,7 +368,7 @@ def main() -> None:
     fresh = json.loads(FRESH.read_text(encoding="utf-8"))
     extra = json.loads(FIT_EXTRA.read_text(encoding="utf-8"))["unrelated"]
     print("command: python " + " ".join(sys.argv))
-    results: dict = {"extraction": extraction(doc)}
+    results: dict = {"extraction": extraction(doc), "extraction_round5": extraction_halves(TURNS_ROUND5)}
     # Both models come from the user's home (pulled there if missing), before any switch.
     dirs = {name: bundles.pull(BUNDLE[name], progress=False) for name in args.embedder if name in BUNDLE}
     gguf = catalogue.resolve(args.model, progress=False).path if (args.e2e or args.rerank) else Path()
@@ -410,6 +422,9 @@ def main() -> None:
     x = results["extraction"]
     print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
           f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")
+    for part, x in results["extraction_round5"].items():  # the held-out half's turns are not printed
+        print(f"fact extraction, {TURNS_ROUND5.name} {part} half: precision {x['precision']:.1%}, recall {x['recall']:.1%}, "
+              f"chat turns with a fact kept: {len(x['kept_from_chat'])} of 40")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
 

@@ -537,6 +537,19 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
          "I got an error in line 2020. I asked you this in 2024. I tried that 5 minutes ago.",
          ["I knit scarves in winter.", "I am scared of spiders.", "We adopted our dog in 2021.",
           "I learned to swim at age 30."]),
+        # a statement that opens a question or a request is read alone; "we" said as "my husband and I"
+        ("I'm coeliac, so could you suggest a cake recipe?", ["I'm coeliac."]),
+        ("Me and my husband moved to Tampere last spring and the flat is freezing, any tips?",
+         ["Me and my husband moved to Tampere last spring."]),
+        # "have been" / "have got", a name with its relation, "X is my Y", a habit whatever its verb
+        ("I've been a welder for 20 years. We've got a tortoise called Gus. Pepper, our spaniel, is 4. "
+         "Jazz is my favourite genre. I walk the dog every morning.",
+         ["I've been a welder for 20 years.", "We've got a tortoise called Gus.", "Pepper, our spaniel, is 4.",
+          "Jazz is my favourite genre.", "I walk the dog every morning."]),
+        # ... but not the task at hand, a report, a retraction or talk
+        ("I keep getting a 403 from the API. My Python script hangs on import. My brother swears Rust is faster. "
+         "Forget that jazz is my favourite genre. This is my first question. I've been trying to fix this all day. "
+         "I've got to go. I get this error every day. I only have five minutes.", []),
         # an initial ends no sentence unless a new one opens after it
         ("My favourite author is Ursula K. Le Guin. I grew up in the U.S. It shows.",
          ["My favourite author is Ursula K. Le Guin.", "I grew up in the U.S."]),

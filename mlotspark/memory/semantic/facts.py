@@ -86,6 +86,8 @@ _TRANSIENT_THINGS = frozenset(
     guess mistake answer request prompt message messages idea thought thoughts concern task
     code function script program error errors output input file files test tests query bug
     bugs app screen internet wifi connection turn reply response last previous first
+    container containers repo repository branch build commit pipeline regex variable loop endpoint
+    dataframe spreadsheet essay draft
     """.split()
 )
 _DURABLE_VERBS = frozenset(
@@ -110,30 +112,53 @@ _DATED_PAST = re.compile(r"\b(?:in|since|back in|from) (?:19|20)\d\d\b"
 _ONGOING = {"training": ("for",), "saving": ("for", "up"), "applying": ("for", "to"), "subscribed": ("to",),
             "seeing": ("a", "an"), "enrolled": ("in", "at"), "renting": ("a", "an")}
 _SKIP = frozenset(
-    "also really usually always often still never mostly generally actually currently now normally "
+    "also really usually always often still never mostly generally actually currently now normally only just "
     "sometimes do not no longer definitely absolutely strongly truly both all ca can cannot".split()
 )
 _PAST_IRREGULAR = frozenset("got had gave learnt took made met won lost broke built began ran swam flew".split())
 _EVENT_SKIP = _SKIP | {"just", "finally", "again", "then", "recently"}  # "I finally finished ..."
 _PRONOUN_OBJECTS = frozenset("it this that these those them you your yours how what when the way".split())
 _HAVE_CHAT = frozenset("to been got just tried seen done read no".split())  # "I have to go"
-_CHAT_NOUNS = frozenset("question questions problem issue idea follow-up request doubt suggestion".split())
+_CHAT_NOUNS = frozenset("question questions problem issue idea follow-up request doubt suggestion minute minutes moment".split())
 _BE_DURABLE = frozenset(
     """
     allergic intolerant vegetarian vegan married single divorced engaged widowed retired pregnant
     diabetic colorblind colourblind colour-blind color-blind left-handed right-handed from born based originally called
     named learning studying interested into fluent native lactose gluten blind deaf
     short-sighted long-sighted near-sighted far-sighted scared afraid terrified shy introverted
+    dyslexic autistic asthmatic epileptic anaemic anemic coeliac celiac
     """.split()
 )
 # Verbs by which someone else reports or believes: "My friend said I should move to Lyon."
 _REPORTS = frozenset(
     """
     thinks think thought says say said believes believe believed claims claimed told tells suggested
+    swears swear swore
     suggests wants wanted wishes hopes hoped asked asks reckons guesses guessed insists insisted
     """.split()
 )
 _A_CHAT = frozenset("bit little lot few quick".split())  # "I am a bit confused"
+# A habit is lasting whatever its verb: "I get up at 5am every day", "I call my mum on Sundays".
+_HABIT = re.compile(r"\b(?:every|each) (?:day|morning|evening|night|week|weekend|month|year|summer|winter"
+                    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+                    r"|\b(?:once|twice|three times) a (?:day|week|month|year)\b|\bon (?:weekends|weekdays)\b"
+                    r"|\b(?:daily|weekly)$", re.I)
+# Where a question or a request follows a statement in one sentence, the statement before it
+# is read alone: "I'm diabetic, so could you suggest some desserts?", "I've been a nurse for 10
+# years and honestly I'm burnt out."
+_CLAUSE = re.compile(r",?\s+(?:so|but|and|otherwise|because|which)\s+|\s+[—–-]+\s+|;\s*|,\s+(?=(?:can|could|would|what|how|any|is|are|do|does|please)\b)", re.I)
+# "Me and my wife just moved to Leeds", "My wife and I ...": "we" as the subject.
+_WE = re.compile(r"^(?:me and (?:my|our) [\w'-]+(?: [\w'-]+)??|(?:my|our) [\w'-]+(?: [\w'-]+)?? and (?:I|me))\s+", re.I)
+# "Biscuit, our beagle, is 9 now.": a name with its relation to the user, then what is said of it.
+_APPOSITIVE = re.compile(r"^[A-Z][\w'-]+, (?:my|our) [\w' -]{2,30}, (?P<rest>\w.+)$")
+# "Radiohead is my all-time favourite band.", "Portuguese is my first language."
+_IS_MY = re.compile(r"^(?P<subject>[\w'-]+(?: [\w'-]+){0,2}) (?:is|are) (?:my|our) (?P<thing>[\w' -]+)$", re.I)
+_ORDINALS = frozenset("first last previous".split())  # "my first language" is no task at hand
+# The task at hand named by a thing's second word: "my Docker container", "my Python script".
+_TECH_HEADS = frozenset("""container containers repo repository branch build commit pipeline regex variable loop
+    endpoint dataframe script function program app server query bug error errors""".split())
+_NOT_SUBJECTS = frozenset("this that it these those there here what which who it's that's".split())
+_NOT_IN_SUBJECT = frozenset("that if when not forget ignore delete remove drop note".split())  # "Forget that X is my Y"
 _FILLERS = _SKIP | {"very", "so", "quite", "pretty", "severely"}
 _CONTRACTIONS = {"m": "am", "re": "are", "ve": "have"}
 
@@ -200,7 +225,8 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
     first = low[0]
     if first in ("my", "our"):
         # "My colleague thinks I live in Lyon": what someone else says or believes, not a fact
-        return low[1] not in _TRANSIENT_THINGS and len(low) >= 3 and not _REPORTS & set(low[2:5])
+        return (low[1] not in _TRANSIENT_THINGS and len(low) >= 3 and not _REPORTS & set(low[2:5])
+                and low[2] not in _TECH_HEADS)  # "My Docker container exits ...", not "My locker code is ..."
     if first == "call" and low[1] == "me":
         return True
     if first not in ("i", "we"):
@@ -215,6 +241,16 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
     verb, rest, rest_orig = body[j], body[j + 1 :], orig[j + 2 :]
     while rest and rest[0] in _FILLERS:  # "I am not a smoker", "I am very allergic"
         rest, rest_orig = rest[1:], rest_orig[1:]
+    if verb == "have" and rest[:1] == ["got"] and len(rest) > 1:  # "I've got an Ender 3", "We've got two cats"
+        rest, rest_orig = rest[1:], rest_orig[1:]
+    elif verb == "have" and rest[:1] == ["been"] and len(rest) > 1:  # "I've been a nurse for 10 years"
+        verb, rest, rest_orig = "am", rest[1:], rest_orig[1:]
+    if verb == "keep" and rest and rest[0].endswith("ing"):  # "I keep getting a 403" is the task at hand
+        return False
+    if (verb not in _DURABLE_VERBS and rest and not verb.endswith(("ed", "ing")) and verb not in _PAST_IRREGULAR
+            and _HABIT.search(" ".join(orig)) and not _TRANSIENT_THINGS & set(rest[:4])
+            and rest[0] not in _PRONOUN_OBJECTS - {"the", "your"}):
+        return True  # a habit: "I get up at 5am every day", "I walk the dog every morning"
     if verb not in _DURABLE_VERBS and rest and (verb.endswith("ed") or verb in _PAST_IRREGULAR):
         # "We adopted our dog in 2021."; not "I got an error in 2021's build" (the task at hand)
         return (bool(_DATED_PAST.search(" ".join(orig))) and not _TRANSIENT_THINGS & set(rest[:4])
@@ -337,11 +373,44 @@ def extract_facts(user_text: str) -> list[str]:
             ):
                 facts.setdefault(_tidy(fact), None)
             continue
-        if pasted or s.rstrip().endswith("?"):
+        if pasted:
             continue
-        low, orig = _tokens(s)
-        if not low or low[0] in _QUESTION_START or low[0] in _HYPOTHETICAL_START:
-            continue
-        if _is_lasting_statement(low, orig) or (MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _EVENT_SKIP)):
-            facts.setdefault(_tidy(s), None)
+        fact = _fact_in(s)
+        if fact:
+            facts.setdefault(_tidy(fact), None)
     return [f for f in facts if f]
+
+
+def _fact_in(sentence: str) -> str | None:
+    """The part of one sentence (lead-ins dropped) worth remembering: the whole sentence, or the
+    statement that opens it when a question or a request follows ("I'm diabetic, so could you
+    suggest some desserts?" -> "I'm diabetic"); None when there is none."""
+    if not sentence.rstrip().endswith("?") and _states_fact(sentence):
+        return sentence
+    we = _WE.match(sentence)  # "Me and my wife moved ...": its "and" opens no clause
+    cut = _CLAUSE.search(sentence, we.end() if we else 0)
+    head = sentence[: cut.start()].strip(" ,") if cut else ""
+    if head and not head.endswith("?") and _states_fact(head, whole=False):
+        return head
+    return None
+
+
+def _states_fact(s: str, whole: bool = True) -> bool:
+    """Whether ``s`` (a sentence, or with ``whole`` False the clause that opens one) states a
+    lasting fact or a dated event of the user's (module docstring)."""
+    low, orig = _tokens(s)
+    if not low or low[0] in _QUESTION_START or low[0] in _HYPOTHETICAL_START:
+        return False
+    if _is_lasting_statement(low, orig):
+        return True
+    we = _WE.match(s)  # "Me and my wife just moved to Leeds": what "we" did
+    if we and _is_lasting_statement(*_tokens("we " + s[we.end():])):
+        return True
+    apposed = _APPOSITIVE.match(s)  # "Biscuit, our beagle, is 9 now."
+    if apposed and MIN_WORDS <= len(low) <= MAX_WORDS and not _REPORTS & set(_tokens(apposed["rest"])[0][:3]):
+        return True
+    is_my = _IS_MY.match(s.rstrip(".!…"))  # "Radiohead is my all-time favourite band."
+    if (is_my and is_my["subject"].lower() not in _NOT_SUBJECTS and not _NOT_IN_SUBJECT & set(_tokens(is_my["subject"])[0]) and not (_TRANSIENT_THINGS - _ORDINALS) & set(_tokens(is_my["thing"])[0])
+            and not _TRANSIENT_THINGS & set(_tokens(is_my["subject"])[0])):
+        return True
+    return whole and MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _EVENT_SKIP)
