@@ -116,7 +116,7 @@ def retractions_on(store: SemanticStore, bg: list[str], rets: list[dict], tell: 
     for t in bg:
         store.remember(t)
     ids = [told(store, r["fact"], tell) for r in rets]
-    before = len(store)
+    before = {e.id for e in store.list()}
     removed_right = clean = 0
     for r, i in zip(rets, ids):
         # In a chat turn each sentence that reads as a retraction retracts (``learn_turn``).
@@ -124,8 +124,12 @@ def retractions_on(store: SemanticStore, bg: list[str], rets: list[dict], tell: 
         removed_right += i is not None and [e.id for e in gone] == [i]
         chosen = store.retrieve_for_prompt(r["question"])
         clean += not any(r["key"].lower() in h.text.lower() for h in chosen)
+    after = {e.id for e in store.list()}
+    # Lost: entries there before the retractions and gone after, other than the facts they named
+    # (counted by id: a retraction's turn may also store a fact, which is no loss).
+    lost = before - after - {i for i in ids if i is not None}
     return {"n": len(rets), "removed_the_fact": removed_right / len(rets), "question_clean": clean / len(rets),
-            "entries_lost_besides": before - len(store) - removed_right}
+            "entries_lost_besides": len(lost), "entries_added": len(after - before)}
 
 
 def end_to_end(model: str, bg: list[str], ups: list[dict], home: Path, emb_name: str, emb_dir: Path,
@@ -218,7 +222,7 @@ def main() -> None:
                   f"{u['newer_wins']:.0%}, newer in top 3 {u['newer_in_top3']:.0%}, same-kind pairs kept apart "
                   f"{u['pairs_kept_apart']:.0%}, other marks {u['other_marks']} of {u['marks']}; retractions: "
                   f"removed {r['removed_the_fact']:.0%} of {r['n']}, question clean {r['question_clean']:.0%}, "
-                  f"other entries lost {r['entries_lost_besides']}", flush=True)
+                  f"other entries lost {r['entries_lost_besides']}, entries added {r['entries_added']}", flush=True)
             for w in u["other_marks_list"]:
                 print(f"   also superseded: {w[0]!r} by {w[1]!r}")
         if gguf:

@@ -50,6 +50,17 @@ def test_a_retraction_that_matches_two_things_alike_deletes_neither(store):
     assert [e.id for e in store.retract("Forget that my dog is called Rex.")] == [dog]
 
 
+def test_a_retraction_about_the_user_takes_no_entry_about_someone_else(store):
+    # The third update set's fit half: "Drop the bit about me handing in my notice." (a plan the
+    # turn had not stored) deleted "Kevin from accounting is leaving the company." instead.
+    kevin = store.remember("Kevin at work is leaving.")
+    assert store.retract("Forget about me quitting my job.", threshold=0.0) == []
+    assert store.get(kevin) is not None
+    mine = store.remember("I work as a tester.")
+    assert [e.id for e in store.retract("Forget about my job as a tester.", threshold=0.0)] == [mine]
+    assert [e.id for e in store.retract("Forget that Kevin at work is leaving.", threshold=0.0)] == [kevin]
+
+
 def test_a_retraction_of_two_things_takes_each(store):
     cat = store.remember("My cat is called Mochi.")
     dog = store.remember("My dog is called Rex.")

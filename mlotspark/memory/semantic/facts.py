@@ -46,6 +46,7 @@ from __future__ import annotations
 import re
 
 from mlotspark.memory.semantic.events import is_event
+from mlotspark.memory.semantic.retractions import retraction
 from mlotspark.memory.semantic.text import normalize
 from mlotspark.memory.semantic.updates import UPDATE_CUES
 
@@ -373,7 +374,7 @@ def extract_facts(user_text: str) -> list[str]:
             ):
                 facts.setdefault(_tidy(fact), None)
             continue
-        if pasted:
+        if pasted or retraction(s) is not None:  # "Forget that Jazz is my favourite genre, I ...": nothing to keep
             continue
         fact = _fact_in(s)
         if fact:

@@ -58,7 +58,7 @@ from mlotspark.memory.semantic.records import (
 from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import embed_import, export_entries, not_own_file, read_import, restore_marks
-from mlotspark.memory.semantic.retractions import named_entry, retraction, things_named
+from mlotspark.memory.semantic.retractions import may_take, named_entry, retraction, things_named
 
 
 @dataclass(frozen=True)
@@ -311,7 +311,7 @@ class SemanticStore:
             hits = self._search(thing, 16, 0.0, current_only=False)
             chosen = named_entry([(h.id, h.score) for h in hits], threshold, lambda i: update_chain(self._conn, i))
             named = self.get(chosen) if chosen is not None else None
-            if named is not None:
+            if named is not None and may_take(thing, named.text):
                 self._delete(named.id, revive_older=False)
                 gone.append(named)
         return gone
