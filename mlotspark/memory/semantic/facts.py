@@ -148,6 +148,9 @@ _HABIT = re.compile(r"\b(?:every|each) (?:day|morning|evening|night|week|weekend
 # is read alone: "I'm diabetic, so could you suggest some desserts?", "I've been a nurse for 10
 # years and honestly I'm burnt out."
 _CLAUSE = re.compile(r",?\s+(?:so|but|and|otherwise|because|which)\s+|\s+[—–-]+\s+|;\s*|,\s+(?=(?:can|could|would|what|how|any|is|are|do|does|please)\b)", re.I)
+# A question after the statement about what is wrong with it: the task at hand ("My soup is too
+# sour, how do I fix it?", "My formula returns #VALUE!, what does that mean?").
+_TASK_TAIL = re.compile(r"\b(?:fix|fixed|wrong|mean|means|solve|debug|broken|going on|happening)\b", re.I)
 # "Me and my wife just moved to Leeds", "My wife and I ...": "we" as the subject.
 _WE = re.compile(r"^(?:me and (?:my|our) [\w'-]+(?: [\w'-]+)??|(?:my|our) [\w'-]+(?: [\w'-]+)?? and (?:I|me))\s+", re.I)
 # "Biscuit, our beagle, is 9 now.": a name with its relation to the user, then what is said of it.
@@ -256,12 +259,16 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         # "We adopted our dog in 2021."; not "I got an error in 2021's build" (the task at hand)
         return (bool(_DATED_PAST.search(" ".join(orig))) and not _TRANSIENT_THINGS & set(rest[:4])
                 and rest[0] not in _PRONOUN_OBJECTS)  # "I asked you this in 2024" is talk
+    if verb not in _DURABLE_VERBS and rest and _any_present(verb, rest, orig):
+        return True
     if verb not in _DURABLE_VERBS or not rest:
         return False
     if verb in ("am", "are", "was", "were"):
         nxt = rest[0]
         if nxt in ("a", "an"):
             return len(rest) > 1 and rest[1] not in _A_CHAT
+        if nxt == "learning" and rest[1:2] == ["about"]:  # a topic of the moment, not a skill
+            return False
         if nxt.isdigit() or nxt in _BE_DURABLE:
             return True
         if nxt in ("working", "living"):  # "working as a nurse", not "working on a bug"
@@ -273,11 +280,35 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         # A capitalised word after "I am" is a name or a nationality.
         return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
-        return rest[0] not in _HAVE_CHAT and not _CHAT_NOUNS & set(rest[:3])
+        # nor the task at hand: "I have an essay due on ...", "I have a bug in ..."
+        return rest[0] not in _HAVE_CHAT and not (_CHAT_NOUNS | _TRANSIENT_THINGS - _ORDINALS) & set(rest[:3])
     if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started", "take"):
         # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
         return rest[0] not in _PRONOUN_OBJECTS
     return True
+
+
+# Verbs of talk, wishes, the mind and the moment, and those the rules above read themselves.
+_TALK_VERBS = frozenset("""
+    need want wish hope think guess wonder suppose believe feel know understand mean try get keep see look
+    can could would should will shall might must may appreciate agree disagree apologize apologise promise
+    doubt forget remember ask tell say said saw hear heard found find seem appear plan intend expect
+    am are was were do did does be been being let like love hate prefer enjoy have had has go went
+    m re s ve d ll not no just also
+    """.split())
+_MOMENT = re.compile(r"\b(?:today|tonight|right now|at the moment|this (?:morning|afternoon|evening|week)|yesterday|"
+                     r"tomorrow|just now|again)\b", re.I)
+
+
+def _any_present(verb: str, rest: list[str], orig: list[str]) -> bool:
+    """A present-tense verb of the user's that no list here names, with an object of two words or
+    more ("I report to Anjali", "I do all my work on a Dell XPS"): kept unless it is talk, the task
+    at hand or the moment."""
+    if verb in _TALK_VERBS or verb.endswith(("ed", "ing")) or verb in _PAST_IRREGULAR or len(rest) < 2:
+        return False
+    if rest[0] in _PRONOUN_OBJECTS - {"the", "your"}:
+        return False
+    return not (_TRANSIENT_THINGS & set(rest[:5]) or _CHAT_NOUNS & set(rest[:5]) or _MOMENT.search(" ".join(orig)))
 
 
 def tells_event(sentence: str) -> bool:
@@ -391,7 +422,7 @@ def _fact_in(sentence: str) -> str | None:
     we = _WE.match(sentence)  # "Me and my wife moved ...": its "and" opens no clause
     cut = _CLAUSE.search(sentence, we.end() if we else 0)
     head = sentence[: cut.start()].strip(" ,") if cut else ""
-    if head and not head.endswith("?") and _states_fact(head, whole=False):
+    if head and not head.endswith("?") and not _TASK_TAIL.search(sentence[cut.end():]) and _states_fact(head, whole=False):
         return head
     return None
 
