@@ -550,10 +550,9 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
         ("I keep getting a 403 from the API. My Python script hangs on import. My brother swears Rust is faster. "
          "Forget that jazz is my favourite genre. This is my first question. I've been trying to fix this all day. "
          "I've got to go. I get this error every day. I only have five minutes.", []),
-        # a present verb no list names, with an object; not a wish, the moment or the task at hand
-        ("I report to Anjali in the London office. I do all my work on a ThinkPad. I need a new laptop. "
-         "I fix this bug again today. I have an essay due on Monday, outline it. I'm learning about the Cold War.",
-         ["I report to Anjali in the London office.", "I do all my work on a ThinkPad."]),
+        # the task at hand or a topic of the moment
+        ("I need a new laptop. I fix this bug again today. I have an essay due on Monday, outline it. "
+         "I'm learning about the Cold War.", []),
         ("My soup is too sour, how do I fix it? My formula returns #VALUE!, what does that mean?", []),
         # an initial ends no sentence unless a new one opens after it
         ("My favourite author is Ursula K. Le Guin. I grew up in the U.S. It shows.",

@@ -259,8 +259,6 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         # "We adopted our dog in 2021."; not "I got an error in 2021's build" (the task at hand)
         return (bool(_DATED_PAST.search(" ".join(orig))) and not _TRANSIENT_THINGS & set(rest[:4])
                 and rest[0] not in _PRONOUN_OBJECTS)  # "I asked you this in 2024" is talk
-    if verb not in _DURABLE_VERBS and rest and _any_present(verb, rest, orig):
-        return True
     if verb not in _DURABLE_VERBS or not rest:
         return False
     if verb in ("am", "are", "was", "were"):
@@ -286,29 +284,6 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
         return rest[0] not in _PRONOUN_OBJECTS
     return True
-
-
-# Verbs of talk, wishes, the mind and the moment, and those the rules above read themselves.
-_TALK_VERBS = frozenset("""
-    need want wish hope think guess wonder suppose believe feel know understand mean try get keep see look
-    can could would should will shall might must may appreciate agree disagree apologize apologise promise
-    doubt forget remember ask tell say said saw hear heard found find seem appear plan intend expect
-    am are was were do did does be been being let like love hate prefer enjoy have had has go went
-    m re s ve d ll not no just also
-    """.split())
-_MOMENT = re.compile(r"\b(?:today|tonight|right now|at the moment|this (?:morning|afternoon|evening|week)|yesterday|"
-                     r"tomorrow|just now|again)\b", re.I)
-
-
-def _any_present(verb: str, rest: list[str], orig: list[str]) -> bool:
-    """A present-tense verb of the user's that no list here names, with an object of two words or
-    more ("I report to Anjali", "I do all my work on a Dell XPS"): kept unless it is talk, the task
-    at hand or the moment."""
-    if verb in _TALK_VERBS or verb.endswith(("ed", "ing")) or verb in _PAST_IRREGULAR or len(rest) < 2:
-        return False
-    if rest[0] in _PRONOUN_OBJECTS - {"the", "your"}:
-        return False
-    return not (_TRANSIENT_THINGS & set(rest[:5]) or _CHAT_NOUNS & set(rest[:5]) or _MOMENT.search(" ".join(orig)))
 
 
 def tells_event(sentence: str) -> bool:
