@@ -25,14 +25,19 @@ favour precision over recall. A sentence is kept when, after lead-ins such as
      not a mood ("I'm fine", "I'm confused", "I'm trying to ..."); or an ongoing part of
      life in a fixed shape ("I'm training for ...", "I'm seeing a therapist", "I'm reading
      Dune"), not the task at hand ("I'm working on a bug", "I'm reading your answer");
-   - "Call me X";
+   - "Call me X"; a habit whatever its verb ("I get up at 5am every day"); "X is my Y"
+     ("Radiohead is my favourite band"); a name with its relation ("Biscuit, our beagle, is 9");
+     "me and my wife ..." as "we";
+   - in a sentence that goes on to ask or request, the statement that opens it ("I'm coeliac,
+     so could you suggest a cake recipe?" keeps "I'm coeliac."), unless what follows asks what
+     is wrong with it ("My soup is too sour, how do I fix it?");
 3. or it tells something that happened, within days of now: a first-person verb
    in the past with "today", "yesterday", "last night", "three days ago", ... ("I
    went to the dentist today."), not talk with the assistant ("I asked you this
    yesterday") nor what did not happen ("I didn't go to the gym today"); kept with
    the day it was said (``events.py``).
 
-Never kept: questions (a "?" or a question-word start), hypotheticals ("If I
+Never kept: retractions ("Forget that ..."), questions (a "?" or a question-word start), hypotheticals ("If I
 ...", "Imagine I ...", "I'd ...", "I'll ..."), code (fenced or inline) and quoted
 lines, sentences under three or over forty words, and — except for explicit
 requests — anything in a long paste (over ``MAX_TURN_CHARS`` characters or
@@ -60,7 +65,7 @@ _SPLIT = re.compile(r"(?<=[.!?…])\s+|\s*\n\s*")
 _WORD = re.compile(r"[\w'’-]+")
 _INITIALS = re.compile(r"(?:[A-Z]\.)+$")  # "K." of "Ursula K. Le Guin", "J.R.R.", "U.S."
 # Words that open a new sentence after an initial: "I grew up in the U.S. I love Tolkien."
-_OPENERS = frozenset("i i'm i've i'd i'll my we we're our the it it's he she they this that there".split())
+_SENTENCE_OPENERS = frozenset("i i'm i've i'd i'll my we we're our the it it's he she they this that there".split())
 _ABBREV = ("mr.", "mrs.", "ms.", "dr.", "st.", "prof.", "e.g.", "i.e.", "etc.", "vs.", "jr.", "sr.", "no.")
 
 _LEAD_IN = re.compile(
@@ -174,7 +179,7 @@ def _sentences(text: str) -> list[str]:
     merged: list[str] = []
     for piece in pieces:  # "Dr. Peeters", "Ursula K. Le Guin" must not end a sentence (but "... in August." does)
         last = merged[-1].split()[-1] if merged else ""
-        initial = _INITIALS.match(last) and piece.split()[0].lower().strip(",;:") not in _OPENERS
+        initial = _INITIALS.match(last) and piece.split()[0].lower().strip(",;:") not in _SENTENCE_OPENERS
         if merged and (initial or last.lower().endswith(_ABBREV) and (
             last.lower() in _ABBREV or last.lower().endswith(("e.g.", "i.e."))
         )):
@@ -417,7 +422,8 @@ def _states_fact(s: str, whole: bool = True) -> bool:
     if apposed and MIN_WORDS <= len(low) <= MAX_WORDS and not _REPORTS & set(_tokens(apposed["rest"])[0][:3]):
         return True
     is_my = _IS_MY.match(s.rstrip(".!…"))  # "Radiohead is my all-time favourite band."
-    if (is_my and is_my["subject"].lower() not in _NOT_SUBJECTS and not _NOT_IN_SUBJECT & set(_tokens(is_my["subject"])[0]) and not (_TRANSIENT_THINGS - _ORDINALS) & set(_tokens(is_my["thing"])[0])
-            and not _TRANSIENT_THINGS & set(_tokens(is_my["subject"])[0])):
-        return True
+    if is_my and is_my["subject"].lower() not in _NOT_SUBJECTS:
+        subject_words, thing_words = set(_tokens(is_my["subject"])[0]), set(_tokens(is_my["thing"])[0])
+        if not (_NOT_IN_SUBJECT | _TRANSIENT_THINGS) & subject_words and not (_TRANSIENT_THINGS - _ORDINALS) & thing_words:
+            return True
     return whole and MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _EVENT_SKIP)
