@@ -553,6 +553,9 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
         # the task at hand or a topic of the moment
         ("I need a new laptop. I fix this bug again today. I have an essay due on Monday, outline it. "
          "I'm learning about the Cold War.", []),
+        # what one has for a day, not for good; a lasting condition stays
+        ("I have a headache, what should I take? I have a meeting at 3, can you help me prepare? "
+         "I have an interview tomorrow. I have diabetes, what can I eat?", ["I have diabetes."]),
         ("My soup is too sour, how do I fix it? My formula returns #VALUE!, what does that mean?", []),
         # an initial ends no sentence unless a new one opens after it
         ("My favourite author is Ursula K. Le Guin. I grew up in the U.S. It shows.",

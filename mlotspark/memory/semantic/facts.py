@@ -144,6 +144,10 @@ _REPORTS = frozenset(
     """.split()
 )
 _A_CHAT = frozenset("bit little lot few quick".split())  # "I am a bit confused"
+# What one has for a day or a week, not for good: "I have a headache", "I have an interview".
+_MOMENTARY = frozenset("""headache migraine cold fever flu cough hangover sore rash meeting interview appointment
+    exam deadline call presentation flight""".split())
+_SOON = re.compile(r"\b(?:today|tonight|tomorrow|this (?:morning|afternoon|evening|week|weekend))\b", re.I)
 # A habit is lasting whatever its verb: "I get up at 5am every day", "I call my mum on Sundays".
 _HABIT = re.compile(r"\b(?:every|each) (?:day|morning|evening|night|week|weekend|month|year|summer|winter"
                     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
@@ -283,8 +287,10 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
         # A capitalised word after "I am" is a name or a nationality.
         return rest_orig[0][:1].isupper() and rest_orig[0].lower() not in ("ok", "fine", "sorry", "not")
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
-        # nor the task at hand: "I have an essay due on ...", "I have a bug in ..."
-        return rest[0] not in _HAVE_CHAT and not (_CHAT_NOUNS | _TRANSIENT_THINGS - _ORDINALS) & set(rest[:3])
+        # nor the task at hand or the moment: "I have an essay due on ...", "I have a headache",
+        # "I have a meeting at 3, can you help me prepare?"
+        return (rest[0] not in _HAVE_CHAT and not (_CHAT_NOUNS | _TRANSIENT_THINGS - _ORDINALS | _MOMENTARY) & set(rest[:3])
+                and not _SOON.search(" ".join(orig)))
     if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started", "take"):
         # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
         return rest[0] not in _PRONOUN_OBJECTS
