@@ -553,6 +553,10 @@ def test_extract_facts_keeps_statements_and_drops_questions_commands_chitchat():
         # the task at hand or a topic of the moment
         ("I need a new laptop. I fix this bug again today. I have an essay due on Monday, outline it. "
          "I'm learning about the Cold War.", []),
+        # who the user is, said as the frame of a request (in the user's words); not "as a result"
+        ("As a vegetarian, what can I order at a steakhouse? Nurse here, how do I handle night shifts? "
+         "As a result, the build failed. Quick question here: how do I sort? Same here, any ideas?",
+         ["As a vegetarian.", "Nurse here."]),
         # what one has for a day, not for good; a lasting condition stays
         ("I have a headache, what should I take? I have a meeting at 3, can you help me prepare? "
          "I have an interview tomorrow. I have diabetes, what can I eat?", ["I have diabetes."]),

@@ -160,6 +160,14 @@ _CLAUSE = re.compile(r",?\s+(?:so|but|and|otherwise|because|which)\s+|\s+[—–
 # A question after the statement about what is wrong with it: the task at hand ("My soup is too
 # sour, how do I fix it?", "My formula returns #VALUE!, what does that mean?").
 _TASK_TAIL = re.compile(r"\b(?:fix|fixed|wrong|mean|means|solve|debug|broken|going on|happening)\b", re.I)
+# Who the user is, said as the frame of a request: "As a left-handed person, which pens ...?",
+# "Single dad here, what are some quick dinners ...?" (kept in the user's words).
+_AS_ROLE = re.compile(r"^(?P<clause>as an? (?P<role>[\w'-]+(?: [\w'-]+){0,3})),\s+\w", re.I)
+_ROLE_HERE = re.compile(r"^(?P<clause>(?P<role>[\w'-]+(?: [\w'-]+){0,2}) here)\s*[,!.:;—–-]+\s*\w", re.I)
+_NOT_ROLES = frozenset("""reminder note aside example result rule follow-up followup question matter fact side test
+    start bonus alternative workaround fallback default summary recap update heads-up fyi first next last step
+    quick whole team company group user customer same nothing help something everything anyone anybody me you
+    it this that problem issue error bug code output thing way consequence precaution favour favor courtesy""".split())
 # "Me and my wife just moved to Leeds", "My wife and I ...": "we" as the subject.
 _WE = re.compile(r"^(?:me and (?:my|our) [\w'-]+(?: [\w'-]+)??|(?:my|our) [\w'-]+(?: [\w'-]+)?? and (?:I|me))\s+", re.I)
 # "Biscuit, our beagle, is 9 now.": a name with its relation to the user, then what is said of it.
@@ -405,6 +413,9 @@ def _fact_in(sentence: str) -> str | None:
     suggest some desserts?" -> "I'm diabetic"); None when there is none."""
     if not sentence.rstrip().endswith("?") and _states_fact(sentence):
         return sentence
+    role = _AS_ROLE.match(sentence) or _ROLE_HERE.match(sentence)  # "as a left-handed person, ...", "single dad here, ..."
+    if role and not _NOT_ROLES & set(_tokens(role["role"])[0]) and not retraction(sentence):
+        return role["clause"]
     we = _WE.match(sentence)  # "Me and my wife moved ...": its "and" opens no clause
     cut = _CLAUSE.search(sentence, we.end() if we else 0)
     head = sentence[: cut.start()].strip(" ,") if cut else ""
