@@ -583,6 +583,9 @@ def test_statements_are_what_a_turn_states():
             "Remember that my dog is Rex. Ok. Honestly it's purple these days")
     assert statements(text) == ["Finally moved to Porto.", "Honestly it's purple these days."]
     assert statements(" ".join(f"I walked to village number {i}." for i in range(30))) == []
+    # a sentence that opens with a command asks for something; "please" alone may carry an update
+    assert statements("Erase the landlord's name, I've moved out anyway. Please use my new email from now on.") == [
+        "Please use my new email from now on."]
 
 
 def test_long_paste_yields_only_explicit_requests():

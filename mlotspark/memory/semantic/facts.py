@@ -85,6 +85,10 @@ _QUESTION_START = frozenset(
     "what who whom whose where when why how which do does did is are was were can could "
     "would will should shall may might am have has had".split()
 )
+# A sentence that opens with one of these asks for something: no statement ("Erase the landlord's
+# name, I've moved out anyway." had been kept as an update when it named nothing clearly).
+_COMMANDS = frozenset("""forget delete erase remove drop scratch wipe ignore disregard write tell give show
+    make help explain list find fix add send""".split())
 _HYPOTHETICAL_START = frozenset("if suppose imagine pretend assume let let's lets what's whats".split())
 _TRANSIENT_THINGS = frozenset(
     """
@@ -365,7 +369,7 @@ def statements(user_text: str) -> list[str]:
         if not s or s.endswith("?") or _EXPLICIT.match(s):
             continue
         low, _ = _tokens(s)
-        if MIN_WORDS <= len(low) <= MAX_WORDS and low[0] not in _QUESTION_START | _HYPOTHETICAL_START:
+        if MIN_WORDS <= len(low) <= MAX_WORDS and low[0] not in _QUESTION_START | _HYPOTHETICAL_START | _COMMANDS:
             out.setdefault(_tidy(s), None)
     return [s for s in out if s]
 
