@@ -179,6 +179,8 @@ _APPOSITIVE = re.compile(r"^[A-Z][\w'-]+, (?:my|our) [\w' -]{2,30}, (?P<rest>\w.
 # "Radiohead is my all-time favourite band.", "Portuguese is my first language."
 _IS_MY = re.compile(r"^(?P<subject>[\w'-]+(?: [\w'-]+){0,2}) (?:is|are) (?:my|our) (?P<thing>[\w' -]+)$", re.I)
 _ORDINALS = frozenset("first last previous".split())  # "my first language" is no task at hand
+_TASK_THINGS = _TRANSIENT_THINGS - _ORDINALS
+_HAVE_TALK = _CHAT_NOUNS | _TASK_THINGS | _MOMENTARY  # "I have a question / a bug / a headache"
 # The task at hand named by a thing's second word: "my Docker container", "my Python script".
 _TECH_HEADS = frozenset("""container containers repo repository branch build commit pipeline regex variable loop
     endpoint dataframe script function program app server query bug error errors""".split())
@@ -301,7 +303,7 @@ def _is_lasting_statement(low: list[str], orig: list[str]) -> bool:
     if verb == "have":  # "I have a dog", not "I have a quick question" or "I have to go"
         # nor the task at hand or the moment: "I have an essay due on ...", "I have a headache",
         # "I have a meeting at 3, can you help me prepare?"
-        return (rest[0] not in _HAVE_CHAT and not (_CHAT_NOUNS | _TRANSIENT_THINGS - _ORDINALS | _MOMENTARY) & set(rest[:3])
+        return (rest[0] not in _HAVE_CHAT and not _HAVE_TALK & set(rest[:3])
                 and not _SOON.search(" ".join(orig)))
     if verb in ("like", "love", "enjoy", "prefer", "hate", "dislike", "adore", "detest", "stopped", "started", "take"):
         # "I stopped eating meat" is a change of a lasting fact; "I stopped it" is talk
@@ -418,7 +420,7 @@ def _fact_in(sentence: str) -> str | None:
     if not sentence.rstrip().endswith("?") and _states_fact(sentence):
         return sentence
     role = _AS_ROLE.match(sentence) or _ROLE_HERE.match(sentence)  # "as a left-handed person, ...", "single dad here, ..."
-    if role and not _NOT_ROLES & set(_tokens(role["role"])[0]) and not retraction(sentence):
+    if role and not _NOT_ROLES & set(_tokens(role["role"])[0]):  # (extract_facts skipped retractions)
         return role["clause"]
     we = _WE.match(sentence)  # "Me and my wife moved ...": its "and" opens no clause
     cut = _CLAUSE.search(sentence, we.end() if we else 0)
@@ -445,6 +447,6 @@ def _states_fact(s: str, whole: bool = True) -> bool:
     is_my = _IS_MY.match(s.rstrip(".!…"))  # "Radiohead is my all-time favourite band."
     if is_my and is_my["subject"].lower() not in _NOT_SUBJECTS:
         subject_words, thing_words = set(_tokens(is_my["subject"])[0]), set(_tokens(is_my["thing"])[0])
-        if not (_NOT_IN_SUBJECT | _TRANSIENT_THINGS) & subject_words and not (_TRANSIENT_THINGS - _ORDINALS) & thing_words:
+        if not (_NOT_IN_SUBJECT | _TRANSIENT_THINGS) & subject_words and not _TASK_THINGS & thing_words:
             return True
     return whole and MIN_WORDS <= len(low) <= MAX_WORDS and is_event(low, s, _EVENT_SKIP)
