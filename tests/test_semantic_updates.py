@@ -208,9 +208,20 @@ def test_a_turn_applies_retractions_then_facts(store):
     # A fourth set's fit half
     ("I don't want you to know about the tattoo, forget it.", "the tattoo"),
     ("Would you mind not remembering who my therapist is?", "who my therapist is"),
-    ("I'd prefer you didn't keep how I voted on record, please delete it.", "how I voted on record"),
+    ("I'd prefer you didn't keep how I voted on record, please delete it.", "how I voted"),
     ("Delete that, about my back operation.", "my back operation"),
     ("Do you know my address?", None),
+    # A fifth set's fit half: "not remember", "don't need", "scrap", "on file", "from your notes"
+    ("please don't keep my address on file", "my address"),
+    ("Actually, can you not remember the mental health stuff I mentioned?", "the mental health stuff I mentioned"),
+    ("scratch that thing about my passport", "my passport"),
+    ("Don't store where my kid goes to school, please.", "where my kid goes to school"),
+    ("Can you drop the politics thing I said?", "the politics thing I said"),
+    ("you don't need my number plate, get rid of it", "my number plate"),
+    ("scrap the emigration plan from your notes, nothing's decided", "the emigration plan"),
+    ("You don't need a loop here.", None),
+    ("Can you not use semicolons?", None),
+    ("Don't store how the files are laid out in git.", None),  # no user's thing told
     # Review: ordinary chat and coding requests
     ("Never mind the weather, where does my sister live?", None),  # another subject
     ("Forget Rust, what's the best way to learn Go?", None),

@@ -40,24 +40,27 @@ _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|r
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
          r"i['’]?d\s+like\s+you\s+to\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?")
 _KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|know|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
-_FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
+_FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
                 rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}|(?:would|do)\s+you\s+mind\s+not\s+{_KEEP}")
-_KEEP_VERB = r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind"
-_DELETE_VERB = r"delete|erase|remove|drop|scratch|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
+_KEEP_VERB = (r"(?:don['’]?t|do\s+not|not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind|"
+              r"(?:you\s+)?don['’]?t\s+need(?:\s+to\s+(?:know|keep|remember|store))?")
+_DELETE_VERB = r"delete|erase|remove|drop|scratch|scrap|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
 _ASIDE_VERB = r"ignore|disregard"
-_FRAMED = (r"(?:(?:that|this),?\s+(?:bit\s+|part\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
+_FRAMED = (r"(?:(?:that|this),?\s+(?:bit\s+|part\s+|thing\s+|stuff\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
     rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB}))\s+"
     rf"(?:(?P<framed>{_FRAMED})\s+|(?:about|that)\s+)?"
-    r"(?P<what>.+?)(?P<from_memory>\s+(?:from|out\s+of|in)\s+(?:your\s+)?memory)?[\s,]*(?:,?\s*please)?[.!?]*$",
+    r"(?P<what>.+?)[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
 )
+# Where the thing is kept: "... from memory", "... on file" (it is what was told).
+_IN_MEMORY = re.compile(r"\s+(?:(?:from|out\s+of|in)\s+(?:your\s+)?(?:memory|notes)|on\s+(?:file|record))$", re.I)
 # A clause after a comma that gives a reason, not more of what to forget ("..., I'd rather you didn't store it").
 _REASON = re.compile(r",\s*(?:(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|we|since|because|as|so|it\s+is)\b.*|"
-                     r"(?:please\s+)?(?:forget|delete|remove|erase|drop)\s+(?:it|that|this)\W*(?:please\W*)?)$", re.I)
+                     r"(?:please\s+)?(?:forget|delete|remove|erase|drop|scrap|scratch|get\s+rid\s+of)\s+(?:it|that|this)\W*(?:please\W*)?)$", re.I)
 # A clause after a comma that asks or tells something else: the user changes the subject
 # ("Never mind the weather, where does my sister live?", "Forget Rust, what's the best way to learn Go?").
 _NEXT_TOPIC = re.compile(r"^(?:what|where|who|whom|whose|when|why|how|which|can|could|would|will|do|does|did|is|are|"
@@ -66,7 +69,9 @@ _NEXT_TOPIC = re.compile(r"^(?:what|where|who|whom|whose|when|why|how|which|can|
 # the photo", "my virtualenv and recreate it".
 _PLACE = re.compile(r"\s(?:in|into|on|at|inside|under|from|and|then)\s", re.I)
 # What is said of a thing, not the thing: "the cat diet thing", "that stuff about ...".
-_THING = re.compile(r"\b(?:thing|things|stuff|bit|part)$", re.I)
+_THING = re.compile(r"\b(?:thing|things|stuff|bit|part)(?:\s+(?:that\s+)?i\s+(?:said|mentioned|told\s+you|wrote))?$", re.I)
+# A question word opens what is told about the user ("Don't store where my kid goes to school."): framed.
+_TOLD = re.compile(r"^(?:where|what|who|when|how|which)\s", re.I)
 _LONGEST = 400  # characters: a retraction is a sentence; the pattern stays quick on anything longer
 
 
@@ -87,9 +92,12 @@ def retraction(text: str) -> str | None:
         return None
     what, _, rest = m.group("what").partition(",")
     what = what.strip(" ,.")
+    in_memory = _IN_MEMORY.search(what)
+    what = what[: in_memory.start()] if in_memory else what
     if _NEXT_TOPIC.match(rest.strip()) or (rest and text.endswith("?")):
         return None  # "Never mind the weather, where does my sister live?": another subject
-    framed = bool(m.group("framed") or m.group("from_memory") or _THING.search(what))
+    told = _TOLD.match(what) and _USER & set(words(what))  # "where my kid goes to school", not "how the files are laid out"
+    framed = bool(m.group("framed") or in_memory or _THING.search(what) or told)
     own = _opens_with_my(what) and not _PLACE.search(what)  # "my phone number", no "from the photo"
     if m.group("delete") and not (framed or own):
         return None  # "Remove my cat from the photo.", "Drop the users table."
