@@ -290,6 +290,29 @@ def test_a_change_told_by_its_verb():
     assert not supersedes("I have been self-employed since 2022.", "My job title is data analyst.", 0.5, 0.4)
 
 
+def test_who_holds_a_relation_is_the_users_fact():
+    # A fifth set's fit half: "My line manager is X" says who the user's manager is, so "I report
+    # to Y now" updates it (the relation's slot: "report" / "manager"); a kinship fact needs a name
+    assert holders("My line manager is Rebecca Stroud, she's great.") == frozenset()
+    assert holders("My partner's name is Sam.") == frozenset()
+    assert holders("My sister is called Anna.") == frozenset()
+    assert holders("My mother is French.") == {"mother"}  # not who: what she is
+    assert holders("My sister lives in Lyon.") == {"sister"}
+    assert supersedes("Big reshuffle at work. I report to Daniel Okafor now.", "My line manager is Rebecca Stroud.", 0.36, 0.4)
+    assert supersedes("Registered with a new practice, my doctor's a Dr Lindqvist now.", "My GP is Dr Patel.", 0.49, 0.4)
+    # ... and only a fact that names the relation's slot: not "The apartment below us is for sale."
+    assert not supersedes("The building was sold, my landlord is now Mrs. Bakker.", "The apartment below us is for sale.", 0.54, 0.4)
+
+
+def test_a_words_stem_counts_half_as_a_shared_word():
+    # "iPhone" / "phone", "renews" / "renewal": the extra cosine for no shared word halved (0.45, not 0.5)
+    old = "My car insurance is with Admiral, renews in January."
+    assert supersedes("Renewal quote was a joke, so I went with Aviva this year.", old, 0.48, 0.4)
+    assert not supersedes("Renewal quote was a joke, so I went with Aviva this year.", "My gym membership renews in April.", 0.41, 0.4)
+    assert supersedes("I switched to a Pixel 8, my old phone's battery was dead.", "I use an iPhone 12.", 0.47, 0.4)
+    assert not supersedes("I switched to a Pixel 8, my old phone's battery was dead.", "I use an iPhone 12.", 0.44, 0.4)
+
+
 def test_restates():
     assert restates("I moved to Porto last month.", "I live in Porto.")  # the same value
     assert restates("I cycle to work now instead of taking the train.", "I cycle to work.")  # every content word
