@@ -596,3 +596,30 @@ def test_update_rules_from_a_fourth_sets_fit_half():
     assert supersedes("Arjun's latest plan is astronaut, apparently.", "My son Arjun wants to be a vet.", 0.49, 0.4)
     assert holders("My father-in-law Gerald drives a taxi.") == {"father-in-law"}  # not the father
     assert not supersedes("My father-in-law retired.", "My father is a pilot.", 0.6, 0.4)
+
+
+def test_a_question_that_finds_an_old_fact_and_its_update_gets_the_newer_one():
+    # Updates the store did not link when told (their cosine under the threshold) still win when one
+    # question finds both: the newer says a change of the same thing; a change of another thing, or a
+    # trip ("I went to primary school in Zwolle."), takes nothing.
+    from mlotspark.memory.semantic.records import Entry, Hit
+    from mlotspark.memory.semantic.search import newest_of_alike
+
+    def hits(*texts):
+        return [Hit(Entry(id=i, text=t, created=float(i)), 0.5, 0.5, 0.0) for i, t in enumerate(texts)]
+
+    def kept(*texts, cosine=0.3):
+        return [h.entry.text for h in newest_of_alike(hits(*texts), lambda a, b: cosine, 0.4)]
+
+    assert kept("I bank with Barclays.", "Moved my current account to Monzo.", cosine=0.45) == ["Moved my current account to Monzo."]
+    assert kept("I bank with Barclays.", "Moved my current account to Monzo.", cosine=0.44) == [
+        "I bank with Barclays.", "Moved my current account to Monzo."]  # no shared word: 0.45 needed
+    assert kept("I see my therapist on Wednesdays.", "I switched my therapy to Fridays.") == [
+        "I switched my therapy to Fridays."]  # a shared stem
+    assert kept("I now run 10 kilometres every morning.", "I cycle to work now instead of taking the train.", cosine=0.46) == [
+        "I now run 10 kilometres every morning.", "I cycle to work now instead of taking the train."]  # it replaced the train
+    assert kept("I grew up in Bergen.", "I went to primary school in Zwolle.", cosine=0.6) == [
+        "I grew up in Bergen.", "I went to primary school in Zwolle."]
+    assert kept("My son plays hockey.", "My daughter switched to tennis.", cosine=0.6) == [
+        "My son plays hockey.", "My daughter switched to tennis."]  # another holder
+    assert kept("I speak Dutch.", "I started Portuguese too.", cosine=0.7) == ["I speak Dutch.", "I started Portuguese too."]

@@ -73,6 +73,18 @@ class VectorIndex:
             self._mat = self._mat[: self._n][keep].copy()
             self._n = kept
 
+    def vectors_of(self, entry_ids: list[int]) -> dict[int, np.ndarray]:
+        """The stored unit vectors of ``entry_ids`` (those that have one).
+
+        Args:
+            entry_ids: entry ids.
+
+        Returns:
+            id -> (dim,) vector.
+        """
+        where = np.flatnonzero(np.isin(self._ids[: self._n], np.asarray(entry_ids, dtype=np.int64)))
+        return {int(self._ids[j]): self._mat[j] for j in where}
+
     def similarities(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Cosine similarity of ``vec`` to every stored vector.
 

@@ -34,7 +34,7 @@ from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.lexical import lexical_scores
 from mlotspark.memory.semantic.prompt import format_memory_section
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, Hit, entry_from_row
-from mlotspark.memory.semantic.updates import named, name_tokens
+from mlotspark.memory.semantic.updates import named, name_tokens, replaces_alike
 
 DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
 MAX_NAMES = 16  # capitalised words of one message looked up by ``names_someone``
@@ -125,6 +125,21 @@ def names_someone(conn: sqlite3.Connection, query: str) -> bool:
     return False
 
 
+def newest_of_alike(hits: list[Hit], cosine: Callable[[int, int], float], threshold: float) -> list[Hit]:
+    """``hits`` without an older entry that a newer hit of the same question replaces
+    (``updates.replaces_alike``): an update the store did not link when it was told ("Moved my
+    current account to Monzo." beside "I bank with Barclays.") still wins when asked about.
+
+    Args:
+        hits: one query's hits.
+        cosine: two entries' vectors' similarity, by id.
+        threshold: the calibration's ``supersede`` threshold.
+    """
+    return [h for h in hits
+            if not any(o.entry.created > h.entry.created
+                       and replaces_alike(o.entry.text, h.entry.text, cosine(o.id, h.id), threshold) for o in hits)]
+
+
 def choose_for_prompt(
     hits: list[Hit], top_k: int, margin: float, token_budget: int, count: Callable[[str], int], header: str,
     days: bool = False,
@@ -158,4 +173,4 @@ def choose_for_prompt(
     return chosen
 
 
-__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "names_someone", "search_entries"]
+__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "names_someone", "newest_of_alike", "search_entries"]

@@ -55,7 +55,7 @@ from mlotspark.memory.semantic.records import (
     check_unit,
     entry_from_row,
 )
-from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, search_entries  # noqa: F401 (re-exported)
+from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, newest_of_alike, search_entries  # noqa: F401 (re-exported)
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import embed_import, export_entries, not_own_file, read_import, restore_marks
 from mlotspark.memory.semantic.retractions import may_take, named_entry, retraction, things_named
@@ -432,8 +432,8 @@ class SemanticStore:
         Takes hits in score order while the whole section (``format_memory_section``
         of the chosen hits, header included, with their days when ``query`` asks when)
         stays within ``token_budget``; a hit
-        that does not fit is skipped and a shorter one after it may still fit.
-        The chosen ids become ``stats()["last_retrieval"]``.
+        that does not fit is skipped and a shorter one after it may still fit; an older hit a newer
+        one replaces is left out (``search.newest_of_alike``). The chosen ids become ``stats()["last_retrieval"]``.
 
         Args:
             query: the user's new message.
@@ -455,7 +455,10 @@ class SemanticStore:
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
         hits = self._search(query, 3 * top_k, threshold) if top_k else []
-        chosen = choose_for_prompt(hits, top_k, self.calibration.margin, token_budget, count, header, asks_when(query))
+        vecs = self._vectors().vectors_of([h.id for h in hits]) if len(hits) > 1 else {}
+        alike = newest_of_alike(hits, lambda a, b: float(vecs[a] @ vecs[b]) if a in vecs and b in vecs else 0.0,
+                                self.calibration.supersede)
+        chosen = choose_for_prompt(alike, top_k, self.calibration.margin, token_budget, count, header, asks_when(query))
         self._searches += 1
         self._hits += bool(chosen)
         self._last_retrieval = [h.id for h in chosen]

@@ -348,12 +348,16 @@ def _has(text_words: list[str], cues: frozenset[str]) -> bool:
 def _says_change(text_words: list[str], cues: frozenset[str]) -> bool:
     """A cue of change, not one of a plan: "My daughter wants to become a vet." and "I'd like to
     move to Porto." change nothing yet."""
-    return any((w in cues and (i == 0 or text_words[i - 1] != "to"))
+    return any((w in cues and (i == 0 or text_words[i - 1] != "to")
+                and not (w in _GONE and text_words[i + 1 : i + 2] and text_words[i + 1] in _WHERE_TO))
                or (w in ("up", "down") and i > 0 and text_words[i - 1] in _GO)  # "Salary's going up to 61k"
                for i, w in enumerate(text_words))
 
 
 _GO = frozenset("go goes going went gone put bumped".split())
+# "went vegan" is a change, "went to primary school in Zwolle" a trip or a past.
+_GONE = frozenset("went gone".split())
+_WHERE_TO = frozenset("to on for out home through into in".split())  # not "went back", "went with Aviva"
 
 
 _NEGATIONS = frozenset("not no never nor".split())
@@ -418,6 +422,51 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     return same_words and bool(vn - vo) and bool(vo - vn)
 
 
+def replaces_alike(new: str, old: str, cosine: float, threshold: float) -> bool:
+    """Whether ``new`` replaces ``old`` when one question finds both (``search.newest_of_alike``):
+    the question says they are about one thing, so ``supersedes``' cosine threshold is not asked,
+    only that ``new`` says a change ("Moved my current account to Monzo." and "I bank with
+    Barclays." both answer "Where do I keep my money?"), of the same holder, is no addition, and
+    shares a word or stem with ``old`` or scores ``NO_OVERLAP / 2`` over the threshold ("I went
+    fully vegan this year." is not about "Lately my favourite food has become ramen.", 0.38).
+
+    Args:
+        new: the newer entry's text.
+        old: the older entry's text.
+        cosine: their vectors' similarity (0 when one has none).
+        threshold: the calibration's ``supersede`` threshold.
+
+    Returns:
+        True when ``old`` should give way to ``new``.
+    """
+    hn, ho = _holders_by_name(new, old)
+    new_w, old_w = words(new), words(old)
+    if hn != ho or not ((_personal(new_w) or hn) and (_personal(old_w) or ho)):
+        return False
+    if not _says_change(new_w, UPDATE_CUES | CHANGE_WORDS):
+        return False
+    if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
+        return False
+    if not {w for w in new_w if w not in _FILLER} - set(old_w) or _other_things(new_w, old_w):
+        return False  # nothing new, or two "my <thing>"s
+    if not (_share(new_w, old_w) or _akin(new_w, old_w) or cosine >= threshold + NO_OVERLAP / 2):
+        return False
+    replaced = _replaced(new_w)  # "I cycle to work now instead of taking the train." replaces no run
+    if replaced and not (_share(replaced, old_w) or _akin(replaced, old_w)):
+        return False
+    fn, fo = frame(new), frame(old)
+    return fn is None or fo is None or fn == fo
+
+
+def _replaced(text_words: list[str]) -> list[str]:
+    """The content words of what a fact says it replaces ("... instead of taking the train" ->
+    ["taking", "train"]; "rather than"), or [] when it names none."""
+    for i in range(len(text_words) - 1):
+        if (text_words[i], text_words[i + 1]) in (("instead", "of"), ("rather", "than")):
+            return [w for w in text_words[i + 2 : i + 6] if w not in _FILLER]
+    return []
+
+
 def _other_things(new_w: list[str], old_w: list[str]) -> bool:
     """Whether both open with "my <thing>" (or both "our") and each thing is missing from the other
     sentence ("Our team moved to building F." may still update "My office is in building C.")."""
@@ -461,4 +510,5 @@ def _values(text: str) -> list[str]:
     return out
 
 
-__all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "names_its_thing", "RELATIONS", "UPDATE_CUES", "frame", "holders", "restates", "subject", "supersedes"]
+__all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "names_its_thing", "RELATIONS", "UPDATE_CUES", "frame", "holders",
+           "replaces_alike", "restates", "subject", "supersedes"]
