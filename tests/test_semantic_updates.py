@@ -623,3 +623,12 @@ def test_a_question_that_finds_an_old_fact_and_its_update_gets_the_newer_one():
     assert kept("My son plays hockey.", "My daughter switched to tennis.", cosine=0.6) == [
         "My son plays hockey.", "My daughter switched to tennis."]  # another holder
     assert kept("I speak Dutch.", "I started Portuguese too.", cosine=0.7) == ["I speak Dutch.", "I started Portuguese too."]
+
+
+def test_a_turn_keeps_a_change_the_user_made_though_it_updates_nothing_yet(store):
+    # "Switched to oat milk." updates no entry here, but says a change made: kept, so a later question
+    # that finds it beside the older fact gets it; chat with a weak cue or a plan keeps nothing.
+    assert [store.get(i).text for i in learn_turn(store, "Switched to oat milk.").remembered] == ["Switched to oat milk."]
+    for chat in ("I have to go now, talk later.", "My bad, I pasted the wrong snippet.", "I might move to Spain someday.",
+                 "I need a name for my new project."):
+        assert learn_turn(store, chat).remembered == [], chat

