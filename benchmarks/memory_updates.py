@@ -162,7 +162,9 @@ def end_to_end(model: str, bg: list[str], ups: list[dict], home: Path, emb_name:
             good = u["new_key"].lower() in text and u["old_key"].lower() not in text
             ok += good
             used = [engine.memory.get(j).text for j in r.stats.extra["memory"]["used"]]
-            injected += u["new"] in used
+            # The newer fact among what was injected: its key in an injected entry (a turn stores the
+            # sentence that says it, tidied, not the turn's whole text that ``u["new"]`` holds).
+            injected += any(u["new_key"].lower() in t.lower() for t in used)
             rows.append({"question": u["question"], "ok": good, "reply": r.text, "injected": used})
         return {"model": model, "embedder": engine.memory.embedder.name, "n": len(ups), "tell": tell,
                 "reply_has_newer_only": ok / len(ups), "newer_injected": injected / len(ups), "rows": rows}
