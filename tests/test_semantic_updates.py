@@ -222,6 +222,13 @@ def test_a_turn_applies_retractions_then_facts(store):
     ("You don't need a loop here.", None),
     ("Can you not use semicolons?", None),
     ("Don't store how the files are laid out in git.", None),  # no user's thing told
+    # Review: "not remember" / "don't need" only when framed or told to go; a wh-clause frames for memory verbs only
+    ("Can you not remember my name?", None),  # a complaint
+    ("You don't need my API key to run this.", None),
+    ("Ignore how my code is formatted.", None),
+    ("Remove what I added to the README.", None),
+    ("Delete the duplicate rows on file.", None),
+    ("Remove the TODO items in notes.", None),
     # Review: ordinary chat and coding requests
     ("Never mind the weather, where does my sister live?", None),  # another subject
     ("Forget Rust, what's the best way to learn Go?", None),
@@ -614,8 +621,20 @@ def test_a_question_that_finds_an_old_fact_and_its_update_gets_the_newer_one():
     assert kept("I bank with Barclays.", "Moved my current account to Monzo.", cosine=0.45) == ["Moved my current account to Monzo."]
     assert kept("I bank with Barclays.", "Moved my current account to Monzo.", cosine=0.44) == [
         "I bank with Barclays.", "Moved my current account to Monzo."]  # no shared word: 0.45 needed
-    assert kept("I see my therapist on Wednesdays.", "I switched my therapy to Fridays.") == [
-        "I switched my therapy to Fridays."]  # a shared stem
+    assert kept("I smoke about 10 a day.", "I quit smoking now.", cosine=0.35) == ["I quit smoking now."]  # a shared stem
+    assert kept("I smoke about 10 a day.", "I quit smoking now.", cosine=0.3) == [
+        "I smoke about 10 a day.", "I quit smoking now."]  # under the threshold less CUE_SLACK
+    # What both are about is no shared attribute: a dog's name is not what a neutering changed
+    assert kept("My dog is called Rex.", "My dog just got neutered, so now I put him on a diet.", cosine=0.4) == [
+        "My dog is called Rex.", "My dog just got neutered, so now I put him on a diet."]
+    assert kept("My sister is a nurse.", "My sister just got a new dog.", cosine=0.5) == [
+        "My sister is a nurse.", "My sister just got a new dog."]  # "new" says no change of her job
+    # The newer takes the older's place and score (never the older out and the newer left behind)
+    got = newest_of_alike([Hit(Entry(id=0, text="I bank with Barclays.", created=0.0), 0.6, 0.6, 0.0),
+                           Hit(Entry(id=1, text="My cat is called Tom.", created=1.0), 0.5, 0.5, 0.0),
+                           Hit(Entry(id=2, text="Moved my current account to Monzo.", created=2.0), 0.4, 0.4, 0.0)],
+                          lambda a, b: 0.5 if {a, b} == {0, 2} else 0.1, 0.4)
+    assert [(h.id, h.score) for h in got] == [(2, 0.6), (1, 0.5)]
     assert kept("I now run 10 kilometres every morning.", "I cycle to work now instead of taking the train.", cosine=0.46) == [
         "I now run 10 kilometres every morning.", "I cycle to work now instead of taking the train."]  # it replaced the train
     assert kept("I grew up in Bergen.", "I went to primary school in Zwolle.", cosine=0.6) == [
@@ -624,11 +643,3 @@ def test_a_question_that_finds_an_old_fact_and_its_update_gets_the_newer_one():
         "My son plays hockey.", "My daughter switched to tennis."]  # another holder
     assert kept("I speak Dutch.", "I started Portuguese too.", cosine=0.7) == ["I speak Dutch.", "I started Portuguese too."]
 
-
-def test_a_turn_keeps_a_change_the_user_made_though_it_updates_nothing_yet(store):
-    # "Switched to oat milk." updates no entry here, but says a change made: kept, so a later question
-    # that finds it beside the older fact gets it; chat with a weak cue or a plan keeps nothing.
-    assert [store.get(i).text for i in learn_turn(store, "Switched to oat milk.").remembered] == ["Switched to oat milk."]
-    for chat in ("I have to go now, talk later.", "My bad, I pasted the wrong snippet.", "I might move to Spain someday.",
-                 "I need a name for my new project."):
-        assert learn_turn(store, chat).remembered == [], chat

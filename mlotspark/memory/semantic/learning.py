@@ -4,8 +4,7 @@
 (``SemanticStore.retract``); the turn's lasting statements (``extract_facts``) are
 remembered, and a newer one about the same thing supersedes the older entry
 (``updates.py``); any other statement of the turn is remembered when it would supersede
-one (``SemanticStore.would_update``: updates are mostly said as chat), or says a change made
-("Switched to oat milk.", ``updates.says_change_made``). Retractions go
+one (``SemanticStore.would_update``: updates are mostly said as chat). Retractions go
 first, so "Forget that I live in Ghent. I live in Porto." leaves only Porto.
 """
 
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 from mlotspark.memory.semantic.facts import extract_facts, sentences, statements
 from mlotspark.memory.semantic.records import Entry
 from mlotspark.memory.semantic.retractions import retraction
-from mlotspark.memory.semantic.updates import may_update, says_change_made
+from mlotspark.memory.semantic.updates import may_update
 
 
 @dataclass
@@ -69,7 +68,7 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
     said = [s for s in statements(user_text)
             if s not in facts and retraction(s) is None and (may_update(s) or store.names_someone(s))]
     for s, replaced in zip(said, store.would_update(said)):
-        if replaced or says_change_made(s):  # judged on the store as the turn found it (one batched embedding)
+        if replaced:  # judged on the store as the turn found it (one batched embedding)
             out.keep(store.tell(s, source="turn", conversation=conversation))
     return out
 

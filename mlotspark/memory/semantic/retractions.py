@@ -30,7 +30,8 @@ RETRACT_TIE = 0.04
 # - "don't keep / store", "never mind": something of the user's ("Don't keep my street name.")
 #   or framed as what was said; "Don't store passwords in plain text." and "Don't keep my key
 #   in the repo." are advice ("don't save" is left out: "Don't save my changes.");
-# - "remove", "drop", "delete", "scratch": what is framed as what was said ("the bit about ...",
+# - "can you not remember", "you don't need": only what is framed, or told to go ("..., get rid of it");
+# - "remove", "drop", "delete", "scratch", "scrap": what is framed as what was said ("the bit about ...",
 #   "what I told you about ...", "... from memory") or a bare thing of the user's ("Remove my
 #   phone number."), not one somewhere else or with more to do ("Remove my cat from the photo.",
 #   "Delete my virtualenv and recreate it."); "ignore", "disregard": only what is framed
@@ -40,24 +41,33 @@ _LEAD = (r"(?:(?:please|ok|okay|so|and|also|oh|ugh|hmm|actually|wait|hey|um|uh|r
          r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|you\s+(?:can|may|should)\s+|"
          r"i['’]?d\s+like\s+you\s+to\s+|i\s+(?:want|need)\s+you\s+to\s+)?(?:please\s+)?")
 _KEEP = r"(?:remember|remembering|keep|keeping|store|storing|save|saving|know|hold\s+on\s+to|keep(?:ing)?\s+track\s+of)"
-_FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
+_FORGET_VERB = (r"forget|(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:remember|remembering|keep(?:ing)?\s+track\s+of)|"
                 rf"i['’]?d\s+(?:prefer|rather)\s+(?:that\s+)?you\s+(?:not|didn['’]?t|did\s+not|don['’]?t)\s+{_KEEP}|"
                 rf"i\s+don['’]?t\s+want\s+you\s+to\s+{_KEEP}|(?:would|do)\s+you\s+mind\s+not\s+{_KEEP}")
-_KEEP_VERB = (r"(?:don['’]?t|do\s+not|not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind|"
-              r"(?:you\s+)?don['’]?t\s+need(?:\s+to\s+(?:know|keep|remember|store))?")
+_KEEP_VERB = r"(?:don['’]?t|do\s+not|no\s+need\s+to|stop|never)\s+(?:keep|keeping|store|storing|hold\s+on\s+to)|never\s+mind"
+# Unsure of being about memory at all: "Can you not remember my name?" is a complaint, "You don't
+# need my API key to run this." a remark; a retraction only when framed as what was said ("the
+# mental health stuff I mentioned") or told to go ("you don't need my number plate, get rid of it").
+_UNSURE_VERB = r"not\s+(?:remember|keep|store)|(?:you\s+)?don['’]?t\s+need(?:\s+to\s+(?:know|keep|remember|store))?"
 _DELETE_VERB = r"delete|erase|remove|drop|scratch|scrap|wipe|get\s+rid\s+of|throw\s+(?:away|out)"
 _ASIDE_VERB = r"ignore|disregard"
 _FRAMED = (r"(?:(?:that|this),?\s+(?:bit\s+|part\s+|thing\s+|stuff\s+)?about|what\s+i\s+(?:said|told\s+you|mentioned|wrote)"
            r"(?:\s+(?:about|regarding|of))?|the\s+fact\s+that|(?:everything|anything|all)\s+(?:you\s+know\s+)?about|"
            r"the\s+(?:bit|part|note|notes|thing|stuff|info|information|detail|details|line)\s+(?:about|on|regarding))")
 _RETRACT = re.compile(
-    rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB}))\s+"
+    rf"^{_LEAD}(?:(?P<forget>{_FORGET_VERB})|(?P<keep>{_KEEP_VERB})|(?P<delete>{_DELETE_VERB})|(?P<aside>{_ASIDE_VERB})|"
+    rf"(?P<unsure>{_UNSURE_VERB}))\s+"
     rf"(?:(?P<framed>{_FRAMED})\s+|(?:about|that)\s+)?"
     r"(?P<what>.+?)[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
 )
 # Where the thing is kept: "... from memory", "... on file" (it is what was told).
-_IN_MEMORY = re.compile(r"\s+(?:(?:from|out\s+of|in)\s+(?:your\s+)?(?:memory|notes)|on\s+(?:file|record))$", re.I)
+_IN_MEMORY = re.compile(r"\s+(?:(?:from|out\s+of|in)\s+(?:your\s+)?memory|(?:from|in)\s+your\s+notes)$", re.I)
+# Kept where: said of the thing, no frame ("Don't keep my address on file." names "my address").
+_ON_FILE = re.compile(r"\s+on\s+(?:file|record)$", re.I)
+# Told to go: "..., get rid of it", "..., please delete it".
+_DELETE_IT = re.compile(r",\s*(?:please\s+)?(?:forget|delete|remove|erase|drop|scrap|scratch|get\s+rid\s+of)\s+(?:it|that|this)\W*"
+                        r"(?:please\W*)?$", re.I)
 # A clause after a comma that gives a reason, not more of what to forget ("..., I'd rather you didn't store it").
 _REASON = re.compile(r",\s*(?:(?:i|i['’]\w+|it|it['’]s|that['’]s|he|she|they|we|since|because|as|so|it\s+is)\b.*|"
                      r"(?:please\s+)?(?:forget|delete|remove|erase|drop|scrap|scratch|get\s+rid\s+of)\s+(?:it|that|this)\W*(?:please\W*)?)$", re.I)
@@ -94,10 +104,16 @@ def retraction(text: str) -> str | None:
     what = what.strip(" ,.")
     in_memory = _IN_MEMORY.search(what)
     what = what[: in_memory.start()] if in_memory else what
+    what = _ON_FILE.sub("", what)
     if _NEXT_TOPIC.match(rest.strip()) or (rest and text.endswith("?")):
         return None  # "Never mind the weather, where does my sister live?": another subject
-    told = _TOLD.match(what) and _USER & set(words(what))  # "where my kid goes to school", not "how the files are laid out"
-    framed = bool(m.group("framed") or in_memory or _THING.search(what) or told)
+    framed = bool(m.group("framed") or in_memory or _THING.search(what))
+    if m.group("unsure") and not (framed or _DELETE_IT.search(text)):
+        return None  # "Can you not remember my name?", "You don't need my API key to run this."
+    # A wh-clause about the user is what was told, for the verbs that speak of memory ("Don't store
+    # where my kid goes to school."); "Ignore how my code is formatted." is about the code.
+    told = (m.group("forget") or m.group("keep")) and _TOLD.match(what) and _USER & set(words(what))
+    framed = framed or bool(told)
     own = _opens_with_my(what) and not _PLACE.search(what)  # "my phone number", no "from the photo"
     if m.group("delete") and not (framed or own):
         return None  # "Remove my cat from the photo.", "Drop the users table."

@@ -21,6 +21,7 @@ Sentence embedders' thresholds depend on whether the message is about the user
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 from typing import Callable
@@ -126,18 +127,31 @@ def names_someone(conn: sqlite3.Connection, query: str) -> bool:
 
 
 def newest_of_alike(hits: list[Hit], cosine: Callable[[int, int], float], threshold: float) -> list[Hit]:
-    """``hits`` without an older entry that a newer hit of the same question replaces
-    (``updates.replaces_alike``): an update the store did not link when it was told ("Moved my
-    current account to Monzo." beside "I bank with Barclays.") still wins when asked about.
+    """``hits`` with an older entry that a newer hit of the same question replaces
+    (``updates.replaces_alike``) given way to it: the newer takes the older's place and score, as a
+    superseded entry lends its score (``search_entries``). So an update the store did not link when
+    it was told ("Moved my current account to Monzo." beside "I bank with Barclays.") still wins
+    when asked about, and the older is never left out without the newer coming in.
 
     Args:
-        hits: one query's hits.
+        hits: one query's hits, best first.
         cosine: two entries' vectors' similarity, by id.
         threshold: the calibration's ``supersede`` threshold.
     """
-    return [h for h in hits
-            if not any(o.entry.created > h.entry.created
-                       and replaces_alike(o.entry.text, h.entry.text, cosine(o.id, h.id), threshold) for o in hits)]
+    def successor(h: Hit) -> Hit | None:
+        newer = [o for o in hits if o.entry.created > h.entry.created
+                 and replaces_alike(o.entry.text, h.entry.text, cosine(o.id, h.id), threshold)]
+        return max(newer, key=lambda o: o.entry.created) if newer else None
+
+    out: list[Hit] = []
+    for h in hits:
+        now, seen = h, {h.id}
+        while (nxt := successor(now)) is not None and nxt.id not in seen:  # the newest of a chain
+            now = nxt
+            seen.add(now.id)
+        if all(o.id != now.id for o in out):
+            out.append(now if now is h else dataclasses.replace(now, score=max(now.score, h.score)))
+    return out
 
 
 def choose_for_prompt(

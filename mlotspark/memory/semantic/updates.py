@@ -295,40 +295,33 @@ def _slots(text_words: list[str]) -> set[str]:
     return {"slot:" + SLOT_WORDS[w] if w in SLOT_WORDS else w for w in text_words if w in SLOT_WORDS or w not in _FILLER}
 
 
-STEM = 5  # letters two content words share at their start to count as akin ("therapist" / "therapy")
-
-
 def _share(new_w: list[str], old_w: list[str]) -> bool:
     """Whether two facts share a content word, or a word's slot (``_slots``)."""
     return bool(_slots(new_w) & _slots(old_w))
 
 
+_SUFFIXES = ("ists", "ist", "ings", "ing", "als", "al", "ers", "er", "ed", "es", "s", "y", "e")
+
+
+def _stem(word: str) -> str:
+    """``word`` without one common ending, keeping four letters at least ("therapist", "therapy"
+    -> "therap"; "renewal", "renews" -> "renew"; "smoking", "smoke" -> "smok")."""
+    for end in _SUFFIXES:
+        if word.endswith(end) and len(word) - len(end) >= 4:
+            return word[: -len(end)]
+    return word
+
+
 def _akin(new_w: list[str], old_w: list[str]) -> bool:
-    """Whether two facts share a word's stem: one content word's first ``STEM`` letters start the
-    other ("therapist" / "therapy", "renews" / "renewal"), or one ends the other ("iPhone" /
-    "phone"). Weaker than a shared word ("flight" / "flights" in two trips): it lowers the extra
-    cosine of ``NO_OVERLAP`` by half only."""
+    """Whether two facts share a word's stem (``_stem``: "therapist" / "therapy", "renews" /
+    "renewal"), or one content word of five letters or more ends another ("iPhone" / "phone"; not
+    "notebook" / "book", nor "internet" / "interview"). Weaker than a shared word ("flight" /
+    "flights" in two trips): it lowers the extra cosine of ``NO_OVERLAP`` by half only."""
     a = {w for w in _slots(new_w) if len(w) >= 4 and w.isalpha()}
     b = {w for w in _slots(old_w) if len(w) >= 4 and w.isalpha()}
-    return any((x[:STEM] == y[:STEM] and min(len(x), len(y)) >= STEM) or x.endswith(y) or y.endswith(x)
-               for x in a for y in b)
-
-
-# Cues that say a change happened by themselves ("Switched to oat milk.", "Day 40 since I quit."),
-# not the weak ones that also fill chat ("I have to go now", "my new project", "the wrong snippet").
-_DONE_CUES = UPDATE_CUES - frozenset(
-    "now new newly wrong sorry mistake correction corrected actually change move switch become days currently latest".split())
-# A change not yet made: "I might move to Spain someday."
-_NOT_YET = frozenset("might may could would will want wants plan planning thinking if maybe should".split())
-
-
-def says_change_made(text: str) -> bool:
-    """Whether a statement of the user's says a change was made ("Switched to oat milk.", "Sold the
-    old car to my nephew and bought a used Mazda."): kept from a turn though it updates no entry
-    yet (``learning.learn_turn``), so a later question that finds it beside the older fact gets
-    it (``replaces_alike``). On the memory benchmarks' 253 chat and unrelated texts: none."""
-    toks = words(text)
-    return _personal(toks) and _says_change(toks, _DONE_CUES) and not _has(toks, _NOT_YET)
+    stems = {_stem(w) for w in a}
+    return bool(stems & {_stem(w) for w in b}) or any(
+        (x.endswith(y) and len(y) >= 5) or (y.endswith(x) and len(x) >= 5) for x in a for y in b)
 
 
 def may_update(text: str) -> bool:
@@ -441,11 +434,13 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
 
 def replaces_alike(new: str, old: str, cosine: float, threshold: float) -> bool:
     """Whether ``new`` replaces ``old`` when one question finds both (``search.newest_of_alike``):
-    the question says they are about one thing, so ``supersedes``' cosine threshold is not asked,
-    only that ``new`` says a change ("Moved my current account to Monzo." and "I bank with
-    Barclays." both answer "Where do I keep my money?"), of the same holder, is no addition, and
-    shares a word or stem with ``old`` or scores ``NO_OVERLAP / 2`` over the threshold ("I went
-    fully vegan this year." is not about "Lately my favourite food has become ramen.", 0.38).
+    the question says they are about one thing, so ``supersedes``' threshold is relaxed by
+    ``CUE_SLACK`` as for a said change: ``new`` says a change in a word of ``UPDATE_CUES`` ("new"
+    aside: "My sister just got a new dog." changes nothing of "My sister is a nurse."), of the same
+    holder, is no addition, and shares a word with ``old`` besides what both are about (the
+    holder's or the "my <thing>"'s word: "My dog is called Rex." / "My dog just got neutered.") or a
+    stem, or scores ``NO_OVERLAP / 2`` over the threshold; and it does not say it replaced something
+    else ("I cycle to work now instead of taking the train." replaces no run).
 
     Args:
         new: the newer entry's text.
@@ -456,23 +451,37 @@ def replaces_alike(new: str, old: str, cosine: float, threshold: float) -> bool:
     Returns:
         True when ``old`` should give way to ``new``.
     """
+    if cosine < threshold - CUE_SLACK:
+        return False
     hn, ho = _holders_by_name(new, old)
     new_w, old_w = words(new), words(old)
     if hn != ho or not ((_personal(new_w) or hn) and (_personal(old_w) or ho)):
         return False
-    if not _says_change(new_w, UPDATE_CUES | CHANGE_WORDS):
+    if not _says_change(new_w, UPDATE_CUES - {"new", "newly"}):
         return False
     if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
         return False
     if not {w for w in new_w if w not in _FILLER} - set(old_w) or _other_things(new_w, old_w):
         return False  # nothing new, or two "my <thing>"s
-    if not (_share(new_w, old_w) or _akin(new_w, old_w) or cosine >= threshold + NO_OVERLAP / 2):
+    ids = _identified(new) | _identified(old)
+    about = _about(new_w, ids) | _about(old_w, ids)  # what both are about is no evidence of one attribute
+    nw, ow = [w for w in new_w if w not in about], [w for w in old_w if w not in about]
+    if not (_share(nw, ow) or _akin(nw, ow) or cosine >= threshold + NO_OVERLAP / 2):
         return False
-    replaced = _replaced(new_w)  # "I cycle to work now instead of taking the train." replaces no run
+    replaced = _replaced(new_w)
     if replaced and not (_share(replaced, old_w) or _akin(replaced, old_w)):
         return False
     fn, fo = frame(new), frame(old)
     return fn is None or fo is None or fn == fo
+
+
+def _about(text_words: list[str], identified: set[str]) -> set[str]:
+    """The words saying whom or what a fact is about: relations, and the word after "my"/"our";
+    not a relation whose holder a fact names ("My line manager is Rebecca Stroud.": who the
+    manager is, the attribute "I report to Daniel now." changes)."""
+    out = {w for w in text_words if w in RELATIONS and w not in identified}
+    out |= {text_words[i + 1] for i, w in enumerate(text_words[:-1]) if w in ("my", "our")}
+    return out
 
 
 def _replaced(text_words: list[str]) -> list[str]:
@@ -528,4 +537,4 @@ def _values(text: str) -> list[str]:
 
 
 __all__ = ["ADDITION_CUES", "CHANGE_WORDS", "CUE_SLACK", "names_its_thing", "RELATIONS", "UPDATE_CUES", "frame", "holders",
-           "replaces_alike", "restates", "says_change_made", "subject", "supersedes"]
+           "replaces_alike", "restates", "subject", "supersedes"]
