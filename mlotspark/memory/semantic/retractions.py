@@ -61,7 +61,7 @@ _RETRACT = re.compile(
     r"(?P<what>.+?)[\s,]*(?:,?\s*please)?[.!?]*$",
     re.I,
 )
-# Where the thing is kept: "... from memory", "... on file" (it is what was told).
+# Where the thing is kept, a frame of what was told: "... from memory", "... from your notes".
 _IN_MEMORY = re.compile(r"\s+(?:(?:from|out\s+of|in)\s+(?:your\s+)?memory|(?:from|in)\s+your\s+notes)$", re.I)
 # Kept where: said of the thing, no frame ("Don't keep my address on file." names "my address").
 _ON_FILE = re.compile(r"\s+on\s+(?:file|record)$", re.I)

@@ -432,8 +432,8 @@ class SemanticStore:
         Takes hits in score order while the whole section (``format_memory_section``
         of the chosen hits, header included, with their days when ``query`` asks when)
         stays within ``token_budget``; a hit
-        that does not fit is skipped and a shorter one after it may still fit; an older hit a newer
-        one replaces is left out (``search.newest_of_alike``). The chosen ids become ``stats()["last_retrieval"]``.
+        that does not fit is skipped and a shorter one after it may still fit; an older hit gives way
+        to a newer one that replaces it (``search.newest_of_alike``). The chosen ids become ``stats()["last_retrieval"]``.
 
         Args:
             query: the user's new message.

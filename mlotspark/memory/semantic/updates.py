@@ -64,7 +64,9 @@ favourites at 0.34-0.39 and takes none).
 Round 5, from the fit half of a fifth set (``memory_updates_round5.json``, written by a helper
 who read none of this): who holds a relation is the user's own fact ("My line manager is Rebecca
 Stroud." is changed by "I report to Daniel Okafor now.", ``_identified``), changed only by a fact
-that names the relation's slot; a word's stem is half a shared word ("iPhone" / "phone", ``_akin``).
+that names the relation's slot; a word's stem is half a shared word ("iPhone" / "phone", ``_akin``);
+and a question that finds an entry and a newer one saying a change of it gets the newer
+(``replaces_alike``, with the question standing for part of the evidence the threshold gives).
 Fitted on the fit half of ``benchmarks/data/memory_updates.json`` (written before
 these rules) in a store that also holds the 420 facts and notes of the retrieval
 eval (``benchmarks/memory_updates.py``; figures in ``benchmarks/figures/semantic.md``).
