@@ -380,6 +380,18 @@ def _negated(text_words: list[str]) -> bool:
     return _has(text_words, _NEGATIONS)
 
 
+def _one_holder(new: str, old: str, new_w: list[str], old_w: list[str]) -> bool:
+    """Whether two facts are about the same holder, each the user's or the user's people's (a named
+    relative's fact is: "Ruben graduated." beside "My nephew Ruben ...")."""
+    hn, ho = _holders_by_name(new, old)
+    return hn == ho and (_personal(new_w) or bool(hn)) and (_personal(old_w) or bool(ho))
+
+
+def _adds(new_w: list[str]) -> bool:
+    """Whether a fact says it is an addition ("also", "too", "another"), with no word of update."""
+    return _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"})
+
+
 def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     """Whether ``new`` replaces ``old`` (the rules of the module docstring).
 
@@ -392,19 +404,14 @@ def supersedes(new: str, old: str, cosine: float, threshold: float) -> bool:
     Returns:
         True when ``new`` is an update of ``old``.
     """
-    if cosine < threshold - CUE_SLACK:
-        return False
-    hn, ho = _holders_by_name(new, old)
-    if hn != ho:
-        return False
     new_w, old_w = words(new), words(old)
-    if not ((_personal(new_w) or hn) and (_personal(old_w) or ho)):
-        return False  # a named relative's fact is the user's own people's ("Ruben graduated.")
+    if cosine < threshold - CUE_SLACK or not _one_holder(new, old, new_w, old_w):
+        return False
     if (_identified(new) or _identified(old)) and not _share(new_w, old_w):
         return False  # who holds a relation changes only a fact that names it ("my landlord is now ...")
     if cosine < threshold and not (_says_change(new_w, UPDATE_CUES) and _share(new_w, old_w)):
         return False  # under the threshold only a said change of a thing both name
-    if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
+    if _adds(new_w):
         return False
     new_content = {w for w in new_w if w not in _FILLER}
     old_content = {w for w in old_w if w not in _FILLER}
@@ -453,15 +460,10 @@ def replaces_alike(new: str, old: str, cosine: float, threshold: float) -> bool:
     Returns:
         True when ``old`` should give way to ``new``.
     """
-    if cosine < threshold - CUE_SLACK:
-        return False
-    hn, ho = _holders_by_name(new, old)
     new_w, old_w = words(new), words(old)
-    if hn != ho or not ((_personal(new_w) or hn) and (_personal(old_w) or ho)):
+    if cosine < threshold - CUE_SLACK or not _one_holder(new, old, new_w, old_w):
         return False
-    if not _says_change(new_w, UPDATE_CUES - {"new", "newly"}):
-        return False
-    if _has(new_w, ADDITION_CUES) and not _has(new_w, UPDATE_CUES - {"new"}):
+    if not _says_change(new_w, UPDATE_CUES - {"new", "newly"}) or _adds(new_w):
         return False
     if not {w for w in new_w if w not in _FILLER} - set(old_w) or _other_things(new_w, old_w):
         return False  # nothing new, or two "my <thing>"s
