@@ -15,6 +15,27 @@ import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
 from model_cache import MODEL_CACHE  # noqa: E402  (a module of its own: see there)
 
 
+def pytest_configure(config):
+    # Module- and session-scoped fixtures load models before a test's own home is set
+    # (``_isolated_home``): without a home of the run's, they wrote the user's ~/.mlotspark
+    # (its models_used.json listed pytest's temporary models in ``mlotspark list``).
+    import shutil
+    import tempfile
+
+    config._mlotspark_home = tempfile.mkdtemp(prefix="mlotspark-test-home-")
+    config._mlotspark_home_before = os.environ.get("MLOTSPARK_HOME")
+    os.environ["MLOTSPARK_HOME"] = config._mlotspark_home
+    config.add_cleanup(lambda: shutil.rmtree(config._mlotspark_home, ignore_errors=True))
+
+
+def pytest_unconfigure(config):
+    before = getattr(config, "_mlotspark_home_before", None)
+    if before is None:
+        os.environ.pop("MLOTSPARK_HOME", None)
+    else:
+        os.environ["MLOTSPARK_HOME"] = before
+
+
 @pytest.fixture(autouse=True)
 def _seeded_random():
     # Tests draw random inputs; a fixed seed per test makes a failure repeat instead of
