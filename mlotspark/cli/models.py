@@ -14,8 +14,9 @@ from mlotspark.cli.distributed import add_distributed_args
 def run_pull(args: argparse.Namespace) -> int:
     from mlotspark.models import bundles, catalogue
 
-    if args.list:
-        print(catalogue.format_models())
+    if args.list:  # the chat models, then the sentence embedders `pull` also fetches
+        rows = catalogue.list_models() + [bundles.bundle_status(name) for name in bundles.BUNDLES]
+        print(catalogue.format_models(rows))
         return 0
     if args.model in bundles.BUNDLES:  # the sentence embedder: a zip of files, not one GGUF
         path = bundles.pull(args.model, progress=True, force=args.force)
@@ -139,7 +140,8 @@ def register(sub: Any) -> None:
     p.add_argument("--force", action="store_true",
                    help="check the sha256 of an alias already on disk and fetch it again if it differs; "
                         "for a Hugging Face repo id, ask the hub for changed files")
-    p.add_argument("--list", action="store_true", help="list the catalogue with sizes and which models are present")
+    p.add_argument("--list", action="store_true", help="list the catalogue (chat models and the sentence embedders of semantic "
+                                                        "memory) with download sizes and which are present")
     p.set_defaults(func=run_pull)
 
     p = sub.add_parser("list", help="models on disk: pulled, opened by path before, in the Hugging Face cache",

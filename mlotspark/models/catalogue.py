@@ -302,7 +302,8 @@ def format_models(rows: list[dict[str, Any]] | None = None) -> str:
     for r in rows:
         mark = "*" if r.get("default") else " "
         state = "pulled " if r["pulled"] else "missing"
-        lines.append(f"{mark} {r['name']:<{width}}  {state}  {r['size'] / 1e6:8.1f} MB  {r['path']}")
+        kind = "  (sentence embedder)" if r.get("kind") == "bundle" else ""
+        lines.append(f"{mark} {r['name']:<{width}}  {state}  {r['size'] / 1e6:8.1f} MB  {r['path']}{kind}")
     return "\n".join(lines)
 
 
