@@ -328,6 +328,8 @@ def test_memory_cli(capsys, tmp_path):
     assert main(["memory", "forget", str(hits[0]["id"])]) == 0
     assert main(["memory", "forget", "999"]) == 2
     assert "999" in capsys.readouterr().err
+    assert main(["memory", "search", "  "]) == 2
+    assert "invalid query '  '" in capsys.readouterr().err
     assert main(["memory", "import", str(out)]) == 0
     assert main(["memory", "list", "--json"]) == 0
     texts = [x["text"] for x in json.loads(capsys.readouterr().out.split("\n", 1)[1])]

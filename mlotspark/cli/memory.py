@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
                 if not entries:
                     print("(memory is empty)")
         elif action == "search":
+            if not args.query.strip():  # the store finds nothing for it; a user typed no query
+                raise OptionError(f"invalid query {args.query!r}: use a non-empty text")
             # Below the floor the semantic tier uses for recall, a hit is noise: shown with --all only.
             # The floor: the lowest score at which the active embedder's memory is ever injected.
             cal = store.calibration
