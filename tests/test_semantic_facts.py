@@ -111,3 +111,44 @@ def test_long_paste_yields_only_explicit_requests():
     story = " ".join(f"I walked to village number {i}." for i in range(30))
     assert extract_facts(story) == []
     assert extract_facts(story + " Remember that my sister is Ilse.") == ["My sister is Ilse."]
+
+
+def test_a_fact_longer_than_an_entry_may_be_is_not_kept_and_the_turn_keeps_the_rest(tmp_path):
+    """Found by fuzzing learn_turn: "Remember that" and a 3,000-character blob passed the word count
+    (few words) and the store refused it, which dropped the turn's later facts."""
+    from mlotspark.memory.semantic import HashingEmbedder, SemanticStore, learn_turn
+    from mlotspark.memory.semantic.facts import statements
+    from mlotspark.memory.semantic.records import MAX_TEXT_CHARS
+
+    blob = "Remember that I like " + "x" * 3000 + "."
+    assert extract_facts(blob) == [] and statements("I like " + "y" * 3000 + ".") == []
+    fits = "Remember that I like " + "x" * (MAX_TEXT_CHARS - 100) + "."
+    assert len(extract_facts(fits)) == 1
+    store = SemanticStore(tmp_path / "m.db", embedder=HashingEmbedder())
+    # (a turn that long is a paste: only what it asks to remember is kept)
+    learned = learn_turn(store, blob + "\nRemember that my cat is called Mochi.", "c")
+    assert [store.get(i).text for i in learned.remembered] == ["My cat is called Mochi."]
+
+
+def test_any_text_a_user_types_is_learned_from_and_searched_without_an_error(tmp_path):
+    """Property: a turn's learning and the next turn's retrieval never raise on any text (a
+    20,000-example run of this found only the blob above)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from mlotspark.memory.semantic import HashingEmbedder, SemanticStore, format_memory_section, learn_turn
+
+    store = SemanticStore(tmp_path / "m.db", HashingEmbedder())
+    for t in ("I live in Utrecht.", "My cat is called Mochi.", "My sister is Ilse."):
+        store.remember(t)
+    words = st.sampled_from("I my forget remember that the live in moved now not cat Mochi . , ! ? ' \" ` "
+                            "today 2019 you delete drop about".split(" ") + ["\n", " ", "x" * 2100])
+    texts = st.one_of(st.text(max_size=200), st.lists(st.one_of(words, st.text(max_size=5)), max_size=30).map(" ".join))
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(texts)
+    def turn(text):
+        learn_turn(store, text, "c")
+        format_memory_section(store.retrieve_for_prompt(text), days=True)
+
+    turn()

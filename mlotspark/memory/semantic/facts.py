@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 
 from mlotspark.memory.semantic.events import is_event
+from mlotspark.memory.semantic.records import MAX_TEXT_CHARS
 from mlotspark.memory.semantic.retractions import retraction
 from mlotspark.memory.semantic.text import normalize
 from mlotspark.memory.semantic.updates import UPDATE_CUES
@@ -373,7 +374,7 @@ def statements(user_text: str) -> list[str]:
         low, _ = _tokens(s)
         if MIN_WORDS <= len(low) <= MAX_WORDS and low[0] not in _QUESTION_START | _HYPOTHETICAL_START | _COMMANDS:
             out.setdefault(_tidy(s), None)
-    return [s for s in out if s]
+    return [s for s in out if s and len(s) <= MAX_TEXT_CHARS]
 
 
 def extract_facts(user_text: str) -> list[str]:
@@ -410,7 +411,9 @@ def extract_facts(user_text: str) -> list[str]:
         fact = _fact_in(s)
         if fact:
             facts.setdefault(_tidy(fact), None)
-    return [f for f in facts if f]
+    # A "sentence" of few words can still be longer than an entry may be ("Remember that " and a
+    # pasted blob): the store would refuse it, and with it the rest of the turn's facts.
+    return [f for f in facts if f and len(f) <= MAX_TEXT_CHARS]
 
 
 def _fact_in(sentence: str) -> str | None:
