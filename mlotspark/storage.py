@@ -251,6 +251,8 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
     except (OSError, ValueError) as e:
         raise StoreError(f"cannot read {path}: {e}") from e
+    except RecursionError:  # "[[[[..." 100,000 deep: json's parser recurses per level
+        raise StoreError(f"cannot read {path}: JSON nested too deeply") from None
 
 
 class ReadOnlyWarning(UserWarning):

@@ -275,6 +275,19 @@ def test_import_accepts_strings_and_rejects_bad_files_whole(store, tmp_path):
         store.import_json(tmp_path / "missing.json")
     with pytest.raises(OptionError, match="own file"):
         store.export_json(store.path)
+    # A user's audit: a time no calendar shows made every later `memory list` fail; JSON nested
+    # 100,000 deep raised RecursionError instead of this one-line error.
+    for created in (1e308, -1e12):
+        bad.write_text(json.dumps({"entries": [{"text": "I own a boat.", "created": created}]}))
+        with pytest.raises(StoreError, match=r"entries\[0\].*between 1900 and 9999"):
+            store.import_json(bad)
+    loop = [{"id": 1, "text": "I live in Ghent.", "superseded_by": 2}, {"id": 2, "text": "I live in Lyon.", "superseded_by": 1}]
+    bad.write_text(json.dumps({"entries": loop}))
+    with pytest.raises(StoreError, match="superseded in a loop"):
+        store.import_json(bad)
+    bad.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(StoreError, match="nested too deeply"):
+        store.import_json(bad)
     assert sorted(e.text for e in store.list()) == ["I live in Ghent.", "I speak Dutch."]
 
 

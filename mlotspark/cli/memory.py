@@ -31,7 +31,10 @@ def _entry_dict(e: Any) -> dict:
 
 
 def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+    except (OverflowError, OSError, ValueError):  # a time no calendar shows (written before imports checked it)
+        return "?"
 
 
 def _line(e: Any, score: float | None = None, successor_forgotten: bool = False) -> str:

@@ -162,11 +162,20 @@ def check_entry(
         raise OptionError(f"invalid memory meta {meta!r}: not JSON-serialisable ({e})") from e
     if len(meta_json.encode("utf-8")) > MAX_META_BYTES:
         raise OptionError(f"memory meta is {len(meta_json)} bytes of JSON; at most {MAX_META_BYTES}")
-    if created is None:
-        created = time.time()
-    if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
-        raise OptionError(f"invalid created time {created!r}: use a Unix time")
-    return NewEntry(text, source, conversation, meta_json, float(created))
+    created = check_time(time.time() if created is None else created, "created time")
+    return NewEntry(text, source, conversation, meta_json, created)
+
+
+# Times an entry may carry: 1900 to 9999 (an imported 1e308 had made every `memory list` fail).
+_EARLIEST, _LATEST = -2_208_988_800.0, 253_402_300_799.0
+
+
+def check_time(value: Any, name: str) -> float:
+    """``value`` as a Unix time between 1900 and 9999, or ``OptionError`` naming it."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not _EARLIEST <= value <= _LATEST):
+        raise OptionError(f"invalid {name} {value!r}: use a Unix time between 1900 and 9999")
+    return float(value)
 
 
 def export_document(entries: list[Entry]) -> dict[str, Any]:
@@ -232,13 +241,20 @@ def parse_import(path: Path, doc: Any) -> list[NewEntry]:
             if ref is not None and ref in refs:
                 raise OptionError(f"id {ref} is used twice in the file")
             by = None if by is None else check_int(by, "superseded_by")
-            if when is not None and (isinstance(when, bool) or not isinstance(when, (int, float))
-                                     or not math.isfinite(when)):
-                raise OptionError(f"invalid superseded time {when!r}: use a Unix time")
+            when = None if when is None else check_time(when, "superseded time")
             if ref is not None:
                 refs.add(ref)
-                new = replace(new, ref=ref, superseded_by=by, superseded=None if when is None else float(when))
+                new = replace(new, ref=ref, superseded_by=by, superseded=when)
             parsed.append(new)
         except OptionError as e:
             raise StoreError(f"cannot import {path}: entries[{i}]: {e}") from e
+    # A loop of updates ("1 superseded by 2", "2 superseded by 1") would leave no value current.
+    by_ref = {e.ref: e.superseded_by for e in parsed if e.ref is not None}
+    for start in by_ref:
+        seen, ref = set(), start
+        while ref in by_ref and by_ref[ref] is not None:
+            if ref in seen:
+                raise StoreError(f"cannot import {path}: entry {start} is superseded in a loop ({sorted(seen)})")
+            seen.add(ref)
+            ref = by_ref[ref]
     return parsed
