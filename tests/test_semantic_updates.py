@@ -60,6 +60,22 @@ def test_a_retraction_about_the_user_takes_no_entry_about_someone_else(store):
     assert [e.id for e in store.retract("Forget that Kevin at work is leaving.", threshold=0.0)] == [kevin]
 
 
+def test_a_retraction_naming_a_value_no_entry_holds_deletes_nothing(store):
+    # A user's audit (2026-11-29): in a store of a few entries the best match stands alone, so the
+    # score rules took "My cat is called Luna." for "Forget that my cat is called Mochi."
+    luna = store.remember("My cat is called Luna.")
+    home = store.remember("I live in Utrecht.")
+    assert store.retract("Forget that my cat is called Mochi.", threshold=0.0) == []
+    assert store.retract("Forget that I live in Berlin.", threshold=0.0) == []
+    assert store.retract("Forget that my cat Tom is 3.", threshold=0.0) == []
+    assert store.get(luna) is not None and store.get(home) is not None
+    assert [e.id for e in store.retract("Forget that my cat is called Luna.")] == [luna]
+    assert [e.id for e in store.retract("Please forget where I live.")] == [home]
+    # a relation said as a name is no value: "Mum's" names the mother
+    mother = store.remember("My mother has a cat called Tom.")
+    assert [e.id for e in store.retract("Forget what I said about Mum's cat.", threshold=0.0)] == [mother]
+
+
 def test_a_retraction_of_two_things_takes_each(store):
     cat = store.remember("My cat is called Mochi.")
     dog = store.remember("My dog is called Rex.")

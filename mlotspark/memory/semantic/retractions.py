@@ -16,6 +16,7 @@ import re
 from typing import Callable, Sequence
 
 from mlotspark.memory.semantic.text import STOPWORDS, content_words, words
+from mlotspark.memory.semantic.updates import RELATIONS
 
 RETRACT_SLACK = 0.07  # a retraction's best match may score this far under the threshold ...
 RETRACT_APART = 0.1  # ... when it is this far above the next entry
@@ -139,11 +140,38 @@ def things_named(what: str) -> list[str]:
 _USER = frozenset("i me my mine myself we us our ours ourselves".split())
 
 
+_TOKEN = re.compile(r"[\w'’-]+")
+_PRONOUN_I = frozenset(("I", "I'm", "I've", "I'd", "I'll", "I’m", "I’ve", "I’d", "I’ll"))
+
+
+def values_named(what: str) -> set[str]:
+    """The names and numbers a retraction names, as words: "my cat is called Mochi" -> {"mochi"},
+    "my salary of 50,000" -> {"50", "000"}; "I", function words that open it ("My ...") and a relation
+    said as a name ("Mum's diagnosis") are none."""
+    out: set[str] = set()
+    for tok in _TOKEN.findall(what):
+        if any(c.isdigit() for c in tok) or (tok[:1].isupper() and tok not in _PRONOUN_I
+                                              and words(tok)[0] not in STOPWORDS | RELATIONS):  # "Mum's" is no name
+            out.update(w for w in words(tok) if w != "s")  # "Jean-Luc's" -> jean, luc
+    return out
+
+
 def may_take(what: str, entry: str) -> bool:
-    """Whether a retraction naming ``what`` may delete ``entry``: one about the user's own things
-    ("me handing in my notice") takes no entry that says nothing of the user ("Kevin from accounting
-    is leaving the company.") unless they share a word. Found on the third update set's fit half,
-    where that entry went instead of a fact the turn had never stored."""
+    """Whether a retraction naming ``what`` may delete ``entry``.
+
+    - A name or a number it names must be in the entry (a number's digits, however grouped):
+      "Forget that my cat is called Mochi." takes no "My cat is called Luna.", "Forget that I live
+      in Berlin." no "I live in Utrecht." (in a store of a few entries the best match stands alone,
+      so the score rules let it go: a user's audit found both). A name typed in lower case is not
+      told from other words.
+    - One about the user's own things ("me handing in my notice") takes no entry that says nothing
+      of the user ("Kevin from accounting is leaving the company.") unless they share a word. Found
+      on the third update set's fit half, where that entry went instead of a fact the turn had never
+      stored.
+    """
+    entry_words, digits = set(words(entry)), re.sub(r"\D", "", entry)
+    if any(v not in entry_words and not (v.isdigit() and v in digits) for v in values_named(what)):
+        return False
     if not _USER & set(words(what)) or _USER & set(words(entry)):
         return True
     return bool(set(content_words(what)) & set(content_words(entry)))
