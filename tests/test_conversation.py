@@ -63,6 +63,11 @@ def test_private_files_and_names_that_cannot_escape(engines, tiny_loaded, _isola
     for bad in ["../escape", "/etc/passwd", ".hidden", "a/b", "..", "", "x" * 200, "tab\there"]:
         with pytest.raises(OptionError, match="conversation name"):
             e.conversation(bad)
+    # a message no encoder can take is refused before the turn starts, the history untouched
+    for text in ("hi \ud800", "\udfff"):
+        with pytest.raises(OptionError, match="lone surrogate"):
+            e.conversation("safe").send(text, **OPTS)
+    assert len(e.conversation("safe").messages) == 2
     for path in _isolated_home.rglob("*"):
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), path

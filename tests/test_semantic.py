@@ -285,6 +285,11 @@ def test_import_accepts_strings_and_rejects_bad_files_whole(store, tmp_path):
     bad.write_text(json.dumps({"entries": loop}))
     with pytest.raises(StoreError, match="superseded in a loop"):
         store.import_json(bad)
+    for query in ("\ud800", "hi \udfff"):  # a lone surrogate reached a sentence embedder's tokenizer (TypeError)
+        with pytest.raises(OptionError, match="lone surrogate"):
+            store.search(query)
+        with pytest.raises(OptionError, match="lone surrogate"):
+            store.retrieve_for_prompt(query)
     bad.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(StoreError, match="nested too deeply"):
         store.import_json(bad)

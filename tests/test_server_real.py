@@ -219,6 +219,17 @@ def test_a_named_conversation_continues_from_its_warm_cache(server, model_id):
     assert r2.usage.prompt_tokens_details.cached_tokens >= r1.usage.prompt_tokens
 
 
+def test_a_named_conversation_refuses_a_lone_surrogate_with_a_400(server, model_id):
+    # A user's audit: with a conversation and a sentence embedder pulled the message reached the
+    # embedder's tokenizer and came back a 500 (TypeError); this home has the hashing fallback, so
+    # the store's own check is tested in test_semantic.py, the turn's in test_conversation.py.
+    for head in ({"X-Mlotspark-Conversation": "odd-text"}, {}):
+        body = json.dumps({"model": model_id, "messages": [{"role": "user", "content": "hi \ud800"}], "max_tokens": 4})
+        r = httpx.post(server.url + "/v1/chat/completions", timeout=60, content=body.encode(),  # "\\ud800" escaped
+                       headers={**head, "Content-Type": "application/json"})
+        assert r.status_code == 400 and "lone surrogate" in r.json()["error"]["message"], r.text
+
+
 def test_tools_on_a_template_without_tool_support_are_a_400_naming_tools(server, model_id):
     tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
     for stream in (False, True):

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.memory.kv_state import cache_block_bytes, cache_kind, cache_nbytes, cache_offset, trim_to
 from mlotspark.errors import OptionError, SnapshotError, StoreError
+from mlotspark.options import check_text
 from mlotspark.conversations.host import ConversationHost
 from mlotspark.runtime.generation import Generation
 from mlotspark.results import GenerationResult, GenerationStats
@@ -263,6 +264,7 @@ class Conversation:
     def _turns(self, text: str, options: dict) -> Iterator[str]:
         if not isinstance(text, str) or not text.strip():
             raise OptionError(f"invalid message {text!r}: use a non-empty string")
+        check_text(text, "message")  # a lone surrogate: refused here, not as a TypeError in the embedder
         self._mutex.acquire()
         self.files.lock.__enter__()
         turn = None

@@ -28,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from mlotspark.errors import OptionError
+from mlotspark.options import check_text
 from mlotspark.memory.semantic.calibration import Calibration
 from mlotspark.memory.semantic.embedding import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
@@ -70,8 +70,7 @@ def search_entries(
     Returns:
         The hits.
     """
-    if not isinstance(query, str):
-        raise OptionError(f"invalid memory query {query!r}: use a string")
+    check_text(query, "memory query")  # not a string, or a lone surrogate the embedder cannot take
     if k == 0 or not query.strip():
         return []
     replaced = replaced or {}

@@ -32,6 +32,7 @@ import numpy as np
 from mlotspark import steps
 from mlotspark.errors import OptionError
 from mlotspark.storage import FileLock
+from mlotspark.options import check_text
 from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, guarded as _guarded, open_database, sidecar
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
@@ -449,8 +450,7 @@ class SemanticStore:
             The chosen hits, best first; pass them to ``format_memory_section``.
         """
         top_k = check_int(top_k, "top_k")
-        if not isinstance(query, str):
-            raise OptionError(f"invalid memory query {query!r}: use a string")
+        check_text(query, "memory query")
         threshold = self.threshold_for(query) if threshold is None else check_unit(threshold, "threshold")
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
