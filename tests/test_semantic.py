@@ -189,6 +189,24 @@ def test_dedupe_returns_existing_id(store):
     assert store.remember("My sister's name is Ilse.") != store.remember("My sister's name is Ilsa.")
     assert len(store) == 7
     assert store.stats()["deduplicated"] == 3
+    # A user's audit: symbols carry meaning, and texts with no word shared are no near duplicates
+    # (an encoder maps emoji, or two long unknown words, alike)
+    ids = [store.remember(t) for t in ("😀😀😀", "🐱", "I like 🍣", "I like 🍕", "z" * 1999, "y" * 1999)]
+    assert len(set(ids)) == 6 and store.remember("i like 🍣!") == ids[2]
+
+
+def test_near_duplicates_need_a_shared_word_and_the_same_symbols(tmp_path):
+    class Same:  # one vector for every text, as an encoder gives unknown tokens alike
+        name, dim = "same", 4
+
+        def embed(self, texts):
+            return np.ones((len(texts), 4), np.float32) / 2
+
+    with SemanticStore(tmp_path / "m.db", Same()) as s:
+        first = s.remember("I like sushi 🍣.")
+        assert s.remember("I really like sushi 🍣") == first  # same words, same symbol: a near duplicate
+        assert s.remember("I like sushi 🍕.") != first
+        assert s.remember("z" * 1999) != s.remember("y" * 1999)
 
 
 def test_remember_keeps_source_conversation_and_meta(store):

@@ -65,19 +65,26 @@ def content_words(text: str) -> list[str]:
     return [w for w in words(text) if w not in STOPWORDS]
 
 
+def symbols(text: str) -> list[str]:
+    """The symbols of ``text`` (emoji, currency and maths signs: Unicode's S* categories), in order:
+    they carry meaning ("I like 🍣" is not "I like 🍕") where punctuation does not."""
+    return [c for c in normalize(text) if unicodedata.category(c)[0] == "S"]
+
+
 def dedupe_key(text: str) -> str:
     """The key under which two texts count as the same entry.
 
     Case, punctuation, whitespace and Unicode forms are ignored, so "I live in
-    Ghent." and "i live in ghent" share one key.
+    Ghent." and "i live in ghent" share one key; symbols are not ("I like 🍣" and
+    "I like 🍕", "🐱" and "😀😀" had shared one key, the second add lost).
 
     Args:
         text: an entry's text.
 
     Returns:
-        The words of ``text`` joined by single spaces.
+        The words of ``text``, then its symbols, joined by single spaces.
     """
-    return " ".join(words(text))
+    return " ".join(words(text) + symbols(text))  # a text without symbols keeps the key it had
 
 
 def fts_query(text: str, max_terms: int = 32) -> list[str]:
