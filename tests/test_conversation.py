@@ -335,6 +335,7 @@ def test_memory_cli(capsys, tmp_path):
     assert "999" in capsys.readouterr().err
     assert main(["memory", "search", "  "]) == 2
     assert "invalid query '  '" in capsys.readouterr().err
+    assert main(["memory", "export", ""]) == 2 and "invalid file ''" in capsys.readouterr().err
     assert main(["memory", "import", str(out)]) == 0
     assert main(["memory", "list", "--json"]) == 0
     texts = [x["text"] for x in json.loads(capsys.readouterr().out.split("\n", 1)[1])]

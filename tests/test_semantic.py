@@ -195,6 +195,35 @@ def test_dedupe_returns_existing_id(store):
     assert len(set(ids)) == 6 and store.remember("i like 🍣!") == ids[2]
 
 
+def test_export_writes_through_a_link_a_pipe_and_a_device(store, tmp_path):
+    # A user's audit: export replaced whatever was at the path by rename, so a FIFO's reader got
+    # nothing and /dev/full (as root, /dev/null too) became a regular file.
+    import os
+    import stat
+    import threading
+
+    store.remember("I live in Ghent.")
+    real = tmp_path / "real.json"
+    real.write_text("[]")
+    (tmp_path / "link.json").symlink_to(real)
+    assert store.export_json(tmp_path / "link.json") == 1
+    assert (tmp_path / "link.json").is_symlink() and "Ghent" in real.read_text()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    assert store.export_json(fifo) == 1
+    reader.join(10)
+    assert "Ghent" in got[0] and stat.S_ISFIFO(fifo.stat().st_mode)
+    if Path("/dev/null").exists() and stat.S_ISCHR(os.stat("/dev/null").st_mode):
+        assert store.export_json(Path("/dev/null")) == 1
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    if Path("/dev/full").exists():  # Linux: a full disk is a one-line error
+        with pytest.raises(StoreError, match="cannot write /dev/full"):
+            store.export_json(Path("/dev/full"))
+
+
 def test_near_duplicates_need_a_shared_word_and_the_same_symbols(tmp_path):
     class Same:  # one vector for every text, as an encoder gives unknown tokens alike
         name, dim = "same", 4

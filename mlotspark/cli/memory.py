@@ -136,7 +136,11 @@ def run(args: argparse.Namespace) -> int:
         elif action == "forget":
             forget(store, args.ids)
         elif action == "export":
+            if not args.file.strip():
+                raise OptionError(f"invalid file {args.file!r}: name a file, or - for stdout")
             if args.file == "-":  # to stdout, for a pipe: the count goes to stderr
+                if sys.stdout is None:  # started with stdout closed (">&-")
+                    raise OptionError("cannot export to stdout: it is closed")
                 with _scratch_file() as tmp:
                     n = store.export_json(tmp)
                     sys.stdout.write(tmp.read_text(encoding="utf-8"))
@@ -145,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
                 n = store.export_json(Path(args.file))
                 print(f"{n} entries written to {args.file}")
         elif action == "import":
+            if not args.file.strip():
+                raise OptionError(f"invalid file {args.file!r}: name a file, or - for stdin")
             if args.file == "-":  # from stdin: checked and added as a file is
                 with _scratch_file() as tmp:
                     tmp.write_text(sys.stdin.read(), encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -35,7 +36,17 @@ def export_entries(conn: sqlite3.Connection, path: Path) -> int:
     finally:
         conn.execute("COMMIT")
     entries = [entry_from_row(r) for r in rows]
-    write_json(path, export_document(entries))
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)  # a link's file, not the link
+    if target.exists() and not target.is_file() and not target.is_dir():
+        # A device or a pipe ("memory export /dev/stdout", a FIFO): written through. Replacing it by
+        # rename, as a file is, had turned /dev/full and a FIFO into regular files.
+        try:
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(json.dumps(export_document(entries), indent=2, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise StoreError(f"cannot write {path}: {e.strerror or e}") from e
+    else:
+        write_json(target, export_document(entries))
     return len(entries)
 
 
