@@ -230,6 +230,18 @@ def test_a_named_conversation_refuses_a_lone_surrogate_with_a_400(server, model_
         assert r.status_code == 400 and "lone surrogate" in r.json()["error"]["message"], r.text
 
 
+def test_a_conversation_header_in_utf8_is_read_as_written(server, model_id):
+    # HTTP decodes header bytes as Latin-1: the refusal of "Ärzte" (names are ASCII) had shown
+    # "Ã\x84rzte"; an empty name in the body is a 400 that shows it
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                   headers={"X-Mlotspark-Conversation": "Ärzte notes".encode()},
+                   json={"model": model_id, "messages": [{"role": "user", "content": "Hi."}], "max_tokens": 2})
+    assert r.status_code == 400 and "'Ärzte notes'" in r.json()["error"]["message"], r.text
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=60,
+                   json={"model": model_id, "messages": [{"role": "user", "content": "Hi."}], "conversation": ""})
+    assert r.status_code == 400 and "got ''" in r.json()["error"]["message"]
+
+
 def test_tools_on_a_template_without_tool_support_are_a_400_naming_tools(server, model_id):
     tool = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
     for stream in (False, True):

@@ -51,6 +51,17 @@ from mlotspark.server.schemas import APIError, ParsedRequest, parse_chat, parse_
 CONVERSATION_HEADER = "x-mlotspark-conversation"
 
 
+def _utf8(value: str | None) -> str | None:
+    """A header as the client wrote it: HTTP decodes header bytes as Latin-1, so a UTF-8 name
+    ("Ärzte", an emoji) arrived as mojibake in the reply's error."""
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
 def build(state: Any) -> list[Route]:
     """The routes for a :class:`~mlotspark.server.app.ServerState`."""
 
@@ -58,7 +69,7 @@ def build(state: Any) -> list[Route]:
         t0 = time.perf_counter()
         endpoint = request.url.path
         body = await read_json(request)
-        header = request.headers.get(CONVERSATION_HEADER)
+        header = _utf8(request.headers.get(CONVERSATION_HEADER))
         if header and kind == "chat" and isinstance(body, dict) and body.get("conversation") is None:
             body = {**body, "conversation": header}
         job = await start_job(state, body, parse_chat if kind == "chat" else parse_completion)
