@@ -336,6 +336,9 @@ def test_memory_cli(capsys, tmp_path):
     assert main(["memory", "search", "  "]) == 2
     assert "invalid query '  '" in capsys.readouterr().err
     assert main(["memory", "export", ""]) == 2 and "invalid file ''" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # past int64: the range it may take, starting at 1 (it had said 0)
+        main(["memory", "search", "x", "-k", "99999999999999999999"])
+    assert "must be from 1 to 9223372036854775807" in capsys.readouterr().err
     assert main(["memory", "import", str(out)]) == 0
     assert main(["memory", "list", "--json"]) == 0
     texts = [x["text"] for x in json.loads(capsys.readouterr().out.split("\n", 1)[1])]

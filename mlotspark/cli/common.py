@@ -28,13 +28,17 @@ def note(text: str) -> None:
     print(f"mlotspark: note: {text}", file=sys.stderr)
 
 
+_INT_MAX = 2**63 - 1  # SQLite's and the stores' largest integer
+
+
 def _int_at_least(text: str, low: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if v < low:
-        raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+    if not low <= v <= _INT_MAX:  # past int64 the library's own check named a range starting at 0
+        raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}" if v < low
+                                         else f"must be from {low} to {_INT_MAX}, got {v}")
     return v
 
 
