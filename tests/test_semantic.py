@@ -193,6 +193,11 @@ def test_dedupe_returns_existing_id(store):
     # (an encoder maps emoji, or two long unknown words, alike)
     ids = [store.remember(t) for t in ("😀😀😀", "🐱", "I like 🍣", "I like 🍕", "z" * 1999, "y" * 1999)]
     assert len(set(ids)) == 6 and store.remember("i like 🍣!") == ids[2]
+    # NUL and other control characters are no part of a fact (they were stored verbatim)
+    pin = store.remember("My PIN is \x00 1234.\x07")
+    assert store.get(pin).text == "My PIN is   1234."
+    with pytest.raises(OptionError, match="non-empty"):
+        store.remember("\x00\x00")
 
 
 def test_export_writes_through_a_link_a_pipe_and_a_device(store, tmp_path):

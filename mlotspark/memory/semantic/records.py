@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.options import check_text
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 MAX_TEXT_CHARS = 2000  # an entry is a fact, not a document; keeps the prompt section short
 MAX_META_BYTES = 16384
 EXPORT_FORMAT = "mlotspark-semantic-memory"
@@ -143,9 +145,9 @@ def check_entry(
     """
     if isinstance(text, str):
         check_text(text, "memory text")  # a lone surrogate: OptionError, not a failed write
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not _CONTROL.sub(" ", text).strip():
         raise OptionError(f"invalid memory text {text!r}: use a non-empty string")
-    text = text.strip()
+    text = _CONTROL.sub(" ", text).strip()  # NUL and other invisible controls: a fact has none
     if len(text) > MAX_TEXT_CHARS:
         raise OptionError(f"memory text {text[:40]!r}... is {len(text)} characters; at most {MAX_TEXT_CHARS}")
     if not isinstance(source, str) or not 1 <= len(source) <= 64:
