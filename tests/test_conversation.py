@@ -199,6 +199,10 @@ def test_memory_retrieved_into_prompt_and_facts_learned_from_turns(engines, tiny
     # A retraction in a turn: the turn says which entry it removed (by id: the text is gone).
     r = b.send("Please forget that I live in Ghent.", **OPTS)
     assert r.stats.extra["memory"]["forgotten"] == [learned[0]] and e.memory.get(learned[0]) is None
+    assert r.stats.extra["memory"]["not_remembered"] == 0
+    # A request to remember that keeps nothing says so (the panel: "? 1 not remembered")
+    r = b.send("Remember to buy milk.", **OPTS)
+    assert r.stats.extra["memory"]["learned"] == [] and r.stats.extra["memory"]["not_remembered"] == 1
 
 
 def test_events_learned_over_days_reach_the_prompt_with_their_days(engines, tiny_loaded):

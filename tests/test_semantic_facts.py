@@ -128,6 +128,23 @@ def test_a_fact_longer_than_an_entry_may_be_is_not_kept_and_the_turn_keeps_the_r
     # (a turn that long is a paste: only what it asks to remember is kept)
     learned = learn_turn(store, blob + "\nRemember that my cat is called Mochi.", "c")
     assert [store.get(i).text for i in learned.remembered] == ["My cat is called Mochi."]
+    assert learned.not_remembered == 1  # the blob: the user asked, and hears it was not kept
+
+
+@pytest.mark.parametrize("text, kept, not_kept", [
+    ("Remember that my cat is called Mochi.", 1, 0),
+    ("Remember that 🐱🐱", 0, 1),  # no words
+    ("Please remember to buy milk.", 0, 1),  # a reminder, not a fact
+    ("Can you remember what I said about my job?", 0, 0),  # a question asks nothing to keep
+    ("Please remember what my sister is called.", 0, 0),
+    ("My locker is 212.", 1, 0),  # no request
+])
+def test_a_turn_counts_its_requests_to_remember_that_kept_nothing(tmp_path, text, kept, not_kept):
+    from mlotspark.memory.semantic import HashingEmbedder, SemanticStore, learn_turn
+
+    store = SemanticStore(tmp_path / "m.db", embedder=HashingEmbedder())
+    learned = learn_turn(store, text, "c")
+    assert (len(learned.remembered), learned.not_remembered) == (kept, not_kept)
 
 
 def test_any_text_a_user_types_is_learned_from_and_searched_without_an_error(tmp_path):

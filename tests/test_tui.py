@@ -574,6 +574,8 @@ def test_the_stats_panel_says_what_a_turn_learned_and_forgot():
     assert "+ learned 1 · updated 1: /memory" in memories_text(TurnFigures(learned=1, updated=1)).plain
     # A retraction that named nothing clearly deleted nothing: the panel says so, and how to.
     assert "? 1 not forgotten: /memory, /forget ID" in memories_text(TurnFigures(not_forgotten=1)).plain
+    # "Remember that ..." that kept nothing (too short, a reminder, too long): the panel says so
+    assert "? 1 not remembered: /remember TEXT" in memories_text(TurnFigures(not_remembered=1)).plain
 
 
 def test_a_retrieved_entry_forgotten_in_the_same_turn_says_so():

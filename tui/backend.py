@@ -58,6 +58,7 @@ class TurnFigures:
     updated: int = 0  # older entries the turn's facts superseded
     forgotten: int = 0
     not_forgotten: int = 0  # retractions that named nothing clearly
+    not_remembered: int = 0  # "Remember that ..." requests that kept nothing
     cascade: dict = field(default_factory=dict)
 
 
@@ -270,6 +271,7 @@ def turn_figures(engine: "EngineProtocol", stats: Any) -> TurnFigures:
         updated=len(memory.get("updated") or []),
         forgotten=len(memory.get("forgotten") or []),
         not_forgotten=int(memory.get("not_forgotten") or 0),
+        not_remembered=int(memory.get("not_remembered") or 0),
         cascade=dict(extra.get("cascade") or {}),
     )
 

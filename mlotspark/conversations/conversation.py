@@ -459,7 +459,8 @@ class Conversation:
         learned = p.learn(turn.user["content"], self.name)
         # Ids only: the text of what the user asked to forget is not kept in the turn's record.
         extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten],
-                               not_forgotten=learned.not_forgotten, updated=learned.updated)
+                               not_forgotten=learned.not_forgotten, updated=learned.updated,
+                               not_remembered=learned.not_remembered)
         stats.extra.update(extra)
 
 

@@ -117,6 +117,9 @@ def memories_text(turn: TurnFigures) -> Text:
         out.append(f" - forgot {turn.forgotten}\n", style="dim")
     if turn.not_forgotten:  # one that named nothing clearly: nothing was deleted on a guess
         out.append(f" ? {turn.not_forgotten} not forgotten: /memory, /forget ID\n", style="yellow")
+    if turn.not_remembered:  # "Remember that ..." kept nothing: too short, a reminder, or too long
+        out.append(f" ? {turn.not_remembered} not remembered: /remember TEXT (3-2,000 characters of a fact)\n",
+                   style="yellow")
     return out
 
 

@@ -416,6 +416,25 @@ def extract_facts(user_text: str) -> list[str]:
     return [f for f in facts if f and len(f) <= MAX_TEXT_CHARS]
 
 
+_ASKS = [[w] for w in "what where when who whom whose why how which whether if".split()]
+
+
+def asked_to_remember(user_text: str) -> list[str]:
+    """What the turn explicitly asks to keep ("Remember that X", "Please don't forget X"), tidied as
+    ``extract_facts`` tidies it, whether or not it is kept: a request it leaves out (under three
+    words, a reminder "to buy milk", longer than an entry may be) is one the user should hear about
+    (``Learned.not_remembered``). Questions ("Can you remember what I said?") ask nothing to keep."""
+    if not isinstance(user_text, str):
+        return []
+    out = []
+    for raw in _sentences(user_text):
+        s = _LEAD_IN.sub("", raw).strip()
+        explicit = _EXPLICIT.match(s) if s and not s.rstrip().endswith("?") else None
+        if explicit and _tokens(explicit.group("fact"))[0][:1] not in _ASKS:  # "remember what X is" asks
+            out.append(_tidy(explicit.group("fact").strip()))
+    return out
+
+
 def _fact_in(sentence: str) -> str | None:
     """The part of one sentence (lead-ins dropped) worth remembering: the whole sentence, or the
     statement that opens it when a question or a request follows ("I'm diabetic, so could you

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlotspark.memory.semantic.facts import extract_facts, sentences, statements
+from mlotspark.memory.semantic.facts import asked_to_remember, extract_facts, sentences, statements
 from mlotspark.memory.semantic.records import Entry
 from mlotspark.memory.semantic.retractions import retraction
 from mlotspark.memory.semantic.updates import may_update
@@ -29,12 +29,15 @@ class Learned:
             (none matched, or two alike): the user should say which (``memory forget ID``).
         updated: the older entries its facts superseded (kept, marked; ``memory list``
             shows them, and ``memory forget ID`` of the newer entry undoes a wrong update).
+        not_remembered: its explicit requests ("Remember that X") that kept nothing: under three
+            words, a reminder ("to buy milk"), or longer than an entry may be.
     """
 
     remembered: list[int] = field(default_factory=list)
     forgotten: list[Entry] = field(default_factory=list)
     not_forgotten: int = 0
     updated: list[int] = field(default_factory=list)
+    not_remembered: int = 0
 
     def keep(self, told) -> None:  # told: store.Told
         self.remembered.append(told.id)
@@ -61,6 +64,7 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
             out.forgotten += gone
             out.not_forgotten += not gone
     facts = extract_facts(user_text)
+    out.not_remembered = sum(asked not in facts for asked in asked_to_remember(user_text))
     for fact in facts:
         out.keep(store.tell(fact, source="turn", conversation=conversation))
     # Updates said as chat ("Traded in the old car, I've got a Mazda now.", "Ingrid moved to
