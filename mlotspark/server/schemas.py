@@ -245,7 +245,7 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
     conv = body.get("conversation")
     if conv is not None:
         if not isinstance(conv, str) or not conv:
-            raise bad("conversation", f"expected a conversation name (a non-empty string), got {conv!r}")
+            raise bad("conversation", f"expected a conversation name (a non-empty string), got {conv!r:.60}")
         req.conversation = conv
     return req
 
