@@ -68,6 +68,7 @@ def test_a_retraction_naming_a_value_no_entry_holds_deletes_nothing(store):
     assert store.retract("Forget that my cat is called Mochi.", threshold=0.0) == []
     assert store.retract("Forget that I live in Berlin.", threshold=0.0) == []
     assert store.retract("Forget that my cat Tom is 3.", threshold=0.0) == []
+    assert store.retract("forget that my cat is called mochi", threshold=0.0) == []  # a name in lower case
     assert store.get(luna) is not None and store.get(home) is not None
     assert [e.id for e in store.retract("Forget that my cat is called Luna.")] == [luna]
     assert [e.id for e in store.retract("Please forget where I live.")] == [home]

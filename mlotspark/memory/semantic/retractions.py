@@ -153,7 +153,15 @@ def values_named(what: str) -> set[str]:
         if any(c.isdigit() for c in tok) or (tok[:1].isupper() and tok not in _PRONOUN_I
                                               and words(tok)[0] not in STOPWORDS | RELATIONS):  # "Mum's" is no name
             out.update(w for w in words(tok) if w != "s")  # "Jean-Luc's" -> jean, luc
+    low = words(what)
+    if len(low) >= 3 and low[-2] in _VALUE_SLOT and low[-1] not in STOPWORDS | RELATIONS:
+        out.add(low[-1])  # a name typed in lower case: "my cat is called mochi"
     return out
+
+
+# Words after which a retraction's last word is a name ("... is called mochi"); not "in", "to", ...:
+# "where my kid goes to school" names a kind of thing, not a value.
+_VALUE_SLOT = frozenset("called named".split())
 
 
 def may_take(what: str, entry: str) -> bool:
@@ -162,8 +170,8 @@ def may_take(what: str, entry: str) -> bool:
     - A name or a number it names must be in the entry (a number's digits, however grouped):
       "Forget that my cat is called Mochi." takes no "My cat is called Luna.", "Forget that I live
       in Berlin." no "I live in Utrecht." (in a store of a few entries the best match stands alone,
-      so the score rules let it go: a user's audit found both). A name typed in lower case is not
-      told from other words.
+      so the score rules let it go: a user's audit found both). Typed in lower case, only a name
+      after "called" / "named" is told from other words.
     - One about the user's own things ("me handing in my notice") takes no entry that says nothing
       of the user ("Kevin from accounting is leaving the company.") unless they share a word. Found
       on the third update set's fit half, where that entry went instead of a fact the turn had never
