@@ -66,3 +66,20 @@ def test_model_picker(snap_compare):
         await until(pilot, lambda: isinstance(pilot.app.screen, ModelPicker) and pilot.app.screen.rows, "the rows")
 
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_an_80_column_terminal_keeps_the_chat_readable(snap_compare):
+    # A user's audit: at 80x24 the list (28) and the side panel (38) left the chat 12 cells
+    # ("█ wn", "█ for"). Under 110 columns the side panel waits for F4, in the list's place.
+    async def run_before(pilot: Any) -> None:
+        await settle(pilot)
+        app = pilot.app
+        assert app.query_one("#stats").display is False and app.query_one("#sidebar").display is True
+        assert app.query_one("#center").size.width >= 45
+        await pilot.press("f4")
+        await pilot.pause()
+        assert app.query_one("#stats").display is True and app.query_one("#sidebar").display is False
+        await pilot.press("f4")
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=run_before)

@@ -87,7 +87,12 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
+        Binding("f4", "toggle_stats", "Panel"),
     ]
+    # The list (28 cells) and the side panel (38) leave the chat 12 cells in an 80-column
+    # terminal: under 110 columns the side panel is shown only on F4 (in the list's place), under
+    # 70 the list is hidden too (chat.tcss).
+    HORIZONTAL_BREAKPOINTS = [(0, "-tiny"), (70, "-narrow"), (110, "-wide")]
 
     def __init__(
         self,
@@ -149,6 +154,11 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
             self.call_later(self.engine_ready, self.engine)
         else:
             self.start_loading(self.model)
+
+    def action_toggle_stats(self) -> None:
+        """F4: the side panel in a terminal too narrow to show it beside the chat (in the list's
+        place), or back to the list; a wide one shows both and ignores it."""
+        self.screen.toggle_class("-show-stats")
 
     @property
     def chat(self) -> ChatLog | None:
