@@ -340,6 +340,12 @@ def test_memory_cli(capsys, tmp_path):
     assert main(["memory", "search", "  "]) == 2
     assert "invalid query '  '" in capsys.readouterr().err
     assert main(["memory", "export", ""]) == 2 and "invalid file ''" in capsys.readouterr().err
+    assert main(["memory", "add", "Line one.\nLine two: my dentist is Dr Vos."]) == 0
+    capsys.readouterr()
+    assert main(["memory", "list"]) == 0  # one row an entry, its id first
+    rows = capsys.readouterr().out.splitlines()
+    assert any("Line one. ⏎ Line two" in r for r in rows) and all(r.split()[0].isdigit() for r in rows)
+    assert main(["memory", "forget", rows[0].split()[0]]) == 0
     with pytest.raises(SystemExit):  # past int64: the range it may take, starting at 1 (it had said 0)
         main(["memory", "search", "x", "-k", "99999999999999999999"])
     assert "must be from 1 to 9223372036854775807" in capsys.readouterr().err

@@ -586,3 +586,17 @@ def test_a_retrieved_entry_forgotten_in_the_same_turn_says_so():
     store = types.SimpleNamespace(get=lambda i: types.SimpleNamespace(text="I live in Porto.") if i == 1 else None)
     assert memory_texts(types.SimpleNamespace(memory=store), [1, 2]) == ["#1 I live in Porto.", "#2 (forgotten)"]
     assert memory_texts(types.SimpleNamespace(), [3]) == ["#3"]  # no store to read: the bare id
+
+
+def test_memory_lines_name_a_forgotten_successor_and_keep_one_row_an_entry():
+    # A user's audit: /memory said "(superseded by #16)" after #16 was forgotten, and /forget 16
+    # then knew no #16; an entry told over two lines printed as a row without an id.
+    from types import SimpleNamespace
+
+    from tui.slash import _one_line, _replaced
+
+    store = SimpleNamespace(get=lambda i: None if i == 16 else object())
+    assert _replaced(SimpleNamespace(superseded_by=16), store) == "  (superseded by an entry forgotten since)"
+    assert _replaced(SimpleNamespace(superseded_by=3), store) == "  (superseded by #3)"
+    assert _replaced(SimpleNamespace(superseded_by=None), store) == ""
+    assert _one_line("Line one.\nLine two: my dentist is Dr Vos.") == "Line one. ⏎ Line two: my dentist is Dr Vos."

@@ -11,6 +11,7 @@ on ``gate`` before each when the test wants to hold a reply mid-stream.
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -84,7 +85,9 @@ class FakeMemory:
     def list(self, limit: int | None = None) -> list[FakeEntry]:
         return list(self.entries.values())[:limit]
 
-    def search(self, query: str, k: int = 5) -> list[FakeHit]:
+    calibration = SimpleNamespace(threshold_about_user=0.37, threshold_other=0.57)  # what /memory QUERY reads
+
+    def search(self, query: str, k: int = 5, threshold: float = 0.0) -> list[FakeHit]:
         words = set(query.lower().split())
         return [FakeHit(e, 1.0) for e in self.entries.values() if words & set(e.text.lower().split())][:k]
 

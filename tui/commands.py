@@ -109,8 +109,11 @@ def parse(text: str) -> Command:
         if " " in argument:
             raise CommandError(f"/{name} takes one value, got {argument!r}")
         return Command(name, argument, option, _value(name, convert, argument))
-    if name == "forget":
-        return Command(name, argument, value=_value(name, _integer, argument))
+    if name == "forget":  # "#3" as /memory shows ids, or 3; ids start at 1
+        value = _value(name, _integer, argument.removeprefix("#"))
+        if value < 1:
+            raise CommandError(f"/forget: memory ids start at 1, got {argument!r}")
+        return Command(name, argument, value=value)
     return Command(name, argument)
 
 

@@ -20,9 +20,17 @@ from tui.tools import load_tools, split_reply, stored_format
 MEMORY_LIST = 20  # entries /memory shows
 
 
-def _replaced(entry: Any) -> str:
-    """`` (superseded by #N)`` for an entry a newer one replaced, else ""."""
-    return f"  (superseded by #{entry.superseded_by})" if getattr(entry, "superseded_by", None) else ""
+def _replaced(entry: Any, store: Any) -> str:
+    """`` (superseded by #N)`` for an entry a newer one replaced, else ""; one whose successor was
+    forgotten since says so, as ``memory list`` does (it had named an id /forget no longer knew)."""
+    newer = getattr(entry, "superseded_by", None)
+    if not newer:
+        return ""
+    return f"  (superseded by #{newer})" if store.get(newer) is not None else "  (superseded by an entry forgotten since)"
+
+
+def _one_line(text: str) -> str:
+    return " ⏎ ".join(text.splitlines())  # an entry told over lines: one row, as `memory list` shows it
 
 
 class SlashCommands:
@@ -112,7 +120,7 @@ class SlashCommands:
         else:  # a duplicate: the entry it matched
             known = store.get(told.id)
             lines = [f"already remembered as #{told.id}: {known.text if known else cmd.argument.strip()}"
-                     + ("  [current again]" if told.current_again else _replaced(known))]
+                     + ("  [current again]" if told.current_again else _replaced(known, store))]
         lines += [f"  supersedes #{old.id}: {old.text}" for old in filter(None, map(store.get, told.superseded))]
         await self.say("\n".join(lines))
 
@@ -128,12 +136,16 @@ class SlashCommands:
     async def command_memory(self, cmd: Command) -> None:
         store = self.engine.memory
         if cmd.argument:
-            hits = store.search(cmd.argument, k=10)
-            lines = [f"#{h.entry.id}  {h.score:.2f}  {h.entry.text}" for h in hits]
-            head = f"memory matching {cmd.argument!r}:"
+            # The floor `mlotspark memory search` uses: below the lowest score memory is ever injected
+            # at, a hit is noise (every entry had been listed for a query matching none).
+            cal = store.calibration
+            floor = min(cal.threshold_about_user, cal.threshold_other)
+            hits = store.search(cmd.argument, k=10, threshold=floor)
+            lines = [f"#{h.entry.id}  {h.score:.2f}  {_one_line(h.entry.text)}" for h in hits]
+            head = f"memory matching {cmd.argument!r}" + ("" if hits else f" above relevance {floor:.2f}") + ":"
         else:
             entries = store.list(limit=MEMORY_LIST)
-            lines = [f"#{e.id}  {e.text}{_replaced(e)}" for e in entries]
+            lines = [f"#{e.id}  {_one_line(e.text)}{_replaced(e, store)}" for e in entries]
             head = f"memory ({len(store)} entries):"
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
 

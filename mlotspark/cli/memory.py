@@ -39,7 +39,8 @@ def _when(t: float | None) -> str:
 
 def _line(e: Any, score: float | None = None, successor_forgotten: bool = False) -> str:
     head = f"{e.id:>5}  {_when(e.created)}  {e.source:<6}"
-    line = f"{head}  {score:.2f}  {e.text}" if score is not None else f"{head}  {e.text}"
+    text = " ⏎ ".join(e.text.splitlines())  # one row an entry: a multi-line one read as rows without ids
+    line = f"{head}  {score:.2f}  {text}" if score is not None else f"{head}  {text}"
     said = occurrences(e)
     if len(said) > 1:  # an event told on several days (semantic/events.py)
         line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
