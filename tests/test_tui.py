@@ -495,6 +495,10 @@ def test_cli_chat_rejects_a_bad_option_before_loading(capsys):
 
     assert main(["chat", "--temp", "-2"]) == 2
     assert "invalid --temp -2.0" in capsys.readouterr().err
+    # a bad conversation name too (it had shown a passing toast, then opened an empty chat-N)
+    for bad in ("../escape", "a/b", "x" * 300):
+        assert main(["chat", "-c", bad]) == 2
+        assert "invalid conversation name" in capsys.readouterr().err
 
 
 def test_a_streaming_reply_writes_its_pieces_in_batches_and_all_of_them():

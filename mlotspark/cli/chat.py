@@ -8,6 +8,7 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
+from mlotspark.storage import safe_name
 from mlotspark.cli.common import (add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, cascade_shape,
                                   sampling_options)
 
@@ -25,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if args.distributed:
         raise OptionError(DISTRIBUTED_REFUSAL.format(mode=args.distributed))
     options = sampling_options(args)
+    if args.conversation is not None:  # a bad name fails here too (it had opened an empty chat-N)
+        safe_name(args.conversation, "conversation name")
     cascade = cascade_kwargs(args)  # a bad flag or a conflict fails before the app starts
     shape = cascade_shape(cascade)
     if shape:  # and a span past the model's context, read from its files (the load would say it in a popup)
