@@ -80,9 +80,10 @@ def test_parse_converts_values_and_rejects_bad_ones():
     assert parse("/top_k 40").value == 40
     assert parse("/repeat_penalty 1.1").option == "repetition_penalty"
     assert parse("/system Be brief.  ").argument == "Be brief."
-    assert parse("/forget 7").value == 7
+    assert parse("/forget 7").value == 7 and parse("/forget #7").value == 7  # as /memory shows ids
     for bad, why in [("/temp hot", "^/temp: 'hot' is not a number"), ("/top_k 2.5", "^/top_k: '2.5' is not an integer"), ("/temp", "needs a value"),
-                     ("/frobnicate", "unknown command"), ("/forget x", "^/forget: 'x' is not an integer"), ("/top_p 0.5 0.6", "one value")]:
+                     ("/frobnicate", "unknown command"), ("/forget x", "^/forget: 'x' is not an integer"), ("/top_p 0.5 0.6", "one value"),
+                     ("/forget -1", "ids start at 1")]:
         with pytest.raises(CommandError, match=why):
             parse(bad)
 
@@ -333,6 +334,13 @@ def test_slash_system_reset_memory_model_help():
         assert notes(app)[-1] == "forgot #2" and len(engine.memory) == 1
         await type_line(pilot, "/forget 99")
         assert error_notes(app)[-1] == "/forget: no memory entry #99"
+        await type_line(pilot, "/forget #0")  # "#N" as /memory shows ids; ids start at 1
+        assert error_notes(app)[-1] == "/forget: memory ids start at 1, got '#0'"
+        assert app.query_one(PromptInput).text == ""  # a refused setting or id is not put back
+        long = "/remember " + "x" * 2100  # refused: the text the user wrote comes back to mend
+        await type_line(pilot, long)
+        assert "at most 2000" in error_notes(app)[-1] and app.query_one(PromptInput).text == long
+        app.query_one(PromptInput).clear()
         await type_line(pilot, "/model")  # the picker, with the open model's facts on top
         assert isinstance(app.screen, ModelPicker)
         facts = str(app.screen.query_one("#picker-facts").render())

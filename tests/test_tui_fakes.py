@@ -66,6 +66,8 @@ class FakeMemory:
     def remember(self, text: str) -> int:
         if not text.strip():
             raise OptionError(f"invalid memory text {text!r}")
+        if len(text) > 2000:
+            raise OptionError(f"memory text {text[:40]!r}... is {len(text)} characters; at most 2000")
         self.entries[self.next_id] = FakeEntry(self.next_id, text)
         self.next_id += 1
         return self.next_id - 1

@@ -60,6 +60,9 @@ class Turn:
     progress_seen: tuple[Any, float] | None = None  # the latest prefill event, when it was first shown
 
 
+TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
+
+
 class ChatApp(ConversationActions, SlashCommands, App[None]):
     """Chat with a model; see the module docstring.
 
@@ -285,7 +288,9 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         text = event.text
         if text.startswith("/") and len(text) > 1 and text[1].isalpha():
             event.input.clear()
-            await self.run_command(text)
+            refused = not await self.run_command(text)
+            if refused and text.split(maxsplit=1)[0].lower() in TEXT_COMMANDS and not event.input.text:
+                event.input.insert(text)  # composed text comes back to mend (a 6,000-character /remember had gone)
             return
         if self.engine is None or self.chat is None or self.loading_since is not None:
             self.notify("The model is still loading.", severity="warning")

@@ -43,19 +43,19 @@ class SlashCommands:
         if error or self.chat is None:
             self.notify(text, severity="error" if error else "information")
 
-    async def run_command(self, text: str) -> None:
-        """Parse and run one slash command line."""
+    async def run_command(self, text: str) -> bool:
+        """Parse and run one slash command line; False when it was refused (the message says why)."""
         try:
             cmd = parse(text)
         except CommandError as e:
             await self.say(str(e), error=True)
-            return
+            return False
         if cmd.name == "help":
             self.action_help()
-            return
+            return True
         if self.engine is None:
             await self.say(f"/{cmd.name}: the model is still loading", error=True)
-            return
+            return False
         handler = getattr(self, f"command_{cmd.name}", None) if cmd.option is None else self.command_setting
         try:
             await handler(cmd)
@@ -66,6 +66,9 @@ class SlashCommands:
             await self.say(f"/{cmd.name}: {e}", error=True)
         except Exception as e:  # noqa: BLE001  a command must never end the app
             await self.say(f"/{cmd.name} failed: {type(e).__name__}: {e}", error=True)
+        else:
+            return True
+        return False
 
     # -- settings ---------------------------------------------------------------------
     async def command_setting(self, cmd: Command) -> None:
