@@ -78,3 +78,31 @@ from mlotspark.memory.semantic.retractions import retraction
 ])
 def test_retraction_sentences(text, what):
     assert retraction(text) == what
+
+
+@pytest.mark.parametrize("text, asks", [
+    ("Forget everything you know about me.", True),
+    ("Please wipe your memory.", True),
+    ("Erase everything you know about me please", True),
+    ("Delete all your memories.", True),
+    ("Forget it all.", True),
+    ("Delete everything in the folder.", False),  # files, not memory
+    ("Delete everything.", False),
+    ("Remove all the duplicates from my list.", False),
+    ("Forget about it.", False),
+])
+def test_asking_to_forget_everything_is_told_apart(text, asks):
+    from mlotspark.memory.semantic.retractions import asks_to_forget_all
+
+    assert asks_to_forget_all(text) is asks
+
+
+def test_a_turn_asking_to_forget_everything_deletes_nothing_and_says_so(tmp_path):
+    # A user's audit: "Forget everything you know about me." deleted nothing (right) and said
+    # nothing (the panel showed "—"); "Forget all my memories please." said "? 1 not forgotten".
+    from mlotspark.memory.semantic import HashingEmbedder, SemanticStore, learn_turn
+
+    store = SemanticStore(tmp_path / "m.db", HashingEmbedder())
+    store.remember("I live in Utrecht.")
+    learned = learn_turn(store, "Forget everything you know about me.", "c")
+    assert (learned.forgotten, learned.not_forgotten) == ([], 1) and len(store) == 1

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from mlotspark.memory.semantic.facts import asked_to_remember, extract_facts, sentences, statements
 from mlotspark.memory.semantic.records import Entry
-from mlotspark.memory.semantic.retractions import retraction
+from mlotspark.memory.semantic.retractions import asks_to_forget_all, retraction
 from mlotspark.memory.semantic.updates import may_update
 
 
@@ -63,6 +63,8 @@ def learn_turn(store, user_text: str, conversation: str | None = None) -> Learne
             gone = store.retract(s)
             out.forgotten += gone
             out.not_forgotten += not gone
+        elif asks_to_forget_all(s):  # all of it: never on a sentence, but said back
+            out.not_forgotten += 1
     facts = extract_facts(user_text)
     out.not_remembered = sum(asked not in facts for asked in asked_to_remember(user_text))
     for fact in facts:

@@ -86,6 +86,24 @@ _TOLD = re.compile(r"^(?:where|what|who|when|how|which)\s", re.I)
 _LONGEST = 400  # characters: a retraction is a sentence; the pattern stays quick on anything longer
 
 
+# "Forget everything you know about me.", "Wipe your memory.": all of it, which no sentence deletes
+# (one entry would be a guess; `memory list` / `memory forget ID` are exact). Said back as "not
+# forgotten", never acted on.
+_ALL_OF_IT = r"(?:everything|it all|all of it|all (?:that )?(?:you know|you have))"
+_ABOUT_ME = r"(?:about me|you know|you have on me|you remember|you(?:'ve| have) learned)"
+_FORGET_ALL = re.compile(
+    r"^(?:please\s+|can you\s+|could you\s+)*(?:"
+    rf"forget\s+{_ALL_OF_IT}"  # "forget" is about memory: any "everything"
+    rf"|(?:delete|erase|wipe|clear|remove)\s+(?:{_ALL_OF_IT}\s+{_ABOUT_ME}|all you know"  # the others: framed
+    r"|(?:all\s+(?:of\s+)?)?your memory|all (?:my|your) (?:memories|data|notes|facts|info|information)))\b", re.I)
+
+
+def asks_to_forget_all(text: str) -> bool:
+    """Whether a sentence asks to forget everything ("Forget everything you know about me."): not a
+    retraction of one thing, and so nothing is deleted, but the turn says so (``not_forgotten``)."""
+    return isinstance(text, str) and len(text) <= _LONGEST and bool(_FORGET_ALL.match(" ".join(text.split())))
+
+
 def retraction(text: str) -> str | None:
     """What a "forget that ..." sentence asks to forget.
 
@@ -222,4 +240,5 @@ def named_entry(hits: Sequence[tuple[int, float]], threshold: float,
     return best
 
 
-__all__ = ["RETRACT_APART", "RETRACT_SLACK", "RETRACT_TIE", "may_take", "named_entry", "retraction", "things_named"]
+__all__ = ["RETRACT_APART", "RETRACT_SLACK", "RETRACT_TIE", "asks_to_forget_all", "may_take", "named_entry", "retraction",
+           "things_named"]
