@@ -612,3 +612,28 @@ def test_memory_lines_name_a_forgotten_successor_and_keep_one_row_an_entry():
     assert _replaced(SimpleNamespace(superseded_by=3), store) == "  (superseded by #3)"
     assert _replaced(SimpleNamespace(superseded_by=None), store) == ""
     assert _one_line("Line one.\nLine two: my dentist is Dr Vos.") == "Line one. ⏎ Line two: my dentist is Dr Vos."
+
+
+def test_a_replys_end_mark_scrolls_into_view():
+    # A user's audit: "… stopped at max_tokens" / "⏹ cancelled" were drawn just below the view.
+    engine = FakeEngine()
+    app = make_app(engine)
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "/max_tokens 3")
+        for _ in range(6):  # enough lines that the chat scrolls
+            await type_line(pilot, "/system")
+        await type_line(pilot, "Hi")
+        await until(pilot, lambda: app.chat.replies and app.chat.reply is None, "reply")
+        await pilot.pause()
+        await pilot.pause()
+        chat = app.chat
+        assert chat.replies[-1].finish_reason == "length" and chat.max_scroll_y > 0
+        assert chat.scroll_y >= chat.max_scroll_y - 1, (chat.scroll_y, chat.max_scroll_y)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 14)) as pilot:
+            await until(pilot, lambda: app.chat is not None, "the app ready")
+            await script(pilot)
+
+    asyncio.run(main())

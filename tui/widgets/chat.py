@@ -193,6 +193,8 @@ class Reply(Vertical):
             self.progress = ""
             self.remove_class("progress")
             self.query_one(".mark", Static).update(Text(mark))
+            if isinstance(self.parent, ChatLog):  # the mark's line, once laid out, into view (it was drawn below it)
+                self.call_after_refresh(self.parent.follow)
 
     @property
     def marked(self) -> bool:
