@@ -396,9 +396,8 @@ def extract_facts(user_text: str) -> list[str]:
         s = _LEAD_IN.sub("", raw).strip()
         if not s:
             continue
-        explicit = _EXPLICIT.match(s)
-        if explicit:
-            fact = explicit.group("fact").strip().rstrip("?").strip()
+        fact = _requested(s)
+        if fact is not None:
             low, _ = _tokens(fact)
             if (
                 MIN_WORDS <= len(low) <= MAX_WORDS
@@ -416,7 +415,13 @@ def extract_facts(user_text: str) -> list[str]:
     return [f for f in facts if f and len(f) <= MAX_TEXT_CHARS]
 
 
-_ASKS = [[w] for w in "what where when who whom whose why how which whether if".split()]
+_ASKS = frozenset("what where when who whom whose why how which whether if".split())
+
+
+def _requested(sentence: str) -> str | None:
+    """The X of an explicit request ("Remember that X", "Please don't forget X"; lead-ins dropped), or None."""
+    explicit = _EXPLICIT.match(sentence)
+    return explicit.group("fact").strip().rstrip("?").strip() if explicit else None
 
 
 def asked_to_remember(user_text: str) -> list[str]:
@@ -429,9 +434,9 @@ def asked_to_remember(user_text: str) -> list[str]:
     out = []
     for raw in _sentences(user_text):
         s = _LEAD_IN.sub("", raw).strip()
-        explicit = _EXPLICIT.match(s) if s and not s.rstrip().endswith("?") else None
-        if explicit and _tokens(explicit.group("fact"))[0][:1] not in _ASKS:  # "remember what X is" asks
-            out.append(_tidy(explicit.group("fact").strip()))
+        fact = _requested(s) if not s.endswith("?") else None
+        if fact is not None and not _ASKS & set(_tokens(fact)[0][:1]):  # "remember what X is" asks
+            out.append(_tidy(fact))
     return out
 
 
