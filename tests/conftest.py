@@ -28,6 +28,60 @@ def pytest_configure(config):
     config.add_cleanup(lambda: shutil.rmtree(config._mlotspark_home, ignore_errors=True))
 
 
+# ------------------------------------------------------------------ markers and groups
+#: Fixtures that bring a real catalogue model: a test using one (directly or through
+#: another fixture) is ``slow``, so ``-m "not slow"`` is the inner loop.
+REAL_MODEL_FIXTURES = {"default_gguf", "qwen_gguf", "qwen_engine", "qwen_server", "gemma_gguf"}
+_QWEN_FIXTURES = {"qwen_gguf", "qwen_engine", "qwen_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & REAL_MODEL_FIXTURES or item.path.name.endswith("_real.py"):
+            item.add_marker(pytest.mark.slow)
+        if names & _QWEN_FIXTURES:  # one xdist worker loads Qwen (``--dist loadgroup``), not both
+            item.add_marker(pytest.mark.xdist_group("qwen"))
+
+
+# ------------------------------------------------------------------ the suite's time budget
+#: A test (its setup, call and teardown together) that takes longer fails the run, so the
+#: next slow test is noticed when it lands. ``MLOTSPARK_TEST_BUDGET_S=0`` turns it off.
+TEST_BUDGET_S = float(os.environ.get("MLOTSPARK_TEST_BUDGET_S", "60"))
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def _over_budget() -> list[tuple[str, float]]:
+    if TEST_BUDGET_S <= 0:
+        return []
+    return [(n, d) for n, d in _durations.items() if d > TEST_BUDGET_S]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _durations:
+        return
+    tr = terminalreporter
+    tr.section("the ten slowest tests (setup + call + teardown)")
+    for nodeid, d in sorted(_durations.items(), key=lambda kv: -kv[1])[:10]:
+        tr.write_line(f"{d:7.2f}s  {nodeid[:160]}")
+    out = os.environ.get("MLOTSPARK_TEST_DURATIONS")
+    if out:  # every test's time, for docs/benchmarking.md's table of the suite
+        import json
+
+        Path(out).write_text(json.dumps(dict(sorted(_durations.items(), key=lambda kv: -kv[1])), indent=0))
+    for nodeid, d in _over_budget():
+        tr.write_line(f"over the {TEST_BUDGET_S:.0f} s budget of one test: {nodeid[:160]} took {d:.1f} s", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _over_budget() and exitstatus == 0:
+        session.exitstatus = 1
+
+
 def pytest_unconfigure(config):
     before = getattr(config, "_mlotspark_home_before", None)
     if before is None:
@@ -57,17 +111,51 @@ def _isolated_home(tmp_path, monkeypatch):
     return home
 
 
-@pytest.fixture(scope="session")
-def default_gguf() -> Path:
-    """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
+def catalogue_path(name: str) -> Path:
+    """A catalogue model's file, pulled once per machine into the shared test model cache."""
     from mlotspark.models import catalogue
 
     old = os.environ.get("MLOTSPARK_HOME")
     os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
     try:
-        return catalogue.resolve(catalogue.DEFAULT_MODEL, progress=False).path
+        return catalogue.resolve(name, progress=False).path
     finally:
         if old is None:
             os.environ.pop("MLOTSPARK_HOME", None)
         else:
             os.environ["MLOTSPARK_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def default_gguf() -> Path:
+    """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
+    from mlotspark.models import catalogue
+
+    return catalogue_path(catalogue.DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def qwen_gguf() -> Path:
+    """Path to the real Qwen2.5-Coder-0.5B-Instruct GGUF (Q4_K_M mix, 491 MB)."""
+    return catalogue_path("qwen2.5-coder-0.5b")
+
+
+@pytest.fixture(scope="session")
+def qwen_engine(qwen_gguf):
+    """One real Qwen2.5-Coder-0.5B engine for the whole run (greedy, full attention), for
+    tests that only read it: requests, never a change of its settings."""
+    from mlotspark import Engine
+
+    engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0, cascade=None)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def qwen_server(qwen_engine):
+    """``mlotspark serve``'s app over ``qwen_engine`` on a loopback port, for the real SDKs."""
+    from live_server import LiveServer
+
+    srv = LiveServer(qwen_engine)  # its lifespan closes the engine at the end of the run
+    yield srv
+    srv.stop()

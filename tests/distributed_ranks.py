@@ -218,7 +218,8 @@ def conversation(out: Path, spec: str) -> None:
     for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
         for turns in (TURNS[:1], TURNS[1:]):
             if rank == 1 and name == "plain" and turns == TURNS[1:]:
-                shutil.rmtree(Path(os.environ["MLOTSPARK_HOME"]) / "conversations" / name / "snapshot.layers-15-30")
+                (mine,) = (Path(os.environ["MLOTSPARK_HOME"]) / "conversations" / name).glob("snapshot.layers-*")
+                shutil.rmtree(mine)
             engine = Engine.load(model, distributed="pipeline", split="even", cascade=cascade, progress=False,
                                  rank_timeout=120)
             if engine.rank != 0:

@@ -203,23 +203,24 @@ def test_tensor_parallel_greedy_tokens_equal_the_single_process_run(launched, ti
 
 
 @pytest.mark.slow
-def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, monkeypatch):
+def test_conversations_continue_from_per_rank_snapshots(tmp_path, tiny_gguf, monkeypatch):
     """A plain-KV and a cascade conversation on two ranks: first turns, then new engines on
     both ranks take the second turns from each rank's own snapshot; every turn's greedy
-    tokens equal the single-process conversation's."""
+    tokens equal the single-process conversation's. On the tiny model: which tokens come
+    out does not matter, only that both topologies give the same ones."""
     from distributed_ranks import SMALL_CASCADE, TURNS, converse
 
     from mlotspark import Engine
 
     out = tmp_path / "conversations.json"
     cmd = [str(LAUNCH), "-n", "2", "--backend", "ring", "--starting-port", str(_port()), sys.executable,
-           str(RANKS), "conversation", str(out), f"{default_gguf},{tmp_path / 'homes'}"]
+           str(RANKS), "conversation", str(out), f"{tiny_gguf},{tmp_path / 'homes'}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
     replies = json.loads(out.read_text())
     monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "alone"))
     for name, cascade in (("plain", "auto"), ("cascade", SMALL_CASCADE)):
-        engine = Engine.load(str(default_gguf), cascade=cascade, progress=False)
+        engine = Engine.load(str(tiny_gguf), cascade=cascade, progress=False)
         try:
             alone = converse(engine, name, TURNS)
         finally:
@@ -234,12 +235,13 @@ def test_conversations_continue_from_per_rank_snapshots(tmp_path, default_gguf, 
             assert second["replayed"] is None
             # The question pass ran on the second turn's prompt, on both ranks (the consensus summed
             # over them): the same tokens as one process, which ran it too.
-            assert second["passes"] == alone[1]["passes"] == 1
+            # (the single process's count is its cache's: the first turn's pass as well)
+            assert second["passes"] == 1 and alone[1]["passes"] == (alone[0]["passes"] or 0) + 1, (first, alone)
         # One snapshot per rank, each in its own rank's home, holding its own layers.
         homes = tmp_path / "homes"
         assert (homes / "rank0" / "conversations" / name / "snapshot" / "snapshot.json").is_file()
-        assert (homes / "rank1" / "conversations" / name / "snapshot.layers-15-30" / "snapshot.json").is_file()
-        assert not (homes / "rank0" / "conversations" / name / "snapshot.layers-15-30").exists()
+        assert (homes / "rank1" / "conversations" / name / "snapshot.layers-1-2" / "snapshot.json").is_file()
+        assert not list((homes / "rank0" / "conversations" / name).glob("snapshot.layers-*"))
 
 
 def _rank0_after(tmp_path: Path, tiny: Path, harm: int, timeout: float) -> tuple[dict, float]:

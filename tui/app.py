@@ -84,13 +84,14 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("escape", "cancel_reply", "Stop reply"),
+        # Early in the footer: an 80-column terminal cuts off its end, and F4 is the key that width needs.
+        Binding("f4", "toggle_stats", "Panel"),
         Binding("ctrl+n", "new_conversation", "New chat", priority=True),
         Binding("f1", "help", "Help", priority=True),
         Binding("f3", "models", "Model", priority=True),
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
-        Binding("f4", "toggle_stats", "Panel"),
     ]
     # The list (28 cells) and the side panel (38) leave the chat 12 cells in an 80-column
     # terminal: under 110 columns the side panel is shown only on F4 (in the list's place), under

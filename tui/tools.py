@@ -10,7 +10,6 @@ ever shown, streamed or stored.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -97,71 +96,29 @@ class ReplySplitter:
 
     Args:
         fmt: the model's tool format (``tool_support``); None passes text through.
-        tools: the tool names given this turn. With them, a reply that is one bare JSON
-            call (``{"name": ..., "arguments": {...}}`` without the ``<tool_call>`` tags, as
-            Qwen2.5-Coder writes under ``auto``) is held until it ends and shown as a call.
+        tools: the tool names given this turn: a call must name one. A call opens as the
+            engine's parser reads it: the template's tag, a ```` ```json ```` fence or a
+            reply that is one bare JSON call (as Qwen2.5-Coder writes under ``auto``).
     """
 
     def __init__(self, fmt: Any, tools: list[str] | None = None):
         from mlotspark import CallSplitter
 
-        self.splitter = CallSplitter(fmt) if fmt is not None else None
-        self.opener = getattr(fmt, "opener", "")
-        self.args_key = getattr(fmt, "args_key", "arguments")
-        self.tools = set(tools or ())
-        self.raw = ""  # the reply as written (to count the calls it opened)
-        self.calls = 0
-        self.holding: bool | None = None  # a bare JSON reply held back (None: not known yet)
+        self.splitter = CallSplitter(fmt, tools or None) if fmt is not None else None
 
     def feed(self, piece: str) -> tuple[str, list]:
         if self.splitter is None:
             return piece, []
-        self.raw += piece
-        if self.tools and self.opener and self.holding is not False:
-            head = self.raw.lstrip()
-            if not head:
-                return "", []
-            self.holding = head.startswith("{")
-            if self.holding:
-                return "", []
-            piece = self.raw  # what was held while undecided (only space) goes through now
-        text, calls = self.splitter.feed(piece)
-        self.calls += len(calls)
-        return text, calls
+        return self.splitter.feed(piece)
 
     def close(self) -> tuple[str, list]:
         """What is left; a call cut short (``max_tokens``) is dropped and said so."""
         if self.splitter is None:
             return "", []
-        if self.holding:
-            call = self.bare_call(self.raw)
-            if call is not None:
-                return "", [call]
-            self.holding = False
-            text, calls = self.splitter.feed(self.raw)  # not a bare call: the reply as the model wrote it
-            more_text, more = self.splitter.close()
-            text, calls = text + more_text, calls + more
-        else:
-            text, calls = self.splitter.close()
-        self.calls += len(calls)
-        if self.opener and self.raw.count(self.opener) > self.calls:
+        text, calls = self.splitter.close()
+        if self.splitter.cut_short:
             text += f"\n\n{CUT_SHORT}"
         return text, calls
-
-    def bare_call(self, text: str) -> Any:
-        """``text`` as one call of a given tool, or None."""
-        from mlotspark import ToolCall
-
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            return None
-        if not isinstance(obj, dict) or obj.get("name") not in self.tools:
-            return None
-        args = obj.get(self.args_key, obj.get("arguments", obj.get("parameters", {})))
-        if not isinstance(args, dict):
-            return None
-        return ToolCall(id="call_" + uuid.uuid4().hex[:24], name=obj["name"], arguments=args)
 
 
 def split_reply(fmt: Any, text: str, tools: list[str] | None = None) -> tuple[str, list]:

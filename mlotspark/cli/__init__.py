@@ -23,8 +23,16 @@ from mlotspark.cli.common import flag
 COMMANDS = [chat, generate, models, memory, bench, serve, ps]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose mistakes are one line (argparse prints the whole usage
+    first: 26 lines for ``generate --temp abc``)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mlotspark",
         description="A desktop LLM inference engine on MLX, with a memory cascade.",
     )

@@ -12,7 +12,7 @@ from mlotspark.options import GenerationOptions
 from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.progress import PrefillBar, StatusLine
+from mlotspark.cli.progress import PrefillBar, StatusLine, announce_pull, step_lines
 from mlotspark.cli.common import (add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, flag, note,
                                   positive_int, sampling_options)
 
@@ -68,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
     prompt = SAMPLE_PROMPT if args.prompt is None else args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
+        if not prompt.strip():
+            raise OptionError("the prompt read from stdin is empty: pipe some text in, or give --prompt TEXT")
+    elif not prompt.strip():
+        raise OptionError(f"--prompt is {'empty' if not prompt else 'blank'}: give the text to answer "
+                          "(or '-' to read it from stdin)")
     cascade = _ranked_cascade(args) if args.distributed else cascade_kwargs(args)  # checked again once loaded
     messages: Any = prompt
     if args.system and not args.raw:
@@ -146,9 +151,11 @@ def load_engine(args: argparse.Namespace, cascade: dict[str, Any]) -> Any:
     from mlotspark.models import catalogue
 
     tty = sys.stderr.isatty()
-    catalogue.resolve(args.model, pull=True, progress=tty)  # fetched first, so the bars never mix
-    with StatusLine("loading the model", enabled=tty):
-        return Engine.load(args.model, weights=args.weights, progress=tty, **cascade, **scheduler_kwargs(args))
+    announce_pull(args.model)
+    with step_lines():  # piped: a fetch or a conversion still says so
+        catalogue.resolve(args.model, pull=True, progress=tty)  # fetched first, so the bars never mix
+        with StatusLine("loading the model", enabled=tty):
+            return Engine.load(args.model, weights=args.weights, progress=tty, **cascade, **scheduler_kwargs(args))
 
 
 def _generate(engine: Any, messages: Any, raw: bool, options: dict) -> Any:

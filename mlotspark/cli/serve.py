@@ -8,8 +8,10 @@ streams in flight with an error event, save the prompt cache and close the engin
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             raise OptionError(f"invalid --allow-load {str(d)!r}: not a directory")
     kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
     cascade = cascade_kwargs(args)  # so does a bad or conflicting cascade flag
+    sock = bind_port(args.host, args.port)  # and a busy port, before seconds of loading
     load = engine_loader(args, kwargs, cascade)
     import uvicorn
 
@@ -103,8 +106,32 @@ def run(args: argparse.Namespace) -> int:
     print(f"mlotspark: serving {state.model_id} on {where}"
           f"{' (API key required)' if api_key else ''}; {cascade_summary(cascade)}; Ctrl+C stops",
           file=sys.stderr, flush=True)
-    server.run()
+    server.run(sockets=[sock])
     return 0 if server.started else 1
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound now (uvicorn listens on it once the model is
+    loaded), so a port in use is one line before any loading.
+
+    Raises:
+        OptionError: the address cannot be bound, naming it and why.
+    """
+    where = f"{'[' + host + ']' if ':' in host else host}:{port}"
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as e:
+        raise OptionError(f"invalid --host {host!r}: {e.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart may reuse it
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        why = "in use (another server there? pick one with --port)" if e.errno == errno.EADDRINUSE else e.strerror
+        raise OptionError(f"cannot listen on {where}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None,
@@ -122,8 +149,12 @@ def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None
     def load(spec: str, governor: Any = None) -> Any:
         from mlotspark.engine import Engine
 
-        return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), governor=governor,
-                           **cascade, **kwargs)
+        from mlotspark.cli.progress import announce_pull, step_lines
+
+        announce_pull(spec)
+        with step_lines():  # piped (a service's log): a fetch or a conversion still says so
+            return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), governor=governor,
+                               **cascade, **kwargs)
 
     return load
 

@@ -1,82 +1,159 @@
-"""Tool calls: the model's own call format, a grammar that keeps every call valid, a parser.
+"""Tool calls: the model's own call format, a grammar that keeps every call valid, one parser.
 
-A model calls tools in the format its chat template taught it. Two families are known
-here, chosen from the template text as mlx-lm's ``_infer_tool_parser`` does:
+A model calls tools in the format its chat template taught it, found from the template as
+mlx-lm's ``_infer_tool_parser`` finds it, and parsed with mlx-lm's ``tool_parsers``:
 
-- ``hermes`` (Qwen2.5, Hermes, most ChatML tool templates): ``<tool_call>\\n{"name": ...,
-  "arguments": {...}}\\n</tool_call>``, several in a row for parallel calls; parsed with
-  mlx-lm's ``tool_parsers.json_tools``.
+- ``hermes`` (mlx-lm's ``json_tools``: Qwen2.5, Hermes, most ChatML tool templates):
+  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, several in a row for
+  parallel calls. Qwen's vocabulary writes ``<tool_call>`` / ``</tool_call>`` as one token
+  each (ids 151657 / 151658): the grammar names such a tag by its token id (llguidance's
+  ``<[id]>``), since a grammar of the tag's bytes refuses the model's own first token.
 - ``llama3`` (Llama 3.1-3.3 JSON tool calling): the whole reply is ``{"name": ...,
   "parameters": {...}}``; one call per turn.
 
 A template with neither has no tool support: asking it for tools is an ``OptionError``.
 
+Small models do not always write the template's tag: Qwen2.5-Coder-0.5B answers a tool
+question under ``auto`` with a fenced ```` ```json {"name": ..., "arguments": ...} ``` ````
+block, or with the bare object. So a call opens in any of three forms (:func:`find_opening`):
+the template's tag, a ```` ``` ```` / ```` ```json ```` fence whose body starts ``{"name"``,
+or a reply that starts ``{"name"``. Text that only mentions a tool stays text.
+
 :class:`ToolConstraint` is a logits processor (mlx-lm's ``(tokens, logits) -> logits``)
 over llguidance, as ``JsonConstraint`` is for ``response_format``: with ``tool_choice``
-``required`` or a named function the whole reply is the grammar of calls; under ``auto``
-the model writes freely until it opens a call, and from there the grammar takes over. A
-call's JSON must name a given tool and its arguments must validate against that tool's
-``parameters`` schema, so every emitted call parses and validates.
+``required`` or a named function the whole reply is the grammar of tagged calls; under
+``auto`` the model writes freely until a call opens in one of the three forms, and from
+there the grammar holds it to a declared tool whose arguments validate.
 
-:class:`CallSplitter` turns a stream of text pieces into text and finished calls, so a
-streamed reply never shows the raw call markup.
+:class:`CallSplitter` turns a stream of text pieces into text and finished calls (the same
+three forms), so a streamed reply never shows the raw call markup; :func:`parse_calls` is
+it run over a whole reply. The chat, ``serve`` and the Python API all split through it.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
 
 import mlx.core as mx
+import regex
 
 from mlotspark.decoding.constrained import ll_tokenizer, mask_logits
 from mlotspark.errors import OptionError
 from mlotspark.results import ToolCall
 
 _WS_ONLY = " \t\r\n"
-_DETECT_TAIL = 16  # generated tokens decoded to spot a call's opener
+# A call's JSON as chat templates render it (``tojson``: ", " and ": "), so the grammar's
+# path is the one the model was trained on; no free space (a weak model pads with it).
+_JSON_STRICT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# A call opened under auto in the model's own spacing: some space, bounded.
+_JSON_SPACE = {"whitespace_flexible": True, "whitespace_pattern": "[ \\n]{0,4}"}
+# A call's JSON opens with its "name" key: ``{"name"``, with space allowed as JSON allows it.
+_OBJECT = r'\{[ \t\r\n]*"name"'
+_FENCE = r"```(?:json)?[ \t]*\r?\n?[ \t\r\n]*" + _OBJECT
 
 
 @dataclass(frozen=True)
 class ToolFormat:
-    """How one model family writes a tool call."""
+    """How one model family writes a tool call.
 
-    name: str  # "hermes" | "llama3"
-    opener: str  # text that opens a call ("" = the reply itself is the call)
+    Attributes:
+        name: ``hermes`` | ``llama3``.
+        opener / closer: the tags around a call (``""``: the reply itself is the call).
+        args_key: ``arguments`` | ``parameters``.
+        parallel: several calls in one reply.
+        opener_id / closer_id: the tag's token id when the vocabulary writes it as one
+            token (Qwen's ``<tool_call>``), else None.
+    """
+
+    name: str
+    opener: str
     closer: str
-    args_key: str  # "arguments" | "parameters"
-    parallel: bool  # several calls in one reply
+    args_key: str
+    parallel: bool
+    opener_id: int | None = None
+    closer_id: int | None = None
 
 
 HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>", "arguments", True)
 LLAMA3 = ToolFormat("llama3", "", "", "parameters", False)
 
 
-def tool_format(tokenizer: Any) -> ToolFormat | None:
-    """The tool-call format the model's chat template teaches, or None (no tool support).
-
-    Args:
-        tokenizer: the engine's tokenizer (its ``chat_template`` is read).
-    """
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or "tools" not in template:
-        return None
-    if "<tool_call>" in template:
+def _template_format(template: str) -> ToolFormat | None:
+    kind = _mlx_lm_parser(template)
+    if kind == "json_tools" or (kind is None and "<tool_call>" in template):
         return HERMES
+    if kind is not None:
+        return None  # a format of mlx-lm's that no grammar here holds (see require_format)
     if "<|python_tag|>" in template or '"parameters"' in template or "ipython" in template:
         return LLAMA3
     return None
 
 
+def _mlx_lm_parser(template: str) -> str | None:
+    """The name of the mlx-lm tool parser that reads the calls ``template`` teaches."""
+    from mlx_lm.tokenizer_utils import _infer_tool_parser
+
+    return _infer_tool_parser(_TemplateOnly(template))
+
+
+class _TemplateOnly:
+    """What ``_infer_tool_parser`` reads: the template, and a vocabulary (none here: the
+    template decides for the formats parsed here)."""
+
+    def __init__(self, template: str):
+        self.chat_template = template
+
+    def get_vocab(self) -> dict:
+        return {}
+
+
+def _single_token(tokenizer: Any, text: str) -> int | None:
+    """The id of ``text`` when the tokenizer writes it as one token, else None."""
+    if not text or not hasattr(tokenizer, "encode"):
+        return None
+    try:
+        ids = tokenizer.encode(text, add_special_tokens=False)
+    except TypeError:
+        ids = tokenizer.encode(text)
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def tool_format(tokenizer: Any) -> ToolFormat | None:
+    """The tool-call format the model's chat template teaches, or None (no tool support).
+
+    Args:
+        tokenizer: the engine's tokenizer (its ``chat_template`` is read; with ``encode``,
+            a tag the vocabulary writes as one token is named by its id).
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or "tools" not in template:
+        return None
+    fmt = _template_format(template)
+    if fmt is None or not fmt.opener:
+        return fmt
+    return replace(fmt, opener_id=_single_token(tokenizer, fmt.opener), closer_id=_single_token(tokenizer, fmt.closer))
+
+
 def require_format(tokenizer: Any, model: str = "the model") -> ToolFormat:
     """:func:`tool_format`, or an ``OptionError`` naming ``tools`` when there is none."""
     fmt = tool_format(tokenizer)
+    template = getattr(tokenizer, "chat_template", None)
+    kind = _mlx_lm_parser(template) if fmt is None and isinstance(template, str) and "tools" in template else None
+    if kind is not None:
+        raise OptionError.about(f"{{0}} cannot be used with {model}: its tool-call format ({kind}) is read by "
+                                "mlx-lm but no grammar here keeps its calls valid yet", "tools")
     if fmt is None:
         raise OptionError.about(f"{{0}} cannot be used with {model}: its chat template has no tool support "
                                 "(no tool-call format in it)", "tools")
     return fmt
+
+
+def tool_names(tools: Iterable[dict] | None) -> list[str]:
+    """The function names of OpenAI ``tools``."""
+    return [str((t.get("function") or {}).get("name")) for t in tools or ()]
 
 
 def _functions(tools: list[dict], choice: Any) -> list[dict]:
@@ -87,29 +164,89 @@ def _functions(tools: list[dict], choice: Any) -> list[dict]:
     return funcs
 
 
-def call_schema(fmt: ToolFormat, tools: list[dict], choice: Any = "auto") -> dict:
-    """The JSON schema of one call: a given tool's name and arguments valid for it."""
+def call_schema(fmt: ToolFormat, tools: list[dict], choice: Any = "auto", strict: bool = True) -> dict:
+    """The JSON schema of one call: a given tool's name and arguments valid for it
+    (``strict``: spaced as templates render JSON; else any bounded space)."""
     options = []
     for f in _functions(tools, choice):
         params = f.get("parameters") or {"type": "object", "properties": {}}
         options.append({"type": "object", "properties": {"name": {"const": f["name"]}, fmt.args_key: params},
                         "required": ["name", fmt.args_key], "additionalProperties": False})
     schema: dict = options[0] if len(options) == 1 else {"anyOf": options}
-    # Compact JSON: a small model otherwise pads with newlines (as JsonConstraint).
-    return {**schema, "x-guidance": {"whitespace_flexible": False}}
+    return {**schema, "x-guidance": _JSON_STRICT if strict else _JSON_SPACE}
+
+
+def _tag(text: str, token_id: int | None) -> str:
+    """A tag in a grammar: by token id when the vocabulary writes it as one token."""
+    return f"<[{token_id}]>" if token_id is not None else json.dumps(text)
 
 
 def call_grammar(fmt: ToolFormat, tools: list[dict], choice: Any = "auto", parallel: bool = True,
-                 opened: bool = False) -> str:
-    """An llguidance Lark grammar of the calls (``opened``: the opener is already written)."""
-    body = f"%json{json.dumps(call_schema(fmt, tools, choice))}"
-    # Space between the pieces is bounded: a weak model must not pad a call forever.
-    if not fmt.opener:
-        return f"%llguidance {{}}\nstart: call\ncall: {body}\n"
-    more = f'more: "" | WS? {json.dumps(fmt.opener)} WS? call more\n' if parallel and fmt.parallel else 'more: ""\n'
-    start = "start: WS? call more\n" if opened else f"start: {json.dumps(fmt.opener)} WS? call more\n"
-    return (f"%llguidance {{}}\n{start}{more}call: body WS? {json.dumps(fmt.closer)}\n"
-            f"body: {body}\nWS: /[ \\n]{{1,2}}/\n")
+                 opened: str | None = None) -> str:
+    """An llguidance Lark grammar of the calls.
+
+    A tagged call is held to the template's own layout (tag, newline, JSON spaced as
+    ``tojson`` spaces it, newline, tag): the path the model was trained on. A fenced or
+    bare call opened under ``auto`` keeps the model's own spacing, bounded.
+
+    Args:
+        opened: None for a whole reply of calls (``tool_choice`` required or named);
+            else the form already opened under ``auto``: ``tag`` (the opener is written),
+            ``fence`` (a ```` ``` ```` fence is open: one call, then the closing fence) or
+            ``bare`` (one call, the whole reply).
+    """
+    strict = opened in (None, "tag") and bool(fmt.opener)
+    body = f"%json{json.dumps(call_schema(fmt, tools, choice, strict=strict))}"
+    head = f"%llguidance {{}}\nbody: {body}\n"
+    if opened == "fence":
+        return head + 'start: body WS? "```"\nWS: /[ \\n]{1,2}/\n'
+    if not fmt.opener or opened == "bare":
+        return head + "start: body\n"
+    opener, closer = _tag(fmt.opener, fmt.opener_id), _tag(fmt.closer, fmt.closer_id)
+    more = f'more: "" | "\\n" {opener} call more\n' if parallel and fmt.parallel else 'more: ""\n'
+    start = 'start: "\\n"? body "\\n" ' + closer + " more\n" if opened == "tag" else f"start: {opener} call more\n"
+    return head + start + more + f'call: "\\n" body "\\n" {closer}\n'
+
+
+@dataclass(frozen=True)
+class Opening:
+    """Where a call opens in a reply: its ``form`` (``tag`` | ``fence`` | ``bare``), where
+    its markup starts (``at``) and where the call's own text starts (``body``)."""
+
+    form: str
+    at: int
+    body: int
+
+
+def _patterns(fmt: ToolFormat) -> list[tuple[str, Any]]:
+    pats = [("fence", regex.compile(_FENCE))]
+    if fmt.opener:
+        pats.insert(0, ("tag", regex.compile(regex.escape(fmt.opener))))
+    return pats
+
+
+def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = False,
+                 bare: bool = True) -> Opening | None:
+    """The first call opened in ``text`` at or after ``start``.
+
+    Args:
+        partial: also return an opening that the text's end may still complete (its
+            ``form`` then ends with ``?``), so a stream holds that text back.
+        bare: ``text`` is the reply from its start, so it may itself be the call's object.
+    """
+    best: Opening | None = None
+    if bare and start == 0:  # the bare form: the reply itself starts with the call's object
+        lead = len(text) - len(text.lstrip(_WS_ONLY))
+        m = regex.compile(_OBJECT).match(text, lead, partial=partial)
+        if m and lead < len(text):
+            return Opening("bare?" if m.partial else "bare", lead, lead)
+    for form, pat in _patterns(fmt):
+        m = pat.search(text, start, partial=partial)
+        if m is None or (best is not None and m.start() >= best.at):
+            continue
+        body = m.end() if form == "tag" else text.index("{", m.start()) if not m.partial or "{" in m.group() else m.end()
+        best = Opening(form + ("?" if m.partial else ""), m.start(), body)
+    return best
 
 
 class ToolConstraint:
@@ -136,29 +273,34 @@ class ToolConstraint:
         self.matcher: Any = None
         self._seen: int | None = None  # history length at the last call
         self._start: int | None = None  # where the reply starts in the history
-        forced = choice == "required" or isinstance(choice, dict)
-        # Llama 3's call is the whole reply: under auto it can only be seen once it is over.
-        if forced:
-            self.matcher = self._matcher(opened=False)
-        elif self.fmt.opener:
-            self._matcher(opened=True)  # compile once now, so a bad schema fails at submit
+        self._skip = 0  # reply text before this offset opened no call the grammar took
+        self._ended = False  # a call repeated an earlier one: only EOS is left
+        self.forced = choice == "required" or isinstance(choice, dict)
+        if self.forced:
+            self.matcher = self._matcher(None)
+        else:
+            self._matcher("tag" if self.fmt.opener else "bare")  # compile once now: a bad schema fails at submit
 
-    def _matcher(self, opened: bool) -> Any:
+    def _matcher(self, opened: str | None) -> Any:
         import llguidance
 
         grammar = call_grammar(self.fmt, self.tools, self.choice, self.parallel, opened=opened)
-        m = llguidance.LLMatcher(self.ll, grammar)
+        m = llguidance.LLMatcher(self.ll, grammar, log_level=0)
         if m.is_error():
             raise OptionError(f"invalid tools: {m.get_error()}", options=("tools",))
         return m
 
-    def _opened(self, history: list[int]) -> bool:
-        """True when the reply now ends with the call opener (and maybe space): the first
-        time it does, as the matcher takes over from then on."""
-        reply = history[self._start or 0:]
-        tail = self.tokenizer.decode(reply[-_DETECT_TAIL:])
-        at = tail.rfind(self.fmt.opener)
-        return at >= 0 and tail[at + len(self.fmt.opener):].strip(_WS_ONLY) == ""
+    def _take_over(self, history: list[int]) -> Any:
+        """A matcher that has consumed the call opened in the reply so far, or None."""
+        reply = self.tokenizer.decode(history[self._start or 0:])
+        while (op := find_opening(self.fmt, reply, self._skip, bare=self._skip == 0)) is not None:
+            matcher = self._matcher(op.form)
+            written = reply[op.body:]
+            ids = self.tokenizer.encode(written, add_special_tokens=False) if written else []
+            if all(matcher.consume_token(int(t)) for t in ids) and not matcher.is_error():
+                return matcher
+            self._skip = op.at + 1  # its text broke the grammar already: leave it as text
+        return None
 
     def __call__(self, tokens: mx.array | None, logits: mx.array) -> mx.array:
         """Mask ``logits`` (1, V) to the tokens the grammar allows next (none masked before a call)."""
@@ -171,11 +313,26 @@ class ToolConstraint:
             if self.matcher is not None:
                 for t in new:
                     self.matcher.consume_token(int(t))
-            elif self.fmt.opener and self._opened(tokens.tolist()):  # type: ignore[union-attr]
-                self.matcher = self._matcher(opened=True)
+                if self.fmt.closer and not self._ended and self._repeated(tokens.tolist()):  # type: ignore[union-attr]
+                    self._ended = True
+            else:
+                self.matcher = self._take_over(tokens.tolist())  # type: ignore[union-attr]
         if self.matcher is None:
             return logits
+        if self._ended:
+            return mx.where(mx.arange(logits.shape[-1]) == self.eos, logits, mx.array(-mx.inf, dtype=logits.dtype))
         return mask_logits(self.matcher, logits, self.eos)
+
+    def _repeated(self, history: list[int]) -> bool:
+        """True when the reply's last call repeats an earlier one word for word: a small
+        model forced to call tools can cycle through the same calls until ``max_tokens``."""
+        if self.fmt.closer_id is not None and history[-1] != self.fmt.closer_id:
+            return False
+        reply = self.tokenizer.decode(history[self._start or 0:])
+        if not reply.rstrip(_WS_ONLY).endswith(self.fmt.closer):
+            return False
+        _, calls = parse_calls(self.fmt, reply)  # says a repeated call once
+        return reply.count(self.fmt.closer) > len(calls)
 
 
 # ------------------------------------------------------------------ parsing
@@ -183,7 +340,7 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def _call(fmt: ToolFormat, text: str) -> ToolCall | None:
+def _call(fmt: ToolFormat, text: str, names: set[str] | None = None) -> ToolCall | None:
     from mlx_lm.tool_parsers.json_tools import parse_tool_call
 
     try:
@@ -191,6 +348,8 @@ def _call(fmt: ToolFormat, text: str) -> ToolCall | None:
     except (ValueError, TypeError):
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    if names is not None and obj["name"] not in names:
         return None
     args = obj.get(fmt.args_key, obj.get("arguments", obj.get("parameters", {})))
     if isinstance(args, str):  # some models write the arguments as a JSON string
@@ -203,43 +362,144 @@ def _call(fmt: ToolFormat, text: str) -> ToolCall | None:
     return ToolCall(id=new_call_id(), name=obj["name"], arguments=args)
 
 
-def parse_calls(fmt: ToolFormat, text: str) -> tuple[str, list[ToolCall]]:
-    """Split a finished reply into its text and its tool calls.
+def _json_end(text: str) -> int | None:
+    """Where the JSON value at the start of ``text`` ends, or None while it is unfinished."""
+    try:
+        return json.JSONDecoder().raw_decode(text)[1]
+    except ValueError:
+        return None
+
+
+class CallSplitter:
+    """Text pieces in; text to show and finished calls out, never the call markup.
+
+    Args:
+        fmt: the model's tool format.
+        tools: the names of the tools given (or OpenAI tools): a call must name one to
+            count as a call. None accepts any name.
+
+    ``feed(piece)`` returns ``(text, calls)`` ready now; ``close()`` returns what is left
+    at the end. A call cut short by ``max_tokens`` is dropped, never shown as markup, and
+    counted in ``cut_short``; a whole one that is no call of a given tool stays text.
+    """
+
+    def __init__(self, fmt: ToolFormat, tools: Iterable[Any] | None = None):
+        self.fmt = fmt
+        names = None if tools is None else [t if isinstance(t, str) else tool_names([t])[0] for t in tools]
+        self.names = None if names is None else set(names)
+        self._buf = ""
+        self._open: Opening | None = None  # the call being written, offsets into _buf
+        self._started = False  # text shown or a call made: the bare form is only at the start
+        self.cut_short = 0
+        self._said: set[tuple[str, str]] = set()
+
+    def feed(self, piece: str) -> tuple[str, list[ToolCall]]:
+        self._buf += piece
+        return self._run(final=False)
+
+    def close(self) -> tuple[str, list[ToolCall]]:
+        return self._run(final=True)
+
+    def _run(self, final: bool) -> tuple[str, list[ToolCall]]:
+        shown: list[str] = []
+        calls: list[ToolCall] = []
+        while self._step(shown, calls, final):
+            pass
+        if final:
+            cut = find_opening(self.fmt, self._buf, partial=True, bare=not self._started)
+            if cut is not None and cut.form == "tag?":
+                self._buf = self._buf[:cut.at]  # an opener cut short: dropped
+            shown.append(self._buf)
+            self._buf = ""
+        text = "".join(shown)
+        if calls and not text.strip(_WS_ONLY):
+            text = ""
+        return text, calls
+
+    def _step(self, shown: list[str], calls: list[ToolCall], final: bool) -> bool:
+        """One move over the buffer; True while another may follow."""
+        if self._open is None:
+            op = find_opening(self.fmt, self._buf, partial=not final, bare=not self._started)
+            if op is None:
+                if not final and (self._started or self._buf.strip(_WS_ONLY)):
+                    self._show(shown, len(self._buf))
+                return False
+            self._show(shown, op.at)
+            if op.form.endswith("?"):
+                return False  # may still open a call: hold it
+            self._open = Opening(op.form, 0, op.body - op.at)
+        return self._finish(calls, shown, final)
+
+    def _show(self, shown: list[str], upto: int) -> None:
+        if upto > 0:
+            text = self._buf[:upto]
+            shown.append(text)
+            self._buf = self._buf[upto:]
+            self._started = self._started or bool(text.strip(_WS_ONLY))
+
+    def _finish(self, calls: list[ToolCall], shown: list[str], final: bool) -> bool:
+        """Close the open call once its end is written (or the reply ended); True when
+        text is left to look at."""
+        op = self._open
+        assert op is not None
+        body = self._buf[op.body:]
+        if op.form == "tag" and self.fmt.closer:
+            end = body.find(self.fmt.closer)
+            stop, rest = (end, end + len(self.fmt.closer)) if end >= 0 else (None, len(body))
+        else:  # fence or bare: the JSON object's end, then the fence's close
+            lead = len(body) - len(body.lstrip(_WS_ONLY))
+            end = _json_end(body[lead:])
+            stop = None if end is None else lead + end
+            rest = len(body) if stop is None else stop
+            if stop is not None and op.form == "fence":
+                close = body.find("```", stop)
+                if close < 0 and not final:
+                    return False
+                rest = close + 3 if close >= 0 else len(body)
+        if stop is None and not final:
+            return False
+        call = _call(self.fmt, body[:stop] if stop is not None else body, self.names)
+        consumed = op.body + rest
+        if call is not None:
+            key = (call.name, call.arguments_json())
+            if key not in self._said:  # a call repeated word for word is said once
+                self._said.add(key)
+                calls.append(call)
+        elif stop is None:  # cut short (max_tokens): dropped, not shown as markup
+            self.cut_short += 1
+        else:  # not a call after all: shown as written
+            shown.append(self._buf[:consumed])
+        self._buf = self._buf[consumed:]
+        self._open = None
+        self._started = True
+        return bool(self._buf)
+
+
+def parse_calls(fmt: ToolFormat, text: str, tools: Iterable[Any] | None = None) -> tuple[str, list[ToolCall]]:
+    """Split a finished reply into its text and its tool calls (:class:`CallSplitter` over
+    the whole reply).
 
     Returns:
         ``(text, calls)``: the text outside calls (stripped when calls were found), and
-        the calls in order. A call that does not parse stays in the text.
+        the calls in order. A call that does not parse stays in the text; one cut short is
+        dropped.
     """
-    if not fmt.opener:
-        stripped = text.strip()
-        if stripped.startswith("{"):
-            call = _call(fmt, stripped)
-            if call is not None:
-                return "", [call]
-        return text, []
-    calls: list[ToolCall] = []
-    kept: list[str] = []
-    rest = text
-    while True:
-        at = rest.find(fmt.opener)
-        if at < 0:
-            kept.append(rest)
-            break
-        end = rest.find(fmt.closer, at + len(fmt.opener))
-        body = rest[at + len(fmt.opener): end if end >= 0 else len(rest)]
-        call = _call(fmt, body)
-        if call is None:
-            # A call cut short (max_tokens) is dropped, not shown as markup.
-            kept.append(rest[:at] if end < 0 else rest)
-            break
-        kept.append(rest[:at])
-        calls.append(call)
-        rest = rest[end + len(fmt.closer):] if end >= 0 else ""
-    out = "".join(kept)
-    cut = _partial_suffix(out, fmt.opener)  # an opener cut short, too
-    if cut:
-        out = out[:-cut]
+    splitter = CallSplitter(fmt, tools)
+    shown, calls = splitter.feed(text)
+    rest, more = splitter.close()
+    out, calls = shown + rest, calls + more
     return (out.strip() if calls else out), calls
+
+
+def splitter_for(tokenizer: Any, options: Any) -> CallSplitter | None:
+    """The splitter of a request's streamed reply: None unless ``options.tools`` were given.
+
+    Raises:
+        OptionError: tools for a model whose template has no tool support.
+    """
+    if options is None or options.tools is None:
+        return None
+    return CallSplitter(require_format(tokenizer), tool_names(options.tools))
 
 
 def with_tool_calls(result: Any, tokenizer: Any, options: Any) -> Any:
@@ -249,88 +509,10 @@ def with_tool_calls(result: Any, tokenizer: Any, options: Any) -> Any:
         return result
     fmt = tool_format(tokenizer)
     if fmt is not None:
-        result.text, result.tool_calls = parse_calls(fmt, result.text)
+        result.text, result.tool_calls = parse_calls(fmt, result.text, tool_names(options.tools))
     return result
 
 
-class CallSplitter:
-    """Text pieces in; text to show and finished calls out, never the call markup.
-
-    ``feed(piece)`` returns ``(text, calls)`` ready now; ``close()`` returns what is left
-    at the end (a call cut short by ``max_tokens`` is dropped: never shown as markup).
-    """
-
-    def __init__(self, fmt: ToolFormat):
-        self.fmt = fmt
-        self._buf = ""
-        self._in_call = False
-        self._started = False  # llama3: the reply's first non-space character is seen
-
-    def feed(self, piece: str) -> tuple[str, list[ToolCall]]:
-        self._buf += piece
-        if not self.fmt.opener:
-            return self._feed_whole()
-        shown, calls = [], []
-        while True:
-            if self._in_call:
-                end = self._buf.find(self.fmt.closer)
-                if end < 0:
-                    break
-                call = _call(self.fmt, self._buf[:end])
-                if call is not None:
-                    calls.append(call)
-                else:  # not a call after all: show it as written
-                    shown.append(self.fmt.opener + self._buf[: end + len(self.fmt.closer)])
-                self._buf = self._buf[end + len(self.fmt.closer):]
-                self._in_call = False
-                continue
-            at = self._buf.find(self.fmt.opener)
-            if at >= 0:
-                shown.append(self._buf[:at])
-                self._buf = self._buf[at + len(self.fmt.opener):]
-                self._in_call = True
-                continue
-            keep = _partial_suffix(self._buf, self.fmt.opener)  # may be the start of an opener
-            shown.append(self._buf[: len(self._buf) - keep])
-            self._buf = self._buf[len(self._buf) - keep:]
-            break
-        text = "".join(shown)
-        if calls and not text.strip(_WS_ONLY):
-            text = ""
-        return text, calls
-
-    def _feed_whole(self) -> tuple[str, list[ToolCall]]:
-        if not self._started:
-            head = self._buf.lstrip(_WS_ONLY)
-            if not head:
-                return "", []
-            self._started = True
-            self._in_call = head.startswith("{")
-        if self._in_call:
-            return "", []  # a call is judged once it is whole
-        out, self._buf = self._buf, ""
-        return out, []
-
-    def close(self) -> tuple[str, list[ToolCall]]:
-        rest, self._buf = self._buf, ""
-        if not self.fmt.opener:
-            if self._in_call:
-                text, calls = parse_calls(self.fmt, rest)
-                return text, calls
-            return rest, []
-        if self._in_call:
-            call = _call(self.fmt, rest)  # a call whose closer was cut off still counts if whole
-            return ("", [call]) if call is not None else ("", [])
-        return rest[: len(rest) - _partial_suffix(rest, self.fmt.opener)], []  # an opener cut short: dropped
-
-
-def _partial_suffix(text: str, token: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``token``."""
-    for k in range(min(len(token) - 1, len(text)), 0, -1):
-        if text.endswith(token[:k]):
-            return k
-    return 0
-
-
-__all__ = ["CallSplitter", "HERMES", "LLAMA3", "ToolConstraint", "ToolFormat", "call_grammar", "call_schema",
-           "parse_calls", "require_format", "tool_format", "with_tool_calls"]
+__all__ = ["CallSplitter", "HERMES", "LLAMA3", "Opening", "ToolConstraint", "ToolFormat", "call_grammar",
+           "call_schema", "find_opening", "parse_calls", "require_format", "splitter_for", "tool_format", "tool_names",
+           "with_tool_calls"]

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tools import CallSplitter, require_format
+from mlotspark.decoding.tools import splitter_for
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
@@ -201,7 +201,7 @@ def _sse(event: str, data: dict) -> str:
 
 async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float) -> AsyncIterator[str]:
     """Anthropic's event sequence for one request; a client gone cancels it."""
-    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if req.checked and req.checked.tools else None
+    splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     index = -1  # the open content block, if any
     text_open = False
     calls_sent = 0

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tools import CallSplitter, require_format, tool_format
+from mlotspark.decoding.tools import splitter_for, tool_format
 from mlotspark.server.embeddings import parse_embeddings
 from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.models import parse_keep_alive
@@ -182,7 +182,7 @@ def _piece(kind: str, model: str, text: str, calls: list | None = None) -> dict:
 
 
 async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint: str, t0: float) -> AsyncIterator[str]:
-    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if req.checked and req.checked.tools else None
+    splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     ended = False
     events = job.events()
     try:

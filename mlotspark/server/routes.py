@@ -33,7 +33,7 @@ from mlotspark.server.exchange import (
 )
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
-from mlotspark.decoding.tools import CallSplitter, require_format
+from mlotspark.decoding.tools import splitter_for
 from mlotspark.server.responses import (
     chat_logprobs,
     chat_response,
@@ -203,8 +203,7 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     """The event stream of one request; a client gone cancels it (``finally``)."""
     kind, model = parsed.kind, parsed.model
     ended = False
-    tools = parsed.checked is not None and parsed.checked.tools is not None
-    splitter = CallSplitter(require_format(job.server.engine.tokenizer)) if tools else None
+    splitter = splitter_for(job.server.engine.tokenizer, parsed.checked)
     calls_sent = 0
     logprobs_sent = 0
     offset = 0  # completions' text_offset

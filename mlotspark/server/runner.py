@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
-from mlotspark.decoding.tools import parse_calls, require_format
+from mlotspark.decoding.tools import parse_calls, require_format, tool_names
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
 from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
@@ -184,7 +184,7 @@ class Job:
         else:
             text, calls = result.text, []
             if opts.tools is not None:
-                text, calls = parse_calls(require_format(self.server.engine.tokenizer), text)
+                text, calls = parse_calls(require_format(self.server.engine.tokenizer), text, tool_names(opts.tools))
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
             choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence)]
             completion = stats.generation_tokens

@@ -1,0 +1,236 @@
+"""Tool calls on the real Qwen2.5-Coder-0.5B: its own tokenizer (``<tool_call>`` is one
+special token, id 151657), its own chat template, its own weights, through the real
+``openai``, ``anthropic`` and ``ollama`` clients and ``Engine``.
+
+The token-level tests read the tokenizer from the GGUF without its weights (a second);
+the end-to-end ones share the run's one Qwen engine and server (``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import mlx.core as mx
+import numpy as np
+import pytest
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string"},
+                                      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                       "required": ["city"]},
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time in a time zone.",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+    },
+}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+ASK = [{"role": "user", "content": "What's the weather like in Paris right now?"}]
+CHAT = [{"role": "user", "content": "Write a haiku about rain."}]
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer(qwen_gguf, tmp_path_factory):
+    """Qwen's tokenizer and chat template, read from the GGUF's metadata (no weights)."""
+    from mlotspark.models.gguf_convert import metadata_of, open_reader
+    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+
+    return load_gguf_tokenizer(metadata_of(open_reader(qwen_gguf)), tmp_path_factory.mktemp("qwen-tok") / "t.json")
+
+
+def _allowed(constraint, history: list[int], vocab: int = 151936) -> np.ndarray:
+    out = np.array(constraint(mx.array(history), mx.zeros((1, vocab))))
+    return np.flatnonzero(np.isfinite(out[0]))
+
+
+# ------------------------------------------------------------------ token level, real tokenizer
+def test_qwen2_5_coder_tags_are_single_special_tokens_named_by_id(qwen_tokenizer):
+    from mlotspark.decoding.tools import tool_format
+
+    fmt = tool_format(qwen_tokenizer)
+    assert fmt is not None and fmt.name == "hermes"
+    assert (fmt.opener_id, fmt.closer_id) == (151657, 151658)
+
+
+def test_a_forced_call_lets_qwen_write_its_own_tool_call_token_first(qwen_tokenizer):
+    """The bug users met: the grammar expected the bytes '<tool_call>' and refused token
+    151657, so every forced call ended after one token with an empty reply."""
+    from mlotspark.decoding.tools import ToolConstraint
+
+    c = ToolConstraint(qwen_tokenizer, TOOLS, "required", vocab_size=151936)
+    prompt = [1, 2, 3]
+    assert _allowed(c, prompt).tolist() == [151657]
+    history = prompt + [151657]
+    for t in qwen_tokenizer.encode('\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n', add_special_tokens=False):
+        assert t in _allowed(c, history)
+        history.append(t)
+    assert _allowed(c, history).tolist() == [151658]
+    history.append(151658)
+    assert set(_allowed(c, history).tolist()) == {198, c.eos}  # another call ("\n") or the end
+
+
+def test_a_repeated_call_ends_a_forced_reply(qwen_tokenizer):
+    from mlotspark.decoding.tools import ToolConstraint, parse_calls
+
+    c = ToolConstraint(qwen_tokenizer, TOOLS, "required", vocab_size=151936)
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+    two = one.replace("celsius", "fahrenheit")
+    history = [1, 2, 3]
+    _allowed(c, history)
+    for t in qwen_tokenizer.encode(one + "\n" + two + "\n" + one, add_special_tokens=False):
+        history.append(t)
+        allowed = _allowed(c, history)
+    assert allowed.tolist() == [c.eos]
+    _, calls = parse_calls(c.fmt, qwen_tokenizer.decode(history[3:]), ["get_weather"])
+    assert [x.arguments["unit"] for x in calls] == ["celsius", "fahrenheit"]  # the repeat is said once
+
+
+@pytest.mark.parametrize("opening", ['```json\n{"name"', '{"name"', "Let me check.\n```json\n{\"name\"",
+                                     "Let me check.<tool_call>\n{\"name\""])
+def test_under_auto_a_call_opened_in_any_form_is_held_to_a_declared_tool(qwen_tokenizer, opening):
+    from mlotspark.decoding.tools import ToolConstraint
+
+    c = ToolConstraint(qwen_tokenizer, TOOLS, "auto", vocab_size=151936)
+    history = [1, 2, 3]
+    assert len(_allowed(c, history)) == 151936  # free text until a call opens
+    for t in qwen_tokenizer.encode(opening, add_special_tokens=False):
+        history.append(t)
+        allowed = _allowed(c, history)
+    texts = {qwen_tokenizer.decode([int(i)]) for i in allowed}
+    # only the key's colon may follow (after some space, in the model's own spacing)
+    assert 0 < len(allowed) < 100 and all(x.lstrip(" \n").startswith(":") or not x.strip() for x in texts), texts
+
+
+def test_text_that_only_mentions_a_tool_stays_text(qwen_tokenizer):
+    from mlotspark.decoding.tools import ToolConstraint, parse_calls, tool_format
+
+    c = ToolConstraint(qwen_tokenizer, TOOLS, "auto", vocab_size=151936)
+    history = [1, 2, 3]
+    _allowed(c, history)
+    said = 'You could call get_weather, e.g. {"name": "get_weather"} in JSON, or use ```python\nprint(1)\n```'
+    for t in qwen_tokenizer.encode(said, add_special_tokens=False):
+        history.append(t)
+        assert len(_allowed(c, history)) == 151936
+    assert parse_calls(tool_format(qwen_tokenizer), said, ["get_weather", "get_time"]) == (said, [])
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_every_form_streams_as_calls_never_as_markup_on_qwen_text(qwen_tokenizer, size):
+    """Replies as Qwen2.5-Coder writes them, cut into pieces as its detokenizer streams them."""
+    from mlotspark.decoding.tools import CallSplitter, tool_format
+
+    fmt = tool_format(qwen_tokenizer)
+    replies = [
+        '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>',
+        '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        'Sure.\n```json\n{\n  "name": "get_time",\n  "arguments": {"zone": "CET"}\n}\n```',
+    ]
+    for reply in replies:
+        ids = qwen_tokenizer.encode(reply, add_special_tokens=False)
+        pieces = [qwen_tokenizer.decode(ids[i:i + size]) for i in range(0, len(ids), size)]
+        splitter = CallSplitter(fmt, ["get_weather", "get_time"])
+        shown, calls = "", []
+        for p in pieces + [None]:
+            t, c = splitter.feed(p) if p is not None else splitter.close()
+            shown, calls = shown + t, calls + c
+        assert len(calls) == 1 and "{" not in shown and "tool_call" not in shown and "```" not in shown, (reply, shown)
+        jsonschema.validate(calls[0].arguments, SCHEMAS[calls[0].name])
+
+
+# ------------------------------------------------------------------ end to end, real weights
+def _valid(name: str, arguments: str | dict) -> dict:
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    jsonschema.validate(args, SCHEMAS[name])
+    return args
+
+
+def test_openai_required_named_and_auto_calls_parse_and_validate(qwen_server):
+    c = qwen_server.openai()
+    for choice in ["required", {"type": "function", "function": {"name": "get_weather"}}, "auto"]:
+        r = c.chat.completions.create(model=qwen_server.model, messages=ASK, tools=TOOLS, tool_choice=choice,
+                                      max_tokens=120, temperature=0)
+        ch = r.choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, (choice, ch)
+        first = ch.message.tool_calls[0]
+        assert first.function.name == "get_weather" and _valid("get_weather", first.function.arguments)["city"] == "Paris"
+        assert all(_valid(call.function.name, call.function.arguments) for call in ch.message.tool_calls)
+        assert not ch.message.content
+
+
+def test_openai_auto_streamed_call_arrives_as_deltas(qwen_server):
+    chunks = list(qwen_server.openai().chat.completions.create(
+        model=qwen_server.model, messages=ASK, tools=TOOLS, max_tokens=120, temperature=0, stream=True))
+    content = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    calls: dict[int, dict] = {}
+    for ch in chunks:
+        for d in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+            c = calls.setdefault(d.index, {"name": "", "arguments": ""})
+            c["name"] += d.function.name or ""
+            c["arguments"] += d.function.arguments or ""
+    assert not content.strip() and calls and chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert all(_valid(c["name"], c["arguments"]) for c in calls.values())
+
+
+def test_auto_answers_a_question_no_tool_serves_with_text(qwen_server):
+    r = qwen_server.openai().chat.completions.create(model=qwen_server.model, messages=CHAT, tools=TOOLS,
+                                                     max_tokens=30, temperature=0)
+    ch = r.choices[0]
+    assert ch.message.tool_calls is None and len(ch.message.content.split()) >= 3
+
+
+def test_a_tool_result_in_the_history_is_answered(qwen_server):
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees Celsius, sunny"},
+    ]
+    c = qwen_server.openai()
+    r = c.chat.completions.create(model=qwen_server.model, messages=history, tools=TOOLS, max_tokens=60, temperature=0)
+    ch = r.choices[0]  # under auto this small model may call again: a valid call or words, never nothing
+    assert ch.message.content or ch.message.tool_calls, ch
+    assert all(_valid(x.function.name, x.function.arguments) for x in ch.message.tool_calls or [])
+    r = c.chat.completions.create(model=qwen_server.model, messages=history, tools=TOOLS, tool_choice="none",
+                                  max_tokens=40, temperature=0)
+    assert "18" in r.choices[0].message.content, r  # the result was read
+
+
+def test_anthropic_any_tool_and_auto_return_tool_use_blocks(qwen_server):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=qwen_server.url, api_key="unused", max_retries=0, timeout=120)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    for choice in [{"type": "any"}, {"type": "tool", "name": "get_weather"}, {"type": "auto"}]:
+        m = client.messages.create(model=qwen_server.model, max_tokens=120, messages=ASK, tools=tools,
+                                   tool_choice=choice, extra_body={"temperature": 0})
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and uses, (choice, m)
+        assert all(_valid(u.name, u.input) for u in uses)
+
+
+def test_ollama_chat_with_tools_returns_calls(qwen_server):
+    import ollama
+
+    r = ollama.Client(host=qwen_server.url, timeout=120).chat(
+        model=qwen_server.model, messages=ASK, tools=TOOLS, options={"temperature": 0, "num_predict": 120})
+    calls = r.message.tool_calls
+    assert calls and all(_valid(c.function.name, dict(c.function.arguments)) for c in calls)
+
+
+def test_engine_generate_returns_the_forced_call_in_python(qwen_engine):
+    r = qwen_engine.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120)
+    assert r.tool_calls and r.text == "" and r.stats.finish_reason == "stop"
+    assert r.tool_calls[0].name == "get_weather" and r.tool_calls[0].arguments["city"] == "Paris"
+    assert all(_valid(c.name, c.arguments) for c in r.tool_calls)
