@@ -47,12 +47,44 @@ def pytest_collection_modifyitems(config, items):
 # ------------------------------------------------------------------ the suite's time budget
 #: A test (its setup, call and teardown together) that takes longer fails the run, so the
 #: next slow test is noticed when it lands. ``MLOTSPARK_TEST_BUDGET_S=0`` turns it off.
+#: A fixture shared by several tests (module or session scope: a model loaded once) is
+#: timed on its own, under its own name, not as part of the first test that asks for it.
 TEST_BUDGET_S = float(os.environ.get("MLOTSPARK_TEST_BUDGET_S", "60"))
 _durations: dict[str, float] = {}
+_shared_setup_s = 0.0  # on the process running the test: shared fixtures set up in its setup
+_shared_names: list[tuple[str, float]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    global _shared_setup_s
+    import time
+
+    t0 = time.perf_counter()
+    yield
+    if fixturedef.scope != "function":
+        took = time.perf_counter() - t0
+        _shared_setup_s += took
+        _shared_names.append((f"{fixturedef.baseid or 'conftest'}::{fixturedef.argname} (shared fixture)", took))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    global _shared_setup_s
+    outcome = yield
+    if call.when == "setup" and _shared_setup_s:  # travels to xdist's controller with the report
+        outcome.get_result().user_properties.append(("shared_fixtures", list(_shared_names)))
+        _shared_setup_s = 0.0
+        _shared_names.clear()
 
 
 def pytest_runtest_logreport(report):
-    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+    shared = dict(report.user_properties).get("shared_fixtures") if report.when == "setup" else None
+    took = report.duration
+    for name, s in shared or ():
+        _durations[name] = _durations.get(name, 0.0) + s
+        took -= s
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + max(took, 0.0)
 
 
 def _over_budget() -> list[tuple[str, float]]:
@@ -142,11 +174,12 @@ def qwen_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def qwen_engine(qwen_gguf):
-    """One real Qwen2.5-Coder-0.5B engine for the whole run (greedy, full attention), for
-    tests that only read it: requests, never a change of its settings."""
+    """One real Qwen2.5-Coder-0.5B engine for the whole run, greedy, otherwise as
+    ``Engine.load`` sets it up (full attention within the context: the cascade is ``auto``),
+    for tests that only read it: requests, never a change of its settings."""
     from mlotspark import Engine
 
-    engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0, cascade=None)
+    engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0)
     yield engine
     engine.close()
 

@@ -1,61 +1,6 @@
-"""``mlotspark serve``'s app on a tiny model, in this process, on a free loopback port.
+"""``mlotspark serve``'s app on a loaded engine, in this process, on a free loopback port
+(``mlotspark.server.local``): the real client libraries talk HTTP to it."""
 
-uvicorn runs the real ASGI app in a thread, so the real client libraries (openai,
-anthropic, ollama) talk HTTP to it as to ``mlotspark serve``; only the model is tiny.
-"""
+from mlotspark.server.local import LocalServer as LiveServer
 
-from __future__ import annotations
-
-import socket
-import threading
-import time
-from typing import Any
-
-import httpx
-
-
-class LiveServer:
-    """Serve ``engine`` with ``create_app`` on 127.0.0.1 until ``stop()``.
-
-    Args:
-        engine: a loaded Engine (closed by ``stop()`` through the app's lifespan).
-        **state: ``ServerState`` keywords (``api_key``, ``prompt_cache`` ...).
-    """
-
-    def __init__(self, engine: Any, **state: Any):
-        import uvicorn
-
-        from mlotspark.server import ServerState, create_app
-
-        state.setdefault("prompt_cache", None)
-        self.state = ServerState(engine, **state)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(self.state), host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="live-server", daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        raise AssertionError("the live server did not start")
-
-    @property
-    def model(self) -> str:
-        return self.state.model_id
-
-    def openai(self, **kw: Any) -> Any:
-        import openai
-
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "unused"), timeout=120,
-                             max_retries=0, **kw)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
+__all__ = ["LiveServer"]

@@ -50,7 +50,8 @@ def live(tmp_path_factory):
 def test_a_tool_calling_session_resends_its_history_and_hits_the_prompt_cache(live):
     from agent_workload import conversation
 
-    run = conversation(live.url, live.model, "You are an agent. " * 20, 3, SHORT_TOOL, 64, "test",
+    # 96 tokens: the tiny model's vocabulary spells a call byte by byte, laid out as the template does
+    run = conversation(live.url, live.model, "You are an agent. " * 20, 3, SHORT_TOOL, 96, "test",
                        tool_options={"tool_choice": "required", "parallel_tool_calls": False})
     turns = run["turns"]
     assert [t["tool_calls"] for t in turns] == [1, 1, 1]  # streamed as tool-call deltas, parsed back

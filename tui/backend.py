@@ -101,6 +101,7 @@ class ModelRow:
     path: str = ""
     default: bool = False
     description: str = ""
+    capabilities: str = ""  # "chat, json, tools" (measured), or "... (unverified)"
 
 
 def load_engine(model: str | None, **defaults: Any) -> "EngineProtocol":
@@ -136,8 +137,15 @@ def list_models() -> list[ModelRow]:
     from mlotspark import available_models
 
     return [ModelRow(r["name"], r.get("where", ""), int(r.get("size") or 0), bool(r.get("pulled")),
-                     str(r.get("path") or ""), bool(r.get("default")), str(r.get("description") or ""))
+                     str(r.get("path") or ""), bool(r.get("default")), str(r.get("description") or ""),
+                     _capabilities(r.get("capabilities")))
             for r in available_models()]
+
+
+def _capabilities(caps: Any) -> str:
+    if not isinstance(caps, dict):
+        return ""
+    return ", ".join(caps.get("features") or ()) + ("" if caps.get("verified") else " (unverified)")
 
 
 # -- conversations ----------------------------------------------------------------------

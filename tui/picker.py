@@ -34,6 +34,8 @@ def row_text(row: ModelRow, width: int, current: bool) -> Text:
     marks = [m for m, on in (("default", row.default), ("open now", current)) if on]
     if marks:
         out.append(f"  ({', '.join(marks)})", style="italic")
+    if row.capabilities:
+        out.append(f"  [{row.capabilities}]", style="dim")
     return out
 
 

@@ -16,11 +16,11 @@ from typing import Callable, Sequence
 
 from mlotspark.platform import blas  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.errors import MlotsparkError, OptionError
-from mlotspark.cli import bench, chat, generate, memory, models, ps, serve
+from mlotspark.cli import bench, chat, check, generate, memory, models, ps, serve
 from mlotspark.cli.common import flag
 
 # Command modules in the order --help lists them.
-COMMANDS = [chat, generate, models, memory, bench, serve, ps]
+COMMANDS = [chat, generate, models, memory, bench, check, serve, ps]
 
 
 class _Parser(argparse.ArgumentParser):

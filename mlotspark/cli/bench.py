@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from mlotspark.cli.common import add_model_args, non_negative_int, positive_int
+from mlotspark.errors import OptionError
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -67,7 +68,25 @@ def _terminate_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def run_conformance(args: argparse.Namespace) -> int:
+    """``--suite conformance``: the conformance matrix (``mlotspark check``) on ``--model``,
+    else on each catalogue chat model; ``--write-capabilities`` ships the figures."""
+    from mlotspark.bench.conformance import CELLS
+    from mlotspark.cli import check
+
+    models = [args.model] if args.model else list(check.CATALOGUE_CHAT)
+    results = check.run_models(models, CELLS, args.weights)
+    if args.write_capabilities:
+        path = check.write_capabilities(results, _command(args))
+        print(f"mlotspark: bench: wrote {path}", file=sys.stderr)
+    return check.report(results, args.output)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.suite.strip() == "conformance":
+        return run_conformance(args)
+    if args.write_capabilities:
+        raise OptionError("--write-capabilities needs --suite conformance")
     from mlotspark.bench import BenchConfig, parse_suites, plot_report, render, run_bench
     from mlotspark.bench.config import parse_int_list
     from mlotspark.bench.plot import check_path
@@ -163,4 +182,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
                    help="progress bar on stderr (default auto: when stderr is a terminal)")
+    p.add_argument("--write-capabilities", action="store_true",
+                   help="with --suite conformance: write the catalogue models' cells into the capabilities "
+                        "mlotspark ships (what list, /v1/models and the chat's picker report)")
     p.set_defaults(func=run)

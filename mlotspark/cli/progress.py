@@ -157,7 +157,8 @@ LINE_EVERY = 0.25  # a piped step says how far it is at each quarter
 @contextlib.contextmanager
 def step_lines(stream: IO[str] | None = None, enabled: bool | None = None) -> Any:
     """While inside, each first-time step (``mlotspark.steps``: a download, a conversion)
-    is told on ``stream`` as plain lines: when it starts, at each quarter, when it ends.
+    that runs past ``SHOW_AFTER_S`` is told on ``stream`` as plain lines: that it runs, at
+    each quarter, when it ends.
 
     Args:
         stream: where to write (default ``sys.stderr``).
@@ -169,23 +170,25 @@ def step_lines(stream: IO[str] | None = None, enabled: bool | None = None) -> An
     if not enabled:
         yield
         return
-    said: dict[str, float] = {}
+    said: dict[str, float] = {}  # steps told so far: the quarter last told
     lock = threading.Lock()
 
     def told(event: steps.StepProgress) -> None:
+        lines = []
         with lock:
             if event.finished:
-                said.pop(event.name, None)
-                line = f"{event.describe()} · done"
+                if said.pop(event.name, None) is not None:
+                    lines.append(f"{event.describe()} · done")
             elif event.name not in said:
+                if time.perf_counter() - event.started_at < SHOW_AFTER_S:
+                    return  # a quick step (or one that fails at once) says nothing
                 said[event.name] = 0.0
-                line = f"{event.name}{'' if 'once' in event.name else ' (once)'} ..."
+                lines.append(f"{event.name}{'' if 'once' in event.name else ' (once)'} ...")
             elif event.total and said[event.name] + LINE_EVERY <= event.done / event.total < 1:
                 said[event.name] = event.done / event.total - (event.done / event.total) % LINE_EVERY
-                line = event.describe()
-            else:
-                return
-            out.write(f"mlotspark: {line}\n")
+                lines.append(event.describe())
+            for line in lines:
+                out.write(f"mlotspark: {line}\n")
             out.flush()
 
     stop = steps.listen(told)

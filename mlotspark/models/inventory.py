@@ -25,6 +25,7 @@ from typing import Any
 from mlotspark import storage
 from mlotspark.errors import ModelNotFoundError, MlotsparkError, StoreError
 from mlotspark.models import bundles, catalogue
+from mlotspark.models.capabilities import capabilities
 from mlotspark.models.aliases import ALIASES, ModelSource, models_dir
 
 _USED = "models_used.json"
@@ -109,6 +110,9 @@ def on_disk() -> list[dict[str, Any]]:
             rows.append({"name": path, "kind": entry.get("kind", "gguf"), "where": "used before",
                          "path": path, "size": _size(p)})
     rows += hf_cache_models()
+    for r in rows:
+        if r["kind"] != "bundle":  # a sentence embedder is no chat model
+            r["capabilities"] = capabilities(r["name"]).to_json()
     return rows
 
 
@@ -120,9 +124,11 @@ def available_models() -> list[dict[str, Any]]:
     Returns:
         One dict per model: ``name`` (what ``Engine.load`` takes), ``kind``, ``where``,
         ``path``, ``size`` (bytes; an alias not pulled: its download size), ``pulled``,
-        ``default``, ``description``.
+        ``default``, ``description``, ``capabilities`` (``models.capabilities``: the
+        features, and whether the conformance matrix measured them).
     """
-    rows = [{**r, "where": "catalogue"} for r in catalogue.list_models() if r["kind"] == "gguf"]
+    rows = [{**r, "where": "catalogue", "capabilities": capabilities(r["name"]).to_json()}
+            for r in catalogue.list_models() if r["kind"] == "gguf"]
     seen = {r["path"] for r in rows}
     rows += [{"description": "", "default": False, **r, "pulled": True} for r in on_disk()
              if r["kind"] != "bundle" and r["path"] not in seen]
@@ -138,7 +144,9 @@ def format_on_disk(rows: list[dict[str, Any]] | None = None) -> str:
     lines = []
     for r in rows:
         mark = "*" if r.get("default") else " "
-        lines.append(f"{mark} {r['name']:<{width}}  {r['where']:<11}  {r['size'] / 1e6:8.1f} MB  {r['path']}")
+        caps = r.get("capabilities")
+        said = (", ".join(caps["features"]) + ("" if caps["verified"] else " (unverified)")) if caps else "embedder"
+        lines.append(f"{mark} {r['name']:<{width}}  {r['where']:<11}  {r['size'] / 1e6:8.1f} MB  {r['path']}  [{said}]")
     return "\n".join(lines)
 
 

@@ -349,6 +349,23 @@ class ModelPool:
             self.unload(s)
 
 
+def model_capabilities(name: str, engine: Any = None) -> Any:
+    """What model ``name`` can do (``models.capabilities``): measured for a catalogue alias
+    (found by its name or, once loaded, by its file), else read off its template.
+
+    Args:
+        name: the model's id on this server.
+        engine: its engine when loaded (its file names the alias; its template its tools).
+    """
+    from mlotspark.decoding.tools import tool_format
+    from mlotspark.models.capabilities import capabilities
+    from mlotspark.models.catalogue import alias_name
+
+    alias = alias_name(engine.loaded.source) if engine is not None else None
+    has_tools = engine is not None and tool_format(engine.tokenizer) is not None
+    return capabilities(alias or name, has_tools=has_tools)
+
+
 def stored_bytes(spec: str) -> int:
     """Bytes of a model's files on disk (0 when unknown): a lower bound of its loaded weights."""
     path = Path(spec).expanduser()

@@ -27,10 +27,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tools import splitter_for, tool_format
+from mlotspark.decoding.tools import splitter_for
 from mlotspark.server.embeddings import parse_embeddings
 from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
-from mlotspark.server.models import parse_keep_alive
+from mlotspark.server.models import model_capabilities, parse_keep_alive
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
 
@@ -320,7 +320,8 @@ def build(state: Any) -> list[Route]:
             engine = slot.engine
             tokenizer = engine.tokenizer
             template = getattr(tokenizer, "chat_template", None) or ""
-            caps = ["completion"] + (["tools"] if tool_format(tokenizer) is not None else []) + ["embedding"]
+            features = model_capabilities(slot.name, engine).features  # measured for the catalogue
+            caps = ["completion"] + (["tools"] if "tools" in features else []) + ["embedding"]
             loaded = engine.loaded
             return JSONResponse({"modelfile": f"FROM {loaded.source.path}\n", "parameters": "", "template": template,
                                  "details": _details(engine, slot.spec), "capabilities": caps,

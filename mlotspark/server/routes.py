@@ -34,6 +34,7 @@ from mlotspark.server.exchange import (
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
 from mlotspark.decoding.tools import splitter_for
+from mlotspark.server.models import model_capabilities
 from mlotspark.server.responses import (
     chat_logprobs,
     chat_response,
@@ -164,8 +165,10 @@ def build(state: Any) -> list[Route]:
 def _model(state: Any, name: str) -> dict:
     out = {"id": name, "object": "model", "created": state.created, "owned_by": "mlotspark"}
     slot = state.pool.slots.get(name)
-    if slot is not None and slot.loaded:
-        out["context_length"] = slot.engine.loaded.context_length
+    engine = slot.engine if slot is not None and slot.loaded else None
+    if engine is not None:
+        out["context_length"] = engine.loaded.context_length
+    out["capabilities"] = model_capabilities(name, engine).to_json()
     return out
 
 
