@@ -466,8 +466,9 @@ class Engine:
         return self.scheduler.call(fn, *args, **kwargs)
 
     def close(self) -> None:
-        """Cancel what is queued or running and stop the engine thread."""
-        persistence = self._persistence
+        """Cancel what is queued or running and stop the engine thread (a second close
+        does nothing)."""
+        persistence, self._persistence = self._persistence, None
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
         stopped = True

@@ -12,7 +12,7 @@ import pytest
 
 import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
 
-from model_cache import MODEL_CACHE  # noqa: E402  (a module of its own: see there)
+from model_cache import MODEL_CACHE, catalogue_path  # noqa: E402,F401  (a module of its own: see there)
 
 
 def pytest_configure(config):
@@ -65,7 +65,7 @@ def pytest_fixture_setup(fixturedef, request):
     if fixturedef.scope != "function":
         took = time.perf_counter() - t0
         _shared_setup_s += took
-        _shared_names.append((f"{fixturedef.baseid or 'conftest'}::{fixturedef.argname} (shared fixture)", took))
+        _shared_names.append((f"{fixturedef.baseid or 'conftest'}::{fixturedef.argname}{SHARED}", took))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -87,10 +87,17 @@ def pytest_runtest_logreport(report):
     _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + max(took, 0.0)
 
 
-def _over_budget() -> list[tuple[str, float]]:
+SHARED = " (shared fixture)"
+#: A shared fixture loads for several tests, and its subprocesses (two ranks) feel the
+#: other worker most: three times a test's budget.
+FIXTURE_BUDGET_FACTOR = 3
+
+
+def _over_budget() -> list[tuple[str, float, float]]:
     if TEST_BUDGET_S <= 0:
         return []
-    return [(n, d) for n, d in _durations.items() if d > TEST_BUDGET_S]
+    limits = ((n, d, TEST_BUDGET_S * (FIXTURE_BUDGET_FACTOR if n.endswith(SHARED) else 1)) for n, d in _durations.items())
+    return [(n, d, limit) for n, d, limit in limits if d > limit]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -105,8 +112,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         import json
 
         Path(out).write_text(json.dumps(dict(sorted(_durations.items(), key=lambda kv: -kv[1])), indent=0))
-    for nodeid, d in _over_budget():
-        tr.write_line(f"over the {TEST_BUDGET_S:.0f} s budget of one test: {nodeid[:160]} took {d:.1f} s", red=True)
+    for nodeid, d, limit in _over_budget():
+        tr.write_line(f"over the {limit:.0f} s budget: {nodeid[:160]} took {d:.1f} s", red=True)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -141,21 +148,6 @@ def _isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("MLOTSPARK_HOME", str(home))
     return home
-
-
-def catalogue_path(name: str) -> Path:
-    """A catalogue model's file, pulled once per machine into the shared test model cache."""
-    from mlotspark.models import catalogue
-
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
-        return catalogue.resolve(name, progress=False).path
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
 
 
 @pytest.fixture(scope="session")

@@ -10,3 +10,19 @@ import os
 from pathlib import Path
 
 MODEL_CACHE = Path(os.environ.get("MLOTSPARK_TEST_MODELS") or Path.home() / ".cache" / "mlotspark-test")
+
+
+def catalogue_path(name: str) -> Path:
+    """A catalogue model's file, pulled once per machine into the shared test model cache."""
+    from mlotspark.models import catalogue
+
+    old = os.environ.get("MLOTSPARK_HOME")
+    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
+    try:
+        return catalogue.resolve(name, progress=False).path
+    finally:
+        if old is None:
+            os.environ.pop("MLOTSPARK_HOME", None)
+        else:
+            os.environ["MLOTSPARK_HOME"] = old
+

@@ -247,8 +247,18 @@ def test_memory_held_is_what_the_store_counts_after_blocks_added_together_go_8_b
     gc.collect()
     assert [store.blocks[(0, i)].kind for i in range(16)] == ["q8"] * 8 + ["float16"] * 8
     assert store.counters.compressed == 32 and store.counters.spills == 0
-    held = mx.get_active_memory() - base
+    # The least of a few readings: MLX's count is the process's, and a thread another test
+    # left (an engine finishing a conversation's writes) may hold a buffer for a moment;
+    # memory this store keeps but does not count stays in every reading.
+    held = min(_active_after(i * 0.05) - base for i in range(10))
     assert held <= 1.1 * store.resident_bytes, (held, store.resident_bytes)
+
+
+def _active_after(seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return mx.get_active_memory()
 
 
 def test_a_block_spilled_float16_then_re_stored_8_bit_spills_its_new_form(tmp_path):

@@ -34,7 +34,7 @@ def smollm2(default_gguf):
 
 @pytest.fixture(scope="module")
 def gemma3(tmp_path_factory):
-    from conftest import catalogue_path
+    from model_cache import catalogue_path
 
     srv = _server_for(catalogue_path("gemma3-270m"))
     yield Matrix(srv.state.engine, srv)

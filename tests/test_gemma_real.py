@@ -76,16 +76,25 @@ def _reference(path) -> gemma3_text.Model:
     return model
 
 
-def test_gemma3_greedy_matches_mlx_lm_gemma3_text(gemma_gguf):
+@pytest.fixture(scope="module")
+def gemma_engine(gemma_gguf):
     engine = Engine.load(str(gemma_gguf), weights="float32")
-    try:
-        assert engine.loaded.config["model_type"] == "gemma3_text" and not engine.loaded.supports_cascade
-        ids = engine.encode(PROMPT, raw=True)
-        assert ids[0] == 2  # raw mode adds the BOS Gemma expects
-        ours = engine.generate(PROMPT, raw=True, temperature=0, max_tokens=N_TOKENS)
-    finally:
-        engine.close()
-    reference = _reference(gemma_gguf)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def gemma_reference(gemma_gguf):
+    """mlx-lm's gemma3_text over the same file's weights."""
+    return _reference(gemma_gguf)
+
+
+def test_gemma3_greedy_matches_mlx_lm_gemma3_text(gemma_engine, gemma_reference):
+    engine, reference = gemma_engine, gemma_reference
+    assert engine.loaded.config["model_type"] == "gemma3_text" and not engine.loaded.supports_cascade
+    ids = engine.encode(PROMPT, raw=True)
+    assert ids[0] == 2  # raw mode adds the BOS Gemma expects
+    ours = engine.generate(PROMPT, raw=True, temperature=0, max_tokens=N_TOKENS)
     theirs = [int(tok) for tok, _ in zip(
         (t for t, _ in generate_step(mx.array(ids), reference, max_tokens=N_TOKENS)), range(N_TOKENS))]
     n = min(len(ours.tokens), len(theirs))

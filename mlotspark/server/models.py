@@ -361,8 +361,9 @@ def model_capabilities(name: str, engine: Any = None) -> Any:
     from mlotspark.models.capabilities import capabilities
     from mlotspark.models.catalogue import alias_name
 
-    alias = alias_name(engine.loaded.source) if engine is not None else None
-    has_tools = engine is not None and tool_format(engine.tokenizer) is not None
+    source = getattr(getattr(engine, "loaded", None), "source", None)
+    alias = alias_name(source) if source is not None else None
+    has_tools = engine is not None and tool_format(getattr(engine, "tokenizer", None)) is not None
     return capabilities(alias or name, has_tools=has_tools)
 
 
