@@ -65,3 +65,44 @@ def test_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for cmd in ("generate", "pull", "info"):
         assert cmd in out
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["generate", "--temp", "abc"], "argument --temp/--temperature: invalid float value: 'abc'"),
+    (["generate", "--max-tokens", "many"], "invalid int value: 'many'"),
+    (["serve", "--port", "eighty"], "invalid int value: 'eighty'"),
+    (["bench", "--suite", "pp", "-r", "x"], "invalid integer 'x'"),
+])
+def test_a_non_number_for_a_number_flag_is_one_line(capsys, argv, needle):
+    """argparse printed the whole usage first (26 lines for ``generate --temp abc``)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and needle in err[0], err
+    assert err[0].startswith("mlotspark ") and err[0].endswith("--help)")
+
+
+@pytest.mark.parametrize("prompt, needle", [("", "--prompt is empty"), ("  \n", "--prompt is blank")])
+def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, prompt, needle):
+    code, err = run(capsys, "generate", "-m", "/nowhere/model.gguf", "-p", prompt)
+    assert code == 2 and len(err) == 1 and needle in err[0]  # not the missing model: nothing loaded
+
+
+def test_an_empty_stdin_prompt_is_refused(capsys, monkeypatch):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("   \n"))
+    code, err = run(capsys, "generate", "-m", "/nowhere/model.gguf", "-p", "-")
+    assert code == 2 and len(err) == 1 and "the prompt read from stdin is empty" in err[0]
+
+
+def test_serve_on_a_busy_port_fails_in_one_line_before_loading(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = run(capsys, "serve", "-m", "/nowhere/model.gguf", "--port", str(port))
+    assert code == 2 and err == [f"mlotspark: error: cannot listen on 127.0.0.1:{port}: in use "
+                                 "(another server there? pick one with --port)"]

