@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,20 +161,29 @@ def _build(config: dict, ours: bool) -> nn.Module:
     return cls(args_cls.from_dict(config))
 
 
+def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    return fn(*args), time.perf_counter() - t0
+
+
 def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> LoadedModel:
     path = Path(source.path)
-    raw, meta, types, native, load_info = _read_gguf_any(path, progress)
+    (raw, meta, types, native, load_info), read_s = _timed(_read_gguf_any, path, progress)
     # The tokenizer is built beside the weights: tokenizers' Rust parser and MLX's
     # casts both release the GIL, so the two overlap (a 262k-token vocabulary takes
     # ~1 s to parse, about what the weights take from the cache). Leaving the ``with``
     # waits for it, also when the weights fail.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlotspark-tokenizer") as pool:
-        tokenizer = pool.submit(load_gguf_tokenizer, meta, gguf_convert.tokenizer_cache(path))
-        model, config, fmt, spec = _gguf_weights(path, raw, meta, types, native, weights)
+        tokenizer = pool.submit(_timed, load_gguf_tokenizer, meta, gguf_convert.tokenizer_cache(path))
+        (model, config, fmt, spec), widen_s = _timed(_gguf_weights, path, raw, meta, types, native, weights)
         table = weight_formats.precision_table(types, fmt, native=native)
+        tok, tokenizer_s = tokenizer.result()
+        # Seconds per phase: read (file or conversion cache), widen (build, cast, evaluate the
+        # weights), tokenizer (beside the widening), materialize (set in ``load``).
+        load_info["phases"] = {"read": round(read_s, 3), "widen": round(widen_s, 3), "tokenizer": round(tokenizer_s, 3)}
         return LoadedModel(
             model=model,
-            tokenizer=tokenizer.result(),
+            tokenizer=tok,
             config=config,
             source=source,
             weights=fmt,
@@ -327,12 +337,17 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
     if weights not in WEIGHT_FORMATS:
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
+        t0 = time.perf_counter()
         loaded = _load_gguf(source, weights, progress) if source.kind == "gguf" else _load_hf_dir(source, weights)
+        t1 = time.perf_counter()
         if loaded.weights == "quantized":  # on a GPU: half-precision activations and KV (platform/dtypes.py)
             settle_quantized_activations(loaded.model)
         execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
         materialize(loaded.model)
+        phases = loaded.extra.setdefault("load", {}).setdefault("phases", {})
+        phases["materialize"] = round(time.perf_counter() - t1, 3)
+        loaded.extra["load"]["seconds_total"] = round(time.perf_counter() - t0, 3)
         inventory.remember(source)  # a path opened by hand shows in `mlotspark list`
         return loaded
     except ModelFormatError as e:
