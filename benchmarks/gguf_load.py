@@ -1,10 +1,14 @@
-"""First load (GGUF conversion) vs second load (from the conversion cache), per model.
+"""First load (GGUF conversion) vs second load (from the conversion cache), per model;
+with ``--compare mlx-lm``, a later load through ``Engine.load`` beside ``mlx_lm.load`` of the
+same weights (an mlx-lm directory written once, float32 as ours run on the CPU).
 
 Each load runs in a fresh Python process (so no page of the first load is reused by
-the second in-process) and times ``loader.load`` only, not the Python start-up.
-"First" empties the model's conversion cache before each run; "second" keeps it.
+the second in-process) and times the load call only, not the Python start-up.
+"First" empties the model's conversion cache before each run; "second" keeps it. The
+compared loads alternate, ours first in odd repetitions; the phases of ours (read, widen,
+tokenizer, materialize) come from ``LoadedModel.extra["load"]``.
 
-Usage: python benchmarks/gguf_load.py MODEL [MODEL ...] [--repetitions 3]
+Usage: python benchmarks/gguf_load.py MODEL [MODEL ...] [--repetitions 3] [--compare mlx-lm]
 """
 
 from __future__ import annotations
@@ -28,16 +32,67 @@ print(json.dumps({"seconds": time.perf_counter() - t, "weights": loaded.weights,
 """
 
 
-def _run(model: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, model], capture_output=True, text=True, check=True)
+_ENGINE = r"""
+import json, sys, time
+import mlotspark
+from mlotspark import Engine
+t = time.perf_counter()
+engine = Engine.load(sys.argv[1], progress=False)
+took = time.perf_counter() - t
+print(json.dumps({"seconds": took, "load": engine.loaded.extra.get("load")}))
+engine.close()
+"""
+
+_MLX_LM = r"""
+import json, sys, time
+import mlotspark  # the same BLAS as ours
+from mlx_lm import load
+t = time.perf_counter()
+model, tokenizer = load(sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - t}))
+"""
+
+
+def _run(model: str, child: str = _CHILD) -> dict:
+    out = subprocess.run([sys.executable, "-c", child, model], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(model: str, repetitions: int) -> None:
+    """``Engine.load`` (a later load: the conversion cache is there) beside ``mlx_lm.load``."""
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from serve_vs_mlx_lm import write_mlx_lm_dir
+
+    _run(model, _ENGINE)  # the conversion cache, if this machine has none yet
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_mlx_lm_dir(model, Path(tmp))
+        ours, theirs = [], []
+        for i in range(repetitions):
+            for side in (("ours", "mlx-lm") if i % 2 == 0 else ("mlx-lm", "ours")):
+                if side == "ours":
+                    ours.append(_run(model, _ENGINE))
+                else:
+                    theirs.append(_run(str(folder), _MLX_LM))
+    o = statistics.median(r["seconds"] for r in ours)
+    t = statistics.median(r["seconds"] for r in theirs)
+    runs = lambda rs: ", ".join(f"{r['seconds']:.2f}" for r in rs)  # noqa: E731
+    print(f"{model}: Engine.load median {o:.2f} s (runs {runs(ours)}), mlx_lm.load median {t:.2f} s (runs {runs(theirs)})")
+    print(f"  ours / mlx-lm = {o / t:.2f}x (< 1: ours faster); our phases, last run: {ours[-1]['load'].get('phases')}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("models", nargs="+")
     ap.add_argument("--repetitions", "-r", type=int, default=3)
+    ap.add_argument("--compare", choices=["mlx-lm"], default=None)
     args = ap.parse_args()
+    if args.compare:
+        for model in args.models:
+            compare(model, args.repetitions)
+        return
     import mlotspark  # noqa: F401  (OpenBLAS before mlx)
     from mlotspark.models import catalogue, gguf_convert
 

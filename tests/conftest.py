@@ -22,6 +22,7 @@ def pytest_configure(config):
     import shutil
     import tempfile
 
+    config.pluginmanager.register(_SharedFixtureTimer(), "mlotspark-shared-fixture-timer")
     config._mlotspark_home = tempfile.mkdtemp(prefix="mlotspark-test-home-")
     config._mlotspark_home_before = os.environ.get("MLOTSPARK_HOME")
     os.environ["MLOTSPARK_HOME"] = config._mlotspark_home
@@ -55,27 +56,32 @@ _shared_setup_s = 0.0  # on the process running the test: shared fixtures set up
 _shared_names: list[tuple[str, float]] = []
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    global _shared_setup_s
-    import time
+class _SharedFixtureTimer:
+    """Times the set-up of fixtures shared by several tests and hands it to the report of
+    the test whose set-up ran them. A plugin of its own (registered in ``pytest_configure``):
+    a conftest's hooks see only the nodes under its folder, and a session fixture is set up
+    for the session node above it."""
 
-    t0 = time.perf_counter()
-    yield
-    if fixturedef.scope != "function":
-        took = time.perf_counter() - t0
-        _shared_setup_s += took
-        _shared_names.append((f"{fixturedef.baseid or 'conftest'}::{fixturedef.argname}{SHARED}", took))
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        global _shared_setup_s
+        import time
 
+        t0 = time.perf_counter()
+        yield
+        if fixturedef.scope != "function":
+            took = time.perf_counter() - t0
+            _shared_setup_s += took
+            _shared_names.append((f"{fixturedef.baseid or 'tests/conftest.py'}::{fixturedef.argname}{SHARED}", took))
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    global _shared_setup_s
-    outcome = yield
-    if call.when == "setup" and _shared_setup_s:  # travels to xdist's controller with the report
-        outcome.get_result().user_properties.append(("shared_fixtures", list(_shared_names)))
-        _shared_setup_s = 0.0
-        _shared_names.clear()
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        global _shared_setup_s
+        outcome = yield
+        if call.when == "setup" and _shared_names:  # travels to xdist's controller with the report
+            outcome.get_result().user_properties.append(("shared_fixtures", list(_shared_names)))
+            _shared_setup_s = 0.0
+            _shared_names.clear()
 
 
 def pytest_runtest_logreport(report):
