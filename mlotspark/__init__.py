@@ -39,8 +39,8 @@ _LAZY = {
     "ConversationProtocol": ".runtime.engine_api",
     # For clients that show tool calls (the TUI): the call record, the model's format, a splitter.
     "ToolCall": ".results",
-    "CallSplitter": ".decoding.tools",
-    "tool_format": ".decoding.tools",
+    "CallSplitter": ".decoding.tool_calls",
+    "tool_format": ".decoding.tool_calls",
     # What a user can open by name: catalogue aliases and what `mlotspark list` shows.
     "available_models": ".models.inventory",
 }

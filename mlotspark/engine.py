@@ -39,7 +39,7 @@ from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
-from mlotspark.decoding.tools import with_tool_calls
+from mlotspark.decoding.tool_calls import with_tool_calls
 from mlotspark.decoding.cache_policy import CacheDecision
 from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument, resolve_cascade
 

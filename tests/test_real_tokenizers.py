@@ -49,7 +49,8 @@ def test_r1_replies_stream_back_exactly_however_they_are_cut(r1_tokenizer, size)
 def test_tools_on_the_r1_template_are_refused_before_the_first_token(r1_tokenizer):
     """Its calls are written in DeepSeek's own tags, which no grammar here holds: a request
     with tools is refused naming ``tools``, never answered with an empty reply."""
-    from mlotspark.decoding.tools import ToolConstraint, tool_format
+    from mlotspark.decoding.tool_calls import tool_format
+    from mlotspark.decoding.tools import ToolConstraint
     from mlotspark.errors import OptionError
 
     assert tool_format(r1_tokenizer) is None
@@ -59,7 +60,7 @@ def test_tools_on_the_r1_template_are_refused_before_the_first_token(r1_tokenize
 
 
 def test_text_that_looks_like_a_call_inside_thinking_stays_text_without_tools(r1_tokenizer):
-    from mlotspark.decoding.tools import HERMES, parse_calls
+    from mlotspark.decoding.tool_calls import HERMES, parse_calls
 
     reply = '<think>\nI could answer {"name": "get_time", "arguments": {}} here.\n</think>\n\nIt is noon.'
     assert parse_calls(HERMES, reply, ["get_weather"]) == (reply, [])

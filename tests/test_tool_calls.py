@@ -11,7 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlotspark.decoding.tools import HERMES, LLAMA3, CallSplitter, parse_calls, tool_format
+from mlotspark.decoding.tool_calls import HERMES, LLAMA3, CallSplitter, parse_calls, tool_format
 from mlotspark.errors import OptionError
 from tool_models import QWEN_TOOL_TEMPLATE, TIME, WEATHER, write_tool_model
 

@@ -56,7 +56,7 @@ def _allowed(constraint, history: list[int], vocab: int = 151936) -> np.ndarray:
 
 # ------------------------------------------------------------------ token level, real tokenizer
 def test_qwen2_5_coder_tags_are_single_special_tokens_named_by_id(qwen_tokenizer):
-    from mlotspark.decoding.tools import tool_format
+    from mlotspark.decoding.tool_calls import tool_format
 
     fmt = tool_format(qwen_tokenizer)
     assert fmt is not None and fmt.name == "hermes"
@@ -81,7 +81,8 @@ def test_a_forced_call_lets_qwen_write_its_own_tool_call_token_first(qwen_tokeni
 
 
 def test_a_repeated_call_ends_a_forced_reply(qwen_tokenizer):
-    from mlotspark.decoding.tools import ToolConstraint, parse_calls
+    from mlotspark.decoding.tool_calls import parse_calls
+    from mlotspark.decoding.tools import ToolConstraint
 
     c = ToolConstraint(qwen_tokenizer, TOOLS, "required", vocab_size=151936)
     one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
@@ -113,7 +114,8 @@ def test_under_auto_a_call_opened_in_any_form_is_held_to_a_declared_tool(qwen_to
 
 
 def test_text_that_only_mentions_a_tool_stays_text(qwen_tokenizer):
-    from mlotspark.decoding.tools import ToolConstraint, parse_calls, tool_format
+    from mlotspark.decoding.tool_calls import parse_calls, tool_format
+    from mlotspark.decoding.tools import ToolConstraint
 
     c = ToolConstraint(qwen_tokenizer, TOOLS, "auto", vocab_size=151936)
     history = [1, 2, 3]
@@ -128,7 +130,7 @@ def test_text_that_only_mentions_a_tool_stays_text(qwen_tokenizer):
 @pytest.mark.parametrize("size", [1, 2, 5])
 def test_every_form_streams_as_calls_never_as_markup_on_qwen_text(qwen_tokenizer, size):
     """Replies as Qwen2.5-Coder writes them, cut into pieces as its detokenizer streams them."""
-    from mlotspark.decoding.tools import CallSplitter, tool_format
+    from mlotspark.decoding.tool_calls import CallSplitter, tool_format
 
     fmt = tool_format(qwen_tokenizer)
     replies = [

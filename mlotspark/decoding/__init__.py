@@ -9,6 +9,8 @@ sampled token per step.
   cut at stop strings, held back while a stop may be starting); ``stops``: ``StopMatcher``.
 - ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``).
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
+- ``constrained``: JSON-schema replies (llguidance); ``tools``: the grammar that keeps tool
+  calls valid; ``tool_calls``: call formats, where a call opens, one splitter for every API.
 - ``cache_kinds``: KV cache kinds ``float16 | q8 | q4``.
 - ``cache_policy``: ``cache_kind="auto"`` (budget, quality gates, speed; persisted).
 

@@ -1,159 +1,35 @@
-"""Tool calls: the model's own call format, a grammar that keeps every call valid, one parser.
-
-A model calls tools in the format its chat template taught it, found from the template as
-mlx-lm's ``_infer_tool_parser`` finds it, and parsed with mlx-lm's ``tool_parsers``:
-
-- ``hermes`` (mlx-lm's ``json_tools``: Qwen2.5, Hermes, most ChatML tool templates):
-  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``, several in a row for
-  parallel calls. Qwen's vocabulary writes ``<tool_call>`` / ``</tool_call>`` as one token
-  each (ids 151657 / 151658): the grammar names such a tag by its token id (llguidance's
-  ``<[id]>``), since a grammar of the tag's bytes refuses the model's own first token.
-- ``llama3`` (Llama 3.1-3.3 JSON tool calling): the whole reply is ``{"name": ...,
-  "parameters": {...}}``; one call per turn.
-
-A template with neither has no tool support: asking it for tools is an ``OptionError``.
-
-Small models do not always write the template's tag: Qwen2.5-Coder-0.5B answers a tool
-question under ``auto`` with a fenced ```` ```json {"name": ..., "arguments": ...} ``` ````
-block, or with the bare object. So a call opens in any of three forms (:func:`find_opening`):
-the template's tag, a ```` ``` ```` / ```` ```json ```` fence whose body starts ``{"name"``,
-or a reply that starts ``{"name"``. Text that only mentions a tool stays text.
+"""Tool calls held valid: a grammar of the model's own call format, as a logits processor.
 
 :class:`ToolConstraint` is a logits processor (mlx-lm's ``(tokens, logits) -> logits``)
 over llguidance, as ``JsonConstraint`` is for ``response_format``: with ``tool_choice``
 ``required`` or a named function the whole reply is the grammar of tagged calls; under
-``auto`` the model writes freely until a call opens in one of the three forms, and from
-there the grammar holds it to a declared tool whose arguments validate.
+``auto`` the model writes freely until a call opens in any form ``tool_calls.find_opening``
+knows (the template's tag, a fence, a bare object), and from there the grammar holds it to
+a declared tool whose arguments validate. So every emitted call parses and validates.
 
-:class:`CallSplitter` turns a stream of text pieces into text and finished calls (the same
-three forms), so a streamed reply never shows the raw call markup; :func:`parse_calls` is
-it run over a whole reply. The chat, ``serve`` and the Python API all split through it.
+A tag the vocabulary writes as one token (Qwen2.5's ``<tool_call>``, id 151657) is named by
+its id (llguidance's ``<[id]>``): a grammar of the tag's bytes refuses the model's own first
+token, and every forced call ended after one token with an empty reply.
+
+Formats, finding calls and splitting replies live in ``tool_calls.py``.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 import mlx.core as mx
-import regex
 
 from mlotspark.decoding.constrained import ll_tokenizer, mask_logits
+from mlotspark.decoding.tool_calls import _WS_ONLY, ToolFormat, find_opening, parse_calls, require_format
 from mlotspark.errors import OptionError
-from mlotspark.results import ToolCall
 
-_WS_ONLY = " \t\r\n"
 # A call's JSON as chat templates render it (``tojson``: ", " and ": "), so the grammar's
 # path is the one the model was trained on; no free space (a weak model pads with it).
 _JSON_STRICT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 # A call opened under auto in the model's own spacing: some space, bounded.
 _JSON_SPACE = {"whitespace_flexible": True, "whitespace_pattern": "[ \\n]{0,4}"}
-# A call's JSON opens with its "name" key: ``{"name"``, with space allowed as JSON allows it.
-_OBJECT = r'\{[ \t\r\n]*"name"'
-_FENCE = r"```(?:json)?[ \t]*\r?\n?[ \t\r\n]*" + _OBJECT
-
-
-@dataclass(frozen=True)
-class ToolFormat:
-    """How one model family writes a tool call.
-
-    Attributes:
-        name: ``hermes`` | ``llama3``.
-        opener / closer: the tags around a call (``""``: the reply itself is the call).
-        args_key: ``arguments`` | ``parameters``.
-        parallel: several calls in one reply.
-        opener_id / closer_id: the tag's token id when the vocabulary writes it as one
-            token (Qwen's ``<tool_call>``), else None.
-    """
-
-    name: str
-    opener: str
-    closer: str
-    args_key: str
-    parallel: bool
-    opener_id: int | None = None
-    closer_id: int | None = None
-
-
-HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>", "arguments", True)
-LLAMA3 = ToolFormat("llama3", "", "", "parameters", False)
-
-
-def _template_format(template: str) -> ToolFormat | None:
-    kind = _mlx_lm_parser(template)
-    if kind == "json_tools" or (kind is None and "<tool_call>" in template):
-        return HERMES
-    if kind is not None:
-        return None  # a format of mlx-lm's that no grammar here holds (see require_format)
-    if "<|python_tag|>" in template or '"parameters"' in template or "ipython" in template:
-        return LLAMA3
-    return None
-
-
-def _mlx_lm_parser(template: str) -> str | None:
-    """The name of the mlx-lm tool parser that reads the calls ``template`` teaches."""
-    from mlx_lm.tokenizer_utils import _infer_tool_parser
-
-    return _infer_tool_parser(_TemplateOnly(template))
-
-
-class _TemplateOnly:
-    """What ``_infer_tool_parser`` reads: the template, and a vocabulary (none here: the
-    template decides for the formats parsed here)."""
-
-    def __init__(self, template: str):
-        self.chat_template = template
-
-    def get_vocab(self) -> dict:
-        return {}
-
-
-def _single_token(tokenizer: Any, text: str) -> int | None:
-    """The id of ``text`` when the tokenizer writes it as one token, else None."""
-    if not text or not hasattr(tokenizer, "encode"):
-        return None
-    try:
-        ids = tokenizer.encode(text, add_special_tokens=False)
-    except TypeError:
-        ids = tokenizer.encode(text)
-    return int(ids[0]) if len(ids) == 1 else None
-
-
-def tool_format(tokenizer: Any) -> ToolFormat | None:
-    """The tool-call format the model's chat template teaches, or None (no tool support).
-
-    Args:
-        tokenizer: the engine's tokenizer (its ``chat_template`` is read; with ``encode``,
-            a tag the vocabulary writes as one token is named by its id).
-    """
-    template = getattr(tokenizer, "chat_template", None)
-    if not isinstance(template, str) or "tools" not in template:
-        return None
-    fmt = _template_format(template)
-    if fmt is None or not fmt.opener:
-        return fmt
-    return replace(fmt, opener_id=_single_token(tokenizer, fmt.opener), closer_id=_single_token(tokenizer, fmt.closer))
-
-
-def require_format(tokenizer: Any, model: str = "the model") -> ToolFormat:
-    """:func:`tool_format`, or an ``OptionError`` naming ``tools`` when there is none."""
-    fmt = tool_format(tokenizer)
-    template = getattr(tokenizer, "chat_template", None)
-    kind = _mlx_lm_parser(template) if fmt is None and isinstance(template, str) and "tools" in template else None
-    if kind is not None:
-        raise OptionError.about(f"{{0}} cannot be used with {model}: its tool-call format ({kind}) is read by "
-                                "mlx-lm but no grammar here keeps its calls valid yet", "tools")
-    if fmt is None:
-        raise OptionError.about(f"{{0}} cannot be used with {model}: its chat template has no tool support "
-                                "(no tool-call format in it)", "tools")
-    return fmt
-
-
-def tool_names(tools: Iterable[dict] | None) -> list[str]:
-    """The function names of OpenAI ``tools``."""
-    return [str((t.get("function") or {}).get("name")) for t in tools or ()]
 
 
 def _functions(tools: list[dict], choice: Any) -> list[dict]:
@@ -206,47 +82,6 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], choice: Any = "auto", paral
     more = f'more: "" | "\\n" {opener} call more\n' if parallel and fmt.parallel else 'more: ""\n'
     start = 'start: "\\n"? body "\\n" ' + closer + " more\n" if opened == "tag" else f"start: {opener} call more\n"
     return head + start + more + f'call: "\\n" body "\\n" {closer}\n'
-
-
-@dataclass(frozen=True)
-class Opening:
-    """Where a call opens in a reply: its ``form`` (``tag`` | ``fence`` | ``bare``), where
-    its markup starts (``at``) and where the call's own text starts (``body``)."""
-
-    form: str
-    at: int
-    body: int
-
-
-def _patterns(fmt: ToolFormat) -> list[tuple[str, Any]]:
-    pats = [("fence", regex.compile(_FENCE))]
-    if fmt.opener:
-        pats.insert(0, ("tag", regex.compile(regex.escape(fmt.opener))))
-    return pats
-
-
-def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = False,
-                 bare: bool = True) -> Opening | None:
-    """The first call opened in ``text`` at or after ``start``.
-
-    Args:
-        partial: also return an opening that the text's end may still complete (its
-            ``form`` then ends with ``?``), so a stream holds that text back.
-        bare: ``text`` is the reply from its start, so it may itself be the call's object.
-    """
-    best: Opening | None = None
-    if bare and start == 0:  # the bare form: the reply itself starts with the call's object
-        lead = len(text) - len(text.lstrip(_WS_ONLY))
-        m = regex.compile(_OBJECT).match(text, lead, partial=partial)
-        if m and lead < len(text):
-            return Opening("bare?" if m.partial else "bare", lead, lead)
-    for form, pat in _patterns(fmt):
-        m = pat.search(text, start, partial=partial)
-        if m is None or (best is not None and m.start() >= best.at):
-            continue
-        body = m.end() if form == "tag" else text.index("{", m.start()) if not m.partial or "{" in m.group() else m.end()
-        best = Opening(form + ("?" if m.partial else ""), m.start(), body)
-    return best
 
 
 class ToolConstraint:
@@ -335,184 +170,5 @@ class ToolConstraint:
         return reply.count(self.fmt.closer) > len(calls)
 
 
-# ------------------------------------------------------------------ parsing
-def new_call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
 
-
-def _call(fmt: ToolFormat, text: str, names: set[str] | None = None) -> ToolCall | None:
-    from mlx_lm.tool_parsers.json_tools import parse_tool_call
-
-    try:
-        obj = parse_tool_call(text)
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return None
-    if names is not None and obj["name"] not in names:
-        return None
-    args = obj.get(fmt.args_key, obj.get("arguments", obj.get("parameters", {})))
-    if isinstance(args, str):  # some models write the arguments as a JSON string
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    if not isinstance(args, dict):
-        return None
-    return ToolCall(id=new_call_id(), name=obj["name"], arguments=args)
-
-
-def _json_end(text: str) -> int | None:
-    """Where the JSON value at the start of ``text`` ends, or None while it is unfinished."""
-    try:
-        return json.JSONDecoder().raw_decode(text)[1]
-    except ValueError:
-        return None
-
-
-class CallSplitter:
-    """Text pieces in; text to show and finished calls out, never the call markup.
-
-    Args:
-        fmt: the model's tool format.
-        tools: the names of the tools given (or OpenAI tools): a call must name one to
-            count as a call. None accepts any name.
-
-    ``feed(piece)`` returns ``(text, calls)`` ready now; ``close()`` returns what is left
-    at the end. A call cut short by ``max_tokens`` is dropped, never shown as markup, and
-    counted in ``cut_short``; a whole one that is no call of a given tool stays text.
-    """
-
-    def __init__(self, fmt: ToolFormat, tools: Iterable[Any] | None = None):
-        self.fmt = fmt
-        names = None if tools is None else [t if isinstance(t, str) else tool_names([t])[0] for t in tools]
-        self.names = None if names is None else set(names)
-        self._buf = ""
-        self._open: Opening | None = None  # the call being written, offsets into _buf
-        self._started = False  # text shown or a call made: the bare form is only at the start
-        self.cut_short = 0
-        self._said: set[tuple[str, str]] = set()
-
-    def feed(self, piece: str) -> tuple[str, list[ToolCall]]:
-        self._buf += piece
-        return self._run(final=False)
-
-    def close(self) -> tuple[str, list[ToolCall]]:
-        return self._run(final=True)
-
-    def _run(self, final: bool) -> tuple[str, list[ToolCall]]:
-        shown: list[str] = []
-        calls: list[ToolCall] = []
-        while self._step(shown, calls, final):
-            pass
-        if final:
-            cut = find_opening(self.fmt, self._buf, partial=True, bare=not self._started)
-            if cut is not None and cut.form == "tag?":
-                self._buf = self._buf[:cut.at]  # an opener cut short: dropped
-            shown.append(self._buf)
-            self._buf = ""
-        text = "".join(shown)
-        if calls and not text.strip(_WS_ONLY):
-            text = ""
-        return text, calls
-
-    def _step(self, shown: list[str], calls: list[ToolCall], final: bool) -> bool:
-        """One move over the buffer; True while another may follow."""
-        if self._open is None:
-            op = find_opening(self.fmt, self._buf, partial=not final, bare=not self._started)
-            if op is None:
-                if not final and (self._started or self._buf.strip(_WS_ONLY)):
-                    self._show(shown, len(self._buf))
-                return False
-            self._show(shown, op.at)
-            if op.form.endswith("?"):
-                return False  # may still open a call: hold it
-            self._open = Opening(op.form, 0, op.body - op.at)
-        return self._finish(calls, shown, final)
-
-    def _show(self, shown: list[str], upto: int) -> None:
-        if upto > 0:
-            text = self._buf[:upto]
-            shown.append(text)
-            self._buf = self._buf[upto:]
-            self._started = self._started or bool(text.strip(_WS_ONLY))
-
-    def _finish(self, calls: list[ToolCall], shown: list[str], final: bool) -> bool:
-        """Close the open call once its end is written (or the reply ended); True when
-        text is left to look at."""
-        op = self._open
-        assert op is not None
-        body = self._buf[op.body:]
-        if op.form == "tag" and self.fmt.closer:
-            end = body.find(self.fmt.closer)
-            stop, rest = (end, end + len(self.fmt.closer)) if end >= 0 else (None, len(body))
-        else:  # fence or bare: the JSON object's end, then the fence's close
-            lead = len(body) - len(body.lstrip(_WS_ONLY))
-            end = _json_end(body[lead:])
-            stop = None if end is None else lead + end
-            rest = len(body) if stop is None else stop
-            if stop is not None and op.form == "fence":
-                close = body.find("```", stop)
-                if close < 0 and not final:
-                    return False
-                rest = close + 3 if close >= 0 else len(body)
-        if stop is None and not final:
-            return False
-        call = _call(self.fmt, body[:stop] if stop is not None else body, self.names)
-        consumed = op.body + rest
-        if call is not None:
-            key = (call.name, call.arguments_json())
-            if key not in self._said:  # a call repeated word for word is said once
-                self._said.add(key)
-                calls.append(call)
-        elif stop is None:  # cut short (max_tokens): dropped, not shown as markup
-            self.cut_short += 1
-        else:  # not a call after all: shown as written
-            shown.append(self._buf[:consumed])
-        self._buf = self._buf[consumed:]
-        self._open = None
-        self._started = True
-        return bool(self._buf)
-
-
-def parse_calls(fmt: ToolFormat, text: str, tools: Iterable[Any] | None = None) -> tuple[str, list[ToolCall]]:
-    """Split a finished reply into its text and its tool calls (:class:`CallSplitter` over
-    the whole reply).
-
-    Returns:
-        ``(text, calls)``: the text outside calls (stripped when calls were found), and
-        the calls in order. A call that does not parse stays in the text; one cut short is
-        dropped.
-    """
-    splitter = CallSplitter(fmt, tools)
-    shown, calls = splitter.feed(text)
-    rest, more = splitter.close()
-    out, calls = shown + rest, calls + more
-    return (out.strip() if calls else out), calls
-
-
-def splitter_for(tokenizer: Any, options: Any) -> CallSplitter | None:
-    """The splitter of a request's streamed reply: None unless ``options.tools`` were given.
-
-    Raises:
-        OptionError: tools for a model whose template has no tool support.
-    """
-    if options is None or options.tools is None:
-        return None
-    return CallSplitter(require_format(tokenizer), tool_names(options.tools))
-
-
-def with_tool_calls(result: Any, tokenizer: Any, options: Any) -> Any:
-    """``result`` with its calls parsed into ``tool_calls`` when ``options.tools`` were given
-    (``text`` keeps the words outside the calls)."""
-    if options.tools is None:
-        return result
-    fmt = tool_format(tokenizer)
-    if fmt is not None:
-        result.text, result.tool_calls = parse_calls(fmt, result.text, tool_names(options.tools))
-    return result
-
-
-__all__ = ["CallSplitter", "HERMES", "LLAMA3", "Opening", "ToolConstraint", "ToolFormat", "call_grammar",
-           "call_schema", "find_opening", "parse_calls", "require_format", "splitter_for", "tool_format", "tool_names",
-           "with_tool_calls"]
+__all__ = ["ToolConstraint", "call_grammar", "call_schema"]

@@ -357,7 +357,7 @@ def model_capabilities(name: str, engine: Any = None) -> Any:
         name: the model's id on this server.
         engine: its engine when loaded (its file names the alias; its template its tools).
     """
-    from mlotspark.decoding.tools import tool_format
+    from mlotspark.decoding.tool_calls import tool_format
     from mlotspark.models.capabilities import capabilities
     from mlotspark.models.catalogue import alias_name
 

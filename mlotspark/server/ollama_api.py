@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tools import splitter_for
+from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.server.embeddings import parse_embeddings
 from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.models import model_capabilities, parse_keep_alive

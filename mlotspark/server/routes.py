@@ -33,7 +33,7 @@ from mlotspark.server.exchange import (
 )
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
-from mlotspark.decoding.tools import splitter_for
+from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.server.models import model_capabilities
 from mlotspark.server.responses import (
     chat_logprobs,

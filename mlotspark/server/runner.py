@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
-from mlotspark.decoding.tools import parse_calls, require_format, tool_names
+from mlotspark.decoding.tool_calls import parse_calls, require_format, tool_names
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
 from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
