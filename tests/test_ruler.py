@@ -114,7 +114,6 @@ def test_the_suite_answers_through_the_engine_path():
         engine.close()
 
 
-@pytest.mark.slow
 @pytest.fixture(scope="module")
 def multikey_at_twice_the_window(default_gguf):
     """niah_multikey at 2x the default window (2048 tokens), needle at depth 0.25, on the
@@ -131,6 +130,7 @@ def multikey_at_twice_the_window(default_gguf):
     engine.close()
 
 
+@pytest.mark.slow
 def test_real_model_multikey_at_twice_the_window(multikey_at_twice_the_window):
     """Found through the cascade — through the engine, as the RULER suite and a user run it ..."""
     from mlotspark.bench.ruler import answer
@@ -143,6 +143,7 @@ def test_real_model_multikey_at_twice_the_window(multikey_at_twice_the_window):
     assert case.score(got.text) == 1.0, got.text
 
 
+@pytest.mark.slow
 def test_real_model_multikey_at_twice_the_window_is_lost_by_sinks_and_window(multikey_at_twice_the_window):
     """... and lost with sinks + window only."""
     from mlotspark.bench.ruler import answer
