@@ -32,8 +32,10 @@ def pytest_configure(config):
 # ------------------------------------------------------------------ markers and groups
 #: Fixtures that bring a real catalogue model: a test using one (directly or through
 #: another fixture) is ``slow``, so ``-m "not slow"`` is the inner loop.
-REAL_MODEL_FIXTURES = {"default_gguf", "qwen_gguf", "qwen_engine", "qwen_server", "gemma_gguf"}
-_QWEN_FIXTURES = {"qwen_gguf", "qwen_engine", "qwen_server"}
+REAL_MODEL_FIXTURES = {"default_gguf", "qwen_gguf", "qwen_engine", "qwen_server", "gemma_gguf", "gemma_engine",
+                       "gemma_server"}
+#: Tests sharing one run-wide engine go to one xdist worker (``--dist loadgroup``): it loads once.
+_GROUPS = {"qwen": {"qwen_gguf", "qwen_engine", "qwen_server"}, "gemma": {"gemma_engine", "gemma_server"}}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -41,8 +43,10 @@ def pytest_collection_modifyitems(config, items):
         names = set(getattr(item, "fixturenames", ()))
         if names & REAL_MODEL_FIXTURES or item.path.name.endswith("_real.py"):
             item.add_marker(pytest.mark.slow)
-        if names & _QWEN_FIXTURES:  # one xdist worker loads Qwen (``--dist loadgroup``), not both
-            item.add_marker(pytest.mark.xdist_group("qwen"))
+        for group, fixtures in _GROUPS.items():
+            if names & fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 # ------------------------------------------------------------------ the suite's time budget
@@ -180,6 +184,33 @@ def qwen_engine(qwen_gguf):
     engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf() -> Path:
+    """Path to the real Gemma 3 270M (base) GGUF (Q4_K_M, 253 MB)."""
+    return catalogue_path("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def gemma_engine(gemma_gguf):
+    """One real Gemma 3 270M engine for the whole run (float32, as the CPU runs it), for
+    tests that only read it."""
+    from mlotspark import Engine
+
+    engine = Engine.load(str(gemma_gguf), weights="float32", progress=False, temperature=0.0)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def gemma_server(gemma_engine):
+    """``mlotspark serve``'s app over ``gemma_engine`` on a loopback port."""
+    from live_server import LiveServer
+
+    srv = LiveServer(gemma_engine)  # its lifespan closes the engine at the end of the run
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -33,12 +33,8 @@ def smollm2(default_gguf):
 
 
 @pytest.fixture(scope="module")
-def gemma3(tmp_path_factory):
-    from model_cache import catalogue_path
-
-    srv = _server_for(catalogue_path("gemma3-270m"))
-    yield Matrix(srv.state.engine, srv)
-    srv.stop()
+def gemma3(gemma_server):
+    return Matrix(gemma_server.state.engine, gemma_server)
 
 
 @pytest.fixture(scope="module")

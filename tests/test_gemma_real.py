@@ -23,20 +23,6 @@ PROMPT = "The history of the printing press begins"
 N_TOKENS = 20
 
 
-@pytest.fixture(scope="module")
-def gemma_gguf():
-    from mlotspark.models import catalogue
-
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
-        return catalogue.resolve("gemma3-270m", progress=False).path
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
-
 
 # GGUF -> mlx-lm names, written out here rather than taken from mlotspark.models.gguf.
 _NAMES = {
@@ -74,13 +60,6 @@ def _reference(path) -> gemma3_text.Model:
     model = gemma3_text.Model(args)
     model.load_weights(list(model.sanitize(weights).items()), strict=True)
     return model
-
-
-@pytest.fixture(scope="module")
-def gemma_engine(gemma_gguf):
-    engine = Engine.load(str(gemma_gguf), weights="float32")
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")

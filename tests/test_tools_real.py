@@ -15,25 +15,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object",
-                       "properties": {"city": {"type": "string"},
-                                      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-                       "required": ["city"]},
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The current time in a time zone.",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
-    },
-}
+from mlotspark.bench.conformance import TIME, WEATHER  # the conformance matrix's tools: one definition
+
 TOOLS = [WEATHER, TIME]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What's the weather like in Paris right now?"}]

@@ -151,11 +151,14 @@ class Matrix:
         return self.oa.chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, tool_choice=choice,
                                                max_tokens=96, temperature=0, **kw)
 
+    # Forced cells ask for one call (``parallel_tool_calls`` false): a forced small model
+    # otherwise goes on calling until a call repeats, a few times the tokens for the same check.
     def tools_required(self) -> str:
-        return self._calls(self._tools("required"), "required")
+        return self._calls(self._tools("required", parallel_tool_calls=False), "required")
 
     def tools_named(self) -> str:
-        out = self._calls(self._tools({"type": "function", "function": {"name": "get_time"}}), "named")
+        out = self._calls(self._tools({"type": "function", "function": {"name": "get_time"}},
+                                      parallel_tool_calls=False), "named")
         _check(out.startswith("get_time("), f"another function was called: {out}")
         return out
 
@@ -205,7 +208,8 @@ class Matrix:
         tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
         m = self.server.anthropic().messages.create(model=self.model, max_tokens=96, messages=ASK, tools=tools,
-                                                    tool_choice={"type": "any"}, extra_body={"temperature": 0})
+                                                    tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                                                    extra_body={"temperature": 0})
         uses = [b for b in m.content if b.type == "tool_use"]
         _check(bool(uses) and m.stop_reason == "tool_use", f"no tool_use block: {_brief(m.content)!r}")
         _check(all(_schema_ok(u.name, u.input) for u in uses), "a tool_use that does not validate")

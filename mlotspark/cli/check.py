@@ -5,8 +5,11 @@ a cell. ``mlotspark bench --suite conformance`` runs it on the catalogue's chat 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
-from typing import Any
+import tempfile
+from typing import Any, Iterator
 
 from mlotspark.errors import OptionError
 
@@ -54,8 +57,29 @@ def run_models(models: list[str], cells: tuple[str, ...], weights: str = "auto")
             print(f"  {cell.mark} {name}" + (f": {cell.detail}" if cell.status != "ok" else ""), file=sys.stderr,
                   flush=True)
 
-        results[spec] = run_matrix(engine, cells, on_cell=told)  # its server's lifespan closes the engine
+        with _scratch_home():  # the cells' conversations and memories are not the user's
+            results[spec] = run_matrix(engine, cells, on_cell=told)  # its server's lifespan closes the engine
     return results
+
+
+@contextlib.contextmanager
+def _scratch_home() -> Iterator[None]:
+    """``$MLOTSPARK_HOME`` in a temporary folder while the cells run (the models folder
+    stays where it is): a cell tells the model facts, which semantic memory would keep."""
+    from mlotspark.models.aliases import MODELS_ENV, models_dir
+
+    saved = {k: os.environ.get(k) for k in ("MLOTSPARK_HOME", MODELS_ENV)}
+    with tempfile.TemporaryDirectory(prefix="mlotspark-check-") as tmp:
+        os.environ[MODELS_ENV] = str(models_dir())
+        os.environ["MLOTSPARK_HOME"] = tmp
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def write_capabilities(results: dict[str, Any], command: str) -> str:
