@@ -12,7 +12,7 @@ import pytest
 
 import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
 
-from model_cache import MODEL_CACHE, catalogue_path  # noqa: E402,F401  (a module of its own: see there)
+from model_cache import catalogue_path  # noqa: E402  (a module of its own: see there)
 
 
 def pytest_configure(config):

@@ -4,8 +4,6 @@ gemma3_text does with the same weights dequantized by gguf-py here."""
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -14,8 +12,6 @@ from gguf.quants import dequantize
 from mlx_lm.generate import generate_step
 from mlx_lm.models import gemma3_text
 
-from model_cache import MODEL_CACHE
-from mlotspark.engine import Engine
 
 pytestmark = pytest.mark.slow
 

@@ -26,6 +26,7 @@ reply. The grammar that keeps the calls valid is ``tools.py``'s.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass, replace
@@ -153,11 +154,16 @@ class Opening:
     body: int
 
 
-def _patterns(fmt: ToolFormat) -> list[tuple[str, Any]]:
-    pats = [("fence", regex.compile(_FENCE))]
-    if fmt.opener:
-        pats.insert(0, ("tag", regex.compile(regex.escape(fmt.opener))))
-    return pats
+_OBJECT_RE = regex.compile(_OBJECT)
+_FENCE_RE = regex.compile(_FENCE)
+
+
+@functools.lru_cache(maxsize=16)
+def _patterns(opener: str) -> tuple[tuple[str, Any], ...]:
+    """The forms a call opens in after the reply's start, compiled once per format (the
+    auto-mode grammar looks for them at every decode step until a call opens)."""
+    fence = ("fence", _FENCE_RE)
+    return (("tag", regex.compile(regex.escape(opener))), fence) if opener else (fence,)
 
 
 def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = False,
@@ -172,10 +178,10 @@ def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = Fal
     best: Opening | None = None
     if bare and start == 0:  # the bare form: the reply itself starts with the call's object
         lead = len(text) - len(text.lstrip(_WS_ONLY))
-        m = regex.compile(_OBJECT).match(text, lead, partial=partial)
+        m = _OBJECT_RE.match(text, lead, partial=partial)
         if m and lead < len(text):
             return Opening("bare?" if m.partial else "bare", lead, lead)
-    for form, pat in _patterns(fmt):
+    for form, pat in _patterns(fmt.opener):
         m = pat.search(text, start, partial=partial)
         if m is None or (best is not None and m.start() >= best.at):
             continue
