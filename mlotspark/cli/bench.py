@@ -82,9 +82,50 @@ def run_conformance(args: argparse.Namespace) -> int:
     return check.report(results, args.output)
 
 
+def run_memory(args: argparse.Namespace) -> int:
+    """``--suite memory``: semantic memory as a user lives it (``bench/memory_eval.py``) on
+    ``--model``, the set from ``--memory-set``, in a scratch home; JSON to ``--output`` or stdout."""
+    import json
+
+    from mlotspark.bench.memory_eval import evaluate
+    from mlotspark.cli import check
+    from mlotspark.cli.progress import announce_pull, step_lines
+    from mlotspark.engine import Engine
+    from mlotspark.storage import atomic_write
+
+    if not args.memory_set:
+        raise OptionError("--suite memory needs --memory-set FILE (updates, same_kind_pairs, retractions, paraphrases)")
+    try:
+        cases = json.loads(Path(args.memory_set).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise OptionError(f"invalid --memory-set {args.memory_set!r}: {e}") from None
+    output = _check_output(args.output, "--output") if args.output else None
+    from mlotspark.models.aliases import default_model
+
+    spec = args.model or default_model()
+    announce_pull(spec)
+    with check._scratch_home():
+        with step_lines():
+            engine = Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), temperature=0.0)
+        try:
+            result = evaluate(engine, cases, on_part=lambda part, right, n: print(
+                f"  {part}: {right}/{n}", file=sys.stderr, flush=True))
+        finally:
+            engine.close()
+    result = {"command": _command(args), "model": spec, "memory_writer": args.memory_writer, **result}
+    text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
+    if output is not None:
+        atomic_write(output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.suite.strip() == "conformance":
         return run_conformance(args)
+    if args.suite.strip() == "memory":
+        return run_memory(args)
     if args.write_capabilities:
         raise OptionError("--write-capabilities needs --suite conformance")
     from mlotspark.bench import BenchConfig, parse_suites, plot_report, render, run_bench
@@ -185,4 +226,8 @@ def register(sub: Any) -> None:
     p.add_argument("--write-capabilities", action="store_true",
                    help="with --suite conformance: write the catalogue models' cells into the capabilities "
                         "mlotspark ships (what list, /v1/models and the chat's picker report)")
+    p.add_argument("--memory-set", default=None, metavar="FILE",
+                   help="with --suite memory: the cases (JSON: updates, same_kind_pairs, retractions, paraphrases)")
+    p.add_argument("--memory-writer", choices=["auto", "model", "simple"], default="auto",
+                   help="with --suite memory: who decides what a turn changes in memory (default auto)")
     p.set_defaults(func=run)
