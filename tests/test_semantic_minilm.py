@@ -119,6 +119,10 @@ def test_vectors_match_a_float64_numpy_reference(minilm_dir):
                            for i in range(len(texts))])
     cos = (got.astype(np.float64) * want).sum(1)
     assert np.all(1.0 - cos < 1e-4), cos
+    # Stored memories keep their vectors: these coordinates must not move.
+    pinned = [[0.0393940, 0.0163287, -0.0053595, -0.0021025], [-0.0904763, 0.0404396, 0.0239057, 0.0589479],
+              [0.0429022, -0.0379271, -0.0000610, 0.0529948]]
+    assert np.abs(got[[0, 2, 4], :4] - np.array(pinned)).max() < 1e-5
     # Batching (padding, length sorting) does not change a vector.
     alone = np.stack([e.embed([t])[0] for t in texts[:4]])
     assert np.all(1.0 - (alone * got[:4]).sum(1) < 1e-5)

