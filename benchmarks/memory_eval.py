@@ -1,39 +1,46 @@
-"""Semantic-memory eval: retrieval of paraphrased questions, wrong injections, end to end, fact extraction.
+"""Semantic-memory eval: retrieval of paraphrased questions, wrong injections, what a turn keeps, end to end.
 
 Data (written for this project): ``benchmarks/data/memory_eval.json``, 205
 (personal fact, paraphrased question, key word) pairs, 110 distractor notes, 103
 prompts about nothing stored, and 50 + 50 user turns with and without a personal
-fact; ``benchmarks/data/memory_eval_fresh.json`` (round 4), 75 more pairs, 30
-distractors on the same topics and 60 unrelated prompts, written before any
-retrieval change of that round and used only as held-out data.
+fact; ``benchmarks/data/memory_eval_fresh.json``, 75 more pairs, 30 distractors on
+the same topics and 60 unrelated prompts, used only as held-out data;
+``benchmarks/data/memory_eval_fit_extra.json``, 40 first-person requests ("I need a
+name for my blog."), unrelated prompts of the fit set only.
 
-    python benchmarks/memory_eval.py --embedder hashing minilm --e2e 40
+    python benchmarks/memory_eval.py --embedder hashing mpnet --e2e 40
 
-Per embedder, one store holds every fact and distractor of both files (420 entries):
+Per embedder (hashing, MiniLM, MPNet), one store holds every fact and distractor of
+both files (420 entries, each through ``SemanticStore.remember``), and each figure
+is computed with the embedder's shipped calibration (``calibration_for``):
 
-- recall@1 / recall@3: the question's own fact among the first 1 / 3 search hits;
-- injected: the fact is among what ``retrieve_for_prompt`` puts into the prompt
-  (default calibration, top 3);
+- recall@1 / recall@3: the question's own fact among the first 1 / 3 search hits
+  (calibrated score);
+- injected: the fact is among what ``retrieve_for_prompt`` would put into the
+  prompt (top 3, the calibration's threshold for the message, ``about_user``
+  deciding which, and its margin; the token budget and ``newest_of_alike`` aside);
 - wrong injections: prompts about nothing stored that get anything injected
   (``unrelated``); questions that get entries injected but not their fact
   (``wrong-only``); and the share of injected entries that are not the fact;
-- end to end (``--e2e N``, MiniLM or hashing, the default chat model, greedy): N
+- what a turn keeps: the entries the simple writer (``learn_turn``'s default)
+  makes of the 50 fact turns (one of them must contain the turn's key word) and of
+  the 50 turns that state none (``benchmarks/data/extraction_round5.json``, written
+  for the retired ``extract_facts``, is not used);
+- end to end (``--e2e N``, the default chat model or ``--model``, greedy): N
   questions (seeded sample), each asked in a *new* conversation of an engine whose
-  memory holds all 315 entries; the reply must contain the key word.
+  memory holds the other entries (imported) and the asked facts, told through
+  ``learn_turn`` with the engine's memory writer (``--e2e-tell turn``, the default)
+  or imported; the reply must contain the key word.
 
 Held out: the first file's pairs and unrelated prompts are split in two halves
-(seeded); the MiniLM thresholds are fitted on the first half (the injection rate
-is maximised with unrelated injections <= 5%) and every figure is also given on
-the held-out set, the second half plus the whole fresh file, with the shipped
-calibration and with the fitted one, and on the fresh file alone. ``--misses``
-prints each question of a set whose fact is not in the top 3: the fact's rank
-and scores, and the three entries above it (study the fit half, judge on the
-held-out set).
-
-Fact extraction: ``extract_facts`` on 50 turns stating a personal fact (a kept
-sentence must contain the turn's key word) and 50 turns that state none; and on
-``benchmarks/data/extraction_round5.json`` (80 + 80 turns written by a helper who read
-none of the rules, 2026-11-28), split into a fit half (even rows) and a held-out half.
+(seeded); the two thresholds (about the user / other) are fitted on the first half
+(the injection rate is maximised with unrelated injections <= 5%, grid 0.05..0.80)
+and every figure is also given on the held-out set, the second half plus the whole
+fresh file, with the shipped calibration and with the fitted one, and on the fresh
+file alone. ``--misses`` prints each question of a set whose fact is not in the top
+3: the fact's rank and scores, and the three entries above it (study the fit half,
+judge on the held-out set). ``--rerank N``: the chat model as a reranker of the top
+5, on held-out questions and unrelated prompts.
 """
 
 from __future__ import annotations
@@ -50,17 +57,15 @@ from pathlib import Path
 
 import numpy as np
 
-from mlotspark.memory.semantic import Calibration, HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore, extract_facts
-from mlotspark.memory.semantic.calibration import about_user, calibration_for, speaks_about_user
+from mlotspark.memory.semantic import (Calibration, HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore, SimpleWriter,
+                                       about_user, calibration_for, learn_turn)
 from mlotspark.models import bundles, catalogue
 
-sys.path.insert(0, str(Path(__file__).parent))
-from embed_cache import Precomputed  # noqa: E402
+from mlotspark.bench.memory_judge import Precomputed
 
 DATA = Path(__file__).with_name("data") / "memory_eval.json"
 FRESH = Path(__file__).with_name("data") / "memory_eval_fresh.json"
 FIT_EXTRA = Path(__file__).with_name("data") / "memory_eval_fit_extra.json"  # first-person requests, fit set only
-TURNS_ROUND5 = Path(__file__).with_name("data") / "extraction_round5.json"  # extraction only: fit = even rows
 
 
 BUNDLE = {"minilm": bundles.EMBEDDER_MODEL, "mpnet": bundles.MPNET_MODEL}
@@ -84,14 +89,14 @@ def candidates(store: SemanticStore, query: str) -> list[tuple[int, float, float
     return [(h.id, h.vector, h.lexical) for h in store.search(query, k=15)]
 
 
-def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list, named: frozenset[str] = frozenset()) -> dict:
-    """Recall and injection figures of ``cal`` on candidate lists (chosen as ``retrieve_for_prompt`` does, top 3, its token budget aside;
-    ``named``: the messages that name a person the store introduces, ``SemanticStore.names_someone``)."""
+def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list) -> dict:
+    """Recall and injection figures of ``cal`` on candidate lists (chosen as ``retrieve_for_prompt`` does, top 3,
+    its token budget and ``newest_of_alike`` aside)."""
     def ranked(cands):
         return sorted(((cal.score(v, lx), i) for i, v, lx in cands), key=lambda t: (-t[0], -t[1]))
 
     def chosen(text, cands):
-        th, out = cal.threshold(text, text in named), []
+        th, out = cal.threshold(text), []
         for score, i in ranked(cands):
             if score < th or (out and score < out[0][0] - cal.margin) or len(out) == 3:
                 break
@@ -117,8 +122,7 @@ def figures(cal: Calibration, qs: list, golds: list[int], unrelated: list, named
             "wrong_only": wrong_only / n, "foreign_share": n_foreign / max(1, n_inj), "misses@3": misses}
 
 
-def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05,
-        named: frozenset[str] = frozenset()) -> Calibration:
+def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wrong: float = 0.05) -> Calibration:
     """Thresholds that inject the asked fact most often with unrelated injections <= ``max_wrong``.
 
     The two thresholds (about the user / other) are fitted together on a grid of
@@ -128,7 +132,7 @@ def fit(base: Calibration, qs: list, golds: list[int], unrelated: list, max_wron
     grid = np.round(0.05 + 0.01 * np.arange(76), 2)
 
     def kind(text: str) -> int:
-        return int(speaks_about_user(text, text in named))
+        return int(about_user(text))
 
     def chosen_at(cands, t: float) -> list[int]:
         out: list[tuple[float, int]] = []
@@ -236,18 +240,16 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     filled = time.perf_counter() - t0
     qs = [(p["question"], candidates(store, p["question"])) for p in pairs]
     unrelated = [(u, candidates(store, u)) for u in doc["unrelated"] + fresh["unrelated"] + extra]
-    named = frozenset(t for t, _ in qs + unrelated if store.names_someone(t))  # as retrieve_for_prompt sees them
     entries = len(store)
-    superseded = store.stats()["superseded"]  # updates marked among the eval's 420 distinct facts and notes
     shipped = calibration_for(embedder.name)
     parts = sets(doc, fresh, seed, len(extra))
     pick = lambda xs, idx: [xs[i] for i in idx]  # noqa: E731
 
     def on(cal: Calibration, name: str) -> dict:
         q, u = parts[name]
-        return figures(cal, pick(qs, q), pick(ids, q), pick(unrelated, u), named)
+        return figures(cal, pick(qs, q), pick(ids, q), pick(unrelated, u))
 
-    fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]), named=named)
+    fitted = fit(shipped, pick(qs, parts["fit"][0]), pick(ids, parts["fit"][0]), pick(unrelated, parts["fit"][1]))
     if misses:
         print_misses(store, shipped, pairs, ids, parts[misses][0], f"{embedder.name}, {misses} set")
     reranked = None
@@ -259,7 +261,6 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     store.close()
     first_person = [t for t, _ in pick(unrelated, parts["all"][1]) if about_user(t)]
     out = {"embedder": embedder.name, "entries": entries, "fill_s": round(filled, 1),
-           "superseded_in_store": superseded,
            **on(shipped, "all"),
            "about_user": {"questions": sum(about_user(t) for t, _ in qs) / len(qs),
                           "unrelated": len(first_person) / len(parts["all"][1])},
@@ -272,38 +273,34 @@ def retrieval(doc: dict, fresh: dict, extra: list[str], embedder, directory: Pat
     return out
 
 
-def extraction(doc: dict) -> dict:
-    """Precision and recall of ``extract_facts`` on ``doc["turns"]`` (``fact``: {text, key}; ``chat``: texts)."""
-    kept_fact = correct = 0
-    for t in doc["turns"]["fact"]:
-        facts = extract_facts(t["text"])
-        kept_fact += len(facts)
-        correct += sum(t["key"].lower() in f.lower() for f in facts)
-    found = sum(any(t["key"].lower() in f.lower() for f in extract_facts(t["text"])) for t in doc["turns"]["fact"])
-    kept_chat = [f for t in doc["turns"]["chat"] for f in extract_facts(t)]
-    total = kept_fact + len(kept_chat)
+def kept(turn: str) -> list[str]:
+    """The entries ``learn_turn`` with the simple writer makes of ``turn`` (its ``add`` operations; no store needed)."""
+    return [op.text for op in SimpleWriter().operations(turn, {}) if op.kind == "add"]
+
+
+def turns_kept(doc: dict) -> dict:
+    """What the simple writer keeps of ``doc["turns"]`` (``fact``: {text, key}; ``chat``: texts)."""
+    fact = [(t["key"].lower(), kept(t["text"])) for t in doc["turns"]["fact"]]
+    chat = [k for t in doc["turns"]["chat"] for k in kept(t)]
+    with_key = sum(key in k.lower() for key, ks in fact for k in ks)
+    total = sum(len(ks) for _, ks in fact) + len(chat)
     return {
-        "precision": correct / total if total else 1.0,
-        "recall": found / len(doc["turns"]["fact"]),
-        "kept_from_chat": kept_chat,
-        "kept_wrong_from_fact_turns": kept_fact - correct,
+        "fact_turns": len(fact),
+        "chat_turns": len(doc["turns"]["chat"]),
+        "key_kept": sum(any(key in k.lower() for k in ks) for key, ks in fact) / len(fact),
+        "entries_with_key": with_key / total if total else 1.0,
+        "entries_from_fact_turns": sum(len(ks) for _, ks in fact),
+        "chat_turns_with_an_entry": sum(bool(kept(t)) for t in doc["turns"]["chat"]),
+        "kept_from_chat": chat,
     }
-
-
-def extraction_halves(path: Path) -> dict:
-    """``extraction`` on a file of turns alone, its even rows (fit) and odd rows (held out) apart."""
-    turns = json.loads(path.read_text(encoding="utf-8"))
-    half = lambda xs, odd: [x for i, x in enumerate(xs) if i % 2 == odd]  # noqa: E731
-    return {name: extraction({"turns": {"fact": half(turns["fact"], odd), "chat": half(turns["chat"], odd)}})
-            for name, odd in (("fit", 0), ("held_out", 1))}
 
 
 def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, home: Path, gguf: Path, dirs: dict[str, Path],
                which: str = "held_out", tell: str = "turn") -> dict:
     """``n`` questions of set ``which`` (seeded sample; ``fit`` to tune, ``held_out`` to report), each in a
     new conversation of an engine whose memory holds every other entry (imported) and the asked facts:
-    with ``tell="turn"`` each said in a conversation's turn first, as a user tells it (kept or not by
-    the turn's rules), with ``"import"`` imported with the rest."""
+    with ``tell="turn"`` each told as a user turn through ``learn_turn`` with the engine's memory writer
+    (what the engine does after a turn, without generating the reply), with ``"import"`` imported with the rest."""
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations and memory in a scratch home
     os.environ["MLOTSPARK_EMBEDDER"] = embedder_name
     if embedder_name in BUNDLE:  # the embedder in this home: a link to the pulled copy
@@ -316,8 +313,8 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
     try:
         pairs = doc["pairs"] + fresh["pairs"]
         # Filled as ``mlotspark memory import`` does (one batched embedding, entries in order,
-        # each through the same insert and update rules as ``Engine.remember``): one
-        # ``remember`` per entry took 45 minutes on the loaded CPU in round 1.
+        # each through the same insert and dedupe as ``remember``): one ``remember`` per
+        # entry took 45 minutes on the loaded CPU.
         held = sets(doc, fresh, seed)[which][0]
         sample = [pairs[i] for i in random.Random(seed).sample(held, min(n, len(held)))]
         n = len(sample)
@@ -326,9 +323,10 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
         fill.write_text(json.dumps([p["fact"] for p in pairs if p["fact"] not in told] + doc["distractors"]
                                    + fresh["distractors"]), encoding="utf-8")
         engine.memory.import_json(fill)
+        writer = engine.persistence.memory_writer()
         for i, p in enumerate(sample):
             if p["fact"] in told:
-                engine.conversation(f"tell{i}").send(p["fact"], temperature=0.0, max_tokens=1)
+                learn_turn(engine.memory, p["fact"], f"tell{i}", writer)
         stored = {e.text for e in engine.memory.list()}
         hits = injected = 0
         rows = []
@@ -341,7 +339,8 @@ def end_to_end(doc: dict, fresh: dict, embedder_name: str, n: int, seed: int, ho
             rows.append({"question": p["question"], "key": p["key"], "injected": p["fact"] in used, "ok": ok, "reply": r.text,
                          "shown": used, "stored": p["fact"] in stored})
             print(f"e2e {i + 1}/{n}: {'ok' if ok else 'miss'} {p['question']!r} -> {r.text!r}", flush=True)
-        return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "tell": tell, "answer_has_key": hits / n,
+        return {"embedder": engine.memory.embedder.name, "set": which, "n": n, "tell": tell, "writer": writer.name,
+                "answer_has_key": hits / n,
                 "fact_stored": sum(r["stored"] for r in rows) / n, "fact_injected": injected / n, "rows": rows}
     finally:
         engine.close()
@@ -354,8 +353,8 @@ def main() -> None:
     ap.add_argument("--e2e-set", choices=["fit", "held_out", "fresh", "all"], default="held_out",
                     help="the set --e2e samples (fit: to tune prompts; held_out: the figure to report)")
     ap.add_argument("--e2e-tell", choices=["turn", "import"], default="turn",
-                    help="how the asked facts reach memory: each said in a conversation's turn first (the default: "
-                         "a user's path, kept or not by the turn's rules), or imported with the others")
+                    help="how the asked facts reach memory: each told as a user turn through learn_turn with the "
+                         "engine's memory writer (the default: a user's path), or imported with the others")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rerank", type=int, default=0,
                     help="held-out questions (and half as many unrelated prompts) reranked by the chat model (0: none)")
@@ -368,7 +367,7 @@ def main() -> None:
     fresh = json.loads(FRESH.read_text(encoding="utf-8"))
     extra = json.loads(FIT_EXTRA.read_text(encoding="utf-8"))["unrelated"]
     print("command: python " + " ".join(sys.argv))
-    results: dict = {"extraction": extraction(doc), "extraction_round5": extraction_halves(TURNS_ROUND5)}
+    results: dict = {"turns_kept": turns_kept(doc)}
     # Both models come from the user's home (pulled there if missing), before any switch.
     dirs = {name: bundles.pull(BUNDLE[name], progress=False) for name in args.embedder if name in BUNDLE}
     gguf = catalogue.resolve(args.model, progress=False).path if (args.e2e or args.rerank) else Path()
@@ -385,7 +384,7 @@ def main() -> None:
                 results[name]["e2e"] = end_to_end(doc, fresh, name, args.e2e, args.seed, Path(tmp) / f"home-{name}", gguf, dirs,
                                                   args.e2e_set, args.e2e_tell)
                 e = results[name]["e2e"]
-                print(f"end to end ({name}, {e['set']}, told as {e['tell']}): fact stored {e['fact_stored']:.0%}, "
+                print(f"end to end ({name}, {e['set']}, told as {e['tell']}, writer {e['writer']}): fact stored {e['fact_stored']:.0%}, "
                       f"injected {e['fact_injected']:.0%}, key in reply {e['answer_has_key']:.0%} of {e['n']}")
     if reranker is not None:
         reranker.close()
@@ -419,12 +418,11 @@ def main() -> None:
             print(f"\nrerank by the chat model ({results[name]['embedder']}, held out, top 5): recall@1 "
                   f"{rr['recall@1_before']:.1%} -> {rr['recall@1_after']:.1%} of {rr['questions']} (named the fact "
                   f"{rr['named_the_fact']:.1%}); unrelated prompts where it named a note {rr['unrelated_named_a_note']:.1%} of {rr['unrelated']}")
-    x = results["extraction"]
-    print(f"\nfact extraction: precision {x['precision']:.1%}, recall {x['recall']:.1%} "
-          f"(50 fact turns, 50 chat turns; kept from chat turns: {x['kept_from_chat']})")
-    for part, x in results["extraction_round5"].items():  # the held-out half's turns are not printed
-        print(f"fact extraction, {TURNS_ROUND5.name} {part} half: precision {x['precision']:.1%}, recall {x['recall']:.1%}, "
-              f"chat turns with a fact kept: {len(x['kept_from_chat'])} of 40")
+    x = results["turns_kept"]
+    print(f"\nwhat a turn keeps (simple writer): the key word kept in {x['key_kept']:.1%} of {x['fact_turns']} fact turns; "
+          f"{x['entries_with_key']:.1%} of kept entries carry it ({x['entries_from_fact_turns']} from fact turns, "
+          f"{len(x['kept_from_chat'])} from chat turns); chat turns with an entry kept: {x['chat_turns_with_an_entry']} "
+          f"of {x['chat_turns']}")
     if args.out:
         args.out.write_text(json.dumps(results, indent=1, ensure_ascii=False))
 

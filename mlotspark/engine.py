@@ -13,6 +13,7 @@ it is that interface, each method a short delegate under the API's own docstring
 
 from __future__ import annotations
 
+from dataclasses import replace
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -67,6 +68,7 @@ class Engine:
         #: Where the model runs (``device_info()["device"]``, e.g. ``cpu``, ``gpu``).
         self.device: str = device_info()["device"]
         self._persistence: Persistence | None = None
+        self._persistence_config: PersistenceConfig | None = None  # Engine.load's memory settings
         self.scheduling = scheduling or SchedulerConfig()
         #: Which cache each request gets and why (``runtime/cache_choice.py``).
         self.caches = CacheChoice(loaded, cascade, device=self.device, run=self.run_on_engine,
@@ -94,6 +96,8 @@ class Engine:
         distributed: str | None = None,
         split: str = "memory",
         rank_timeout: float = DEFAULT_TIMEOUT_S,
+        memory_writer: str = "auto",
+        memory: bool = True,
         **defaults: Any,
     ) -> "Engine":
         """Load a model and return an Engine.
@@ -126,6 +130,10 @@ class Engine:
             split: pipeline layers per rank: ``memory`` (by free memory) or ``even``.
             rank_timeout: seconds without progress before rank 0 fails a request
                 with ``DistributedError`` (a rank died or stalled).
+            memory_writer: who decides what a turn changes in semantic memory: ``auto``
+                (default), ``model`` or ``simple`` (``PersistenceConfig.memory_writer``).
+            memory: read and write semantic memory (default True); False leaves the store
+                untouched (a conversation can switch it off alone: ``Conversation.memory``).
             **defaults: default generation options (``max_tokens``, ``temperature`` ...).
 
         Raises:
@@ -133,6 +141,10 @@ class Engine:
             OptionError: a bad option value.
         """
         GenerationOptions().merged(**defaults)  # a bad option fails before the model loads
+        if not isinstance(memory, bool):
+            raise OptionError(f"invalid memory {memory!r}: use True or False")
+        # Checked before the model loads too.
+        persistence = PersistenceConfig(memory_writer=memory_writer, memory=memory, learn=memory)
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
         check_cascade_argument(cascade, cascade_settings)
@@ -156,6 +168,7 @@ class Engine:
         engine._metal_limits = configure_metal_limits(
             loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))
         engine.sampling_sources = sources
+        engine._persistence_config = persistence
         if distributed is not None:
             engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
                                               identity=(loaded.fingerprint, loaded.weights, loaded.name),
@@ -522,7 +535,10 @@ class Engine:
             if self._persistence is None:
                 # Across ranks no prefix cache: a prefix hit is a cache of another conversation,
                 # which the other ranks would not find under this one's name.
-                self._persistence = Persistence(self, PersistenceConfig(prefix_cache_mb=0) if self.ranks else None)
+                config = self._persistence_config or PersistenceConfig()
+                if self.ranks:
+                    config = replace(config, prefix_cache_mb=0)
+                self._persistence = Persistence(self, config)
             return self._persistence
 
     @property

@@ -49,15 +49,15 @@ def test_forget_confirms_each_and_refuses_all_if_one_id_is_unknown(capsys):
     assert ids(capsys) == {}
 
 
-def test_search_hides_weak_hits_unless_all(capsys):
+def test_search_shows_the_top_k_with_scores_and_no_floor(capsys):
     out_of(capsys, "add", "My sister's name is Ilse.")
     out_of(capsys, "add", "The bakery on the corner opens at seven.")
     _, out, _ = out_of(capsys, "search", "my sister name", "--json")
-    assert [h["text"] for h in json.loads(out)] == ["My sister's name is Ilse."]  # the bakery is noise
-    _, out, _ = out_of(capsys, "search", "my sister name", "--json", "--all")
-    assert [h["text"] for h in json.loads(out)] == ["My sister's name is Ilse.", "The bakery on the corner opens at seven."]
-    _, out, _ = out_of(capsys, "search", "quantum chromodynamics")
-    assert "nothing found above relevance" in out and "--all" in out
+    hits = json.loads(out)
+    assert [h["text"] for h in hits] == ["My sister's name is Ilse.", "The bakery on the corner opens at seven."]
+    assert hits[0]["score"] > hits[1]["score"] >= 0.0  # the weak hit shown with its score, not hidden
+    _, out, _ = out_of(capsys, "search", "my sister name", "-k", "1")
+    assert "Ilse" in out and "bakery" not in out and "0." in out
 
 
 def test_reindex_after_switching_embedder_counts_the_entries_it_embedded(capsys, monkeypatch):
@@ -72,26 +72,35 @@ def test_reindex_after_switching_embedder_counts_the_entries_it_embedded(capsys,
     assert out.strip() == "0 entries re-embedded with hashing-v1-256; 2 in the store"
 
 
-def test_list_shows_the_forgotten_successor(capsys):
-    """A retraction takes the entry it names; the value it had replaced stays superseded, and
-    ``list`` says its successor is gone rather than pointing at a missing id."""
+def _green_then_purple_forgotten(store) -> None:
+    """Green superseded by purple (a writer's supersede), then purple forgotten as a chat turn asks."""
+    from mlotspark.memory.semantic import Operation, learn_turn
+
+    old = store.remember("My favourite colour is green.")
+    store.apply([Operation("supersede", "My favourite colour is purple.", ids=(old,))])
+    assert store.get(old).superseded_by is not None
+    gone = learn_turn(store, "Forget that my favourite colour is purple.").forgotten
+    assert [e.text for e in gone] == ["My favourite colour is purple."]
+
+
+def test_list_shows_current_entries_and_history_the_superseded_with_a_forgotten_successor(capsys):
+    """A request to forget takes the entry it names; the value it had replaced stays superseded:
+    ``list`` leaves it out, ``list --history`` says its successor is gone."""
     from mlotspark.memory.semantic import SemanticStore
 
     with SemanticStore() as store:
-        old = store.remember("My favourite colour is green.")
-        new = store.remember("My favourite colour is purple.")
-        assert store.get(old).superseded_by == new
-        assert [e.id for e in store.retract("Forget that my favourite colour is purple.")] == [new]
+        _green_then_purple_forgotten(store)
     _, out, _ = out_of(capsys, "list")
+    assert "green" not in out and "purple" not in out
+    _, out, _ = out_of(capsys, "list", "--history")
     assert "[superseded by an entry forgotten since on" in out and "green" in out and "purple" not in out
+
 
 def test_an_entry_whose_successor_was_retracted_stays_superseded_through_export_and_import(tmp_path):
     from mlotspark.memory.semantic import SemanticStore
 
     with SemanticStore(tmp_path / "a.db") as store:
-        store.remember("My favourite colour is green.")
-        store.remember("My favourite colour is purple.")
-        store.retract("Forget that my favourite colour is purple.")
+        _green_then_purple_forgotten(store)
         assert store.export_json(tmp_path / "m.json") == 1
     with SemanticStore(tmp_path / "b.db") as other:
         other.import_json(tmp_path / "m.json")

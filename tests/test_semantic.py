@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import multiprocessing
 import os
@@ -25,7 +27,7 @@ from mlotspark.memory.semantic import (
     Embedder,
     HashingEmbedder,
     SemanticStore,
-    extract_facts,
+    learn_turn,
     format_memory_section,
 )
 
@@ -85,7 +87,7 @@ def test_fact_from_one_conversation_is_top_hit_for_the_question(filled):
     chosen = filled.retrieve_for_prompt("What is my sister's name?")
     assert [h.text for h in chosen] == [SISTER]
     section = format_memory_section(chosen)
-    assert section == f"{MEMORY_HEADER}\n- {SISTER}"
+    assert section == f"{MEMORY_HEADER}\n- (today) {SISTER}"
     assert filled.stats()["last_retrieval"] == [chosen[0].id]
 
 
@@ -133,6 +135,8 @@ def test_top_k_and_threshold(filled):
 
 
 def test_token_budget_bounds_the_whole_section(store):
+    # Five facts of one kind that stay apart (no newer one takes an older one's place here).
+    store.calibration = dataclasses.replace(store.calibration, newer_gap=-1.0)
     for i, pet in enumerate(["cat", "dog", "parrot", "hamster", "goldfish"]):
         store.remember(f"My sister Ilse has a {pet} called Pet{i} that she adopted " + "long ago " * i)
 
@@ -141,7 +145,7 @@ def test_token_budget_bounds_the_whole_section(store):
 
     everything = store.retrieve_for_prompt("my sister Ilse", top_k=5, token_budget=1000, count_tokens=count)
     assert len(everything) == 5
-    for budget in (20, 35, 50):
+    for budget in (30, 45, 60):
         hits = store.retrieve_for_prompt("my sister Ilse", top_k=5, token_budget=budget, count_tokens=count)
         assert hits, budget
         assert count(format_memory_section(hits)) <= budget
@@ -564,8 +568,7 @@ def test_broken_embedder_is_reported(tmp_path):
 def test_a_fact_from_conversation_a_reaches_conversation_b(tmp_path):
     path = tmp_path / "m.db"
     with SemanticStore(path) as a:  # conversation A, after its turn
-        for fact in extract_facts("Hi there! My sister's name is Ilse. Can you suggest a gift for her?"):
-            a.remember(fact, source="turn", conversation="A")
+        learn_turn(a, "Hi there! My sister's name is Ilse. Can you suggest a gift for her?", "A")
         for fact in UNRELATED:
             a.remember(fact)
     with SemanticStore(path) as b:  # conversation B, another process later

@@ -234,27 +234,6 @@ def test_injection_thresholds(minilm_dir, tmp_path):
         assert s.retrieve_for_prompt("Give me a recipe for pancakes.") == []  # 0.49 < 0.55: not about the user
 
 
-def test_a_question_naming_someone_the_user_introduced_is_about_the_user(minilm_dir, tmp_path):
-    """"Where is Ingrid based?" says no "I" or "my", but Ingrid is the user's sister: the
-    threshold of a question about the user, also once the fact that introduced her is
-    superseded; a name the user only mentioned, a request, or an unknown name keep the other."""
-    with SemanticStore(tmp_path / "m.db", MiniLMEmbedder(minilm_dir)) as s:
-        about, other = s.calibration.threshold_about_user, s.calibration.threshold_other
-        for f in ["My sister Ingrid lives in Bergen.", "I read a biography of Napoleon last winter."]:
-            s.remember(f)
-        assert s.threshold_for("Where is Ingrid based?") == about
-        assert s.threshold_for("Which city does Ingrid call home these days?") == about
-        assert s.threshold_for("Where is Napoleon buried?") == other  # mentioned, not introduced as kin
-        assert s.threshold_for("Where is Astrid based?") == other
-        assert s.threshold_for("Ingrid, can you suggest a song for a party?") == other  # a request
-        assert s.threshold_for('Is "Ingrid" AND (NEAR a name*?') == about  # FTS operators in the text never raise
-        s.remember("Ingrid moved to Stavanger in the spring.")
-        assert s.get(1).superseded_by == 3
-        assert s.threshold_for("Where is Ingrid based?") == about
-        assert [h.text for h in s.retrieve_for_prompt("Where is Ingrid based?", top_k=1)] == [
-            "Ingrid moved to Stavanger in the spring."]
-
-
 def test_a_first_person_request_gets_no_loosely_related_fact(minilm_dir, tmp_path):
     with SemanticStore(tmp_path / "m.db", MiniLMEmbedder(minilm_dir)) as s:
         for f in ["My favourite fruit is mango.", "I host a podcast about urban gardening.", "I drive a blue Volvo."]:

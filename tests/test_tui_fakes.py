@@ -84,7 +84,7 @@ class FakeMemory:
     def superseded_by(self, entry_id: int) -> list[FakeEntry]:
         return [e for e in self.entries.values() if e.superseded_by == entry_id]
 
-    def list(self, limit: int | None = None) -> list[FakeEntry]:
+    def list(self, limit: int | None = None, *, current_only: bool = False) -> list[FakeEntry]:
         return list(self.entries.values())[:limit]
 
     calibration = SimpleNamespace(threshold_about_user=0.37, threshold_other=0.57)  # what /memory QUERY reads

@@ -45,7 +45,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "reset": ("", "clear this conversation's messages"),
     "remember": ("TEXT", "add TEXT to the semantic memory"),
     "forget": ("ID", "delete memory entry ID"),
-    "memory": ("[QUERY]", "list memory entries, or search them"),
+    "memory": ("[QUERY|on|off]", "list memory entries, search them, or switch memory on/off for this chat"),
     "model": ("[MODEL]", "pick a model (F3), or open MODEL"),
     "tools": ("[FILE|off]", "tools from an OpenAI JSON file (calls shown, not run)"),
     "new": ("", "start a new conversation (Ctrl+N)"),

@@ -137,17 +137,20 @@ class SlashCommands:
             await self.say(f"/forget: no memory entry #{cmd.value}", error=True)
 
     async def command_memory(self, cmd: Command) -> None:
+        if cmd.argument.strip().lower() in ("on", "off"):  # this conversation's switch, kept with it
+            on = cmd.argument.strip().lower() == "on"
+            self.engine.conversation(self.current).memory = on
+            await self.say("memory on for this conversation" if on else
+                           "memory off for this conversation: nothing is recalled into it or learned from it")
+            return
         store = self.engine.memory
         if cmd.argument:
-            # The floor `mlotspark memory search` uses: below the lowest score memory is ever injected
-            # at, a hit is noise (every entry had been listed for a query matching none).
-            cal = store.calibration
-            floor = min(cal.threshold_about_user, cal.threshold_other)
-            hits = store.search(cmd.argument, k=10, threshold=floor)
+            # The top hits with their scores, no floor (as `mlotspark memory search`).
+            hits = store.search(cmd.argument, k=10, threshold=0.0)
             lines = [f"#{h.entry.id}  {h.score:.2f}  {_one_line(h.entry.text)}" for h in hits]
-            head = f"memory matching {cmd.argument!r}" + ("" if hits else f" above relevance {floor:.2f}") + ":"
+            head = f"memory matching {cmd.argument!r}:"
         else:
-            entries = store.list(limit=MEMORY_LIST)
+            entries = store.list(limit=MEMORY_LIST, current_only=True)
             lines = [f"#{e.id}  {_one_line(e.text)}{_replaced(e, store)}" for e in entries]
             head = f"memory ({len(store)} entries):"
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")

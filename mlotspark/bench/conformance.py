@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 CELLS = ("chat", "stream", "stop", "json_schema", "tools_required", "tools_named", "tools_auto", "tools_streamed",
-         "tools_result", "logprobs", "anthropic_tools", "ollama_tools", "embeddings", "conversation", "cascade")
+         "tools_result", "logprobs", "anthropic_tools", "ollama_tools", "embeddings", "conversation", "cascade", "memory_writer")
 
 WEATHER = {
     "type": "function",
@@ -246,6 +246,21 @@ class Matrix:
         text = r.choices[0].message.content or ""
         _check("Ilse" in text, f"the fact was not carried: {_brief(text)!r}")
         return _brief(text)
+
+    def memory_writer(self) -> str:
+        """The model writes memory better than the simple writer on the judge set (``memory_judge``),
+        else refused: ``--memory-writer auto`` keeps the simple writer for this model."""
+        from mlotspark.bench.memory_judge import judge
+        from mlotspark.conversations.persistence import model_writer
+        from mlotspark.errors import OptionError
+        from mlotspark.memory.semantic import SimpleWriter
+
+        embedder = self.engine.persistence.memory.embedder
+        (model, n), (simple, _) = judge(embedder, model_writer(self.engine)), judge(embedder, SimpleWriter())
+        if model <= simple:
+            raise OptionError(f"the model writer scored {model}/{n} on the judge set, the simple writer {simple}/{n}: "
+                              "memory is written by the simple writer")
+        return f"model {model}/{n}, simple {simple}/{n}"
 
     def cascade(self) -> str:
         from mlotspark.bench.ruler import ANSWER_TOKENS, answer, make_case

@@ -9,8 +9,8 @@ from typing import Any
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.storage import safe_name
-from mlotspark.cli.common import (add_cascade_args, add_model_args, add_sampling_args, cascade_kwargs, cascade_shape,
-                                  sampling_options)
+from mlotspark.cli.common import (add_cascade_args, add_memory_args, add_model_args, add_sampling_args, cascade_kwargs,
+                                  cascade_shape, memory_kwargs, sampling_options)
 
 
 #: Why the chat does not run across ranks: ``mlx.launch`` pipes every rank's stdin and
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         conversation=args.conversation,
         options=options,
-        loader=functools.partial(load_engine, weights=args.weights, **cascade),  # a model /model opens too
+        loader=functools.partial(load_engine, weights=args.weights, **cascade, **memory_kwargs(args)),  # a model /model opens too
         tools=tools,
     )
     try:
@@ -74,4 +74,5 @@ def register(sub: Any) -> None:
                    help="not supported: mlx.launch gives no rank a terminal; the error names the commands "
                         "that do run across ranks")
     add_cascade_args(p)
+    add_memory_args(p)
     p.set_defaults(func=run)

@@ -64,6 +64,22 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="auto", choices=WEIGHT_CHOICES, help=WEIGHTS_HELP)
 
 
+def add_memory_args(p: argparse.ArgumentParser) -> None:
+    """``--memory-writer`` and ``--no-memory``: semantic memory's switches (``memory_kwargs``)."""
+    g = p.add_argument_group("semantic memory")
+    g.add_argument("--memory-writer", choices=("auto", "model", "simple"), default="auto",
+                   help="who decides what a turn changes in memory: simple (keep what the user says; act on "
+                        "'remember that' / 'forget'), model (the chat model proposes the changes in one constrained "
+                        "call) or auto (default: the model where it was measured to do better, else simple)")
+    g.add_argument("--no-memory", action="store_true",
+                   help="neither read nor write semantic memory (`mlotspark memory` still shows what is stored)")
+
+
+def memory_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``Engine.load``'s memory arguments from ``add_memory_args``' flags."""
+    return {"memory_writer": getattr(args, "memory_writer", "auto"), "memory": not getattr(args, "no_memory", False)}
+
+
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("sampling")
     g.add_argument("--max-tokens", type=int, default=None, help="most tokens to generate (default 512)")

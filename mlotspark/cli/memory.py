@@ -2,7 +2,7 @@
 
 No chat model is loaded: the store lives in ``$MLOTSPARK_HOME/memory/semantic.db``
 and its vectors come from all-mpnet-base-v2 or all-MiniLM-L6-v2 when pulled, else
-from the hashing embedder (``semantic/choice.py``). Only actions that compare
+from the hashing embedder (``models/embedders.py``). Only actions that compare
 meanings (search, add, import, reindex) load the embedder; list, forget and export
 never touch MLX. ``list`` shows superseded entries too, marked with the entry that
 replaced them and when.
@@ -21,8 +21,8 @@ from typing import Any, Iterator
 
 from mlotspark.cli.common import positive_int
 from mlotspark.errors import OptionError
-from mlotspark.memory.semantic.retractions import retraction
-from mlotspark.memory.semantic.events import occurrences
+from mlotspark.memory.semantic.requests import forget_request
+from mlotspark.memory.semantic.dates import occurrences
 
 
 def _entry_dict(e: Any) -> dict:
@@ -42,7 +42,7 @@ def _line(e: Any, score: float | None = None, successor_forgotten: bool = False)
     text = " ⏎ ".join(e.text.splitlines())  # one row an entry: a multi-line one read as rows without ids
     line = f"{head}  {score:.2f}  {text}" if score is not None else f"{head}  {text}"
     said = occurrences(e)
-    if len(said) > 1:  # an event told on several days (semantic/events.py)
+    if len(said) > 1:  # told again on other days (semantic/dates.py)
         line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
     if e.superseded_by is not None:
         # A retraction keeps the values it replaced superseded: their successor is gone.
@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     # reindex re-embeds itself, so that it counts what it did (opening would do it first, silently).
     with status, SemanticStore(reembed=action in _EMBEDDING_ACTIONS and action != "reindex") as store:
         if action == "list":
-            entries = store.list(limit=args.limit)
+            # Current entries; with --history the superseded ones too, marked with what replaced them.
+            entries = store.list(limit=args.limit, current_only=not args.history)
             if args.json:
                 print(json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False, indent=2))
             else:
@@ -106,11 +107,8 @@ def run(args: argparse.Namespace) -> int:
         elif action == "search":
             if not args.query.strip():  # the store finds nothing for it; a user typed no query
                 raise OptionError(f"invalid query {args.query!r}: use a non-empty text")
-            # Below the floor the semantic tier uses for recall, a hit is noise: shown with --all only.
-            # The floor: the lowest score at which the active embedder's memory is ever injected.
-            cal = store.calibration
-            floor = min(cal.threshold_about_user, cal.threshold_other)
-            hits = store.search(args.query, k=args.k, threshold=0.0 if args.all else floor)
+            # The top k with their scores, no floor: what is weak shows as a low score, not as nothing.
+            hits = store.search(args.query, k=args.k, threshold=0.0)
             if args.json:
                 out = [{**_entry_dict(h.entry), "score": h.score} for h in hits]
                 print(json.dumps(out, ensure_ascii=False, indent=2))
@@ -118,10 +116,9 @@ def run(args: argparse.Namespace) -> int:
                 for h in hits:
                     print(_line(h.entry, h.score))
                 if not hits:
-                    hint = "" if args.all else f" above relevance {floor:.2f}; --all shows weaker hits"
-                    print(f"(nothing found{hint})")
+                    print("(nothing found: memory is empty, or no entry shares a word or a meaning with the query)")
         elif action == "add":
-            if retraction(args.text) is not None:  # "Forget that ..." kept as a fact would be the opposite
+            if forget_request(args.text) is not None:  # "Forget that ..." kept as a fact would be the opposite
                 raise OptionError(f"{args.text.strip()!r} asks to forget, it is no fact to remember: "
                                   "find its id with mlotspark memory search, then mlotspark memory forget ID")
             told = store.tell(args.text, source="user")
@@ -177,17 +174,18 @@ def register(sub: Any) -> None:
                               "pulled, else hashing), hashing, minilm or mpnet; `mlotspark info` names the one in use.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    a = actions.add_parser("list", help="entries, newest first (superseded ones marked)",
-                           description="List the entries, newest first (superseded ones marked).")
+    a = actions.add_parser("list", help="current entries, newest first (--history: superseded ones too)",
+                           description="List the current entries, newest first, with the day each was said; "
+                                       "--history adds the superseded ones, marked with what replaced them and when.")
     a.add_argument("--limit", type=positive_int, default=None, help="at most this many (default: all)")
+    a.add_argument("--history", action="store_true", help="also the superseded entries, with dates")
     a.add_argument("--json", action="store_true", help="print JSON")
 
-    a = actions.add_parser("search", help="entries relevant to a query, best first",
-                           description="The entries relevant to a query, best first.")
+    a = actions.add_parser("search", help="the top k entries for a query, with scores",
+                           description="The k entries most relevant to a query, best first, with their scores "
+                                       "(no floor: the chat injects only those above its threshold).")
     a.add_argument("query", help="free text")
     a.add_argument("-k", type=positive_int, default=5, help="at most this many hits (default 5)")
-    a.add_argument("--all", action="store_true",
-                   help="also show weak hits (below the relevance the assistant itself recalls at)")
     a.add_argument("--json", action="store_true", help="print JSON")
 
     a = actions.add_parser("add", help="remember a text; says its id (or the id it already has)",

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
-from mlotspark.cli.common import WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, cascade_kwargs, cascade_shape
+from mlotspark.cli.common import (WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, add_memory_args, cascade_kwargs,
+                                  cascade_shape, memory_kwargs)
 from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 from mlotspark.errors import OptionError
 
@@ -154,7 +155,7 @@ def engine_loader(args: argparse.Namespace, kwargs: dict[str, Any] | None = None
         announce_pull(spec)
         with step_lines():  # piped (a service's log): a fetch or a conversion still says so
             return Engine.load(spec, weights=args.weights, progress=sys.stderr.isatty(), governor=governor,
-                               **cascade, **kwargs)
+                               **cascade, **kwargs, **memory_kwargs(args))
 
     return load
 
@@ -235,6 +236,7 @@ def register(sub: Any) -> None:
                    help="uvicorn's log level (default warning; info and debug also log each request)")
     add_scheduler_args(p)
     add_cascade_args(p)
+    add_memory_args(p)
     p.set_defaults(func=run)
 
 

@@ -38,8 +38,8 @@ from mlotspark.options import check_text
 from mlotspark.conversations.host import ConversationHost
 from mlotspark.runtime.generation import Generation
 from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.memory.semantic.learning import Learned
 from mlotspark.memory.snapshots import SnapshotWarning, common_prefix
-from mlotspark.memory.semantic.events import asks_when
 from mlotspark.conversations.record import (
     ROLES,
     TITLE_CHARS,
@@ -130,6 +130,20 @@ class Conversation:
         if not isinstance(text, str):
             raise OptionError(f"invalid system prompt {text!r}: use a string")
         self._update(lambda r: setattr(r, "system", text))
+
+    @property
+    def memory(self) -> bool:
+        """Whether this conversation's turns read and write semantic memory (default True; kept
+        with the conversation). Off: nothing is retrieved into its prompts and nothing it says
+        is learned; the engine-wide switch is ``Engine.load(memory=False)`` / ``--no-memory``."""
+        self._reload()
+        return self.record.memory
+
+    @memory.setter
+    def memory(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise OptionError(f"invalid memory {on!r}: use True or False")
+        self._update(lambda r: setattr(r, "memory", on))
 
     @property
     def title(self) -> str:
@@ -302,10 +316,9 @@ class Conversation:
         p = self._p
         user: dict = {"role": "user", "content": text, "time": time.time()}
         extra: dict = {"conversation": self.name}
-        hits = p.retrieve(text)
-        # Entries already shown earlier in this conversation are in the context already,
-        # unless the message asks when: then they are shown again, with their days.
-        shown = set() if asks_when(text) else {i for m in self.record.messages for i in m.get("memory_ids", ())}
+        hits = p.retrieve(text) if self.record.memory else []
+        # Entries already shown earlier in this conversation are in the context already.
+        shown = {i for m in self.record.messages for i in m.get("memory_ids", ())}
         new = [h for h in hits if h.id not in shown]
         if new:
             user["memory"] = p.memory_section(new, text)
@@ -456,7 +469,7 @@ class Conversation:
             self._snapshot_revision = info.get("revision", "")
             p.save_prefix()
             p.note_warm(self)
-        learned = p.learn(turn.user["content"], self.name)
+        learned = p.learn(turn.user["content"], self.name) if self.record.memory else Learned()
         # Ids only: the text of what the user asked to forget is not kept in the turn's record.
         extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten],
                                not_forgotten=learned.not_forgotten, updated=learned.updated,

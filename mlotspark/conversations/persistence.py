@@ -34,8 +34,9 @@ from mlotspark.memory.prefix_cache import PrefixCache
 from mlotspark.memory.snapshots import PendingSave, common_prefix
 from mlotspark.conversations.writer import Writer
 from mlotspark.memory.semantic import Hit, SemanticStore, default_embedder, format_memory_section, learn_turn
-from mlotspark.memory.semantic.events import asks_when
 from mlotspark.memory.semantic.learning import Learned
+from mlotspark.memory.semantic.model_writer import REPLY_TOKENS, ModelWriter
+from mlotspark.memory.semantic.writer import MemoryWriter, SimpleWriter
 from mlotspark.runtime.engine_api import EngineProtocol
 from mlotspark.storage import ReadOnlyWarning, home_path, safe_name, subdir, writable
 
@@ -46,6 +47,21 @@ T = TypeVar("T")
 # names itself), exactly as ``generate`` and ``Engine.generate`` do, so the same
 # messages give the same tokens in a conversation, the TUI, the API and the CLI.
 DEFAULT_SYSTEM_PROMPT = ""
+
+
+MEMORY_WRITERS = ("auto", "model", "simple")
+MEMORY_PRIORITY = 100  # the model writer's requests queue behind any user's (lower runs first)
+
+
+def model_writer(engine: Any) -> ModelWriter:
+    """The ``ModelWriter`` whose calls run on ``engine`` at ``MEMORY_PRIORITY`` (a reply a user
+    submits meanwhile is served first), greedy, JSON-schema constrained."""
+    def generate(messages: list[dict], schema: dict) -> str:
+        return engine.generate(messages, temperature=0.0, max_tokens=REPLY_TOKENS, priority=MEMORY_PRIORITY,
+                               response_format={"type": "json_schema",
+                                                "json_schema": {"name": "memory", "schema": schema}}).text
+
+    return ModelWriter(generate)
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,10 @@ class PersistenceConfig:
         prefix_keep_on_disk: most used prefixes saved for the next start (default 8).
         memory: put relevant semantic memory into prompts (default True).
         learn: remember what the user states about themselves (default True).
+        memory_writer: who decides what a turn changes in memory: ``simple`` (keep what
+            the turn says, act on "remember that" / "forget"), ``model`` (the chat model
+            proposes the operations, ``semantic.model_writer``) or ``auto`` (default: the
+            model writer only where the conformance matrix measured it beating the simple one).
         memory_top_k: entries per prompt at most (default 3).
         memory_threshold: minimum score of an entry (default None: the calibration of
             the store's embedder, see ``semantic/calibration.py``).
@@ -77,6 +97,7 @@ class PersistenceConfig:
     prefix_keep_on_disk: int = 8
     memory: bool = True
     learn: bool = True
+    memory_writer: str = "auto"
     memory_top_k: int = 3
     memory_threshold: float | None = None
     memory_token_budget: int = 200
@@ -90,6 +111,8 @@ class PersistenceConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise OptionError(f"invalid {name} {v!r}: use an integer >= 0")
+        if self.memory_writer not in MEMORY_WRITERS:
+            raise OptionError(f"invalid memory_writer {self.memory_writer!r}: choose from {', '.join(MEMORY_WRITERS)}")
         if not isinstance(self.system_prompt, str):
             raise OptionError(f"invalid system_prompt {self.system_prompt!r}: use a string")
 
@@ -347,15 +370,27 @@ class Persistence:
 
     @staticmethod
     def memory_section(hits: list[Hit], query: str = "") -> str:
-        """The prompt's memory section for ``hits``, with every entry's day when ``query`` asks when."""
-        return format_memory_section(hits, days=asks_when(query))
+        """The prompt's memory section for ``hits``, each entry with its day."""
+        return format_memory_section(hits)
+
+    def memory_writer(self) -> MemoryWriter:
+        """The writer ``config.memory_writer`` names (``auto``: the model's measured choice)."""
+        choice = self.config.memory_writer
+        if choice == "auto":
+            from mlotspark.models.capabilities import capabilities
+            from mlotspark.models.catalogue import alias_name
+
+            source = getattr(self.engine.loaded, "source", None)
+            name = (alias_name(source) if source is not None else None) or self.engine.model_name
+            choice = "model" if "memory_writer" in capabilities(name).features else "simple"
+        return SimpleWriter() if choice == "simple" else model_writer(self.engine)
 
     def learn(self, user_text: str, conversation: str) -> Learned:
-        """Apply a turn to semantic memory: its retractions, then the facts the user stated."""
+        """Apply a turn to semantic memory through the configured writer."""
         if not self.config.learn or self.read_only:
             return Learned()
         try:
-            return learn_turn(self.memory, user_text, conversation)  # retractions, then facts
+            return learn_turn(self.memory, user_text, conversation, self.memory_writer())
         except (StoreError, OptionError) as e:
             log.warning("semantic memory not updated: %s", e)
             return Learned()
@@ -430,4 +465,4 @@ class Persistence:
             self._memory = None
 
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "Persistence", "PersistenceConfig"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "MEMORY_PRIORITY", "MEMORY_WRITERS", "Persistence", "PersistenceConfig", "model_writer"]

@@ -48,6 +48,7 @@ class ConversationRecord:
     updated: float = 0.0
     tokens: int = 0  # tokens in the model's context after the last turn
     revision: int = 0
+    memory: bool = True  # semantic memory read and written by this conversation's turns
 
     @property
     def turns(self) -> int:
@@ -69,6 +70,7 @@ class ConversationRecord:
                 name=str(doc["name"]), system=str(doc.get("system", "")), messages=messages,
                 title=str(doc.get("title", "")), created=float(doc.get("created", 0)), updated=float(doc.get("updated", 0)),
                 tokens=int(doc.get("tokens", 0)), revision=int(doc.get("revision", 0)),
+                memory=doc.get("memory", True) is not False,
             )
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"cannot read conversation {where}: {e}") from e

@@ -20,6 +20,8 @@
 - ``capabilities``: what a model can do, as the conformance matrix measured it for the
   catalogue (``capabilities.json``), else as its template says (unverified).
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
+- ``embedders``: the ``Embedder`` protocol, ``HashingEmbedder`` (the fallback, no download)
+  and ``default_embedder`` (MPNet, else MiniLM, else hashing) of semantic memory.
 - ``sentence_encoder``: one MLX transformer encoder for sentence-transformers
   checkpoints (BERT and MPNet, a weight-name map per family);
   ``sentence_embedders``: ``MPNetEmbedder`` and ``MiniLMEmbedder`` (loading on first

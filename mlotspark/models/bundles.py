@@ -28,7 +28,7 @@ from mlotspark.models.wheel_pull import (
 )
 
 EMBEDDER_MODEL = "all-minilm-l6-v2"
-MPNET_MODEL = "all-mpnet-base-v2"  # the default sentence embedder once pulled (memory/semantic/choice.py)
+MPNET_MODEL = "all-mpnet-base-v2"  # the default sentence embedder once pulled (models/embedders.py)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "logprobs": ("logprobs",),
     "embeddings": ("embeddings",),
     "memory": ("conversation",),
+    "memory_writer": ("memory_writer",),  # the model writes memory better than the simple writer
     "cascade": ("cascade",),
 }
 

@@ -7,7 +7,7 @@ tokenizer truncated at its ``max_seq_length``, the encoder (``sentence_encoder``
 mean pooling over real tokens, L2 norm. Each checkpoint is a subclass naming its
 bundle, dimension, token limit and padding id: ``MPNetEmbedder``, ``MiniLMEmbedder``.
 They satisfy ``mlotspark.memory.semantic.Embedder``; which one semantic memory uses
-is ``memory/semantic/choice.py``'s.
+is ``models/embedders.py``'s.
 
 Nothing here imports MLX until the first ``embed``: ``mlotspark memory list`` and
 other light commands open the store without paying for MLX or the weights.

@@ -2,7 +2,7 @@
 
 The vectors are what ``Engine.embed`` returns: the memory's sentence encoder (MiniLM
 when pulled, else the word-hashing fallback), not the chat model's hidden states (why:
-``memory/semantic/embedding.py``). ``encoding_format`` ``base64`` sends each vector as
+``models/embedders.py``). ``encoding_format`` ``base64`` sends each vector as
 little-endian float32 bytes, as OpenAI does (and the ``openai`` client asks by default).
 """
 

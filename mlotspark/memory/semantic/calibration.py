@@ -1,52 +1,26 @@
-"""How search scores are combined and which score puts an entry into the prompt, per embedder.
+"""How search scores are combined, which score puts an entry into the prompt, and when a newer
+entry takes an older one's place, per embedder (figures: ``benchmarks/memory_eval.py`` and
+``benchmarks/memory_updates.py``, in ``benchmarks/RESULTS.md``).
 
-Three vector spaces, three calibrations (measured with
-``benchmarks/memory_eval.py``: 205 personal facts with paraphrased questions,
-110 distractor notes, 98 prompts about no stored fact; results in
-``benchmarks/RESULTS.md``):
+- **Hashing** (the fallback): ``score = 0.5 * cosine + 0.5 * lexical``, inject at 0.35:
+  hashed words only match shared words, so both halves count alike.
+- **Sentence embedders** (MPNet, the default, and MiniLM): ``score = max(cosine, w * cosine +
+  (1 - w) * lexical)``: cosine carries paraphrases ("What is the name of my dog?" / "My dog is
+  called Biscuit."), the lexical part (FTS5 BM25 x IDF coverage) only *raises* an entry, for
+  exact names, numbers and rare words.
 
-- **Hashing** (the fallback): ``score = 0.5 * cosine + 0.5 * lexical``, inject at
-  0.35. Hashed words only match shared words, so both halves count alike.
-- **MPNet** (all-mpnet-base-v2, the default sentence embedder, issue 27): MiniLM's
-  rule below with the lexical part at 0.2, thresholds refitted on the same fit half
-  (0.37 about the user, 0.57 otherwise; see ``MPNET``); held-out figures in
-  ``benchmarks/figures/semantic.md``. ``supersede``: see ``updates.py``.
-- **MiniLM** (sentence embeddings): ``score = max(cosine, 0.5 * cosine + 0.5 *
-  lexical)``. Cosine carries paraphrases ("What is the name of my dog?" / "My dog
-  is called Biscuit."); the lexical part (FTS5 BM25 × IDF coverage, see ``store``)
-  can only *raise* an entry, for exact names, numbers and rare words. Adding it
-  as a plain sum lowered recall@3 on paraphrases (0.922 → 0.898 at 0.2 weight),
-  because a question's own words point at the wrong facts as often as the right one.
+The injection threshold depends on whether the message speaks about the user (``about_user``:
+a first-person word outside a request). Cosine alone cannot separate a stored fact's question
+(0.26-0.49 for MiniLM) from prompts about nothing stored (up to 0.49: "Give me a recipe for
+pancakes." vs "The recipe calls for two cups of flour"); questions about the user's life say
+so ("my", "I", "we"), general prompts and first-person requests ("I need a name for my blog.",
+``is_request``) rarely do. Thresholds were chosen on the eval's fit half with unrelated
+injections at most 5%. Only entries within ``margin`` of the best one are injected: other
+facts of the same kind otherwise crowd the top 3 and a small model answers from whichever it sees.
 
-The MiniLM threshold depends on whether the message is about the user. Cosine
-alone cannot separate the two: a stored fact scores 0.26–0.49 (5th–50th
-percentile) against its question, while prompts about nothing stored reach 0.49
-(95th percentile: "Give me a recipe for pancakes." vs "The recipe calls for two
-cups of flour"). Questions about the user's life say so ("my", "I", "we": 92% of
-the eval's questions); general prompts rarely do once "how do I ..." and "tell
-me ..." are set aside (3%). So (round 3): 0.25 for a message about the user, 0.55 otherwise.
-
-First-person *requests* are the exception (round 4): "I need a name for my new
-cooking blog.", "We're hosting a dinner party, suggest a starter." speak in the
-first person but ask for a task or for knowledge; at 0.25, 39 of 40 such prompts
-got some fact injected (their best entry scores 0.35 at the median; a stored fact
-against its own question 0.52). ``is_request`` spots them (a clause opening with
-"I need / want / 'd like / wonder", "I'm trying / curious / planning ...", "can
-you" (not "can you remind / tell me"), or an imperative such as "suggest",
-"write", "explain"; none of the eval's 205 questions about the user matches) and
-they count as not about the user, as "how do I ..." and "tell me ..." already did.
-A separate threshold for them, fitted like the others, went to the top of the grid
-(0.80): no question about the user in the fit data is a request, so nothing argued
-for a lower one, and the simpler rule was kept. Refitted on the fit half plus 40
-fit-only first-person requests (``benchmarks/data/memory_eval_fit_extra.json``),
-unrelated injections <= 5%: 0.34 about the user (was 0.25), 0.55 otherwise.
-
-Only entries within 0.05 of the best one are injected: with a low threshold, the
-top 3 were mostly other facts of the same kind (68% of injected entries were not
-the asked fact), and the 135M default model answers from whichever it sees
-("The name of your dog is a border collie."). The margin brings that share to
-about 40% for 6 points of the fact's own injection rate (measured on the
-eval's vectors: 87% → 82%).
+``supersede`` and ``newer_gap`` are the question-time rule of ``search.newest_of_alike``,
+chosen on the five older update sets (updates whose newer fact wins plus same-kind pairs kept
+apart, as many as possible together).
 """
 
 from __future__ import annotations
@@ -65,8 +39,10 @@ class Calibration:
         threshold_about_user: inject at or above this when the message is about the user.
         threshold_other: inject at or above this otherwise.
         margin: inject only entries within this of the best entry's score.
-        supersede: cosine at or above which a newer fact may replace an older one
-            about the same thing (the other rules: ``updates.py``).
+        supersede: cosine between two entries at or above which the newer may replace
+            the older when a question finds them about as relevant (``search.newest_of_alike``).
+        newer_gap: how much lower than the older entry the question may score the newer
+            one for the newer to take its place.
     """
 
     vector_weight: float
@@ -75,6 +51,7 @@ class Calibration:
     threshold_other: float
     margin: float = 1.0
     supersede: float = 0.5
+    newer_gap: float = 0.1
 
     def score(self, cosine: float, lexical: float) -> float:
         """The combined score in [0, 1] of one entry.
@@ -89,30 +66,18 @@ class Calibration:
         mixed = self.vector_weight * cosine + (1.0 - self.vector_weight) * lexical
         return min(1.0, max(cosine, mixed) if self.lexical_raises_only else mixed)
 
-    def threshold(self, query: str, names_someone: bool = False) -> float:
-        """The injection threshold for ``query`` (see the module docstring).
-
-        Args:
-            query: the user's message.
-            names_someone: the message names a person the user told about ("Where is
-                Ingrid based?" after "My sister Ingrid lives in Bergen."): a question
-                about the user's life without a first-person word (``search.names_someone``).
-
-        Returns:
-            ``threshold_about_user`` or ``threshold_other``.
-        """
-        return self.threshold_about_user if speaks_about_user(query, names_someone) else self.threshold_other
+    def threshold(self, query: str) -> float:
+        """The injection threshold for ``query``: ``threshold_about_user`` when it speaks about
+        the user (``about_user``), else ``threshold_other``."""
+        return self.threshold_about_user if about_user(query) else self.threshold_other
 
 
 HASHING = Calibration(vector_weight=0.5, lexical_raises_only=False, threshold_about_user=0.35, threshold_other=0.35)
 MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05)
-# all-mpnet-base-v2 (issue 27): MiniLM's rule, words weighing 0.2 (fit half, round 2: pure cosine and
-# 0.8 both give recall@3 94.1% as 0.5 does, 0.8 injects the fact more, 89.2% vs 86.3%, and keeps the
-# lexical raise for exact names); thresholds fitted on the fit half with unrelated injections <= 4%,
-# one point under the 5% target, since the held-out half ran a point above its fit (round 1: 4.4% ->
-# 5.4%): 0.37 about the user, 0.57 otherwise. supersede: the lowest cosine of a fit-half update (0.44) less a little.
+# all-mpnet-base-v2: words weigh 0.2 (as much recall@3 as 0.5, the fact injected more often); thresholds
+# with unrelated injections <= 4% on the fit half (the held-out half ran a point above).
 MPNET = Calibration(vector_weight=0.8, lexical_raises_only=True, threshold_about_user=0.37, threshold_other=0.57, margin=0.05,
-                    supersede=0.4)
+                    supersede=0.4, newer_gap=0.06)
 
 # A clause that opens with a wish or a task ("I need ...", "we're planning ...",
 # "can you ...", "suggest ..."): the speaker is the asker, not the topic. Only at a
@@ -144,12 +109,6 @@ def about_user(query: str) -> bool:
     """
     text = query.replace("’", "'")
     return bool(_FIRST_PERSON.search(_REQUEST.sub(" ", text))) and not is_request(text)
-
-
-def speaks_about_user(query: str, names_someone: bool = False) -> bool:
-    """``about_user``, or a message that names a person the user told about and asks no task
-    ("Where is Ingrid based?"; ``Calibration.threshold``)."""
-    return about_user(query) or (names_someone and not is_request(query))
 
 
 def is_request(query: str) -> bool:

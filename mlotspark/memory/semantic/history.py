@@ -1,11 +1,11 @@
 """Superseded entries in the database: marking, reviving, and which ones search leaves out.
 
-The rules for *when* a fact replaces another are in ``updates.py``; this module
-applies them to the store's rows, inside the caller's write transaction. An older
-entry is never deleted by an update: ``superseded_by`` names the newer entry and
-``superseded`` the time, so ``mlotspark memory list`` shows both with dates.
-``forget(id)`` of the newer entry revives the older one (the update is undone); a
-retraction deletes only the entry it names and leaves the older one superseded.
+A writer's ``supersede`` (``writer.py``) or an import's marks are applied here, inside
+the caller's write transaction. An older entry is never deleted by an update:
+``superseded_by`` names the newer entry and ``superseded`` the time, so
+``mlotspark memory list --history`` shows both with dates. ``forget(id)`` of the newer
+entry revives the older one (the update is undone); a request to forget deletes only the
+entry it names and leaves the older one superseded.
 """
 
 from __future__ import annotations
@@ -13,16 +13,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-import numpy as np
-
-from mlotspark.memory.semantic.events import add_occurrence
-from mlotspark.memory.semantic.facts import tells_event
-from mlotspark.memory.semantic.index import VectorIndex
+from mlotspark.memory.semantic.dates import add_occurrence
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, NewEntry, entry_from_row
-from mlotspark.memory.semantic.updates import CUE_SLACK, names_its_thing, restates, supersedes
 
-CANDIDATES = 8  # current entries nearest the new one that are checked against the rules
-NEAREST_MARGIN = 0.1  # besides the nearest passing entry, others this close to its cosine (one slot stated twice)
 
 
 def superseded_ids(conn: sqlite3.Connection) -> set[int]:
@@ -49,65 +42,6 @@ def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
     return out
 
 
-def update_chain(conn: sqlite3.Connection, entry_id: int) -> list[int]:
-    """The entries of ``entry_id``'s slot: the current one at the end of its chain of updates
-    first, then every older one superseded on the way to it (``retractions.named_entry``: a
-    retraction that names an older value may mean the current one)."""
-    ends = successors(conn)
-    last = ends.get(entry_id, entry_id) or entry_id  # None: a chain with no current end
-    return [last, *sorted(i for i, end in ends.items() if end == last and i != last)]
-
-
-def replaced_by(
-    conn: sqlite3.Connection, vectors: VectorIndex, new_id: int, text: str, vec: np.ndarray, threshold: float
-) -> list[int]:
-    """Current entries that the entry ``new_id`` (``text``, ``vec``) replaces.
-
-    Args:
-        conn: the store's connection.
-        vectors: the current embedder's vectors.
-        new_id: the new entry (never a candidate itself).
-        text: its text.
-        vec: its vector.
-        threshold: the calibration's ``supersede`` cosine.
-
-    Returns:
-        The ids of the older current entries it supersedes (never an event, ``facts.tells_event``:
-        "I went to the dentist today." stays true): the nearest that passes
-        ``updates.supersedes``, and others that pass within ``NEAREST_MARGIN`` of its
-        cosine ("I work at Philips." and "I'm an engineer at Philips." both replaced
-        by "I changed jobs and now work at ASML."; but "I go to the gym on Mondays."
-        at 0.51 is not replaced with "I take the train to work." at 0.68 by "I cycle
-        to work now instead of taking the train.").
-    """
-    if not vec.any() or not len(vectors):
-        return []
-    ids, sims = vectors.similarities(vec)
-    gone = superseded_ids(conn)
-    out: list[int] = []
-    under: list[int] = []  # passing under the threshold (``updates.CUE_SLACK``): kept only when alone
-    nearest = None
-    for j in np.argsort(-sims)[: CANDIDATES + len(gone) + 1]:
-        entry_id, cosine = int(ids[j]), float(sims[j])
-        if nearest is not None and cosine < nearest - NEAREST_MARGIN:
-            break
-        if entry_id == new_id or entry_id in gone or cosine < threshold - CUE_SLACK:
-            continue
-        row = conn.execute("SELECT text FROM entries WHERE id = ?", (entry_id,)).fetchone()
-        if row is not None and not tells_event(row[0]) and supersedes(text, row[0], cosine, threshold):
-            if cosine < threshold:
-                under.append(entry_id)
-                continue
-            if out and not names_its_thing(text, row[0]):
-                continue  # beside the nearest, only the same thing said again: not "my work phone"
-            out.append(entry_id)
-            if nearest is None and not restates(text, row[0]):
-                nearest = cosine  # a restated entry goes too, but the window is the changed one's
-    # Under the threshold a change is taken only when it picks out one entry: "Lately I can't get
-    # enough of Ethiopian food, it's my new favourite." passes four favourites at 0.34-0.39.
-    return out or (under if len(under) == 1 else [])
-
-
 #: ``superseded_by`` of an entry whose successor was forgotten by a retraction and is in no
 #: file an import reads: it stays superseded (no entry has id 0).
 FORGOTTEN = 0
@@ -125,14 +59,8 @@ def revive(conn: sqlite3.Connection, newer_id: int) -> None:
 
 
 def said_again(conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
-    """An event said again on another day: one more occurrence of ``entry_id`` (events.py),
-    inside a write transaction.
-
-    Only events: "I moved to Porto last week." retold is one move, not two. A dated
-    text's duplicates are exact (``SemanticStore._duplicate_of``), so the entry is the same event.
-    """
-    if not tells_event(new.text):
-        return
+    """``entry_id`` said again on another day: one more occurrence (``dates.py``), so it counts
+    as newer than what was said in between; inside a write transaction."""
     row = conn.execute(f"SELECT {ENTRY_COLUMNS} FROM entries WHERE id = ?", (entry_id,)).fetchone()
     if row is None:
         return
@@ -142,5 +70,4 @@ def said_again(conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> None:
                      (json.dumps(meta, ensure_ascii=False, sort_keys=True), entry_id))
 
 
-__all__ = ["FORGOTTEN", "mark_superseded", "replaced_by", "revive", "said_again", "successors", "superseded_ids",
-           "update_chain"]
+__all__ = ["FORGOTTEN", "mark_superseded", "revive", "said_again", "successors", "superseded_ids"]

@@ -1,21 +1,25 @@
-"""What a finished user turn changes in semantic memory: retractions, then new facts.
+"""What a finished user turn changes in semantic memory: the writer's operations, applied.
 
-"Forget that my cat is called Mochi." deletes the entry it names
-(``SemanticStore.retract``); the turn's lasting statements (``extract_facts``) are
-remembered, and a newer one about the same thing supersedes the older entry
-(``updates.py``); any other statement of the turn is remembered when it would supersede
-one (``SemanticStore.would_update``: updates are mostly said as chat). Retractions go
-first, so "Forget that I live in Ghent. I live in Porto." leaves only Porto.
+``learn_turn`` asks the writer which entries it needs to see (``related_queries``), finds
+them by search, has the writer propose operations and applies them in one go
+(``SemanticStore.apply``). Deletions go first, so "Forget that I live in Ghent. I live in
+Porto." leaves only Porto.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlotspark.memory.semantic.facts import asked_to_remember, extract_facts, sentences, statements
 from mlotspark.memory.semantic.records import Entry
-from mlotspark.memory.semantic.retractions import asks_to_forget_all, retraction
-from mlotspark.memory.semantic.updates import may_update
+from mlotspark.memory.semantic.requests import forget_queries
+from mlotspark.memory.semantic.writer import MemoryWriter, SimpleWriter
+
+RELATED_K = 5  # entries shown to the writer per query
+# A request to forget names its entry loosely ("my ex" for "My ex is called Darren and he still
+# owes me money."): its best match is taken under the injection threshold by up to FORGET_SLACK
+# when it stands FORGET_APART above the next entry (chosen on the five older update sets).
+FORGET_SLACK = 0.15
+FORGET_APART = 0.05
 
 
 @dataclass
@@ -23,14 +27,12 @@ class Learned:
     """What one turn changed.
 
     Attributes:
-        remembered: ids of the entries the turn's facts became (or already were).
-        forgotten: the entries its retractions removed.
-        not_forgotten: its retractions that named no entry clearly, so removed nothing
-            (none matched, or two alike): the user should say which (``memory forget ID``).
-        updated: the older entries its facts superseded (kept, marked; ``memory list``
-            shows them, and ``memory forget ID`` of the newer entry undoes a wrong update).
-        not_remembered: its explicit requests ("Remember that X") that kept nothing: under three
-            words, a reminder ("to buy milk"), or longer than an entry may be.
+        remembered: ids of the entries the turn's statements became (or already were).
+        forgotten: the entries its deletions removed.
+        not_forgotten: its requests to forget that matched no entry (the user should say
+            which: ``memory forget ID``).
+        updated: the older entries marked superseded (kept; ``memory list --history`` shows them).
+        not_remembered: explicit "remember that …" requests that kept nothing.
     """
 
     remembered: list[int] = field(default_factory=list)
@@ -39,44 +41,40 @@ class Learned:
     updated: list[int] = field(default_factory=list)
     not_remembered: int = 0
 
-    def keep(self, told) -> None:  # told: store.Told
-        self.remembered.append(told.id)
-        self.updated += told.superseded
 
-
-def learn_turn(store, user_text: str, conversation: str | None = None) -> Learned:  # store: SemanticStore
-    """Apply a user turn to ``store``: retractions, then remembered facts.
+def learn_turn(store, user_text: str, conversation: str | None = None,  # store: SemanticStore
+               writer: MemoryWriter | None = None) -> Learned:
+    """Apply a user turn to ``store`` through ``writer`` (default ``SimpleWriter``).
 
     Args:
         store: a ``SemanticStore``.
         user_text: the user's message.
         conversation: the conversation it came from (kept with new entries).
+        writer: who decides the operations.
 
     Returns:
         What changed.
     """
-    out = Learned()
     if not isinstance(user_text, str) or not user_text.strip():
-        return out
-    for s in sentences(user_text):
-        if retraction(s) is not None:
-            gone = store.retract(s)
-            out.forgotten += gone
-            out.not_forgotten += not gone
-        elif asks_to_forget_all(s):  # all of it: never on a sentence, but said back
-            out.not_forgotten += 1
-    facts = extract_facts(user_text)
-    out.not_remembered = sum(asked not in facts for asked in asked_to_remember(user_text))
-    for fact in facts:
-        out.keep(store.tell(fact, source="turn", conversation=conversation))
-    # Updates said as chat ("Traded in the old car, I've got a Mazda now.", "Ingrid moved to
-    # Stavanger."): the narrow rules above miss most; kept when they replace an entry.
-    said = [s for s in statements(user_text)
-            if s not in facts and retraction(s) is None and (may_update(s) or store.names_someone(s))]
-    for s, replaced in zip(said, store.would_update(said)):
-        if replaced:  # judged on the store as the turn found it (one batched embedding)
-            out.keep(store.tell(s, source="turn", conversation=conversation))
-    return out
+        return Learned()
+    writer = writer or SimpleWriter()
+    # A request to forget takes only an entry that clearly matches it, whichever the writer.
+    strict = store.calibration.threshold_about_user
+    related = {q: _named(store.search(q, k=2, threshold=strict - FORGET_SLACK), strict) for q in forget_queries(user_text)}
+    floor = strict if writer.related_floor is None else writer.related_floor
+    for q in writer.related_queries(user_text):
+        if q not in related:
+            related[q] = [h.entry for h in store.search(q, k=RELATED_K, threshold=floor)]
+    return store.apply(writer.operations(user_text, related), conversation=conversation)
 
 
-__all__ = ["Learned", "learn_turn"]
+def _named(hits: list, threshold: float) -> list[Entry]:
+    """The entry a request to forget names: its best hit at ``threshold``, or under it (by at most
+    ``FORGET_SLACK``) when it stands ``FORGET_APART`` above the next; else none."""
+    if not hits:
+        return []
+    best, second = hits[0].score, hits[1].score if len(hits) > 1 else 0.0
+    return [hits[0].entry] if best >= threshold or best - second >= FORGET_APART else []
+
+
+__all__ = ["FORGET_APART", "FORGET_SLACK", "Learned", "learn_turn"]

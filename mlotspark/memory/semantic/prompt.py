@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 
-from mlotspark.memory.semantic.events import describe
+from mlotspark.memory.semantic.dates import describe
 from mlotspark.memory.semantic.records import Hit
 
-MEMORY_HEADER = "Things you know about the user:"
+MEMORY_HEADER = "Things you know about the user (dated; a newer entry replaces an older one):"
 
 _SPECIAL = re.compile(r"<\|[^|<>]{0,64}\|>")
 
@@ -25,22 +25,20 @@ def approx_tokens(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 4)
 
 
-def format_memory_section(hits: list[Hit], header: str = MEMORY_HEADER, *, days: bool = False) -> str:
-    """The memory section for the system prompt, one entry per line.
+def format_memory_section(hits: list[Hit], header: str = MEMORY_HEADER, *, now: float | None = None) -> str:
+    """The memory section for the system prompt, one dated entry per line ("- (3 days ago) …").
 
     Entries are flattened to one line and stripped of chat-template markers such
     as ``<|im_start|>``, so a stored text cannot open a new turn in the prompt.
-    An entry that says "today" or "last week" carries the days it was said
-    (``events.describe``), and with ``days`` every entry does.
 
     Args:
         hits: entries to show, in order.
         header: first line.
-        days: show every entry's day (the message asks when: ``events.asks_when``).
+        now: the time the days are counted from (default: now).
 
     Returns:
         ``"<header>\\n- text\\n- text"``, or "" when ``hits`` is empty.
     """
-    lines = [" ".join(_SPECIAL.sub(" ", describe(h.entry, always=days)).split()) for h in hits]
+    lines = [" ".join(_SPECIAL.sub(" ", describe(h.entry, now)).split()) for h in hits]
     lines = [ln for ln in lines if ln]
     return "\n".join([header, *(f"- {ln}" for ln in lines)]) if lines else ""

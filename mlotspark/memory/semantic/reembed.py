@@ -19,7 +19,7 @@ from typing import Callable, ContextManager
 import numpy as np
 
 from mlotspark import steps
-from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.models.embedders import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
 
 Write = Callable[[], ContextManager[sqlite3.Connection]]

@@ -22,7 +22,6 @@ Sentence embedders' thresholds depend on whether the message is about the user
 from __future__ import annotations
 
 import dataclasses
-import re
 import sqlite3
 from typing import Callable
 
@@ -30,16 +29,14 @@ import numpy as np
 
 from mlotspark.options import check_text
 from mlotspark.memory.semantic.calibration import Calibration
-from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.models.embedders import Embedder, checked_embed
 from mlotspark.memory.semantic.index import VectorIndex
 from mlotspark.memory.semantic.lexical import lexical_scores
 from mlotspark.memory.semantic.prompt import format_memory_section
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, Hit, entry_from_row
-from mlotspark.memory.semantic.updates import named, name_tokens, replaces_alike
+from mlotspark.memory.semantic.dates import said_at
 
 DEFAULT_THRESHOLD = 0.35  # the hashing embedder's (calibration.HASHING)
-MAX_NAMES = 16  # capitalised words of one message looked up by ``names_someone``
-_NAME = re.compile(r"[^\W\d_a-z][^\W_]*(?:[-'][^\W\d_][^\W_]*)*")  # "Ingrid", "Jean-Luc", "O'Brien": safe in an FTS phrase
 
 
 def search_entries(
@@ -107,40 +104,27 @@ def search_entries(
     return hits
 
 
-def names_someone(conn: sqlite3.Connection, query: str) -> bool:
-    """Whether ``query`` names a person an entry introduces by relation ("Where is Ingrid
-    based?" after "My sister Ingrid lives in Bergen.", ``updates.named``; superseded entries
-    count, since the person stays the user's when her city changes): such a
-    question is about the user's life though it says no "I" or "my", so it gets the
-    threshold of one (``Calibration.threshold``). Each capitalised word is looked up in the
-    full-text index, so the cost does not grow with the store; a long paste's first
-    ``MAX_NAMES`` only."""
-    names = dict.fromkeys(t for t in name_tokens(query) if _NAME.fullmatch(t))
-    for name in list(names)[:MAX_NAMES]:
-        rows = conn.execute(
-            "SELECT e.text FROM entries_fts f JOIN entries e ON e.id = f.rowid "
-            "WHERE entries_fts MATCH ? LIMIT 50", (f'"{name}"',))
-        if any(name in named(text) for (text,) in rows):
-            return True
-    return False
+def newest_of_alike(hits: list[Hit], cosine: Callable[[int, int], float], calibration: Calibration) -> list[Hit]:
+    """``hits`` with an older entry given way to a newer hit about the same thing, which takes
+    its place and score: "Got the keys to the Bristol house." answers "Which city is home?" in
+    place of "I live in Leeds.", and the model sees only the newer.
 
-
-def newest_of_alike(hits: list[Hit], cosine: Callable[[int, int], float], threshold: float) -> list[Hit]:
-    """``hits`` with an older entry that a newer hit of the same question replaces
-    (``updates.replaces_alike``) given way to it: the newer takes the older's place and score, as a
-    superseded entry lends its score (``search_entries``). So an update the store did not link when
-    it was told ("Moved my current account to Monzo." beside "I bank with Barclays.") still wins
-    when asked about, and the older is never left out without the newer coming in.
+    "About the same thing" is read off the question's scores: a newer entry close to the
+    older one (cosine at least ``calibration.supersede``) that the question finds almost as
+    relevant (its score within ``calibration.newer_gap`` of the older's). A question about
+    one of two things of a kind ("What's my dog called?" beside "My cat is Miso.") scores
+    the other clearly lower, so both stay. Entries a writer marked superseded never get here
+    (``search_entries`` lends their score to their successor).
 
     Args:
         hits: one query's hits, best first.
         cosine: two entries' vectors' similarity, by id.
-        threshold: the calibration's ``supersede`` threshold.
+        calibration: the embedder's ``supersede`` and ``newer_gap``.
     """
     def successor(h: Hit) -> Hit | None:
-        newer = [o for o in hits if o.entry.created > h.entry.created
-                 and replaces_alike(o.entry.text, h.entry.text, cosine(o.id, h.id), threshold)]
-        return max(newer, key=lambda o: o.entry.created) if newer else None
+        newer = [o for o in hits if said_at(o.entry) > said_at(h.entry) and h.score - o.score < calibration.newer_gap
+                 and cosine(o.id, h.id) >= calibration.supersede]
+        return max(newer, key=lambda o: said_at(o.entry)) if newer else None
 
     out: list[Hit] = []
     for h in hits:
@@ -155,7 +139,6 @@ def newest_of_alike(hits: list[Hit], cosine: Callable[[int, int], float], thresh
 
 def choose_for_prompt(
     hits: list[Hit], top_k: int, margin: float, token_budget: int, count: Callable[[str], int], header: str,
-    days: bool = False,
 ) -> list[Hit]:
     """The hits to inject: in score order, within ``margin`` of the best, while the section fits the budget.
 
@@ -168,7 +151,6 @@ def choose_for_prompt(
         token_budget: most tokens the whole section (header included) may take.
         count: counts tokens.
         header: the section's first line.
-        days: the section shows every entry's day (``format_memory_section``).
 
     Returns:
         The chosen hits, best first.
@@ -179,11 +161,11 @@ def choose_for_prompt(
     for hit in hits:
         if chosen and hit.score < chosen[0].score - margin:
             break  # far below the best: another fact of the same kind, not the one asked
-        if count(format_memory_section([*chosen, hit], header, days=days)) <= token_budget:
+        if count(format_memory_section([*chosen, hit], header)) <= token_budget:
             chosen.append(hit)
             if len(chosen) == top_k:
                 break
     return chosen
 
 
-__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "names_someone", "newest_of_alike", "search_entries"]
+__all__ = ["DEFAULT_THRESHOLD", "choose_for_prompt", "newest_of_alike", "search_entries"]

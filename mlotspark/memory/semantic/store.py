@@ -36,14 +36,12 @@ from mlotspark.options import check_text
 from mlotspark.memory.semantic.database import SCHEMA_VERSION, default_path, guarded as _guarded, open_database, sidecar
 from mlotspark.memory.semantic.calibration import Calibration, calibration_for
 from mlotspark.memory.semantic.duplicates import duplicate_of
-from mlotspark.memory.semantic.embedding import Embedder, checked_embed
-from mlotspark.memory.semantic.events import asks_when, relative_time
-from mlotspark.memory.semantic.facts import tells_event
-from mlotspark.memory.semantic.history import (
-    mark_superseded, replaced_by, revive, said_again, successors, superseded_ids, update_chain,
-)
+from mlotspark.models.embedders import Embedder, checked_embed
+from mlotspark.memory.semantic.history import mark_superseded, revive, said_again, successors, superseded_ids
+from mlotspark.memory.semantic.learning import Learned
+from mlotspark.memory.semantic.writer import Operation
 from mlotspark.memory.semantic.index import VectorIndex
-from mlotspark.memory.semantic.choice import default_embedder
+from mlotspark.models.embedders import default_embedder
 from mlotspark.memory.semantic.reembed import insert_vector, load_vectors, reembed_missing
 from mlotspark.memory.semantic.prompt import MEMORY_HEADER, approx_tokens, format_memory_section
 from mlotspark.memory.semantic.records import (
@@ -56,10 +54,9 @@ from mlotspark.memory.semantic.records import (
     check_unit,
     entry_from_row,
 )
-from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, names_someone, newest_of_alike, search_entries  # noqa: F401 (re-exported)
+from mlotspark.memory.semantic.search import DEFAULT_THRESHOLD, choose_for_prompt, newest_of_alike, search_entries  # noqa: F401
 from mlotspark.memory.semantic.text import dedupe_key
 from mlotspark.memory.semantic.transfer import embed_import, export_entries, not_own_file, read_import, restore_marks
-from mlotspark.memory.semantic.retractions import may_take, named_entry, retraction, things_named
 
 
 @dataclass(frozen=True)
@@ -159,10 +156,7 @@ class SemanticStore:
     # -- writing ----------------------------------------------------------------------------
 
     def _duplicate_of(self, conn: sqlite3.Connection, text: str, vec: np.ndarray) -> int | None:
-        # A dated text duplicates only its own words: "I baked bread yesterday." the day after
-        # "I baked bread today." is another occurrence's telling, not the same one (cosine 0.98).
-        near = None if relative_time(text) else self.near_duplicate
-        return duplicate_of(conn, self._vectors(), text, vec, near)
+        return duplicate_of(conn, self._vectors(), text, vec, self.near_duplicate)
 
     def _insert(self, conn: sqlite3.Connection, new: NewEntry, vec: np.ndarray, told: bool = True) -> Told:
         """Insert unless a duplicate exists, inside ``_write``; says what it did.
@@ -181,21 +175,15 @@ class SemanticStore:
         )
         entry_id = int(cur.lastrowid)
         insert_vector(conn, entry_id, self.embedder, vec)
-        # A newer fact about the same thing replaces older ones (kept, marked): updates.py.
-        # Events ("I baked bread today.") are no slot's new value (events.py).
-        old = [] if tells_event(new.text) else replaced_by(conn, self._vectors(), entry_id, new.text, vec,
-                                                           self.calibration.supersede)
-        mark_superseded(conn, old, entry_id, new.created)
-        self._superseded += len(old)
         self._vectors().add(entry_id, vec)  # rolled back with the cache if the commit fails
-        return Told(entry_id, True, False, tuple(old))
+        return Told(entry_id, True, False, ())
 
     def _current_again(self, conn: sqlite3.Connection, entry_id: int, new: NewEntry) -> list[int] | None:
         """A superseded fact said again is the newest word on its slot: "I live in Utrecht."
         after "I moved to Porto." (which had superseded it) makes Utrecht current and marks
         Porto superseded by it, as a new text saying so would have. Returns the entries it
         marked, or None when ``entry_id`` was current (nothing changed)."""
-        if entry_id not in superseded_ids(conn) or tells_event(new.text):
+        if entry_id not in superseded_ids(conn):
             return None
         latest = successors(conn).get(entry_id)
         conn.execute("UPDATE entries SET superseded_by = NULL, superseded = NULL WHERE id = ?", (entry_id,))
@@ -213,11 +201,10 @@ class SemanticStore:
         conversation: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> int:
-        """Store ``text``, unless it duplicates an entry; older entries it updates become superseded.
+        """Store ``text``, unless it duplicates an entry (then that entry is said again: dated anew).
 
-        "I moved to Porto." after "I live in Utrecht." marks the Utrecht entry as
-        superseded by the new one (``updates.py`` says when): search and prompts
-        then see only the newer one, ``list`` shows both.
+        Which of two entries about the same thing is current is decided when a question
+        is asked (``search.newest_of_alike``), or marked by a writer's ``supersede``.
 
         Args:
             text: the fact, at most ``records.MAX_TEXT_CHARS`` characters (stripped).
@@ -282,40 +269,44 @@ class SemanticStore:
         return deleted
 
     @_guarded
-    def retract(self, text: str, threshold: float | None = None) -> list[Entry]:
-        """Act on a retraction: "Forget that my cat is called Mochi." deletes the entry it names.
-
-        The sentence must name what to forget (``retractions.retraction``); the entry that
-        best matches it, superseded ones included, is forgotten if it scores at least
-        ``threshold``, or a little less (``RETRACT_SLACK``) when it stands clearly above
-        the next entry (``RETRACT_APART``): a bare "my job" scores 0.35 against "I work as
-        a nurse at the city hospital." with MPNet, where a question would score 0.5; and
-        not when two entries of other slots match alike (``RETRACT_TIE``). Only the entry
-        named goes: values it had replaced stay superseded (listed, never injected, so
-        "Forget that I moved to Porto." brings no older city back), and nothing the update
-        rules tied to it by mistake is lost ("forget(id)" instead undoes an update).
+    def apply(self, operations: list[Operation], *, source: str = "turn", conversation: str | None = None) -> Learned:
+        """Apply a writer's operations (``writer.py``): deletions first, then additions and
+        supersessions, each in its own transaction.
 
         Args:
-            text: one sentence of the user's.
-            threshold: minimum search score (default: the calibration's threshold for
-                messages about the user).
+            operations: what the writer proposed; ids that no longer exist are skipped.
+            source: kept with new entries.
+            conversation: the conversation they came from.
 
         Returns:
-            The forgotten entries ([] when ``text`` is no retraction or names nothing stored).
+            What changed (``learning.Learned``).
         """
-        what = retraction(text) if isinstance(text, str) else None
-        if what is None:
-            return []
-        threshold = self.calibration.threshold_about_user if threshold is None else check_unit(threshold, "threshold")
-        gone: list[Entry] = []
-        for thing in things_named(what):  # "my cat and my dog": each
-            hits = self._search(thing, 16, 0.0, current_only=False)
-            chosen = named_entry([(h.id, h.score) for h in hits], threshold, lambda i: update_chain(self._conn, i))
-            named = self.get(chosen) if chosen is not None else None
-            if named is not None and may_take(thing, named.text):
-                self._delete(named.id, revive_older=False)
-                gone.append(named)
-        return gone
+        out = Learned()
+        for op in operations:
+            if op.kind == "delete":
+                for i in op.ids:
+                    entry = self.get(i)
+                    if entry is not None and self._delete(i, revive_older=False):
+                        out.forgotten.append(entry)
+            elif op.kind == "none" and op.explicit:
+                out.not_forgotten += 1
+        for op in operations:
+            if op.kind not in ("add", "supersede"):
+                continue
+            try:
+                told = self.tell(op.text, source=source, conversation=conversation)
+            except OptionError:  # too long, or empty: an explicit request says so
+                out.not_remembered += op.explicit
+                continue
+            out.remembered.append(told.id)
+            out.updated += told.superseded
+            older = [i for i in op.ids if i != told.id and self.get(i) is not None] if op.kind == "supersede" else []
+            if older:
+                with self._write() as conn:
+                    mark_superseded(conn, older, told.id, self.clock())
+                self._superseded += len(older)
+                out.updated += older
+        return out
 
     @_guarded
     def reembed(self, batch: int = 64) -> int:
@@ -454,37 +445,22 @@ class SemanticStore:
         threshold = self.threshold_for(query) if threshold is None else check_unit(threshold, "threshold")
         token_budget = check_int(token_budget, "token_budget")
         count = count_tokens or approx_tokens
-        hits = self._search(query, 3 * top_k, threshold) if top_k else []
+        # Candidates a little under the threshold too: a newer entry about the same thing may
+        # score lower than the older one it replaces, and takes its score when it does.
+        hits = self._search(query, 3 * top_k, max(0.0, threshold - max(0.0, self.calibration.newer_gap))) if top_k else []
         vecs = self._vectors().vectors_of([h.id for h in hits]) if len(hits) > 1 else {}
         alike = newest_of_alike(hits, lambda a, b: float(vecs[a] @ vecs[b]) if a in vecs and b in vecs else 0.0,
-                                self.calibration.supersede)
-        chosen = choose_for_prompt(alike, top_k, self.calibration.margin, token_budget, count, header, asks_when(query))
+                                self.calibration)
+        alike = [h for h in alike if h.score >= threshold]
+        chosen = choose_for_prompt(alike, top_k, self.calibration.margin, token_budget, count, header)
         self._searches += 1
         self._hits += bool(chosen)
         self._last_retrieval = [h.id for h in chosen]
         return chosen
 
-    @_guarded
-    def would_update(self, texts: list[str]) -> list[list[int]]:
-        """For each text, the current entries it would supersede if remembered now (one batched
-        embedding; nothing is written): ``learn_turn`` keeps chat that updates what the user told."""
-        assert self._conn is not None
-        todo = [t for t in texts if isinstance(t, str) and t.strip() and not tells_event(t)]
-        if not todo:
-            return [[] for _ in texts]
-        vecs, index = dict(zip(todo, checked_embed(self.embedder, todo))), self._vectors()  # the index read once
-        return [replaced_by(self._conn, index, -1, t, vecs[t], self.calibration.supersede) if t in vecs else []
-                for t in texts]
-
-    @_guarded
-    def names_someone(self, query: str) -> bool:
-        """Whether ``query`` names a person an entry introduces by relation (``search.names_someone``)."""
-        assert self._conn is not None
-        return names_someone(self._conn, query)
-
     def threshold_for(self, query: str) -> float:
         """The score an entry needs to be injected for ``query`` (``Calibration.threshold``)."""
-        return self.calibration.threshold(query, self.names_someone(query))
+        return self.calibration.threshold(query)
 
     format_memory_section = staticmethod(format_memory_section)
 

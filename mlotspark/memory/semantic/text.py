@@ -1,68 +1,12 @@
-"""Word-level text helpers shared by the embedder, the store and the fact extractor.
-
-Kept free of SQLite and NumPy so each user of it can be read on its own.
+"""Word-level text helpers of the store: symbols, the dedupe key, the FTS5 query (words are split
+as the hashing embedder splits them, ``models.embedders``).
 """
 
 from __future__ import annotations
 
-import re
 import unicodedata
 
-# Function words and chat filler. They carry no fact, so dropping them keeps a
-# question ("What is my sister's name?") and the fact that answers it ("My sister's
-# name is Ilse.") close. Negations are *not* here: "I like tea" and "I don't like
-# tea" must stay apart.
-STOPWORDS: frozenset[str] = frozenset(
-    """
-    a an the and or but if then of at by for with about to from in into on onto off
-    over under up down out as is am are was were be been being do does did doing
-    have has had having i me my mine myself you your yours yourself we us our ours
-    he him his she her hers it its they them their theirs this that these those
-    what which who whom whose when where why how s t d ll re ve m o y ca wo
-    can could would should will shall may might must so than too very just also
-    there here please tell know remember recall again some any all each every
-    yes ok okay hi hello hey thanks thank well oh really
-    """.split()
-)
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-_NOT = re.compile(r"n['’]t\b", re.IGNORECASE)
-
-
-def normalize(text: str) -> str:
-    """NFKC, case-folded, with curly apostrophes made straight.
-
-    Args:
-        text: any text.
-
-    Returns:
-        The normalised text (same words, same order).
-    """
-    return unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'").casefold()
-
-
-def words(text: str) -> list[str]:
-    """All words of ``text``, normalised; "don't" becomes "do", "not".
-
-    Args:
-        text: any text.
-
-    Returns:
-        Word tokens in order.
-    """
-    return _WORD.findall(_NOT.sub(" not", normalize(text)))
-
-
-def content_words(text: str) -> list[str]:
-    """The words of ``text`` that are not stopwords, in order.
-
-    Args:
-        text: any text.
-
-    Returns:
-        Content-word tokens in order (duplicates kept).
-    """
-    return [w for w in words(text) if w not in STOPWORDS]
+from mlotspark.models.embedders import content_words, normalize, words  # noqa: F401 (re-exported)
 
 
 def symbols(text: str) -> list[str]:

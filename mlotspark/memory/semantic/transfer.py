@@ -9,7 +9,7 @@ from pathlib import Path
 from mlotspark import steps
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.memory.semantic.database import sidecar
-from mlotspark.memory.semantic.embedding import Embedder, checked_embed
+from mlotspark.models.embedders import Embedder, checked_embed
 from mlotspark.memory.semantic.history import FORGOTTEN
 from mlotspark.memory.semantic.records import ENTRY_COLUMNS, NewEntry, entry_from_row, export_document, parse_import
 from mlotspark.storage import read_json, write_json

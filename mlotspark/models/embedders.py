@@ -1,25 +1,23 @@
-"""Sentence vectors for semantic memory: the protocol and the hashing fallback.
+"""Sentence vectors: the ``Embedder`` protocol, the hashing fallback, and which embedder is used.
 
-The embedder in use is a sentence-transformers model once one is pulled
-(``choice.py``; the models are ``mlotspark.models.sentence_embedders``); until then,
-and whenever none can be had, it is ``HashingEmbedder`` — never the loaded chat
-model's hidden states:
+The embedder in use is a sentence-transformers model once one is pulled (MPNet, else
+MiniLM: ``sentence_embedders``); until then, and whenever none can be had, it is
+``HashingEmbedder`` — never the loaded chat model's hidden states:
 
 - It ties memory to no model. Vectors from a model live in that model's space;
   switching models would orphan every stored vector. Hashed features depend only
   on the text, so memory survives model switches and upgrades.
-- It is better at this job than what we have. The default model is a 135M causal
-  LM: its mean-pooled hidden states are weak sentence vectors (dominated by
-  frequent tokens and position, never trained for similarity), and computing them
-  costs a forward pass on the engine thread for every entry and every turn.
+- A 135M causal LM's mean-pooled hidden states are weak sentence vectors (never
+  trained for similarity), and computing them costs a forward pass on the engine
+  thread for every entry and every turn.
 - It is deterministic, fast (~0.1 ms per sentence in Python), needs no download, and the
   matching it gives — shared content words, shared word pairs, shared word pieces
   ("sister"/"sisters", "allergic"/"allergy") — is what recalling a user's own
   statements needs; BM25 in the store covers exact terms on top.
 
-An engine may inject any object satisfying ``Embedder`` (for example one built
-from a dedicated embedding model). The store records each vector's embedder name
-and dimension and never compares vectors of different embedders.
+An engine may inject any object satisfying ``Embedder``. The store records each vector's
+embedder name and dimension and never compares vectors of different embedders; a store
+opened with a new embedder re-embeds its entries.
 """
 
 from __future__ import annotations
@@ -27,13 +25,73 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
+import re
+import unicodedata
 from collections import Counter
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.memory.semantic.text import content_words
+from mlotspark.models.sentence_embedders import MiniLMEmbedder, MPNetEmbedder, Runner, SentenceEmbedder
+
+# Function words and chat filler. They carry no fact, so dropping them keeps a
+# question ("What is my sister's name?") and the fact that answers it ("My sister's
+# name is Ilse.") close. Negations are *not* here: "I like tea" and "I don't like
+# tea" must stay apart.
+STOPWORDS: frozenset[str] = frozenset(
+    """
+    a an the and or but if then of at by for with about to from in into on onto off
+    over under up down out as is am are was were be been being do does did doing
+    have has had having i me my mine myself you your yours yourself we us our ours
+    he him his she her hers it its they them their theirs this that these those
+    what which who whom whose when where why how s t d ll re ve m o y ca wo
+    can could would should will shall may might must so than too very just also
+    there here please tell know remember recall again some any all each every
+    yes ok okay hi hello hey thanks thank well oh really
+    """.split()
+)
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_NOT = re.compile(r"n['’]t\b", re.IGNORECASE)
+
+
+def normalize(text: str) -> str:
+    """NFKC, case-folded, with curly apostrophes made straight.
+
+    Args:
+        text: any text.
+
+    Returns:
+        The normalised text (same words, same order).
+    """
+    return unicodedata.normalize("NFKC", text).replace("’", "'").replace("‘", "'").casefold()
+
+
+def words(text: str) -> list[str]:
+    """All words of ``text``, normalised; "don't" becomes "do", "not".
+
+    Args:
+        text: any text.
+
+    Returns:
+        Word tokens in order.
+    """
+    return _WORD.findall(_NOT.sub(" not", normalize(text)))
+
+
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that are not stopwords, in order.
+
+    Args:
+        text: any text.
+
+    Returns:
+        Content-word tokens in order (duplicates kept).
+    """
+    return [w for w in words(text) if w not in STOPWORDS]
+
 
 
 @runtime_checkable
@@ -175,3 +233,54 @@ def checked_embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
     if not np.all(np.isfinite(vecs)):
         raise StoreError(f"embedder {embedder.name!r} returned non-finite values")
     return normalize_rows(vecs)
+
+
+CHOICES = ("auto", "hashing", "minilm", "mpnet")
+
+
+def default_embedder(runner: Runner | None = None) -> Any:
+    """The embedder semantic memory uses: MPNet when pulled, else MiniLM when pulled, else hashing.
+
+    ``$MLOTSPARK_EMBEDDER`` overrides the choice: ``hashing``, ``minilm``, ``mpnet``
+    (an error at first use if that model is not pulled) or ``auto`` (the default).
+    Choosing costs a few ``stat`` calls: nothing is loaded until the first ``embed``.
+
+    Args:
+        runner: how MLX work is run (see ``SentenceEmbedder``).
+
+    Returns:
+        An ``MPNetEmbedder``, a ``MiniLMEmbedder`` or a ``HashingEmbedder``.
+
+    Raises:
+        OptionError: ``$MLOTSPARK_EMBEDDER`` has another value.
+    """
+    from mlotspark.models import bundles  # zip and wheel handling: only when an embedder is chosen
+
+    choice = os.environ.get("MLOTSPARK_EMBEDDER", "auto").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise OptionError(f"invalid MLOTSPARK_EMBEDDER {choice!r}: use auto, hashing, minilm or mpnet")
+    auto = choice == "auto"
+    if choice == "mpnet" or (auto and bundles.is_pulled(bundles.MPNET_MODEL)):
+        return MPNetEmbedder(bundles.bundle_dir(bundles.MPNET_MODEL), runner)
+    if choice == "minilm" or (auto and bundles.is_pulled(bundles.EMBEDDER_MODEL)):
+        return MiniLMEmbedder(bundles.bundle_dir(bundles.EMBEDDER_MODEL), runner)
+    return HashingEmbedder()
+
+
+def describe_embedder(embedder: Any) -> str:
+    """One line for ``mlotspark info``: which embedder is active and why.
+
+    Args:
+        embedder: what ``default_embedder`` returned.
+
+    Returns:
+        e.g. ``"mpnet-base-v2-st384 (all-mpnet-base-v2 sentence embeddings, /home/.../all-mpnet-base-v2)"``.
+    """
+    if isinstance(embedder, SentenceEmbedder):
+        return f"{embedder.name} ({embedder.title} sentence embeddings, {embedder.model_dir})"
+    return (f"{embedder.name} (word hashing fallback; `mlotspark pull all-mpnet-base-v2` "
+            "(or all-minilm-l6-v2) for sentence embeddings)")
+
+
+__all__ = ["CHOICES", "STOPWORDS", "Embedder", "HashingEmbedder", "checked_embed", "content_words", "default_embedder",
+           "describe_embedder", "normalize", "normalize_rows", "words"]
