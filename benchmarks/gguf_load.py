@@ -4,9 +4,11 @@ same weights (an mlx-lm directory written once, float32 as ours run on the CPU).
 
 Each load runs in a fresh Python process (so no page of the first load is reused by
 the second in-process) and times the load call only, not the Python start-up.
-"First" empties the model's conversion cache before each run; "second" keeps it. The
-compared loads alternate, ours first in odd repetitions; the phases of ours (read, widen,
-tokenizer, materialize) come from ``LoadedModel.extra["load"]``.
+"First" empties the model's cache entry (conversion, tokenizer and, on the CPU, float32
+cache) before each run; "second" keeps it. The compared loads alternate, ours first in odd
+repetitions, after one load of ours that fills the caches; the phases of ours (read, widen,
+tokenizer, materialize, and write when it wrote the float32 cache) come from
+``LoadedModel.extra["load"]``.
 
 Usage: python benchmarks/gguf_load.py MODEL [MODEL ...] [--repetitions 3] [--compare mlx-lm]
 """

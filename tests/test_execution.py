@@ -212,3 +212,75 @@ def test_gemma3_decodes_through_the_numpy_step_on_the_cpu_strategy(tmp_path, mon
             assert engine.loaded.execution.numpy_steps >= 15
         engine.close()
     assert replies["cpu"] == replies["plain"]
+
+
+# ------------------------------------------------------------------ widening (models/widen.py)
+
+
+def _raw_model(seed: int = 3):
+    """The tiny model as a loader holds it before widening: float16 layers, the MLP's
+    gate/up/down quantized 4-bit and the embedding 8-bit (as in a Q4_1 GGUF)."""
+    import mlx.nn as nn
+
+    from mlotspark.models import llama
+    from tiny import TINY
+
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs.from_dict(TINY))
+    model.set_dtype(mx.float16)
+    nn.quantize(model, class_predicate=lambda p, m: (
+        {"group_size": 32, "bits": 8} if p.endswith("embed_tokens") else
+        {"group_size": 32, "bits": 4} if ".mlp." in p else False))
+    mx.eval(model.parameters())
+    return model
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_cpu_strategy_widens_into_fused_buffers_with_the_plain_values(workers):
+    import mlx.nn as nn
+    import numpy as np
+    from mlx.utils import tree_flatten
+
+    from mlotspark.models import cpu_step, widen
+
+    expected = {}  # quantized layers dequantized in float32 arithmetic, floats cast
+    for name, m in _raw_model().named_modules():
+        if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            expected[f"{name}.weight"] = np.array(mx.dequantize(
+                m.weight, m.scales.astype(mx.float32), m.biases.astype(mx.float32), group_size=m.group_size,
+                bits=m.bits, dtype=mx.float32))
+    for name, v in tree_flatten(_raw_model().parameters()):
+        if mx.issubdtype(v.dtype, mx.floating) and not name.endswith((".scales", ".biases")):
+            expected.setdefault(name, np.array(v.astype(mx.float32)))
+
+    model = _raw_model()
+    strategy = execution.CpuStrategy()
+    groups = strategy.fused_groups(model)
+    fused = widen.widen(model, mx.float32, groups=groups, workers=workers)
+    assert set(fused) == {widen.group_key(g) for g in groups}  # every group, quantized (gate/up) or float (q/k/v)
+    got = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
+    assert got.keys() == expected.keys() and all(v.dtype == np.float32 for v in got.values())
+    for k in got:
+        np.testing.assert_array_equal(got[k], expected[k], err_msg=k)
+    for layer in model.model.layers:
+        at, mlp = layer.self_attn, layer.mlp
+        assert cpu_step.one_buffer([at.q_proj.weight, at.k_proj.weight, at.v_proj.weight])
+        assert cpu_step.one_buffer([mlp.gate_proj.weight, mlp.up_proj.weight])
+        assert type(mlp.down_proj) is nn.Linear
+    assert execution.fuse_projections(model) == 0
+
+
+def test_the_plain_strategy_widens_as_mlx_lm_does():
+    import numpy as np
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import dequantize_model
+
+    reference = _raw_model()
+    dequantize_model(reference)
+    reference.set_dtype(mx.float32)
+    model = _raw_model()
+    assert execution.PlainStrategy().widen(model, mx.float32) == {}
+    got, want = dict(tree_flatten(model.parameters())), dict(tree_flatten(reference.parameters()))
+    assert got.keys() == want.keys()
+    for k in got:
+        np.testing.assert_array_equal(np.array(got[k]), np.array(want[k]), err_msg=k)

@@ -136,3 +136,29 @@ def test_list_shows_the_hugging_face_cache(tmp_path, monkeypatch, capsys):
     engine.close()
     with pytest.raises(ModelNotFoundError, match="huggingface-cli"):
         inventory.remove("mlx-community/tiny-llama")
+
+
+def test_list_counts_a_models_caches_and_rm_removes_them(fake_alias, tmp_path, tiny_bytes, monkeypatch, capsys):
+    from mlotspark.models import float32_cache, gguf_convert
+
+    monkeypatch.setenv(float32_cache.ENV, "1")  # the suite runs with it off (conftest.py)
+    source = catalogue.pull(ALIAS, progress=False)
+    mine = tmp_path / "my-models" / "mine.gguf"
+    mine.parent.mkdir()
+    mine.write_bytes(tiny_bytes)
+    for path in (source.path, mine):
+        Engine.load(str(path), progress=False, cascade=None).close()
+        assert all(f.is_file() for f in float32_cache.files(path))
+
+    rows = {r["name"]: r for r in inventory.on_disk()}
+    for name, path in ((ALIAS, source.path), (str(mine), mine)):
+        assert rows[name]["cache"] == gguf_convert.cached_bytes(path) > float32_cache.files(path)[0].stat().st_size
+    assert main(["list"]) == 0
+    assert "MB cache)" in capsys.readouterr().out
+
+    assert main(["rm", ALIAS]) == 0
+    assert "and its caches" in capsys.readouterr().out
+    assert not gguf_convert.cache_dir(source.path).exists()
+    assert main(["rm", str(mine)]) == 0
+    assert "its caches removed" in capsys.readouterr().out
+    assert mine.is_file() and not gguf_convert.cache_dir(mine).exists()

@@ -81,6 +81,109 @@ def test_under_auto_the_grammar_takes_over_once_a_call_opens(tokenizer):
     assert allowed and all(a in ("{", " ", "\n") for a in allowed), allowed  # only a call's JSON may follow
 
 
+class _ShortDetokenizer:
+    """A streaming detokenizer whose text is ``decode()``'s less its first character."""
+
+    def __init__(self, inner):
+        self.inner, self.offset = inner, 0
+
+    def reset(self):
+        self.inner.reset()
+        self.offset = 0
+
+    def add_token(self, t):
+        self.inner.add_token(t)
+
+    @property
+    def text(self):
+        return self.inner.text[1:]
+
+    @property
+    def last_segment(self):
+        text = self.text
+        piece, self.offset = text[self.offset:], len(text)
+        return piece
+
+
+class _ShortTokenizer:
+    """``tokenizer`` whose streaming text is one character short of its ``decode()``."""
+
+    def __init__(self, tokenizer):
+        self._wrapped = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+    @property
+    def detokenizer(self):
+        return _ShortDetokenizer(self._wrapped.detokenizer)
+
+
+def _auto(tokenizer):
+    """An auto-mode constraint that has seen a prompt; ``step(text)`` writes ``text``'s
+    tokens one at a time and returns whether each step's logits came back masked."""
+    from mlotspark.decoding.tools import ToolConstraint
+
+    c = ToolConstraint(tokenizer, [WEATHER, TIME], "auto")
+    history = tokenizer.encode("prompt", add_special_tokens=False)
+    logits = mx.zeros((1, 300))
+    c(mx.array(history), logits)
+
+    def step(text: str) -> list[bool]:
+        masked = []
+        for t in tokenizer.encode(text, add_special_tokens=False):
+            history.append(t)
+            masked.append(not np.isfinite(np.array(c(mx.array(history), logits))).all())
+        return masked
+
+    return c, step
+
+
+@pytest.mark.parametrize("opening", ["<tool_call>\n", '```json\n{"name"', '``` \n  {  "name"'])
+def test_an_opening_written_across_many_tokens_is_found_the_step_it_completes(tokenizer, opening):
+    c, step = _auto(tokenizer)
+    assert not any(step("Let me look: <tool or ``` not yet. "))  # openings begun, then broken
+    ids = tokenizer.encode(opening, add_special_tokens=False)
+    assert len(ids) >= len(opening.strip()) // 2  # the vocabulary spells it in pieces
+    masked = step(opening)
+    first = masked.index(True)
+    # No mask before the opening is whole; the grammar holds the call from the step it is.
+    whole = next(i for i in range(1, len(ids) + 1)
+                 if tokenizer.decode(ids[:i]).rstrip(" \n") == opening.rstrip(" \n"))
+    assert first == whole - 1 and all(masked[first:])
+
+
+def test_a_detokenizer_whose_text_is_not_the_decodes_still_hands_the_call_over(tokenizer):
+    """The grammar gets the call's text from the decoded reply, the opening found where the
+    streaming text put it (here one character earlier)."""
+    c, step = _auto(_ShortTokenizer(tokenizer))
+    assert not any(step("Let me look. "))
+    masked = step('<tool_call>\n{"name": "get_')
+    first = masked.index(True)
+    assert first == len(tokenizer.encode("<tool_call>", add_special_tokens=False)) - 1 and all(masked[first:])
+
+
+def test_each_step_reads_what_is_new_however_long_the_reply(tokenizer, monkeypatch):
+    """Under auto, a reply of free text costs each step the same: its new characters are
+    searched (and what may still open a call), nothing is decoded whole."""
+    c, step = _auto(tokenizer)
+    decoded = []
+    real = tokenizer.decode
+    monkeypatch.setattr(tokenizer, "decode", lambda ids, *a, **k: decoded.append(len(ids)) or real(ids, *a, **k))
+    phrase, per_round = "Let me look it up < <tool ``` {\"nam ", []
+    for _ in range(300):  # 300 rounds of 38 tokens: an 11,400-character reply
+        before = c._scan.scanned
+        step(phrase)
+        per_round.append(c._scan.scanned - before)
+    assert decoded == []  # the reply is decoded whole only when a call opens
+    # Characters searched per round: the same in the last rounds as in the first (the
+    # whole reply each step would be ~38 x its length: 400,000 by the last round).
+    assert max(per_round[-50:]) <= max(per_round[:50]) <= 16 * len(phrase)
+    # and a call still opens after 300 rounds of near misses
+    masked = step('<tool_call>\n{"name": "get_time"')
+    assert masked[-1] and decoded and len(c._scan._tail) < 100
+
+
 def test_a_json_reply_is_masked_by_the_same_rule(tokenizer):
     """``response_format`` json_object (``constrained.JsonConstraint``) shares the calls' mask:
     the reply may open only with a JSON object, and the mask spans the logits' whole width."""

@@ -183,8 +183,9 @@ def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
     load = engine.loaded.extra.get("load") or {}
     if load.get("phases"):  # where a load's seconds went (the tokenizer is built beside the widening)
         parts = ", ".join(f"{k} {v:.2f} s" for k, v in load["phases"].items())
-        lines.append(f"load: {load.get('seconds_total', 0):.2f} s ({parts}; "
-                     f"{'from the conversion cache' if load.get('from_cache') else load.get('reader', '')})")
+        source = {"float32-cache": "from the float32 cache"}.get(load.get("reader")) or (
+            "from the conversion cache" if load.get("from_cache") else load.get("reader", ""))
+        lines.append(f"load: {load.get('seconds_total', 0):.2f} s ({parts}; {source})")
     status = engine.scheduler_status()
     lines.append(f"scheduler: {status.get('mode')} mode, batch cap {status.get('cap')} "
                  f"({status.get('state')}: {status.get('reason')})")

@@ -190,6 +190,69 @@ def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = Fal
     return best
 
 
+class OpeningScanner:
+    """:func:`find_opening` over a reply that arrives piece by piece, each step reading only
+    what is new and what may still become an opening.
+
+    ``feed(piece)`` appends text; ``next()`` is the first complete opening at or after the
+    resume point (reply offsets), as ``find_opening(fmt, reply, resume, bare=...)`` finds
+    it. Where no opening is found, the resume point moves to where a pattern's partial
+    match begins (an opening the next pieces may complete: ``<tool`` of ``<tool_call>``,
+    a fence whose JSON has not come), else to the end; the text before it is dropped, so a
+    step reads the new piece and an unfinished opening, not the whole reply.
+
+    Attributes:
+        scanned: characters searched so far (each search counts the text it was given).
+    """
+
+    def __init__(self, fmt: ToolFormat):
+        self.fmt = fmt
+        self._tail = ""  # the reply from offset _base on
+        self._base = 0
+        self._resume = 0  # reply offset where the next search starts
+        self._bare = True  # the reply's start may still be a bare call's object
+        self.scanned = 0
+
+    def feed(self, piece: str) -> None:
+        self._tail += piece
+
+    def skip(self, op: Opening) -> None:
+        """``op`` broke the grammar already: search on from its next character (and the
+        bare form, which is only at the reply's start, is out)."""
+        self._resume, self._bare = op.at + 1, False
+
+    def text_from(self, offset: int) -> str:
+        """The reply from ``offset`` (an opening ``next`` returned, or later) to its end so far."""
+        return self._tail[offset - self._base:]
+
+    def next(self) -> Opening | None:
+        text, base = self._tail, self._base
+        start = self._resume - base
+        if self._bare:  # the whole reply is kept while its start is undecided
+            lead = len(text) - len(text.lstrip(_WS_ONLY))
+            self.scanned += len(text)
+            m = _OBJECT_RE.match(text, lead, partial=True) if lead < len(text) else None
+            if m is not None and not m.partial:
+                return Opening("bare", lead, lead)
+            self._bare = lead == len(text) or m is not None
+        best, resume = None, len(text)
+        for form, pat in _patterns(self.fmt.opener):
+            self.scanned += 2 * (len(text) - start)
+            m = pat.search(text, start)
+            if m is not None and (best is None or m.start() < best.at):
+                body = m.end() if form == "tag" else text.index("{", m.start())
+                best = Opening(form, base + m.start(), base + body)
+            cut = pat.search(text, start, partial=True)
+            if cut is not None and cut.partial:
+                resume = min(resume, cut.start())
+        if best is not None:
+            return best
+        self._resume = base + resume
+        if not self._bare:
+            self._tail, self._base = text[resume:], base + resume
+        return None
+
+
 def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
@@ -368,5 +431,5 @@ def with_tool_calls(result: Any, tokenizer: Any, options: Any) -> Any:
 
 
 
-__all__ = ["CallSplitter", "HERMES", "LLAMA3", "Opening", "ToolFormat", "find_opening", "new_call_id", "parse_calls",
-           "require_format", "splitter_for", "tool_format", "tool_names", "with_tool_calls"]
+__all__ = ["CallSplitter", "HERMES", "LLAMA3", "Opening", "OpeningScanner", "ToolFormat", "find_opening", "new_call_id",
+           "parse_calls", "require_format", "splitter_for", "tool_format", "tool_names", "with_tool_calls"]

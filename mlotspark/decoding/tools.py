@@ -11,6 +11,13 @@ A tag the vocabulary writes as one token (Qwen2.5's ``<tool_call>``, id 151657) 
 its id (llguidance's ``<[id]>``): a grammar of the tag's bytes refuses the model's own first
 token, and every forced call ended after one token with an empty reply.
 
+Under ``auto`` the reply is read as it grows: a streaming detokenizer turns each step's
+new tokens into text and ``tool_calls.OpeningScanner`` searches that text and what may still
+become an opening, so a step's work does not grow with the reply (decoding and searching
+the whole reply every step made a long reply quadratic). The reply is decoded whole only
+when an opening is found (its call text is handed to the grammar) and when a call closes
+(``_repeated``).
+
 Formats, finding calls and splitting replies live in ``tool_calls.py``.
 """
 
@@ -22,7 +29,7 @@ from typing import Any
 import mlx.core as mx
 
 from mlotspark.decoding.constrained import ll_tokenizer, mask_logits
-from mlotspark.decoding.tool_calls import _WS_ONLY, ToolFormat, find_opening, parse_calls, require_format
+from mlotspark.decoding.tool_calls import _WS_ONLY, Opening, OpeningScanner, ToolFormat, parse_calls, require_format
 from mlotspark.errors import OptionError
 
 # A call's JSON as chat templates render it (``tojson``: ", " and ": "), so the grammar's
@@ -30,6 +37,10 @@ from mlotspark.errors import OptionError
 _JSON_STRICT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 # A call opened under auto in the model's own spacing: some space, bounded.
 _JSON_SPACE = {"whitespace_flexible": True, "whitespace_pattern": "[ \\n]{0,4}"}
+# The reply's last characters kept to see a call's closing tag (a closer and the space
+# after it), and how far before the detokenizer's offset an opening is looked for in the
+# decoded reply when the two disagree.
+_RECENT = 256
 
 
 def _functions(tools: list[dict], choice: Any) -> list[dict]:
@@ -108,7 +119,9 @@ class ToolConstraint:
         self.matcher: Any = None
         self._seen: int | None = None  # history length at the last call
         self._start: int | None = None  # where the reply starts in the history
-        self._skip = 0  # reply text before this offset opened no call the grammar took
+        self._detok: Any = None  # the reply's streaming detokenizer
+        self._scan = OpeningScanner(self.fmt)  # where a call opens in the reply so far (auto)
+        self._recent = ""  # the reply's last characters: has a call just closed?
         self._ended = False  # a call repeated an earlier one: only EOS is left
         self.forced = choice == "required" or isinstance(choice, dict)
         if self.forced:
@@ -125,45 +138,74 @@ class ToolConstraint:
             raise OptionError(f"invalid tools: {m.get_error()}", options=("tools",))
         return m
 
-    def _take_over(self, history: list[int]) -> Any:
+    def _take_over(self, tokens: mx.array) -> Any:
         """A matcher that has consumed the call opened in the reply so far, or None."""
-        reply = self.tokenizer.decode(history[self._start or 0:])
-        while (op := find_opening(self.fmt, reply, self._skip, bare=self._skip == 0)) is not None:
+        reply = None
+        while (op := self._scan.next()) is not None:
             matcher = self._matcher(op.form)
-            written = reply[op.body:]
+            # The call's text exactly as the tokens decode (a detokenizer may hold a space back).
+            reply = reply if reply is not None else self.tokenizer.decode(tokens[self._start:].tolist())
+            written = self._written(reply, op)
             ids = self.tokenizer.encode(written, add_special_tokens=False) if written else []
-            if all(matcher.consume_token(int(t)) for t in ids) and not matcher.is_error():
+            if written is not None and all(matcher.consume_token(int(t)) for t in ids) and not matcher.is_error():
                 return matcher
-            self._skip = op.at + 1  # its text broke the grammar already: leave it as text
+            self._scan.skip(op)  # its text broke the grammar already: leave it as text
         return None
+
+    def _written(self, reply: str, op: Opening) -> str | None:
+        """What the reply holds of the call opened at ``op`` (the detokenizer's offsets),
+        from the decoded ``reply``; where the detokenizer's text is not the decode's (some
+        tokenizer's own spacing), the opening's markup is looked up near its offset. None
+        when it is not there."""
+        mark = self._scan.text_from(op.at)[:op.body - op.at]
+        at = op.at if reply.startswith(mark, op.at) else reply.find(mark, max(0, op.at - _RECENT))
+        return None if at < 0 else reply[at + len(mark):]
+
+    def _read(self, new: list[int]) -> str:
+        """Text of the reply's ``new`` tokens (what the detokenizer can say so far)."""
+        for t in new:
+            self._detok.add_token(int(t))
+        piece = self._detok.last_segment
+        self._recent = (self._recent + piece)[-_RECENT:]
+        return piece
 
     def __call__(self, tokens: mx.array | None, logits: mx.array) -> mx.array:
         """Mask ``logits`` (1, V) to the tokens the grammar allows next (none masked before a call)."""
         n = 0 if tokens is None else int(tokens.shape[0])
         if self._seen is None:
             self._seen = self._start = n  # the first call sees the prompt only
-        elif n > self._seen:
-            new = tokens[self._seen:].tolist()  # type: ignore[index]
+            self._detok = self.tokenizer.detokenizer  # a fresh one per caller
+        elif n < self._seen and self.matcher is None:  # the history was cut back: read the reply again
+            self._detok.reset()
+            self._scan, self._recent, self._seen = OpeningScanner(self.fmt), "", self._start
+        if tokens is not None and n > self._seen:
+            new = tokens[self._seen:].tolist()
             self._seen = n
+            piece = self._read(new)
             if self.matcher is not None:
                 for t in new:
                     self.matcher.consume_token(int(t))
-                if self.fmt.closer and not self._ended and self._repeated(tokens.tolist()):  # type: ignore[union-attr]
+                if self.fmt.closer and not self._ended and self._repeated(tokens):
                     self._ended = True
             else:
-                self.matcher = self._take_over(tokens.tolist())  # type: ignore[union-attr]
+                self._scan.feed(piece)
+                self.matcher = self._take_over(tokens)
         if self.matcher is None:
             return logits
         if self._ended:
             return mx.where(mx.arange(logits.shape[-1]) == self.eos, logits, mx.array(-mx.inf, dtype=logits.dtype))
         return mask_logits(self.matcher, logits, self.eos)
 
-    def _repeated(self, history: list[int]) -> bool:
+    def _repeated(self, tokens: mx.array) -> bool:
         """True when the reply's last call repeats an earlier one word for word: a small
-        model forced to call tools can cycle through the same calls until ``max_tokens``."""
-        if self.fmt.closer_id is not None and history[-1] != self.fmt.closer_id:
+        model forced to call tools can cycle through the same calls until ``max_tokens``.
+        The whole reply is decoded only when a call has just closed."""
+        if self.fmt.closer_id is not None:
+            if int(tokens[-1].item()) != self.fmt.closer_id:
+                return False
+        elif not self._recent.rstrip(_WS_ONLY).endswith(self.fmt.closer):
             return False
-        reply = self.tokenizer.decode(history[self._start or 0:])
+        reply = self.tokenizer.decode(tokens[self._start or 0:].tolist())
         if not reply.rstrip(_WS_ONLY).endswith(self.fmt.closer):
             return False
         _, calls = parse_calls(self.fmt, reply)  # says a repeated call once

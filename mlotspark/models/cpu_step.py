@@ -107,6 +107,13 @@ def _span(views: Sequence[np.ndarray]) -> Optional[np.ndarray]:
     return np.lib.stride_tricks.as_strided(first, (rows,) + first.shape[1:], first.strides, writeable=False)
 
 
+def one_buffer(arrays: Sequence[mx.array]) -> bool:
+    """Whether dense float32 ``arrays`` lie back to back in memory, in order (row views of
+    one buffer, as ``execution.fuse_projections`` leaves a group)."""
+    views = [_dense(a) for a in arrays]
+    return all(v is not None for v in views) and _span(views) is not None
+
+
 def _rope_angles(rope: Any) -> Optional[tuple[int, bool, np.ndarray]]:
     """(dims, traditional, angle per position for each frequency) of the rope kinds whose
     rotation is ``mx.fast.rope`` with plain frequencies; None for any other."""

@@ -15,6 +15,12 @@ and installed on it (``prepare``):
   ops (host time is what limits small models there).
 - ``plain``: MLX op by op, as mlx-lm runs the model.
 
+Before that, the loader asks the strategy to widen the weights when the format in use is
+wider than what is stored (``ExecutionStrategy.widen``): plainly, as mlx-lm does, except on
+the CPU strategy, which spreads the casts over the cores and widens q/k/v and gate/up
+straight into their fused buffers (``widen.py``), and whose GGUF loads keep a float32 copy
+of the widened weights to read next time (``float32_cache``, ``models/float32_cache.py``).
+
 Installing swaps classes on the model's instances, never its parameters: the model's
 class becomes a subclass of the same name whose ``__call__`` asks the strategy, and (cpu)
 its ``nn.Linear``/``nn.Embedding``/``MLP`` layers become ``MatvecLinear``/
@@ -35,9 +41,10 @@ from typing import Any, Optional, Sequence, Union
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
+from mlx_lm.utils import dequantize_model
 
 from mlotspark.errors import OptionError
-from mlotspark.models import cpu_step, cpu_step_gemma, llama, prefill_ops
+from mlotspark.models import cpu_step, cpu_step_gemma, llama, prefill_ops, widen as widening
 from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
 
 #: Environment variable that forces a strategy for every model loaded (tests, benchmarks).
@@ -56,6 +63,27 @@ class ExecutionStrategy:
 
     #: ``cpu | gpu | plain``: what ``choose_strategy`` and ``MLOTSPARK_EXECUTION`` call it.
     name = "plain"
+    #: Whether a float32 load of a GGUF keeps the widened weights on disk and reads them
+    #: next time (``models/float32_cache.py``) instead of widening again.
+    float32_cache = False
+
+    def fused_groups(self, model: nn.Module) -> list[tuple[str, ...]]:
+        """Module paths of sibling layers whose weights this strategy keeps as row views of
+        one buffer (``fuse_projections``); the loader widens and caches them so."""
+        return []
+
+    def widen(self, model: nn.Module, dtype: mx.Dtype) -> dict[str, mx.array]:
+        """Dequantize and cast ``model``'s weights to ``dtype`` in place, and evaluate them:
+        as mlx-lm does (``dequantize_model``, then ``set_dtype``).
+
+        Returns:
+            The buffers of groups fused on the way (none here), by ``widen.group_key``.
+        """
+        if any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules()):
+            dequantize_model(model)
+        model.set_dtype(dtype)
+        mx.eval(model.parameters())
+        return {}
 
     def install(self, model: nn.Module) -> None:
         """Make ``model`` run through this strategy (swap classes, arrange weights)."""
@@ -86,6 +114,7 @@ class CpuStrategy(ExecutionStrategy):
     """
 
     name = "cpu"
+    float32_cache = True  # only float32 reaches BLAS here, and reading it beats widening again
 
     def __init__(self, fuse: bool = True, numpy_step: bool = True) -> None:
         """Args:
@@ -96,6 +125,21 @@ class CpuStrategy(ExecutionStrategy):
         self.fuse, self.numpy_step = fuse, numpy_step
         #: One-token steps that ran in NumPy (tests check the engine's decode took it).
         self.numpy_steps = 0
+
+    def fused_groups(self, model: nn.Module) -> list[tuple[str, ...]]:
+        if not (self.fuse and isinstance(model, llama.Model)):
+            return []
+        out = []
+        for i in range(len(model.model.layers)):
+            at, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+            out += [(f"{at}.q_proj", f"{at}.k_proj", f"{at}.v_proj"), (f"{mlp}.gate_proj", f"{mlp}.up_proj")]
+        return out
+
+    def widen(self, model: nn.Module, dtype: mx.Dtype) -> dict[str, mx.array]:
+        """On all cores, quantized layers dequantized straight to ``dtype``, and (float32)
+        q/k/v and gate/up widened straight into their fused buffers (``widen.py``)."""
+        groups = self.fused_groups(model) if dtype == mx.float32 else []
+        return widening.widen(model, dtype, groups=groups)
 
     def install(self, model: nn.Module) -> None:
         modules = [m for _, m in model.named_modules()]
@@ -287,7 +331,8 @@ def fuse_projections(model: llama.Model) -> int:
     sgemv instead of three or two, and rotates q and k in one pass: fewer NumPy calls
     per token, which is the step's host overhead. MLX's own paths see the same
     weights. Only groups of dense float32 ``Linear`` weights are fused (what that
-    step runs); anything else is left as it is.
+    step runs); anything else is left as it is, and so is a group that already lies back
+    to back in one buffer (the loader widened or read it so).
 
     Returns:
         How many groups were fused.
@@ -298,7 +343,7 @@ def fuse_projections(model: llama.Model) -> int:
         for group in ((at.q_proj, at.k_proj, at.v_proj), (mlp.gate_proj, mlp.up_proj)):
             if not all(type(m) in (nn.Linear, MatvecLinear) and m.weight.dtype == mx.float32 for m in group):
                 continue
-            if len({m.weight.shape[1] for m in group}) != 1:
+            if len({m.weight.shape[1] for m in group}) != 1 or cpu_step.one_buffer([m.weight for m in group]):
                 continue
             whole = mx.concatenate([m.weight for m in group])
             mx.eval(whole)

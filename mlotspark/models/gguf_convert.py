@@ -7,7 +7,9 @@ tensors and fails there as a whole. Such files are read with gguf-py's memory-ma
 we write no block decoder of our own).
 
 Dequantizing a 250 MB file takes seconds, so the result is cached under
-``$MLOTSPARK_HOME/cache/gguf/<id>/``: ``tensors.safetensors`` (quantized tensors as
+``$MLOTSPARK_HOME/cache/gguf/<id>/`` (the entry also holds the built tokenizer and, on
+the CPU, the float32 cache: ``models/float32_cache.py``; ``mlotspark rm`` removes it with
+the model): ``tensors.safetensors`` (quantized tensors as
 float16, which holds a K-quant's values to ~1e-3 relative, far below its own
 quantization error; float tensors as stored) and ``meta.json`` (the GGUF metadata,
 tensor types, and the source's size and mtime). A GGUF whose size or mtime changed
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -167,6 +170,34 @@ def cache_dir(path: Path) -> Path:
     """Where the conversion of the GGUF at ``path`` is cached (one entry per file path)."""
     key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
     return storage.subdir("cache") / "gguf" / key
+
+
+def cached_bytes(path: Path) -> int:
+    """Bytes the caches of the GGUF at ``path`` hold (conversion, tokenizer, float32); 0
+    when it has none (nothing is created)."""
+    try:
+        entry = cache_dir(path)
+        return sum(f.stat().st_size for f in entry.iterdir() if f.is_file()) if entry.is_dir() else 0
+    except (OSError, StoreError):
+        return 0
+
+
+def remove_caches(path: Path) -> int:
+    """Remove every cache of the GGUF at ``path`` (``mlotspark rm``); the bytes freed.
+
+    Raises:
+        StoreError: the entry cannot be removed.
+    """
+    entry = cache_dir(path)
+    if not entry.is_dir():
+        return 0
+    freed = cached_bytes(path)
+    with storage.FileLock(entry.parent / f".{entry.name}.lock"):  # not while a load writes it
+        try:
+            shutil.rmtree(entry)
+        except OSError as e:
+            raise StoreError(f"cannot remove the caches of {path} ({entry}): {e.strerror or e}") from e
+    return freed  # the empty lock file stays: a load waiting on it must lock the same file
 
 
 def tokenizer_cache(path: Path) -> Path:
@@ -348,6 +379,7 @@ __all__ = [
     "MLX_NATIVE",
     "ConvertedGGUF",
     "cache_dir",
+    "cached_bytes",
     "cached_metadata",
     "format_counts",
     "header_metadata",
@@ -357,6 +389,7 @@ __all__ = [
     "needs_conversion",
     "open_reader",
     "read_metadata",
+    "remove_caches",
     "tensor_types",
     "tokenizer_cache",
 ]

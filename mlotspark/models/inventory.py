@@ -11,6 +11,8 @@ Four places hold models a user can run:
 
 ``remove`` deletes what mlotspark fetched; a file the user opened by path is only
 forgotten (it is the user's), and the Hugging Face cache belongs to ``huggingface-cli``.
+Either way the caches mlotspark made of a GGUF (conversion, tokenizer, float32:
+``gguf_convert``, ``float32_cache``) go with it; ``on_disk`` counts them as ``cache``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelNotFoundError, MlotsparkError, StoreError
-from mlotspark.models import bundles, catalogue
+from mlotspark.models import bundles, catalogue, gguf_convert
 from mlotspark.models.capabilities import capabilities
 from mlotspark.models.aliases import ALIASES, ModelSource, models_dir
 
@@ -67,6 +69,21 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
+def _ggufs(path: Path) -> list[Path]:
+    """The GGUF files at ``path`` (the file itself, or those in a model's folder)."""
+    if path.is_dir():
+        return sorted(path.glob("*.gguf"))
+    return [path] if path.suffix == ".gguf" else []  # also a file gone since: its caches are not
+
+
+def _cache_size(path: Path) -> int:
+    return sum(gguf_convert.cached_bytes(f) for f in _ggufs(path))
+
+
+def _remove_caches(path: Path) -> int:
+    return sum(gguf_convert.remove_caches(f) for f in _ggufs(path))
+
+
 def hf_cache_models() -> list[dict[str, Any]]:
     """Complete model directories in the Hugging Face cache (latest snapshot of each repo)."""
     rows: list[dict[str, Any]] = []
@@ -92,7 +109,8 @@ def hf_cache_models() -> list[dict[str, Any]]:
 
 def on_disk() -> list[dict[str, Any]]:
     """Every model on disk: ``name``, ``kind``, ``where`` (catalogue | hf | used before |
-    hf cache), ``path`` and ``size`` in bytes."""
+    hf cache), ``path``, ``size`` in bytes, and ``cache``: bytes of the caches mlotspark
+    keeps of a GGUF (conversion, tokenizer, float32), which ``remove`` removes with it."""
     rows: list[dict[str, Any]] = []
     for r in catalogue.list_models():
         if r["pulled"]:
@@ -111,6 +129,7 @@ def on_disk() -> list[dict[str, Any]]:
                          "path": path, "size": _size(p)})
     rows += hf_cache_models()
     for r in rows:
+        r["cache"] = _cache_size(Path(r["path"])) if r["kind"] == "gguf" else 0
         if r["kind"] != "bundle":  # a sentence embedder is no chat model
             r["capabilities"] = capabilities(r["name"]).to_json()
     return rows
@@ -146,7 +165,9 @@ def format_on_disk(rows: list[dict[str, Any]] | None = None) -> str:
         mark = "*" if r.get("default") else " "
         caps = r.get("capabilities")
         said = (", ".join(caps["features"]) + ("" if caps["verified"] else " (unverified)")) if caps else "embedder"
-        lines.append(f"{mark} {r['name']:<{width}}  {r['where']:<11}  {r['size'] / 1e6:8.1f} MB  {r['path']}  [{said}]")
+        cache = f"  (+{r['cache'] / 1e6:.1f} MB cache)" if r.get("cache") else ""
+        lines.append(f"{mark} {r['name']:<{width}}  {r['where']:<11}  {r['size'] / 1e6:8.1f} MB  {r['path']}"
+                     f"{cache}  [{said}]")
     return "\n".join(lines)
 
 
@@ -175,7 +196,9 @@ def remove(name: str) -> str:
             doc["paths"].pop(key, None)
             doc["paths"].pop(name, None)
             storage.write_json(_used_file(), doc)
-        return f"forgot {name} (a file you opened by path: it stays where it is)"
+        freed = _remove_caches(Path(key if key in used["paths"] else name))
+        caches = f"; its caches removed ({freed / 1e6:.1f} MB)" if freed else ""
+        return f"forgot {name} (a file you opened by path: it stays where it is){caches}"
     hf = catalogue.hf_dir(name) if "/" in name and not Path(name).expanduser().exists() else None
     if hf is not None and hf.is_dir():
         return _delete(hf, name)
@@ -189,11 +212,13 @@ def _delete(target: Path, name: str) -> str:
     if not target.exists():
         raise ModelNotFoundError(f"model {name!r} is not on disk ({target})")
     size = _size(target)
+    freed = _remove_caches(target)  # first: they are found by the model file's path
     try:
         shutil.rmtree(target)
     except OSError as e:
         raise StoreError(f"cannot remove {target}: {e.strerror or e}") from e
-    return f"removed {name} ({size / 1e6:.1f} MB, {target})"
+    caches = f", and its caches ({freed / 1e6:.1f} MB)" if freed else ""
+    return f"removed {name} ({size / 1e6:.1f} MB, {target}){caches}"
 
 
 __all__ = ["available_models", "format_on_disk", "hf_cache_models", "on_disk", "remember", "remove"]

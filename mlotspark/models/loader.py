@@ -24,8 +24,8 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import (execution, gguf, gguf_convert, inventory, llama, safetensors_check, sampling_defaults,
-                              weight_formats)
+from mlotspark.models import (execution, float32_cache, gguf, gguf_convert, inventory, llama, safetensors_check,
+                              sampling_defaults, weight_formats)
 from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
@@ -108,13 +108,23 @@ def _count_params(weights: dict[str, mx.array], qmods: dict[str, tuple[int, int]
     return n
 
 
-def convert_weights(model: nn.Module, fmt: str) -> str:
-    """Convert a loaded model in place to ``fmt``; return the format in use."""
+def convert_weights(model: nn.Module, fmt: str, strategy: execution.ExecutionStrategy | None = None) -> str:
+    """Convert a loaded model in place to ``fmt``; return the format in use.
+
+    Args:
+        model: the model as loaded.
+        fmt: ``quantized | stored | float16 | bfloat16 | float32``.
+        strategy: the execution strategy the model will run with, which widens float
+            formats its way (``ExecutionStrategy.widen``; default: as mlx-lm does).
+    """
     quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())
     if fmt in ("quantized", "stored"):
         if fmt == "quantized" and not quantized:
             nn.quantize(model, group_size=64, bits=4)
         return "quantized" if quantized or fmt == "quantized" else _dtype_name(model)
+    if strategy is not None:
+        strategy.widen(model, _DTYPES[fmt])
+        return fmt
     if quantized:
         dequantize_model(model)
     model.set_dtype(_DTYPES[fmt])
@@ -166,21 +176,37 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return fn(*args), time.perf_counter() - t0
 
 
-def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> LoadedModel:
+def _load_gguf(source: ModelSource, weights: str, progress: bool, strategy: execution.ExecutionStrategy) -> LoadedModel:
     path = Path(source.path)
-    (raw, meta, types, native, load_info), read_s = _timed(_read_gguf_any, path, progress)
     # The tokenizer is built beside the weights: tokenizers' Rust parser and MLX's
-    # casts both release the GIL, so the two overlap (a 262k-token vocabulary takes
-    # ~1 s to parse, about what the weights take from the cache). Leaving the ``with``
-    # waits for it, also when the weights fail.
+    # reads and casts all release the GIL, so they overlap (a 262k-token vocabulary
+    # takes ~1 s to parse, about what the weights take from a cache). Leaving the
+    # ``with`` waits for it, also when the weights fail.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlotspark-tokenizer") as pool:
-        tokenizer = pool.submit(_timed, load_gguf_tokenizer, meta, gguf_convert.tokenizer_cache(path))
-        (model, config, fmt, spec), widen_s = _timed(_gguf_weights, path, raw, meta, types, native, weights)
+        tokenizer, built, t0 = None, None, time.perf_counter()
+        cached = _float32_entry(path, weights, strategy)
+        if cached is not None:  # its metadata is the GGUF's: the tokenizer starts before the weights are read
+            tokenizer = pool.submit(_timed, load_gguf_tokenizer, cached.metadata, gguf_convert.tokenizer_cache(path))
+            built = _from_float32_cache(path, cached)
+        if built is not None:
+            meta, types, native = cached.metadata, cached.types, cached.native
+            load_info = {"reader": "float32-cache", "from_cache": True}
+            read_s, widen_s, written = time.perf_counter() - t0, 0.0, None
+        else:
+            (raw, meta, types, native, load_info), read_s = _timed(_read_gguf_any, path, progress)
+            tokenizer = tokenizer or pool.submit(_timed, load_gguf_tokenizer, meta, gguf_convert.tokenizer_cache(path))
+            (built, fused), widen_s = _timed(_gguf_weights, path, raw, meta, types, native, weights, strategy)
+            written = _write_float32_cache(path, built, fused, meta, types, native, strategy, load_info)
+        model, config, fmt, spec = built
         table = weight_formats.precision_table(types, fmt, native=native)
         tok, tokenizer_s = tokenizer.result()
-        # Seconds per phase: read (file or conversion cache), widen (build, cast, evaluate the
-        # weights), tokenizer (beside the widening), materialize (set in ``load``).
-        load_info["phases"] = {"read": round(read_s, 3), "widen": round(widen_s, 3), "tokenizer": round(tokenizer_s, 3)}
+        # Seconds per phase: read (the file, the conversion cache, or the float32 cache with
+        # its weights), widen (build, cast, evaluate the weights; 0 from the float32 cache),
+        # tokenizer (beside those), write (the float32 cache, when written), materialize (``load``).
+        phases = {"read": round(read_s, 3), "widen": round(widen_s, 3), "tokenizer": round(tokenizer_s, 3)}
+        if written is not None:
+            phases["write"] = round(written, 3)
+        load_info["phases"] = phases
         return LoadedModel(
             model=model,
             tokenizer=tok,
@@ -195,12 +221,61 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool = True) -> Load
         )
 
 
+def _float32_entry(path: Path, weights: str, strategy: execution.ExecutionStrategy) -> float32_cache.Cached | None:
+    """The float32 cache of ``path`` when this load would run float32 under a strategy that
+    keeps one (the CPU's) and the cache is fresh and intact; else None."""
+    if weights not in ("auto", "float32") or not strategy.float32_cache or not float32_cache.enabled():
+        return None
+    cached = float32_cache.load(path)
+    if cached is None:
+        return None
+    stored_quantized = any(t not in weight_formats.FLOAT_TYPES for t in cached.types.values())
+    if choose_weight_format(weights, stored_quantized=stored_quantized, n_params=cached.n_params) != "float32":
+        return None  # too big for float32 now: the stored format, from the GGUF
+    return cached
+
+
+def _from_float32_cache(path: Path, cached: float32_cache.Cached) -> tuple[nn.Module, dict, str, Any] | None:
+    """``(model, config, "float32", architecture spec)`` read from the float32 cache; None
+    (the entry removed) when its tensors do not fit the model or cannot be read."""
+    spec = gguf.architecture(cached.metadata, path)
+    model = _build(cached.config, spec.ours)
+    try:
+        float32_cache.place(model, cached.tensors)
+    except (ValueError, RuntimeError) as e:
+        log.info("float32 cache of %s does not fit or cannot be read (%s): widening again", path, _one_line(e))
+        float32_cache.discard(path)
+        return None
+    return model, cached.config, "float32", spec
+
+
+def _write_float32_cache(path: Path, built: tuple, fused: dict[str, mx.array], meta: dict, types: dict[str, str],
+                         native: bool, strategy: execution.ExecutionStrategy, load_info: dict) -> float | None:
+    """Write the float32 cache after this load widened ``path`` for a strategy that keeps
+    one; the seconds it took, or None when none was written. A failure only costs the
+    next load its speed-up: it is logged and noted in ``load_info``, never raised."""
+    model, config, fmt, _ = built
+    if fmt != "float32" or not strategy.float32_cache or not float32_cache.enabled():
+        return None
+    t0 = time.perf_counter()
+    try:
+        written = float32_cache.save(path, model, fused, config=config, metadata=meta, types=types, native=native)
+    except (MlotsparkError, OSError) as e:
+        log.warning("float32 cache not written (the next load widens again): %s", e)
+        load_info["float32_cache"] = f"not written: {e}"
+        return None
+    load_info["float32_cache"] = f"written, {written} bytes" if written else "not written: no room on disk"
+    return time.perf_counter() - t0
+
+
 def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], native: bool,
-                  weights: str) -> tuple[nn.Module, dict, str, Any]:
+                  weights: str, strategy: execution.ExecutionStrategy) -> tuple[tuple[nn.Module, dict, str, Any],
+                                                                              dict[str, mx.array]]:
     """The model of a GGUF file with its weights in place, in weight format ``weights``.
 
     Returns:
-        ``(model, config, format in use, architecture spec)``.
+        ``((model, config, format in use, architecture spec), fused)``: ``fused`` holds
+        the buffers of layer groups the strategy widened into one (``widen.group_key``).
     """
     arch_name = meta.get("general.architecture")
     spec = gguf.architecture(meta, path)
@@ -223,7 +298,10 @@ def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], nati
         model.load_weights(list(tensors.items()), strict=True)
     except ValueError as e:
         raise ModelFormatError(f"weights of {path} do not match a {config['model_type']} model: {e}") from e
-    if native:
+    fused: dict[str, mx.array] = {}
+    if fmt in _DTYPES:  # widened the strategy's way (on the CPU: all cores, fused groups)
+        fused = strategy.widen(model, _DTYPES[fmt])
+    elif native:
         fmt = convert_weights(model, fmt)
     elif fmt == "stored":  # a float-only file (BF16, F16) on a GPU: run it as stored
         stored = weight_formats.FLOAT_TYPES[max(set(types.values()), key=list(types.values()).count)]
@@ -239,10 +317,8 @@ def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], nati
         model.set_dtype(mx.bfloat16)
         weight_formats.requantize(model, module_types)
         fmt = "quantized"
-    else:
-        model.set_dtype(_DTYPES[fmt])
     mx.eval(model.parameters())
-    return model, config, fmt, spec
+    return (model, config, fmt, spec), fused
 
 
 def _model_classes(config: dict):
@@ -293,7 +369,7 @@ def stated_context(spec: str | None) -> int | None:
         return None
 
 
-def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
+def _load_hf_dir(source: ModelSource, weights: str, strategy: execution.ExecutionStrategy) -> LoadedModel:
     path = Path(source.path)
     try:
         model, config = mlx_lm_load_model(path, lazy=True, get_model_classes=_model_classes,
@@ -305,7 +381,7 @@ def _load_hf_dir(source: ModelSource, weights: str) -> LoadedModel:
     if quantized:
         bits = config["quantization"].get("bits", 4)
         n_params = n_params * 32 // bits  # packed uint32 -> elements (upper bound)
-    fmt = convert_weights(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params))
+    fmt = convert_weights(model, choose_weight_format(weights, stored_quantized=quantized, n_params=n_params), strategy)
     mx.eval(model.parameters())
     ours = isinstance(model, llama.Model)
     ctx = config.get("max_position_embeddings") or config.get("max_seq_len") or 4096
@@ -338,11 +414,13 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
         t0 = time.perf_counter()
-        loaded = _load_gguf(source, weights, progress) if source.kind == "gguf" else _load_hf_dir(source, weights)
+        strategy = execution.choose_strategy()  # how its steps will run here: it also widens the weights
+        loaded = (_load_gguf(source, weights, progress, strategy) if source.kind == "gguf"
+                  else _load_hf_dir(source, weights, strategy))
         t1 = time.perf_counter()
         if loaded.weights == "quantized":  # on a GPU: half-precision activations and KV (platform/dtypes.py)
             settle_quantized_activations(loaded.model)
-        execution.prepare(loaded.model)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
+        execution.prepare(loaded.model, strategy)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
         materialize(loaded.model)
         phases = loaded.extra.setdefault("load", {}).setdefault("phases", {})
