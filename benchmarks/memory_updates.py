@@ -79,7 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--embedder", default="mpnet", choices=["minilm", "mpnet"])
     ap.add_argument("--grid", action="store_true", help="score newer_gap from 0.0 to 0.3")
-    ap.add_argument("--forget", default=None, help="SLACK,APART: score these FORGET_SLACK / FORGET_APART")
+    ap.add_argument("--forget-apart", type=float, default=None, help="score this learning.FORGET_APART")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     print("command: python " + " ".join(sys.argv), flush=True)
@@ -93,10 +93,10 @@ def main() -> None:
     emb.prime([s for t in said for s in statements(t)] + [q for t in said for q in forget_queries(t)]
               + [x["question"] for d in sets.values() for k in ("updates", "unrelated_pairs", "retractions")
                  for x in d.get(k, [])])
-    if args.forget:
+    if args.forget_apart is not None:
         from mlotspark.memory.semantic import learning
 
-        learning.FORGET_SLACK, learning.FORGET_APART = (float(x) for x in args.forget.split(","))
+        learning.FORGET_APART = args.forget_apart
     gaps = [round(0.02 * i, 2) for i in range(16)] if args.grid else [None]
     results = {}
     for gap in gaps:

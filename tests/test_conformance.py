@@ -42,6 +42,12 @@ def qwen(qwen_server):
     return Matrix(qwen_server.state.engine, qwen_server)
 
 
+# The memory_writer cell runs a judge set through the model writer (minutes a model on these
+# cores): ``mlotspark bench --suite conformance`` measures it; its result ships, and
+# ``test_every_catalogue_chat_model_ships_every_cell`` checks that it does.
+SUITE_CELLS = tuple(c for c in CELLS if c != "memory_writer")
+
+
 def _check(matrix: Matrix, alias: str, cell: str) -> None:
     got = run_cell(matrix, cell)
     assert "empty" not in got.detail, got  # never an empty reply that looks like success
@@ -52,19 +58,19 @@ def _check(matrix: Matrix, alias: str, cell: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("cell", SUITE_CELLS)
 def test_smollm2_135m_cells_are_as_shipped(smollm2, cell):
     _check(smollm2, "smollm2-135m-instruct", cell)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("cell", SUITE_CELLS)
 def test_qwen2_5_coder_cells_are_as_shipped(qwen, cell):
     _check(qwen, "qwen2.5-coder-0.5b", cell)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("cell", SUITE_CELLS)
 def test_gemma3_270m_cells_are_as_shipped(gemma3, cell):
     _check(gemma3, "gemma3-270m", cell)
 

@@ -45,7 +45,7 @@ def _line(e: Any, score: float | None = None, successor_forgotten: bool = False)
     if len(said) > 1:  # told again on other days (semantic/dates.py)
         line += f"  [said on {len(said)} days, last {_when(said[-1])}]"
     if e.superseded_by is not None:
-        # A retraction keeps the values it replaced superseded: their successor is gone.
+        # A request to forget keeps the values it replaced superseded: their successor is gone.
         by = "an entry forgotten since" if successor_forgotten else f"#{e.superseded_by}"
         line += f"  [superseded by {by} on {_when(e.superseded)}]"
     return line

@@ -1,8 +1,8 @@
 """When an entry was said: every entry is dated, and a retold one keeps each day it was said.
 
-The memory section shows each entry with its day ("(today)", "(3 days ago)", "(on 2 March
-2026)"), so the model can tell which of two statements is newer; ``said_at`` is the time
-that orders entries about the same thing (the last time it was said).
+The memory section shows each entry with its day ("(today)", "(yesterday)", "(2 March
+2026)"), so the model can tell which of two statements is newer and when something was
+said; ``said_at`` is the time that orders entries about the same thing (the last time it was said).
 """
 
 from __future__ import annotations
@@ -40,23 +40,24 @@ def add_occurrence(entry: Any, when: float) -> dict[str, Any] | None:
 
 
 def ago(when: float, now: float) -> str:
-    """"today", "yesterday", "3 days ago", or "on 2 March 2026" beyond a month."""
+    """"today", "yesterday", else the date ("4 March 2026"): a date answers "when did I tell you"."""
     days = (time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
             - time.mktime(time.localtime(when)[:3] + (0, 0, 0, 0, 0, -1))) / DAY
-    n = round(days)
-    if n <= 0:
+    if round(days) <= 0:
         return "today"
-    if n == 1:
+    if round(days) == 1:
         return "yesterday"
-    if n < 31:
-        return f"{n} days ago"
     lt = time.localtime(when)
-    return f"on {lt.tm_mday} {time.strftime('%B', lt)} {lt.tm_year}"
+    return f"{lt.tm_mday} {time.strftime('%B', lt)} {lt.tm_year}"
 
 
 def describe(entry: Any, now: float | None = None) -> str:
-    """The entry's text with the day it was last said: "(3 days ago) I moved to Porto."."""
-    return f"({ago(said_at(entry), time.time() if now is None else now)}) {entry.text}"
+    """The entry's text with its day: "(4 March 2026) I moved to Porto.", or for one said on
+    several days "(said 3 times, last today) I bought another plant today."."""
+    now = time.time() if now is None else now
+    times = occurrences(entry)
+    when = ago(times[-1], now)
+    return f"({when}) {entry.text}" if len(times) == 1 else f"(said {len(times)} times, last {when}) {entry.text}"
 
 
 __all__ = ["add_occurrence", "ago", "describe", "occurrences", "said_at"]

@@ -25,7 +25,7 @@ def superseded_ids(conn: sqlite3.Connection) -> set[int]:
 
 def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
     """Every superseded entry -> the current entry at the end of its chain (None if there is
-    none: a loop, or an end a retraction deleted, ``FORGOTTEN``)."""
+    none: a loop, or an end a request to forget deleted, ``FORGOTTEN``)."""
     links, gone = {}, set()
     for a, b, there in conn.execute("SELECT e.id, e.superseded_by, n.id FROM entries e LEFT JOIN entries n "
                                     "ON n.id = e.superseded_by WHERE e.superseded_by IS NOT NULL"):
@@ -42,7 +42,7 @@ def successors(conn: sqlite3.Connection) -> dict[int, int | None]:
     return out
 
 
-#: ``superseded_by`` of an entry whose successor was forgotten by a retraction and is in no
+#: ``superseded_by`` of an entry whose successor was forgotten on request and is in no
 #: file an import reads: it stays superseded (no entry has id 0).
 FORGOTTEN = 0
 

@@ -15,7 +15,10 @@ MAX_SENTENCES = 20
 _LONGEST = 400  # a request is one sentence; the patterns stay quick on anything longer
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_SPLIT = re.compile(r"(?<=[.!?…])\s+(?=[^\W\d_a-z])|\s*\n\s*")
+# A sentence ends at . ! ? … before a capital, but not after a title or an initial ("Dr. Smit",
+# "Ursula K. Le Guin").
+_SPLIT = re.compile(r"(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bJr\.)(?<!\bSr\.)(?<!\bMrs\.)(?<!\bProf\.)"
+                    r"(?<!\b[A-Z]\.)(?<=[.!?…])\s+(?=[^\W\d_a-z])|\s*\n\s*")
 _LEAD = r"(?:(?:please|ok|okay|so|and|also|oh|ugh|actually|wait|hey|hmm|sorry|right|one more thing)[,!]?\s+)*"
 _ASK = r"(?:(?:could|can|would|will) you (?:kindly |please )?|you (?:can|may|should) |please |kindly )*"
 _KEEP = (r"(?:keep(?:ing)?(?: track of)?|remember(?:ing)?|stor(?:e|ing)|sav(?:e|ing)|record(?:ing)?"
@@ -27,12 +30,14 @@ _FORGET_VERB = (rf"forget|never mind|(?:don'?t|do not|no need to|stop|never|not)
 # Verbs that ask to forget only what is framed as said ("the bit about …", "what I told you …"):
 # "Delete my branch." is a request about something else.
 _DELETE_VERB = r"delete|erase|remove|drop|scratch|scrap|wipe|get rid of|throw out|bin|ignore|disregard"
-_SAID = (r"(?:(?:that|the|this|those)\s+)?(?:(?:bit|part|thing|stuff|note|info|details?|fact|news|plan)s?\s+)?"
+_SAID = (r"(?:(?:that|the|this|those|anything|everything)\s+)?(?:(?:bit|part|thing|stuff|note|info|details?|fact|news|plan)s?\s+)?"
          r"(?:(?:that\s+)?(?:what\s+)?i\s+(?:said|told you|mentioned|wrote|shared|typed)\s*)?")
 _CLAUSE = r"(?:^|[,;:.!?]\s+|\s[-–—]+\s+)"
 _FORGET = re.compile(rf"{_CLAUSE}{_LEAD}{_ASK}(?:{_FORGET_VERB})\b[,:]?\s*(?P<what>.*)$", re.I)
-_DELETE = re.compile(rf"{_CLAUSE}{_LEAD}{_ASK}(?:{_DELETE_VERB})\s+(?P<what>(?:that|the|this|what)\b.*"
+_DELETE = re.compile(rf"{_CLAUSE}{_LEAD}{_ASK}(?:{_DELETE_VERB})\s+(?P<what>(?:that|the|this|what|anything)\b.*"
                      r"|.*\b(?:from (?:your )?(?:memory|notes|records?)|on (?:file|record))\W*)$", re.I)
+# "Delete my passport number.": what the user owns, with the verbs that only mean erasing.
+_DELETE_MINE = re.compile(rf"{_CLAUSE}{_LEAD}{_ASK}(?:delete|erase|wipe)\s+(?P<what>my\b.*)$", re.I)
 # "… - bin it", "…, please remove it": the request comes after what it names.
 _AFTER = re.compile(rf"^(?P<what>.+?){_CLAUSE}{_LEAD}{_ASK}(?:{_DELETE_VERB}|forget|drop) (?:it|that|this)\W*$", re.I)
 _REMEMBER = re.compile(
@@ -75,7 +80,8 @@ def forget_request(sentence: str) -> str | None:
     if not isinstance(sentence, str) or len(sentence) > _LONGEST:
         return None
     text = sentence.strip().replace("’", "'")
-    found = [_what(m.group("what")) for m in (_DELETE.search(text), _FORGET.search(text), _AFTER.match(text)) if m]
+    found = [_what(m.group("what")) for m in (_DELETE.search(text), _DELETE_MINE.search(text), _FORGET.search(text),
+                                              _AFTER.match(text)) if m]
     if not found:
         return None
     # The first that names something ("Scratch that about my salary, I'd rather you didn't store it.").

@@ -1,20 +1,11 @@
-"""``SemanticStore``: the semantic tier on disk, and how it is searched.
+"""``SemanticStore``: the semantic tier on disk: it applies operations, searches, lists and keeps
+history, and reads no language (what a turn changes is a writer's: ``writer.py``).
 
-How entries are scored and chosen for a prompt: ``search.py`` (and
-``calibration.py``, per embedder); ``retrieve_for_prompt`` uses the calibration of
-the store's embedder unless given a threshold.
-
-Vectors of one embedder are never compared with another's; entries without a
-vector from the current embedder are re-embedded on open or by ``reembed()``
-(``mlotspark memory reindex``): ``reembed.py``.
-
-Writes are single ``BEGIN IMMEDIATE`` transactions (see ``database`` for the
-durability settings); ``FileLock`` serialises imports and exports between
-processes.
-
-What is here are the methods that share the store's connection, lock and vector
-cache; the schema is ``database.py``, searching ``search.py``, duplicates
-``duplicates.py``, export and import ``transfer.py``, re-embedding ``reembed.py``.
+Here are the methods that share the store's connection, lock and vector cache; the schema is
+``database.py``, scoring and the prompt's choice ``search.py`` (per embedder: ``calibration.py``),
+duplicates ``duplicates.py``, export and import ``transfer.py``, re-embedding ``reembed.py``
+(vectors of one embedder are never compared with another's). Writes are single ``BEGIN
+IMMEDIATE`` transactions; ``FileLock`` serialises imports and exports between processes.
 """
 
 from __future__ import annotations

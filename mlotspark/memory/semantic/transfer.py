@@ -79,11 +79,9 @@ def embed_import(embedder: Embedder, items: list[NewEntry], name: str) -> list:
 def restore_marks(conn: sqlite3.Connection, items: list[NewEntry], ids: list[int]) -> None:
     """The file's superseded marks, on the entries its items became (inside the import's transaction).
 
-    Importing runs the update rules as remembering does, but they depend on the embedder:
-    the file's own history wins for its entries. An entry the file marks superseded by
-    another of its entries is marked so (with the file's time); one the file has current
-    loses a mark the rules gave it from another entry of the same file. An item without
-    an id (a list of strings, a version 1 file) keeps what the rules decided.
+    An entry the file marks superseded by another of its entries is marked so (with the
+    file's time); one the file has current loses a mark it had from another entry of the
+    same file. An item without an id (a list of strings, a version 1 file) is current.
 
     Args:
         conn: the store's connection, in a write transaction.
