@@ -230,6 +230,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--memory-writer", choices=["auto", "model", "simple"], default="auto",
+                    help="who writes memory (Engine.load's memory_writer; default auto)")
     ap.add_argument("--time-limit", type=float, default=3600.0, help="stop starting histories after this many seconds")
     ap.add_argument("--session-tokens", type=int, default=None,
                     help="reply cap for the sessions' (unscored) turns (default: --max-tokens)")
@@ -256,7 +258,7 @@ def main() -> None:
             (home / "models").mkdir(parents=True, exist_ok=True)
             (home / "models" / name).symlink_to(bundles.bundle_dir(name), target_is_directory=True)
     os.environ["MLOTSPARK_HOME"] = str(home)
-    engine = Engine.load(model)
+    engine = Engine.load(model, memory_writer=args.memory_writer)
     t0 = time.perf_counter()
     rows: list[dict] = []
     finished: dict[int, list[dict]] = {}

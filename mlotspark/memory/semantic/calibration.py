@@ -73,11 +73,12 @@ class Calibration:
 
 
 HASHING = Calibration(vector_weight=0.5, lexical_raises_only=False, threshold_about_user=0.35, threshold_other=0.35)
-MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05)
+MINILM = Calibration(vector_weight=0.5, lexical_raises_only=True, threshold_about_user=0.34, threshold_other=0.55, margin=0.05,
+                     newer_gap=0.1)
 # all-mpnet-base-v2: words weigh 0.2 (as much recall@3 as 0.5, the fact injected more often); thresholds
 # with unrelated injections <= 4% on the fit half (the held-out half ran a point above).
 MPNET = Calibration(vector_weight=0.8, lexical_raises_only=True, threshold_about_user=0.37, threshold_other=0.57, margin=0.05,
-                    supersede=0.4, newer_gap=0.06)
+                    supersede=0.4, newer_gap=0.04)
 
 # A clause that opens with a wish or a task ("I need ...", "we're planning ...",
 # "can you ...", "suggest ..."): the speaker is the asker, not the topic. Only at a
