@@ -54,23 +54,21 @@ def test_an_update_a_same_kind_pair_and_a_request_to_forget_through_conversation
 def test_the_model_writers_reply_is_valid_json_naming_real_ids_on_qwens_tokenizer(qwen_engine, tmp_path):
     """Grammar-constrained on the real vocabulary: whatever Qwen writes parses and names only
     the candidates' ids (judging well is another matter: the ``memory_writer`` cell measures it)."""
-    from mlotspark.conversations.persistence import MEMORY_PRIORITY
+    from mlotspark.conversations.persistence import MEMORY_PRIORITY, model_writer
     from mlotspark.memory.semantic import HashingEmbedder, SemanticStore
     from mlotspark.memory.semantic.model_writer import REPLY_TOKENS
-    from mlotspark.conversations.persistence import model_writer
 
     with SemanticStore(tmp_path / "m.db", HashingEmbedder()) as store:
-        ids = [store.remember(t) for t in ("I live in Leeds.", "My dog is called Pepper.")]
-        for turn in ["Got the keys to our new flat in Bristol, the cat loves it.", "Forget that my dog is called Pepper."]:
+        ids = [store.remember(t) for t in ("I live in Leeds.", "My dog is called Pepper.", "I work as a nurse.")]
+        for turn in ["Got the keys to our new flat in Bristol, the cat loves it.", "I quit nursing, I teach now."]:
             candidates = store.list(current_only=True)
             reply = qwen_engine.generate(
                 prompt_messages(turn, candidates), temperature=0.0, max_tokens=REPLY_TOKENS, priority=MEMORY_PRIORITY,
                 response_format={"type": "json_schema", "json_schema": {
                     "name": "memory", "schema": operations_schema([e.id for e in candidates])}}).text
-            ops = json.loads(reply)["operations"]
-            assert ops and all(op["op"] == "add" or op["id"] in ids for op in ops), reply
+            assert set(json.loads(reply)["outdated"]) <= set(ids), reply
         out = learn_turn(store, "My sister Ilse lives in Ghent now.", writer=model_writer(qwen_engine))
-        assert out.remembered and all(store.get(i) for i in out.remembered)
+        assert [store.get(i).text for i in out.remembered] == ["My sister Ilse lives in Ghent now."]
 
 
 def test_memory_off_leaves_the_store_untouched(default_gguf, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from mlotspark.memory.semantic import (HashingEmbedder, MemoryWriter, Operation, SemanticStore, SimpleWriter,
                                        format_memory_section, learn_turn)
 from mlotspark.memory.semantic.dates import ago, describe
-from mlotspark.memory.semantic.model_writer import ModelWriter, operations_schema, parse_operations, prompt_messages
+from mlotspark.memory.semantic.model_writer import ModelWriter, operations_schema, parse_outdated, prompt_messages
 from mlotspark.memory.semantic.requests import forget_request, remember_request, sentences
 from mlotspark.memory.semantic.writer import statements
 
@@ -49,7 +49,7 @@ def test_requests_to_remember_and_sentences():
 
 def test_both_writers_follow_the_protocol():
     assert isinstance(SimpleWriter(), MemoryWriter)
-    assert isinstance(ModelWriter(lambda messages, schema: '{"operations": []}'), MemoryWriter)
+    assert isinstance(ModelWriter(lambda messages, schema: '{"outdated": []}'), MemoryWriter)
 
 
 def test_the_simple_writer_keeps_what_is_said_and_deletes_what_is_asked(store):
@@ -109,30 +109,29 @@ def test_dates_read_as_days():
 
 def test_the_model_writers_schema_names_only_candidates_and_its_reply_is_checked():
     schema = operations_schema([4, 9])
-    kinds = schema["properties"]["operations"]["items"]["anyOf"]
-    assert [k["properties"]["op"]["const"] for k in kinds] == ["add", "supersede", "delete"]
-    assert kinds[1]["properties"]["id"] == {"enum": [4, 9]}
-    assert [k["properties"]["op"]["const"] for k in operations_schema([])["properties"]["operations"]["items"]["anyOf"]] == ["add"]
-    assert parse_operations('{"operations": [{"op": "supersede", "id": 9, "text": "I live in Porto."}]}', [4, 9]) == [
-        Operation("supersede", "I live in Porto.", (9,))]
-    assert parse_operations('{"operations": [{"op": "delete", "id": 5}]}', [4, 9]) is None  # not a candidate
-    assert parse_operations('{"operations": [{"op": "add", "te', [4]) is None  # cut at the token limit
+    assert schema["properties"]["outdated"]["items"] == {"enum": [4, 9]}
+    assert parse_outdated('{"outdated": [9, 9]}', [4, 9]) == [9]
+    assert parse_outdated('{"outdated": [5]}', [4, 9]) is None  # not a candidate
+    assert parse_outdated('{"outd', [4]) is None
 
 
-def test_the_model_writer_sees_candidates_and_falls_back_when_cut(store):
+def test_the_model_writer_keeps_what_was_said_and_marks_what_the_model_names(store):
     leeds = store.remember("I live in Leeds.")
+    pepper = store.remember("My dog is called Pepper.")
     seen = {}
 
     def generate(messages, schema):
         seen["messages"], seen["schema"] = messages, schema
-        return json.dumps({"operations": [{"op": "supersede", "id": leeds, "text": "The user lives in Bristol."}]})
+        return json.dumps({"outdated": [leeds]})
 
-    out = learn_turn(store, "I live in Bristol now, I moved last month.", writer=ModelWriter(generate))
+    out = learn_turn(store, "I live in Bristol now, I moved last month. Our cat is called Miso.",
+                     writer=ModelWriter(generate))
     assert f"[{leeds}] I live in Leeds." in seen["messages"][1]["content"]
-    assert store.get(leeds).superseded_by == out.remembered[0]
-    assert store.get(out.remembered[0]).text == "The user lives in Bristol."
-    cut = learn_turn(store, "My sister Ilse lives in Ghent.", writer=ModelWriter(lambda m, s: '{"operations": [{"op'))
-    assert store.get(cut.remembered[0]).text == "My sister Ilse lives in Ghent."  # kept as said, not lost
+    texts = [store.get(i).text for i in out.remembered]
+    assert texts == ["I live in Bristol now, I moved last month.", "Our cat is called Miso."]  # kept as said
+    assert store.get(leeds).superseded_by == out.remembered[0] and store.get(pepper).current
+    cut = learn_turn(store, "My sister Ilse lives in Ghent.", writer=ModelWriter(lambda m, s: '{"outd'))
+    assert store.get(cut.remembered[0]).text == "My sister Ilse lives in Ghent."  # a bad reply loses nothing
     asked = learn_turn(store, "Please forget that I live in Bristol.",
                        writer=ModelWriter(lambda m, s: pytest.fail("a request alone needs no model call")))
     assert asked.forgotten  # the user's request, whatever the model would say

@@ -1,12 +1,15 @@
-"""``ModelWriter``: the chat model proposes a turn's memory operations in one constrained call.
+"""``ModelWriter``: the chat model judges which memories a turn makes outdated, in one constrained call.
 
-As mem0 writes memory: the model sees the turn and the current entries related to it
-(numbered by id) and answers with operations. The reply is held by a JSON schema whose
-target ids are an enum of those entries, so it always parses and never names an entry
-that is not there; a small model's judgement is another matter, which is why ``auto``
-takes this writer only for a model the conformance matrix measured beating the simple one
-(``capabilities``). The call goes through ``generate`` (the engine's, at a low priority:
-a user's reply queued meanwhile goes first).
+As mem0 writes memory, the model sees the turn and the current entries related to it
+(numbered by id); unlike mem0's, its answer only adds links: every statement of the turn is
+kept as said and explicit requests are acted on as the simple writer does (a small model that
+drops or rewrites what the user said would lose it). The model names the entries the turn
+makes no longer true, ``{"outdated": [ids]}``, held by a JSON schema whose ids are an enum of
+the candidates, so the reply always parses and never names an entry that is not there; each
+is marked superseded by the turn's statement that found it. Whether a model judges well is
+measured (the ``memory_writer`` conformance cell); ``auto`` takes this writer only where it
+beats the simple one. The call goes through ``generate`` (the engine's, at a low priority: a
+user's reply queued meanwhile goes first).
 """
 
 from __future__ import annotations
@@ -15,47 +18,27 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 from mlotspark.memory.semantic.records import Entry
-from mlotspark.memory.semantic.requests import sentences
 from mlotspark.memory.semantic.writer import Operation, SimpleWriter, statements
 
 MAX_CANDIDATES = 8  # related entries shown to the model
-MAX_OPERATIONS = 4
-MAX_TEXT = 200
-REPLY_TOKENS = 320  # room for MAX_OPERATIONS texts of MAX_TEXT characters: a reply is never cut
+REPLY_TOKENS = 64  # {"outdated": [..]} of at most MAX_CANDIDATES ids: never cut
 
 INSTRUCTIONS = (
-    "You maintain a memory of facts about the user. Given the user's new message and the memories "
-    "related to it (with their ids), list the operations to apply:\n"
-    '- {"op": "add", "text": ...}: a new fact about the user the message states, written as a short sentence;\n'
-    '- {"op": "supersede", "id": ID, "text": ...}: the message changes memory ID (the same thing now has '
-    "another value); text is the new fact;\n"
-    '- {"op": "delete", "id": ID}: the user asks to forget memory ID.\n'
-    "Two different things of the same kind (a dog and a cat, a brother and a sister) are both kept: add, "
-    "do not supersede. Answer with JSON only.\n\n"
+    "You keep a memory of facts about the user. Given the memories (with their ids) and the user's new "
+    "message, list the ids of the memories the new message makes no longer true: the same thing now has "
+    "another value (a new city, a new job, a car sold). Two different things of the same kind (a dog and a "
+    "cat, a brother and a sister) are both true: do not list them. Answer with JSON only.\n\n"
     "Example. Memories:\n[3] I live in Leeds.\n[5] My dog is called Pepper.\n"
     "New message: Got the keys to our new flat in Bristol! Our cat Miso loves it.\n"
-    'Answer: {"operations": [{"op": "supersede", "id": 3, "text": "I live in Bristol."}, '
-    '{"op": "add", "text": "My cat is called Miso."}]}'
+    'Answer: {"outdated": [3]}'
 )
 
 
 def operations_schema(ids: Sequence[int]) -> dict[str, Any]:
-    """The JSON schema of the reply: ``supersede`` and ``delete`` only name ``ids``."""
-    text = {"type": "string", "minLength": 3, "maxLength": MAX_TEXT}
-    kinds: list[dict[str, Any]] = [
-        {"type": "object", "properties": {"op": {"const": "add"}, "text": text},
-         "required": ["op", "text"], "additionalProperties": False}]
-    if ids:
-        target = {"enum": list(ids)}
-        kinds += [
-            {"type": "object", "properties": {"op": {"const": "supersede"}, "id": target, "text": text},
-             "required": ["op", "id", "text"], "additionalProperties": False},
-            {"type": "object", "properties": {"op": {"const": "delete"}, "id": target},
-             "required": ["op", "id"], "additionalProperties": False}]
-    return {"type": "object", "additionalProperties": False, "required": ["operations"],
-            # At least one: the model is asked only about a turn that states something.
-            "properties": {"operations": {"type": "array", "minItems": 1, "maxItems": MAX_OPERATIONS,
-                                          "items": {"anyOf": kinds}}}}
+    """The JSON schema of the reply: ``outdated`` names only ``ids``, each once."""
+    return {"type": "object", "additionalProperties": False, "required": ["outdated"],
+            "properties": {"outdated": {"type": "array", "maxItems": len(ids), "uniqueItems": True,
+                                        "items": {"enum": list(ids)}}}}
 
 
 def prompt_messages(turn: str, candidates: Sequence[Entry]) -> list[dict[str, str]]:
@@ -65,24 +48,20 @@ def prompt_messages(turn: str, candidates: Sequence[Entry]) -> list[dict[str, st
             {"role": "user", "content": f"Memories:\n{shown}\n\nNew message from the user:\n{turn}"}]
 
 
-def parse_operations(reply: str, ids: Sequence[int]) -> list[Operation] | None:
-    """The operations of a reply, or None when it is not what the schema allows (a reply cut
-    at the token limit)."""
+def parse_outdated(reply: str, ids: Sequence[int]) -> list[int] | None:
+    """The ids a reply names, or None when it is not what the schema allows."""
     try:
-        items = json.loads(reply)["operations"]
+        named = json.loads(reply)["outdated"]
     except (ValueError, KeyError, TypeError):
         return None
-    ops: list[Operation] = []
-    for item in items if isinstance(items, list) else []:
-        kind, target = item.get("op"), item.get("id")
-        if kind not in ("add", "supersede", "delete") or (kind != "add" and target not in ids):
-            return None
-        ops.append(Operation(kind, str(item.get("text", "")).strip(), (target,) if kind != "add" else ()))
-    return ops
+    if not isinstance(named, list) or any(i not in ids for i in named):
+        return None
+    return list(dict.fromkeys(named))
 
 
 class ModelWriter:
-    """A ``MemoryWriter`` whose operations the chat model proposes.
+    """A ``MemoryWriter`` that keeps what the simple writer keeps, and lets the chat model mark
+    the entries a turn makes outdated.
 
     Args:
         generate: ``(messages, json_schema) -> reply text``; the engine's low-priority call.
@@ -96,24 +75,26 @@ class ModelWriter:
         self._simple = SimpleWriter()
 
     def related_queries(self, turn: str) -> list[str]:
-        return [s for s in sentences(turn) if len(s.split()) >= 2]
+        return statements(turn)
 
     def operations(self, turn: str, related: Mapping[str, Sequence[Entry]]) -> list[Operation]:
-        # Explicit requests stay the user's word, whatever the model makes of them.
-        explicit = [op for op in self._simple.operations(turn, related) if op.explicit]
-        if not statements(turn):
-            return explicit
-        seen: dict[int, Entry] = {}
-        for hits in related.values():
-            for e in hits:
-                seen.setdefault(e.id, e)
-        candidates = sorted(seen.values(), key=lambda e: e.id)[:MAX_CANDIDATES]
-        ids = [e.id for e in candidates]
-        ops = parse_operations(self._generate(prompt_messages(turn, candidates), operations_schema(ids)), ids)
-        if ops is None:  # cut short: the turn is kept as said rather than lost
-            return self._simple.operations(turn, related)
-        deleted = {i for op in explicit if op.kind == "delete" for i in op.ids}
-        return explicit + [op for op in ops if not (op.kind == "delete" and op.ids[0] in deleted)]
+        ops = self._simple.operations(turn, related)
+        found = {s: [e.id for e in related.get(s, ())] for s in statements(turn)}
+        candidates: dict[int, Entry] = {}
+        for s in found:
+            for e in related.get(s, ()):
+                candidates.setdefault(e.id, e)
+        shown = sorted(candidates.values(), key=lambda e: e.id)[:MAX_CANDIDATES]
+        if not shown:  # nothing it could make outdated: no call
+            return ops
+        ids = [e.id for e in shown]
+        outdated = parse_outdated(self._generate(prompt_messages(turn, shown), operations_schema(ids)), ids) or []
+        for old in outdated:
+            # The statement that found the entry (the first whose hits hold it) supersedes it.
+            by = next((s for s, hits in found.items() if old in hits), None)
+            ops = [Operation("supersede", op.text, op.ids + (old,)) if op.kind == "add" and op.text == by and not op.explicit
+                   else op for op in ops]
+        return ops
 
 
-__all__ = ["ModelWriter", "operations_schema", "parse_operations", "prompt_messages"]
+__all__ = ["ModelWriter", "operations_schema", "parse_outdated", "prompt_messages"]
