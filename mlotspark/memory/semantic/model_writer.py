@@ -35,9 +35,9 @@ INSTRUCTIONS = (
 
 
 def operations_schema(ids: Sequence[int]) -> dict[str, Any]:
-    """The JSON schema of the reply: ``outdated`` names only ``ids``, each once."""
+    """The JSON schema of the reply: ``outdated`` names only ``ids`` (a repeat is dropped when read)."""
     return {"type": "object", "additionalProperties": False, "required": ["outdated"],
-            "properties": {"outdated": {"type": "array", "maxItems": len(ids), "uniqueItems": True,
+            "properties": {"outdated": {"type": "array", "maxItems": len(ids),
                                         "items": {"enum": list(ids)}}}}
 
 
