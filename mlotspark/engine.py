@@ -130,10 +130,8 @@ class Engine:
             split: pipeline layers per rank: ``memory`` (by free memory) or ``even``.
             rank_timeout: seconds without progress before rank 0 fails a request
                 with ``DistributedError`` (a rank died or stalled).
-            memory_writer: who decides what a turn changes in semantic memory: ``auto``
-                (default), ``model`` or ``simple`` (``PersistenceConfig.memory_writer``).
-            memory: read and write semantic memory (default True); False leaves the store
-                untouched (a conversation can switch it off alone: ``Conversation.memory``).
+            memory_writer: who writes semantic memory: ``auto`` (default), ``model``, ``simple``.
+            memory: read and write semantic memory (default True; one conversation: ``Conversation.memory``).
             **defaults: default generation options (``max_tokens``, ``temperature`` ...).
 
         Raises:
@@ -141,10 +139,7 @@ class Engine:
             OptionError: a bad option value.
         """
         GenerationOptions().merged(**defaults)  # a bad option fails before the model loads
-        if not isinstance(memory, bool):
-            raise OptionError(f"invalid memory {memory!r}: use True or False")
-        # Checked before the model loads too.
-        persistence = PersistenceConfig(memory_writer=memory_writer, memory=memory, learn=memory)
+        persistence = PersistenceConfig(memory_writer=memory_writer, memory=memory, learn=memory)  # checked now too
         scheduling = SchedulerConfig(mode=mode, max_batch=max_batch, memory_limit=memory_limit,
                                      governor=governor)
         check_cascade_argument(cascade, cascade_settings)
@@ -158,8 +153,7 @@ class Engine:
             loaded = loader.load(source, weights=weights, progress=progress)
         else:
             loaded = distributed_load(source, weights=weights, mode=distributed, split=split)
-        # The model's recommended sampling (GGUF, generation_config.json, catalogue
-        # table) replaces the global defaults; the caller's options still win.
+        # The model's recommended sampling replaces the global defaults; the caller's options still win.
         options, sources = loaded.sampling.effective(defaults)
         if distributed == "tensor":  # heads split across ranks: never the cascade
             cascade, cascade_settings = None, None
@@ -339,8 +333,7 @@ class Engine:
             **options: generation options.
         """
         opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
-        # A bad schema fails here, not on the engine thread; the compiled grammar
-        # (response_format or tools) goes on to the generation, compiled once per request.
+        # A bad schema fails here, not on the engine thread; the grammar is compiled once per request.
         constraint = constraint_for(self.tokenizer, opts)
         if prompt_ids is None:
             if prompt_or_messages is None:
@@ -479,8 +472,7 @@ class Engine:
         return self.scheduler.call(fn, *args, **kwargs)
 
     def close(self) -> None:
-        """Cancel what is queued or running and stop the engine thread (a second close
-        does nothing)."""
+        """Cancel what is queued or running and stop the engine thread (a second close does nothing)."""
         persistence, self._persistence = self._persistence, None
         if persistence is not None:  # saves the prefix cache: needs the engine thread
             persistence.close()
@@ -489,8 +481,7 @@ class Engine:
             # Across ranks, cancelled requests leave every rank first: give that the rank timeout.
             stopped = self._scheduler.close(**({} if self.ranks is None else {"timeout": self.ranks.timeout}))
         if self.ranks is not None and stopped:
-            # The stop goes out once the engine thread is done with its steps (cancelled
-            # requests leave every rank first); a thread still stuck inside MLX is left alone.
+            # The stop goes out once the engine thread is done; a thread stuck inside MLX is left alone.
             self.ranks.close()
         limits, self._metal_limits = self.__dict__.get("_metal_limits"), None
         if limits is not None and stopped:
@@ -502,8 +493,7 @@ class Engine:
         return 0 if self.ranks is None else self.ranks.rank
 
     def follow(self) -> int:
-        """On every rank but 0 of a distributed engine: run rank 0's requests until
-        rank 0 closes its engine.
+        """On every rank but 0 of a distributed engine: run rank 0's requests until rank 0 closes its engine.
 
         Returns:
             How many requests this rank ran.
@@ -533,12 +523,9 @@ class Engine:
         """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
         with self._lock:
             if self._persistence is None:
-                # Across ranks no prefix cache: a prefix hit is a cache of another conversation,
-                # which the other ranks would not find under this one's name.
-                config = self._persistence_config or PersistenceConfig()
-                if self.ranks:
-                    config = replace(config, prefix_cache_mb=0)
-                self._persistence = Persistence(self, config)
+                # Across ranks no prefix cache: the other ranks would not find a hit under this name.
+                c = self._persistence_config or PersistenceConfig()
+                self._persistence = Persistence(self, replace(c, prefix_cache_mb=0) if self.ranks else c)
             return self._persistence
 
     @property

@@ -111,6 +111,9 @@ class PersistenceConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise OptionError(f"invalid {name} {v!r}: use an integer >= 0")
+        for name in ("memory", "learn"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"invalid {name} {getattr(self, name)!r}: use True or False")
         if self.memory_writer not in MEMORY_WRITERS:
             raise OptionError(f"invalid memory_writer {self.memory_writer!r}: choose from {', '.join(MEMORY_WRITERS)}")
         if not isinstance(self.system_prompt, str):
