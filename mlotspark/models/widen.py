@@ -22,6 +22,7 @@ Float parameters are cast as ``set_dtype`` casts them (bit for bit the same valu
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable, Iterable, Optional, Sequence
 
 import mlx.core as mx
@@ -29,7 +30,9 @@ import mlx.nn as nn
 
 __all__ = ["default_workers", "group_key", "widen"]
 
-_STREAMS: list = []  # CPU streams, made once per process (each owns a worker thread)
+# CPU streams, made once per loading thread: MLX streams belong to the thread that made them
+# (a server or the chat loads models on worker threads).
+_STREAMS = threading.local()
 
 
 def default_workers() -> int:
@@ -48,9 +51,10 @@ def group_key(paths: Sequence[str]) -> str:
 
 
 def _streams(n: int) -> list:
-    while len(_STREAMS) < n:
-        _STREAMS.append(mx.new_stream(mx.cpu))
-    return _STREAMS[:n]
+    made = _STREAMS.__dict__.setdefault("streams", [])
+    while len(made) < n:
+        made.append(mx.new_stream(mx.cpu))
+    return made[:n]
 
 
 def _quantized(m: nn.Module) -> bool:
