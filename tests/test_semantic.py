@@ -87,7 +87,7 @@ def test_fact_from_one_conversation_is_top_hit_for_the_question(filled):
     chosen = filled.retrieve_for_prompt("What is my sister's name?")
     assert [h.text for h in chosen] == [SISTER]
     section = format_memory_section(chosen)
-    assert section == f"{MEMORY_HEADER}\n- (today) {SISTER}"
+    assert section == f"{MEMORY_HEADER}\n- {SISTER} (said today)"
     assert filled.stats()["last_retrieval"] == [chosen[0].id]
 
 

@@ -80,8 +80,8 @@ def test_the_newest_about_a_thing_is_shown_alone_and_dated(store):
     assert [h.entry.text for h in hits] == ["My favourite colour is purple now."]
     section = format_memory_section(hits, now=1_000_000.0 + 14 * DAY)
     said = time.strftime("%-d %B %Y", time.localtime(1_000_000.0 + 12 * DAY))
-    assert section.endswith(f"- ({said}) My favourite colour is purple now."), section
-    assert "newer entry replaces an older one" in section.splitlines()[0]
+    assert section.endswith(f"- My favourite colour is purple now. (said {said})"), section
+    assert "a newer one replaces an older one" in section.splitlines()[0]
 
 
 def test_a_question_about_one_of_two_things_keeps_it(store):
@@ -104,7 +104,7 @@ def test_dates_read_as_days():
     assert ago(now, now) == "today" and ago(now - DAY, now) == "yesterday"
     assert ago(now - 5 * DAY, now) == time.strftime("%-d %B %Y", time.localtime(now - 5 * DAY))
     entry = type("E", (), {"text": "I bake bread.", "created": now - 3 * DAY, "meta": {"said": [now - 3 * DAY, now]}})()
-    assert describe(entry, now) == "(said 2 times, last today) I bake bread."  # dated by the last time
+    assert describe(entry, now) == "I bake bread. (said 2 times, last today)"  # dated by the last time
 
 
 def test_the_model_writers_schema_names_only_candidates_and_its_reply_is_checked():

@@ -1,6 +1,6 @@
 """When an entry was said: every entry is dated, and a retold one keeps each day it was said.
 
-The memory section shows each entry with its day ("(today)", "(yesterday)", "(2 March
+The memory section shows each entry with its day ("… (said today)", "… (said 2 March
 2026)"), so the model can tell which of two statements is newer and when something was
 said; ``said_at`` is the time that orders entries about the same thing (the last time it was said).
 """
@@ -52,12 +52,13 @@ def ago(when: float, now: float) -> str:
 
 
 def describe(entry: Any, now: float | None = None) -> str:
-    """The entry's text with its day: "(4 March 2026) I moved to Porto.", or for one said on
-    several days "(said 3 times, last today) I bought another plant today."."""
+    """The entry's text with its day: "I moved to Porto. (said 4 March 2026)", or for one said on
+    several days "I bought another plant today. (said 3 times, last today)" (the day after the
+    text: the 135M default model reads a leading date as part of the fact)."""
     now = time.time() if now is None else now
     times = occurrences(entry)
     when = ago(times[-1], now)
-    return f"({when}) {entry.text}" if len(times) == 1 else f"(said {len(times)} times, last {when}) {entry.text}"
+    return f"{entry.text} (said {when})" if len(times) == 1 else f"{entry.text} (said {len(times)} times, last {when})"
 
 
 __all__ = ["add_occurrence", "ago", "describe", "occurrences", "said_at"]

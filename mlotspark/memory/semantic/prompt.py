@@ -8,7 +8,7 @@ import re
 from mlotspark.memory.semantic.dates import describe
 from mlotspark.memory.semantic.records import Hit
 
-MEMORY_HEADER = "Things you know about the user (dated; a newer entry replaces an older one):"
+MEMORY_HEADER = "Things you know about the user (a newer one replaces an older one):"
 
 _SPECIAL = re.compile(r"<\|[^|<>]{0,64}\|>")
 
@@ -26,7 +26,7 @@ def approx_tokens(text: str) -> int:
 
 
 def format_memory_section(hits: list[Hit], header: str = MEMORY_HEADER, *, now: float | None = None) -> str:
-    """The memory section for the system prompt, one dated entry per line ("- (3 days ago) …").
+    """The memory section for the system prompt, one dated entry per line ("- … (said today)").
 
     Entries are flattened to one line and stripped of chat-template markers such
     as ``<|im_start|>``, so a stored text cannot open a new turn in the prompt.
