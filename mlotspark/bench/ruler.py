@@ -474,6 +474,7 @@ def answer_in_turns(engine: Any, case: RulerCase, max_tokens: int, name: str) ->
     """
     first, question = turns(case)
     conv = engine.conversation(name)
+    conv.memory = False  # the cascade is measured, not semantic memory: the text is not learned
     try:
         conv.send(first, max_tokens=8, temperature=0.0)
         return conv.send(question, max_tokens=max_tokens, temperature=0.0)
