@@ -3,12 +3,14 @@
 An Engine owns one loaded model. Requests go to its scheduler (``scheduler.py``):
 one engine thread owns MLX, takes requests from a priority queue and decodes them
 in continuous batches under the thermal governor. Other MLX work (saving or
-restoring caches) goes through ``Engine.run_on_engine``.
+restoring caches) goes through ``engine.scheduler.call``.
 
-Which cache a request gets is ``runtime/cache_choice.py``; conversations and memory are
-``mlotspark/conversations/``. The engine's public names are declared once, as
-``runtime/engine_api.py``'s ``EngineProtocol``. One module past ~500 lines on purpose:
-it is that interface, each method a short delegate under the API's own docstring.
+The Engine is a façade: what is not a request is on a part it hands out —
+``engine.caches`` (which cache a request gets, ``runtime/cache_choice.py``),
+``engine.persistence`` (conversations, snapshots, budgets and tier stats,
+``conversations/persistence.py``), ``engine.memory`` (the semantic store),
+``engine.scheduler`` and, across ranks, ``engine.ranks``. Its public names are declared
+once, as ``runtime/engine_api.py``'s ``EngineProtocol``.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from mlotspark.distributed import load as distributed_load
 from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.generation import Generation
-from mlotspark.runtime.progress import PrefillProgress, ProgressListener
+from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.runtime.request_handle import RequestHandle
-from mlotspark.options import GenerationOptions, check_text
+from mlotspark.options import GenerationOptions, RequestOptions, check_text
 from mlotspark.memory.cascade import CascadeConfig, cascade_stats, is_cascade
 from mlotspark.runtime.scheduled import Request
 from mlotspark.runtime.scheduler import Scheduler, SchedulerConfig
@@ -41,7 +43,6 @@ from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
 from mlotspark.decoding.tool_calls import with_tool_calls
-from mlotspark.decoding.cache_policy import CacheDecision
 from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument, resolve_cascade
 
 Messages = Sequence[dict]
@@ -51,6 +52,14 @@ class Engine:
     """A loaded model ready to generate. Create it with ``Engine.load``.
 
     Its public names are ``runtime.engine_api.EngineProtocol``, what code above it calls.
+    Public members, counted (at most 15): the methods ``load``, ``submit``, ``generate``,
+    ``stream``, ``generate_batch``, ``encode``, ``new_generation``, ``conversation``,
+    ``conversations``, ``status``, ``info``, ``follow``, ``close``, and the properties that
+    start or open something, ``scheduler`` and ``memory``. Plain data is not counted: the
+    attributes set when it is made (``loaded``, ``defaults``, ``device``,
+    ``sampling_sources``, ``scheduling``) with the parts held from then (``caches``,
+    ``persistence``, ``ranks``), and the read-only properties that read a fact of them
+    (``model_name``, ``tokenizer``, ``vocab_size``, ``rank``).
     """
 
     #: option name -> where its default came from (``models.sampling_defaults``); set by ``load``.
@@ -61,18 +70,21 @@ class Engine:
 
     def __init__(self, loaded: loader.LoadedModel, defaults: GenerationOptions,
                  scheduling: SchedulerConfig | None = None,
-                 cascade: "CascadeConfig | dict | str | None" = "auto", cascade_settings: dict | None = None):
+                 cascade: "CascadeConfig | dict | str | None" = "auto", cascade_settings: dict | None = None,
+                 persistence: PersistenceConfig | None = None):
         self.loaded = loaded
         self.defaults = defaults
         self._lock = threading.RLock()  # the engine thread holds it around each step
         #: Where the model runs (``device_info()["device"]``, e.g. ``cpu``, ``gpu``).
         self.device: str = device_info()["device"]
-        self._persistence: Persistence | None = None
-        self._persistence_config: PersistenceConfig | None = None  # Engine.load's memory settings
         self.scheduling = scheduling or SchedulerConfig()
-        #: Which cache each request gets and why (``runtime/cache_choice.py``).
-        self.caches = CacheChoice(loaded, cascade, device=self.device, run=self.run_on_engine,
+        #: Which cache each request gets and why (``runtime/cache_choice.py``): ``make``,
+        #: ``cascade_for``, ``kind_for``, ``cascade`` (settable), ``decision``.
+        self.caches = CacheChoice(loaded, cascade, device=self.device, run=self._run,
                                   memory_limit=lambda: self.scheduling.memory_limit, settings=cascade_settings)
+        #: Conversations, snapshots, the prefix cache and semantic memory; each opened on first use.
+        self.persistence = Persistence(self, persistence or PersistenceConfig())
+        self._closed = False
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()  # not _lock: the engine thread holds that
         # Set by ``load(distributed=...)``: rank 0 runs requests with the other ranks.
@@ -157,39 +169,28 @@ class Engine:
         options, sources = loaded.sampling.effective(defaults)
         if distributed == "tensor":  # heads split across ranks: never the cascade
             cascade, cascade_settings = None, None
-        engine = cls(loaded, options, scheduling, cascade, cascade_settings)
+        engine = cls(loaded, options, scheduling, cascade, cascade_settings, persistence)
         # Wire the weights and the most KV they can use (not the whole working set); close() restores.
         engine._metal_limits = configure_metal_limits(
             loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))
         engine.sampling_sources = sources
-        engine._persistence_config = persistence
         if distributed is not None:
             engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
                                               identity=(loaded.fingerprint, loaded.weights, loaded.name),
                                               probes=governor.probes if governor is not None else None)
+            # No prefix cache across ranks: the other ranks would not find a hit under its name.
+            engine.persistence.config = replace(persistence, prefix_cache_mb=0)
         return engine
 
     # ------------------------------------------------------------------ public
     @property
-    def cascade(self) -> "CascadeConfig | str | None":
-        """The memory cascade setting: ``"auto"``, a ``CascadeConfig`` (always), or None (never)."""
-        return self.caches.cascade
-
-    @cascade.setter
-    def cascade(self, value: "CascadeConfig | dict | str | None") -> None:
-        self.caches.cascade = resolve_cascade(self.loaded, value)
-
-    @property
-    def cache_decision(self) -> CacheDecision | None:
-        """The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one."""
-        return self.caches.decision
-
-    @property
     def model_name(self) -> str:
+        """The loaded model's name (its alias or file)."""
         return self.loaded.name
 
     @property
     def tokenizer(self) -> Any:
+        """The loaded model's tokenizer (mlx-lm's ``TokenizerWrapper``)."""
         return self.loaded.tokenizer
 
     @property
@@ -215,10 +216,6 @@ class Engine:
                 check_text(m["content"], f"{m['role']} message")
         return encode_chat(self.tokenizer, list(messages), tools=tools)
 
-    def options(self, **overrides: Any) -> GenerationOptions:
-        """The engine's default options with ``overrides`` applied (validated)."""
-        return self.defaults.merged(**overrides)
-
     def new_generation(
         self,
         prompt_ids: list[int],
@@ -241,7 +238,7 @@ class Engine:
             )
         given = cache is not None
         if cache is None:
-            cache = self.make_cache(total, options)
+            cache = self.caches.make(total, options)
         cascaded = is_cascade(cache)
         facts = {"blas": BLAS_IN_USE, "cache": self.caches.story(cache, options, total, given)}
         return Generation(
@@ -259,103 +256,44 @@ class Engine:
             constraint=constraint,
         )
 
-    def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
-        """A fresh per-layer cache for a sequence of about ``total_tokens`` prompt tokens.
-
-        The cascade when it is forced on, or in ``auto`` when prompt + max_tokens pass
-        the model's context; else the KV cache of ``options.cache_kind`` (``runtime/cache_choice.py``).
-        """
-        return self.caches.make(total_tokens, options or self.defaults)
-
-    def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
-        """``cascade`` when ``make_cache(total_tokens, options)`` would make the memory
-        cascade, else ``kv``: what a conversation's kept cache must be to continue it.
-
-        Args:
-            total_tokens: prompt tokens of the request (cached ones included).
-            options: the request's options (its ``max_tokens`` counts); default the engine's.
-
-        Returns:
-            ``"cascade"`` or ``"kv"``.
-        """
-        return "kv" if self.cascade_for(total_tokens, options) is None else "cascade"
-
-    def cascade_for(self, total_tokens: int, options: GenerationOptions | None = None) -> CascadeConfig | None:
-        """The cascade config ``make_cache(total_tokens, options)`` would run, or None (a
-        KV cache): a kept cascade (a conversation's snapshot) continues with it."""
-        return self.caches.cascade_for(total_tokens, options or self.defaults)
-
-    def submit(
-        self,
-        prompt_or_messages: str | Messages | None = None,
-        *,
-        raw: bool = False,
-        priority: int = 0,
-        prompt_ids: list[int] | None = None,
-        cache: list | None = None,
-        cached_tokens: int = 0,
-        on_finish: Callable[[Generation], None] | None = None,
-        on_progress: ProgressListener | None = None,
-        progress: bool = False,
-        cache_key: str | None = None,
-        cached_ids: list[int] | None = None,
-        validated: GenerationOptions | None = None,
-        arrived_at: float | None = None,
-        **options: Any,
-    ) -> RequestHandle:
+    def submit(self, prompt_or_messages: str | Messages | None = None, **options: Any) -> RequestHandle:
         """Submit a request; returns a handle to iterate, wait on or cancel.
 
         Args:
-            prompt_or_messages: prompt string or messages (see ``generate``).
-            raw: no chat template.
-            priority: lower runs first when requests queue (scheduler).
-            prompt_ids: token ids instead of a prompt (those not yet in ``cache``).
-            cache: per-layer caches to continue from (conversations, prefix cache).
-            cached_tokens: how many tokens ``cache`` already holds.
-            on_finish: called with the finished Generation on the engine thread: keep it to MLX
-                work and hand disk or database writes to a thread of your own, as
-                conversations do (``conversations/writer.py``): other requests wait meanwhile.
-            on_progress: called with each ``PrefillProgress`` of the prompt, in order,
-                the last one at ``done == total`` (on the engine's thread: keep it quick).
-                ``handle.progress`` holds the latest event for callers that poll.
-            progress: also yield the ``PrefillProgress`` events when iterating the handle.
-            cache_key: the conversation ``cache`` belongs to. Across ranks every other rank
-                keeps its share of the cache under this name (and saves it as its own
-                snapshot); a single process ignores it.
-            cached_ids: the token ids ``cache`` holds (its first ``cached_tokens``). Across
-                ranks a rank that lost its share of the conversation (no snapshot, a
-                damaged one) rebuilds it from them instead of failing the request.
-            validated: options already made by ``Engine.options`` (not checked again; ``**options``
-                are merged over them).
-            arrived_at: when the request arrived (``time.perf_counter``; default now): its
-                ``stats.extra["queue_s"]`` counts from then, so a server's wait on the engine
-                thread before submitting (its prompt-cache lookup) is part of the queue.
-            **options: generation options.
+            prompt_or_messages: prompt string or messages (see ``generate``); None with ``prompt_ids``.
+            **options: the request options, by name (``options.RequestOptions``: ``raw``,
+                ``priority``, ``prompt_ids``, ``cache``, ``cached_tokens``, ``on_finish``,
+                ``on_progress``, ``progress``, ``cache_key``, ``cached_ids``, ``validated``,
+                ``arrived_at``), and generation options (``GenerationOptions``: ``max_tokens``,
+                ``temperature`` ...).
+
+        Raises:
+            OptionError: a bad option value, or neither a prompt nor ``prompt_ids``.
         """
-        opts = validated if validated is not None and not options else (validated or self.defaults).merged(**options)
+        req, generation = RequestOptions.split(options)
+        v = req.validated
+        opts = v if v is not None and not generation else (v or self.defaults).merged(**generation)
         # A bad schema fails here, not on the engine thread; the grammar is compiled once per request.
         constraint = constraint_for(self.tokenizer, opts)
+        prompt_ids = req.prompt_ids
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
-            prompt_ids = self.encode(prompt_or_messages, raw=raw, tools=opts.tools)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise OptionError(f"invalid priority {priority!r}: must be an integer (lower runs first)")
+            prompt_ids = self.encode(prompt_or_messages, raw=req.raw, tools=opts.tools)
         meta: dict = {}
         if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
-            self.ranks.check_request(opts, cache, cache_key)
-            p = self._persistence
-            save = cache_key is not None and p is not None and p.config.snapshots and not p.read_only
-            meta = {"key": cache_key, "save": save, "context": None if cached_ids is None else list(cached_ids)}
-        gen = self.new_generation(list(prompt_ids), opts, cache=cache, cached_tokens=cached_tokens,
+            self.ranks.check_request(opts, req.cache, req.cache_key)
+            p = self.persistence
+            save = req.cache_key is not None and p.config.snapshots and not p.read_only
+            meta = {"key": req.cache_key, "save": save,
+                    "context": None if req.cached_ids is None else list(req.cached_ids)}
+        gen = self.new_generation(list(prompt_ids), opts, cache=req.cache, cached_tokens=req.cached_tokens,
                                   constraint=constraint)
         scheduler = self.scheduler
-        handle = RequestHandle(gen, scheduler.wake, on_progress=on_progress, progress_events=progress)
-        if arrived_at is not None and (isinstance(arrived_at, bool) or not isinstance(arrived_at, (int, float))):
-            raise OptionError(f"invalid arrived_at {arrived_at!r}: a time.perf_counter() value")
-        scheduler.submit(Request(gen, handle, priority=priority, on_finish=on_finish,
-                                 owns_cache=cache is None, meta=meta,
-                                 submitted_at=time.perf_counter() if arrived_at is None else float(arrived_at)))
+        handle = RequestHandle(gen, scheduler.wake, on_progress=req.on_progress, progress_events=req.progress)
+        scheduler.submit(Request(gen, handle, priority=req.priority, on_finish=req.on_finish,
+                                 owns_cache=req.cache is None, meta=meta,
+                                 submitted_at=time.perf_counter() if req.arrived_at is None else float(req.arrived_at)))
         return handle
 
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
@@ -419,7 +357,9 @@ class Engine:
 
     @property
     def scheduler(self) -> Scheduler:
-        """The engine's scheduler (started on first use)."""
+        """The engine's scheduler (started on first use): ``call(fn, *args)`` runs MLX work
+        outside a request on the engine thread (saving or restoring a cache; from ``on_finish``,
+        already on that thread, at once)."""
         with self._scheduler_lock:
             if self._scheduler is None:
                 if self.ranks is not None and self.ranks.leader is None:
@@ -436,46 +376,30 @@ class Engine:
                     self.ranks.attach(self._scheduler)
             return self._scheduler
 
-    def scheduler_status(self) -> dict:
+    def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.scheduler.call(fn, *args, **kwargs)
+
+    def status(self) -> dict:
         """Governor state, batch cap, batch size, queue length and the last reasons.
 
         Returns:
             ``Scheduler.status()``: ``state``, ``cap``, ``mode``, ``batch_size``,
             ``running``, ``queued``, ``reason``, ``admission``, ``kv_bytes`` ...
-            Across ranks (rank 0): the hottest rank's state, and ``ranks``, every
-            rank's figures (see ``ranks_status``). ``memory``: the memory signal and KV
-            budget in force (``scheduler_config.memory_status``), as ``info`` says them.
+            ``memory``: the memory signal and KV budget in force
+            (``scheduler_config.memory_status``), as ``info`` says them. Across ranks
+            (rank 0): the hottest rank's state, and ``ranks``, every rank's figures, rank 0
+            first (``rank``, ``host``, ``layers``, ``weights_mb``, ``rss_mb``,
+            ``available_mb``, ``thermal``, ``thermal_reason``, ``last_step_ms``).
         """
         status = self.scheduler.status()
         status["memory"] = memory_status(self.loaded.model, self.loaded.nbytes(), self.scheduling.memory_limit)
         return self.ranks.scheduler_status(status) if self.ranks is not None else status
 
-    def ranks_status(self) -> list[dict]:
-        """Every rank's figures, rank 0 first: ``rank``, ``host``, ``layers``, ``weights_mb``,
-        ``rss_mb``, ``available_mb``, ``thermal``, ``thermal_reason``, ``last_step_ms``.
-
-        Returns:
-            One dict per rank; ``[]`` for an engine that runs in this process alone.
-        """
-        if self.ranks is None:
-            return []
-        if self.ranks.leader is not None:
-            self.scheduler  # noqa: B018 - started, so the figures are asked for on the engine thread
-        return self.ranks.ranks_status()
-
-    def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` on the engine thread (the one that owns MLX).
-
-        For MLX work outside a request, e.g. saving or restoring a cache. From
-        ``on_finish`` (already on that thread) it runs at once.
-        """
-        return self.scheduler.call(fn, *args, **kwargs)
-
     def close(self) -> None:
         """Cancel what is queued or running and stop the engine thread (a second close does nothing)."""
-        persistence, self._persistence = self._persistence, None
-        if persistence is not None:  # saves the prefix cache: needs the engine thread
-            persistence.close()
+        closed, self._closed = self._closed, True
+        if not closed:  # saves the prefix cache: needs the engine thread
+            self.persistence.close()
         stopped = True
         if self._scheduler is not None:
             # Across ranks, cancelled requests leave every rank first: give that the rank timeout.
@@ -503,8 +427,8 @@ class Engine:
         """
         if self.ranks is None:
             raise DistributedError("follow() is for the ranks of Engine.load(distributed=...)")
-        local = self.cascade if isinstance(self.cascade, CascadeConfig) else None
-        return self.ranks.follow(self._follower_generation, local)
+        cascade = self.caches.cascade
+        return self.ranks.follow(self._follower_generation, cascade if isinstance(cascade, CascadeConfig) else None)
 
     def _follower_generation(self, ids: list[int], opts: GenerationOptions, cascade: CascadeConfig | None,
                              cache: list | None, cached_tokens: int) -> Generation:
@@ -518,22 +442,6 @@ class Engine:
         return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
 
     # ------------------------------------------------- persistent memory (persistence.py)
-    @property
-    def persistence(self) -> "Persistence":
-        """Conversations, snapshots, prefix cache and semantic memory (created on first use)."""
-        with self._lock:
-            if self._persistence is None:
-                # Across ranks no prefix cache: the other ranks would not find a hit under this name.
-                c = self._persistence_config or PersistenceConfig()
-                self._persistence = Persistence(self, replace(c, prefix_cache_mb=0) if self.ranks else c)
-            return self._persistence
-
-    @property
-    def opened_persistence(self) -> "Persistence | None":
-        """The persistence layer if this engine opened it already (a conversation, the memory
-        store or ``tier_stats`` was used), else None: reading it opens nothing."""
-        return self._persistence
-
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":
         """A persistent conversation (``send``, ``stream``, ``messages``, ``system``,
         ``reset``, ``delete``), stored under ``$MLOTSPARK_HOME/conversations/<name>``.
@@ -549,31 +457,9 @@ class Engine:
 
     @property
     def memory(self) -> "SemanticStore":
-        """The semantic memory store (search, list, export_json, import_json ...)."""
+        """The semantic memory store, opened on first use: ``remember``, ``forget``, ``search``,
+        ``list``, ``embed`` (its encoder's sentence vectors), ``export_json``, ``import_json`` ..."""
         return self.persistence.memory
-
-    def embed(self, texts: Sequence[str]) -> Any:
-        """Sentence vectors of ``texts`` from the semantic memory's encoder (MiniLM when
-        pulled, else word hashing): a float32 array (N, dim), rows L2-normalised."""
-        return self.memory.embedder.embed([check_text(t, "input") for t in texts])
-
-    def remember(self, text: str, **kwargs: Any) -> int:
-        """Add ``text`` to semantic memory; returns its entry id (see ``SemanticStore.remember``)."""
-        return self.memory.remember(text, **kwargs)
-
-    def forget(self, entry_id: int) -> bool:
-        """Delete a semantic memory entry; True if it existed."""
-        return self.memory.forget(entry_id)
-
-    def tier_stats(self) -> dict:
-        """Bytes, entries, budgets, hit rates and evictions of the working, episodic
-        (snapshots, prefix cache) and semantic tiers."""
-        return self.persistence.stats()
-
-    def set_budgets(self, **budgets: Any) -> Any:
-        """Change persistence budgets/switches (``PersistenceConfig`` fields, e.g.
-        ``prefix_cache_mb=64, warm_mb=256, snapshots=False``); returns the new config."""
-        return self.persistence.set_budgets(**budgets)
 
     def info(self) -> dict:
         """Device and model facts (for ``mlotspark info`` and the TUI)."""
@@ -590,11 +476,12 @@ class Engine:
                       for k in sampling_defaults.KEYS},
         )
         if self.ranks is not None:  # rank 0's scheduler batches for every rank
+            if self.ranks.leader is not None:
+                self.scheduler  # noqa: B018 - started, so the figures are asked for on the engine thread
             info["distributed"] = {"mode": self.ranks.setup.mode, "backend": self.ranks.setup.group.backend,
-                                   "ranks": self.ranks_status()}
+                                   "ranks": self.ranks.ranks_status()}
             if self.ranks.leader is None:
                 return info
-        status = self.scheduler_status()
+        status = self.status()
         info["scheduler"] = {k: v for k, v in status.items() if k != "governor"}
         return info
-

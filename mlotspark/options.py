@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Callable
 
 from mlotspark.errors import OptionError, literal
 
@@ -276,6 +276,81 @@ class GenerationOptions:
         d = asdict(self)
         d["stop"] = list(self.stop)
         return d
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """How one request is run, beside what it generates: ``Engine.submit``'s keywords.
+
+    Declared once here: ``Engine.submit(prompt, **keywords)`` takes these by name and
+    hands every other keyword to ``GenerationOptions`` (``split``), so a new request
+    option is one field here and the code that reads it.
+
+    Args:
+        raw: no chat template on a prompt string.
+        priority: lower runs first when requests queue (default 0).
+        prompt_ids: token ids instead of a prompt (those not yet in ``cache``).
+        cache: per-layer caches to continue from (conversations, the prefix cache).
+        cached_tokens: how many tokens ``cache`` already holds.
+        on_finish: called with the finished ``Generation`` on the engine thread: keep it to
+            MLX work and hand disk or database writes to a thread of your own, as
+            conversations do (``conversations/writer.py``): other requests wait meanwhile.
+        on_progress: called with each ``PrefillProgress`` of the prompt, in order, the last
+            one at ``done == total`` (on the engine thread: keep it quick);
+            ``handle.progress`` holds the latest event for callers that poll.
+        progress: also yield the ``PrefillProgress`` events when iterating the handle.
+        cache_key: the conversation ``cache`` belongs to. Across ranks every other rank keeps
+            its share of the cache under this name (and saves it as its own snapshot); a
+            single process ignores it.
+        cached_ids: the token ids ``cache`` holds (its first ``cached_tokens``). Across ranks a
+            rank that lost its share of the conversation (no snapshot, a damaged one)
+            rebuilds it from them instead of failing the request.
+        validated: options already made by ``engine.defaults.merged`` (not checked again; the
+            generation keywords are merged over them).
+        arrived_at: when the request arrived (``time.perf_counter``; None = now): its
+            ``stats.extra["queue_s"]`` counts from then, so a server's wait on the engine
+            thread before submitting (its prompt-cache lookup) is part of the queue.
+
+    Raises:
+        OptionError: a priority that is not an integer, an ``arrived_at`` that is not a time.
+    """
+
+    raw: bool = False
+    priority: int = 0
+    prompt_ids: list[int] | None = None
+    cache: list | None = None
+    cached_tokens: int = 0
+    on_finish: Callable[[Any], None] | None = None
+    on_progress: Callable[[Any], None] | None = None
+    progress: bool = False
+    cache_key: str | None = None
+    cached_ids: list[int] | None = None
+    validated: GenerationOptions | None = None
+    arrived_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise OptionError(f"invalid priority {self.priority!r}: must be an integer (lower runs first)")
+        t = self.arrived_at
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+            raise OptionError(f"invalid arrived_at {t!r}: a time.perf_counter() value")
+
+    @classmethod
+    def split(cls, keywords: dict[str, Any]) -> tuple["RequestOptions", dict[str, Any]]:
+        """``keywords`` parted into these request options and the generation options left.
+
+        Args:
+            keywords: what ``Engine.submit`` was called with, prompt aside.
+
+        Returns:
+            (``RequestOptions``, the other keywords for ``GenerationOptions``).
+        """
+        names = REQUEST_FIELDS
+        return cls(**{k: v for k, v in keywords.items() if k in names}), {
+            k: v for k, v in keywords.items() if k not in names}
+
+
+REQUEST_FIELDS = frozenset(f.name for f in fields(RequestOptions))
 
 
 def validate_response_format(value: Any) -> dict | None:

@@ -311,7 +311,7 @@ class Conversation:
 
     def _begin(self, text: str, options: dict) -> _Turn:
         started = time.perf_counter()
-        merged = self.engine.options(**options)  # a bad option fails before the warm cache is taken
+        merged = self.engine.defaults.merged(**options)  # a bad option fails before the warm cache is taken
         self._reload()
         p = self._p
         user: dict = {"role": "user", "content": text, "time": time.time()}
@@ -328,7 +328,7 @@ class Conversation:
         prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
         # A conversation that passes the context moves from a KV cache to the cascade:
         # only caches of the kind this turn runs under can continue it.
-        cascade = self.engine.cascade_for(len(prompt_ids), merged)
+        cascade = self.engine.caches.cascade_for(len(prompt_ids), merged)
         kind = "kv" if cascade is None else "cascade"
         t0 = time.perf_counter()
         cache, cached, source, notes = p.run_exclusive(lambda: self._prepare_cache(prompt_ids, kind, cascade))
@@ -367,7 +367,7 @@ class Conversation:
             if _kind_of(warm) != kind:
                 notes["cache_switch"] = len(warm_tokens)
             elif cascade is not None and warm[0].config != cascade:
-                warm = None  # the engine's cascade changed since (``Engine.cascade``)
+                warm = None  # the engine's cascade changed since (``engine.caches.cascade``)
             else:
                 candidates.append((min(common_prefix(warm_tokens, ids), limit), "warm"))
         meta = None

@@ -1,7 +1,7 @@
 """The engine's persistent memory: conversations, snapshots, prefix cache, semantic store.
 
-``Persistence`` is what ``engine.conversation(...)``, ``engine.memory`` and
-``engine.tier_stats()`` reach; it owns the pieces and their budgets:
+``Persistence`` is ``engine.persistence``: what ``engine.conversation(...)`` and
+``engine.memory`` reach, with ``stats()`` and ``set_budgets(...)``; it owns the pieces and their budgets:
 
 | tier | here | budget | eviction |
 |---|---|---|---|
@@ -144,8 +144,14 @@ class Persistence:
 
     # -- plumbing ---------------------------------------------------------------------
     def run_exclusive(self, fn: Callable[[], T]) -> T:
-        """Run MLX work ``fn`` on the engine thread (``Engine.run_on_engine``) and return its result."""
-        return self.engine.run_on_engine(fn)
+        """Run MLX work ``fn`` on the engine thread (``engine.scheduler.call``) and return its result."""
+        return self.engine.scheduler.call(fn)
+
+    @property
+    def opened(self) -> bool:
+        """True once a conversation, the prefix cache or the memory store was opened: until
+        then ``stats`` would open them, so a scrape asks this first."""
+        return bool(self._conversations) or self._prefix is not None or self._memory is not None
 
     def model_identity(self) -> tuple[str, str]:
         """(fingerprint, weight format): what a snapshot must match."""

@@ -36,14 +36,14 @@ class CacheChoice:
             context (None or empty: ``for_model`` defaults); built and checked here.
         device: where the model runs (part of the ``auto`` probe's key).
         memory_limit: the engine's memory limit now (bytes, or None).
-        run: runs MLX work on the engine thread (``Engine.run_on_engine``).
+        run: runs MLX work on the engine thread (``engine.scheduler.call``).
     """
 
     def __init__(self, loaded: Any, cascade: "CascadeConfig | dict | str | None", *, device: str,
                  memory_limit: Callable[[], int | None], run: Callable[..., Any],
                  settings: dict | None = None):
         self.loaded = loaded
-        self.cascade = resolve_cascade(loaded, cascade)
+        self._cascade = resolve_cascade(loaded, cascade)
         #: The config ``auto`` runs past the context when settings were given, else None
         #: (``for_model`` defaults, made per request: a tiny test model has no defaults).
         self.auto_config: CascadeConfig | None = None
@@ -61,14 +61,31 @@ class CacheChoice:
         #: The last ``cache_kind="auto"`` decision, None before one.
         self.decision: CacheDecision | None = None
 
+    @property
+    def cascade(self) -> "CascadeConfig | str | None":
+        """The memory cascade setting: ``"auto"``, a ``CascadeConfig`` (always), or None (never);
+        set it as ``Engine.load``'s ``cascade`` (a dict of fields is made a config and checked)."""
+        return self._cascade
+
+    @cascade.setter
+    def cascade(self, value: "CascadeConfig | dict | str | None") -> None:
+        self._cascade = resolve_cascade(self.loaded, value)
+
     def cascade_for(self, total_tokens: int, options: GenerationOptions) -> CascadeConfig | None:
-        """The cascade config a request of ``total_tokens`` runs under, or None (a KV cache)."""
+        """The cascade config a request of ``total_tokens`` prompt tokens (cached ones included)
+        and ``options`` (its ``max_tokens`` counts) runs under, or None (a KV cache): a kept
+        cascade (a conversation's snapshot) continues with it."""
         cfg = self.cascade
         if cfg == "auto":
             cfg = None
             if total_tokens + options.max_tokens > self.loaded.context_length and self.loaded.supports_cascade:
                 cfg = self.auto_config or CascadeConfig.for_model(self.loaded.context_length)
         return cfg  # type: ignore[return-value]
+
+    def kind_for(self, total_tokens: int, options: GenerationOptions) -> str:
+        """``"cascade"`` when ``make(total_tokens, options)`` would make the memory cascade, else
+        ``"kv"``: what a conversation's kept cache must be to continue it."""
+        return "kv" if self.cascade_for(total_tokens, options) is None else "cascade"
 
     def make(self, total_tokens: int, options: GenerationOptions) -> list:
         """A fresh per-layer cache for a request of about ``total_tokens`` prompt tokens."""

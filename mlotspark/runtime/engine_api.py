@@ -7,19 +7,18 @@ state, and the test fakes of the TUI and the server implement the same Protocol
 (``tests/test_engine_api.py`` compares names and signatures).
 
 It sits in the runtime, the lowest layer whose types its signatures name
-(``RequestHandle``, ``Generation``); objects of the layers above (a conversation,
+(``RequestHandle``); objects of the layers above (a conversation,
 the persistence layer) are named by what is called on them (``ConversationProtocol``)
 or left ``Any``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 from mlotspark.options import GenerationOptions
 from mlotspark.results import GenerationResult, GenerationStats
-from mlotspark.runtime.generation import Generation
-from mlotspark.runtime.progress import PrefillProgress, ProgressListener
+from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.runtime.request_handle import RequestHandle
 
 __all__ = ["ConversationProtocol", "EngineProtocol", "Messages"]
@@ -59,15 +58,19 @@ class ConversationProtocol(Protocol):
 
 @runtime_checkable
 class EngineProtocol(Protocol):
-    """A loaded model ready to generate (``mlotspark.engine.Engine``); see its docstrings."""
+    """A loaded model ready to generate (``mlotspark.engine.Engine``); see its docstrings.
+
+    A façade: what is not a request is on a part it hands out (``caches``, ``persistence``,
+    ``memory``, ``scheduler``).
+    """
 
     #: option name -> where its default came from (the model's file, the catalogue, global)
     sampling_sources: dict[str, str]
-    defaults: GenerationOptions
+    defaults: GenerationOptions  # ``defaults.merged(**options)``: a request's options, checked
     device: str  # where the model runs: ``cpu``, ``gpu`` ...
-    cache_decision: Any  # the last ``cache_kind="auto"`` decision, or None
-
     loaded: Any  # models.loader.LoadedModel: model, tokenizer, fingerprint, weights, context
+    caches: Any  # runtime.cache_choice.CacheChoice: make, cascade_for, kind_for, cascade, decision
+    persistence: Any  # conversations.Persistence: conversations, stats, set_budgets, opened
 
     # -- the model ----------------------------------------------------------------------
     @property
@@ -81,55 +84,25 @@ class EngineProtocol(Protocol):
 
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False,
                tools: Sequence[dict] | None = None) -> list[int]: ...
-    def options(self, **overrides: Any) -> GenerationOptions: ...
     def info(self) -> dict: ...
 
-    # -- requests -----------------------------------------------------------------------
-    def submit(
-        self,
-        prompt_or_messages: str | Messages | None = None,
-        *,
-        raw: bool = False,
-        priority: int = 0,
-        prompt_ids: list[int] | None = None,
-        cache: list | None = None,
-        cached_tokens: int = 0,
-        on_finish: Callable[[Generation], None] | None = None,
-        on_progress: ProgressListener | None = None,
-        progress: bool = False,
-        cache_key: str | None = None,
-        cached_ids: list[int] | None = None,
-        validated: GenerationOptions | None = None,
-        arrived_at: float | None = None,
-        **options: Any,
-    ) -> RequestHandle: ...
+    # -- requests: ``submit``'s keywords are ``options.RequestOptions`` and ``GenerationOptions``
+    def submit(self, prompt_or_messages: str | Messages | None = None, **options: Any) -> RequestHandle: ...
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
                **options: Any) -> Iterator[str | PrefillProgress | GenerationStats]: ...
     def generate(self, prompt_or_messages: str | Messages, raw: bool = False, **options: Any) -> GenerationResult: ...
     def generate_batch(self, prompts: Sequence[str | Messages], raw: bool = False,
                        priority: int = 0, **options: Any) -> list[str]: ...
-    def embed(self, texts: Sequence[str]) -> Any: ...
 
-    # -- caches and the engine thread ----------------------------------------------------
-    def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list: ...
-    def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str: ...
-    def cascade_for(self, total_tokens: int, options: GenerationOptions | None = None) -> Any: ...
-    def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any: ...
-    def scheduler_status(self) -> dict: ...
-    def ranks_status(self) -> list[dict]: ...
+    # -- the engine thread ----------------------------------------------------------------
+    @property
+    def scheduler(self) -> Any: ...  # runtime.scheduler.Scheduler: ``call(fn, *args)`` on the engine thread
+    def status(self) -> dict: ...
     def close(self) -> None: ...
 
     # -- conversations and memory ---------------------------------------------------------
     @property
-    def persistence(self) -> Any: ...  # conversations.Persistence, opened on first use
-    @property
-    def opened_persistence(self) -> Any: ...  # the same, or None while nothing opened it
-    @property
-    def memory(self) -> Any: ...  # memory.semantic.SemanticStore
+    def memory(self) -> Any: ...  # memory.semantic.SemanticStore, opened on first use
 
     def conversation(self, name: str, *, system: str | None = None) -> ConversationProtocol: ...
     def conversations(self) -> list: ...
-    def remember(self, text: str, **kwargs: Any) -> int: ...
-    def forget(self, entry_id: int) -> bool: ...
-    def tier_stats(self) -> dict: ...
-    def set_budgets(self, **budgets: Any) -> Any: ...

@@ -184,6 +184,15 @@ class SemanticStore:
         self._superseded += 1
         return [latest]
 
+    def embed(self, texts: list[str] | tuple[str, ...]) -> np.ndarray:
+        """Sentence vectors of ``texts`` from this store's encoder (MiniLM when pulled, else word
+        hashing): a float32 array (N, dim), rows L2-normalised.
+
+        Raises:
+            OptionError: a text that is not a string or not valid Unicode.
+        """
+        return self.embedder.embed([check_text(t, "input") for t in texts])
+
     def remember(
         self,
         text: str,
