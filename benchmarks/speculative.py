@@ -60,7 +60,7 @@ def drafting_off(on: bool):
 
 
 def run_once(engine, ids, max_tokens, no_draft=False, **opts):
-    gen = engine.new_generation(list(ids), engine.options(temperature=0, max_tokens=max_tokens, **opts))
+    gen = engine.new_generation(list(ids), engine.defaults.merged(temperature=0, max_tokens=max_tokens, **opts))
     with drafting_off(no_draft):
         t0 = time.perf_counter()
         result = gen.run()

@@ -86,7 +86,7 @@ def child(args: argparse.Namespace) -> None:
     from mlotspark.engine import Engine
 
     engine = Engine.load(args.model, progress=False)
-    engine.set_budgets(prefix_cache_mb=0)
+    engine.persistence.set_budgets(prefix_cache_mb=0)
     print(json.dumps(timed_turn(engine.conversation(args.child), QUESTION)), flush=True)
     engine.close()
 
@@ -119,7 +119,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mlotspark-bench-"))
     os.environ["MLOTSPARK_HOME"] = str(home)  # conversations of this run only
     engine = Engine.load(model, progress=False)
-    engine.set_budgets(prefix_cache_mb=0)  # cold means cold: not even the system prompt cached
+    engine.persistence.set_budgets(prefix_cache_mb=0)  # cold means cold: not even the system prompt cached
     count = lambda s: len(engine.tokenizer.encode(s, add_special_tokens=False))  # noqa: E731
     convs = home / "conversations"
 
@@ -161,7 +161,7 @@ def main() -> None:
             raise RuntimeError(f"restored run failed (exit {out.returncode}): {out.stderr[-2000:]}")
         runs["restored"].append(json.loads(lines[-1]))
 
-        mlx_lm.append(engine.run_on_engine(mlx_lm_ttft, twin, engine.tokenizer, ids))
+        mlx_lm.append(engine.scheduler.call(mlx_lm_ttft, twin, engine.tokenizer, ids))
         print(f"rep {i}: " + ", ".join(f"{k} {v[-1]['ttft_s']:.3f}s" for k, v in runs.items())
               + f", mlx-lm {mlx_lm[-1]:.3f}s", file=sys.stderr)
     engine.close()

@@ -88,17 +88,17 @@ def _batched(engine) -> dict:
     s = short.result()
     out["short"] = {"tokens": s.tokens, "finish": s.stats.finish_reason, "mean_batch": s.stats.extra["mean_batch"]}
     out["json_finish"] = as_json.result().stats.finish_reason
-    out["cool_status"] = engine.scheduler_status()
+    out["cool_status"] = engine.status()
     # Rank 1 heats up: its next figures (asked for after a second) carry the reading.
     Path(os.environ["RANK_HEAT"]).write_text(json.dumps({"temperature_c": 95.0}))
     time.sleep(1.2)
-    engine.ranks_status()
+    engine.status()
     t0 = len(engine.scheduler.timeline)
     hot = [engine.submit(PROMPTS[i], max_tokens=n, temperature=0) for i, n in HOT]
     hot = [h.result() for h in hot]
     out["serialised"] = {"replies": [r.tokens for r in hot], "mean_batch": [r.stats.extra["mean_batch"] for r in hot],
                          "batches": [rec.batch for rec in list(engine.scheduler.timeline)[t0:]],
-                         "status": engine.scheduler_status()}
+                         "status": engine.status()}
     return out
 
 
@@ -192,7 +192,7 @@ TURN_TOKENS = 16
 def converse(engine, name: str, turns: list[str]) -> list[dict]:
     """Send ``turns`` to conversation ``name`` (semantic memory off: the prompt is the
     conversation alone); per turn its greedy tokens and where its cache came from."""
-    engine.set_budgets(memory=False, learn=False)
+    engine.persistence.set_budgets(memory=False, learn=False)
     conv = engine.conversation(name)
     out = []
     for text in turns:

@@ -12,6 +12,7 @@ import json
 import re
 import struct
 import tempfile
+import types
 import zlib
 
 import pytest
@@ -286,8 +287,7 @@ def test_the_header_names_the_blas_threads_mlx_lm_ran_at(monkeypatch):
     from mlotspark.platform import blas
 
     class FakeEngine:
-        def run_on_engine(self, fn, *args):
-            return fn(*args)
+        scheduler = types.SimpleNamespace(call=lambda fn, *args: fn(*args))
 
     def stream_generate(model, tokenizer, prompt, max_tokens, prompt_cache=None):
         yield from [None] * max_tokens

@@ -427,8 +427,8 @@ def test_cascade_flags_are_sized_from_the_loaded_models_context():
     loaded = LoadedModel(model=model, tokenizer=None, config={}, source=SimpleNamespace(name="tiny", path="tiny"),
                          weights="float32", fingerprint="tiny", context_length=2048, supports_cascade=True)
     engine = Engine(loaded, GenerationOptions(), cascade={"window": 128})
-    assert engine.cascade == CascadeConfig.for_model(2048, window=128)
-    assert is_cascade(engine.make_cache(10)) and not is_cascade(None) and not is_cascade([])
+    assert engine.caches.cascade == CascadeConfig.for_model(2048, window=128)
+    assert is_cascade(engine.caches.make(10, engine.defaults)) and not is_cascade(None) and not is_cascade([])
     with pytest.raises(OptionError, match="trained context of 2048"):
         Engine(loaded, GenerationOptions(), cascade={"window": 2000, "sinks": 64})
 

@@ -109,7 +109,7 @@ def test_auto_with_settings_runs_a_long_prompt_through_that_cascade_and_a_short_
     engine = Engine.load(str(tiny_gguf), progress=False, cascade="auto",
                          cascade_settings={"window": 128, "top_k": 2})
     try:
-        assert engine.cascade == "auto"
+        assert engine.caches.cascade == "auto"
         long = engine.generate(LONG, raw=True, max_tokens=2, temperature=0)
         assert long.stats.extra["cache"]["kind"] == "cascade"
         config = long.stats.extra["cascade"]["config"]
@@ -127,7 +127,7 @@ def test_auto_without_settings_keeps_the_models_defaults(tiny_gguf):
 
     engine = Engine.load(str(tiny_gguf), progress=False)
     try:
-        assert engine.cascade_for(len(LONG)) == CascadeConfig.for_model(512)
+        assert engine.caches.cascade_for(len(LONG), engine.defaults) == CascadeConfig.for_model(512)
     finally:
         engine.close()
 
@@ -218,11 +218,11 @@ def test_chat_loads_its_engine_with_the_chosen_cascade(tiny_gguf, monkeypatch, f
     try:
         short = engine.defaults.merged(max_tokens=3)
         if flags[1] == "on":
-            assert isinstance(engine.cascade, CascadeConfig) and engine.cascade.window == window
-            assert engine.cascade_for(3, short).window == window
+            assert isinstance(engine.caches.cascade, CascadeConfig) and engine.caches.cascade.window == window
+            assert engine.caches.cascade_for(3, short).window == window
         else:
-            assert engine.cascade == "auto" and engine.cascade_for(3, short) is None
-            assert engine.cascade_for(len(LONG), short).window == window
+            assert engine.caches.cascade == "auto" and engine.caches.cascade_for(3, short) is None
+            assert engine.caches.cascade_for(len(LONG), short).window == window
     finally:
         engine.close()
 

@@ -94,7 +94,7 @@ def test_next_turn_prefills_only_new_tokens_also_after_restart(engines, tiny_loa
     assert r3.stats.cached_tokens == after2
     assert r3.stats.prefilled_tokens == cold.stats.prompt_tokens - after2
     assert r3.tokens == cold.tokens
-    assert e2.tier_stats()["episodic"]["restored"] == 1
+    assert e2.persistence.stats()["episodic"]["restored"] == 1
 
 
 def test_a_reply_cut_by_a_stop_string_trims_the_cache_to_the_common_prefix(engines, tiny_loaded):
@@ -153,7 +153,7 @@ def test_unusable_snapshot_warns_and_reprefills_losing_nothing(engines, tiny_loa
 # --------------------------------------------------------------- prefix cache
 def test_shared_system_prompt_makes_a_new_conversation_a_hit_also_after_restart(engines, tiny_loaded):
     e = engines(tiny_loaded)
-    e.set_budgets(memory=False)  # keep the system message exactly the shared one
+    e.persistence.set_budgets(memory=False)  # keep the system message exactly the shared one
     first = e.conversation("one").send("Hi.", **OPTS)
     assert first.stats.extra["cache_source"] == "none"
     system_tokens = len(e.persistence.system_ids(""))
@@ -161,17 +161,17 @@ def test_shared_system_prompt_makes_a_new_conversation_a_hit_also_after_restart(
     assert r.stats.extra["cache_source"] == "prefix"
     assert r.stats.cached_tokens == system_tokens
     e2 = engines(tiny_loaded)
-    e2.set_budgets(memory=False)
+    e2.persistence.set_budgets(memory=False)
     r = e2.conversation("three").send("Hey.", **OPTS)
     assert r.stats.extra["cache_source"] == "prefix"
-    stats = e2.tier_stats()["prefix_cache"]
+    stats = e2.persistence.stats()["prefix_cache"]
     assert stats["loaded_from_disk"] == 1 and stats["hits"] == 1 and stats["hit_rate"] == 1.0
 
 
 # ------------------------------------------------------------ semantic memory
 def test_memory_retrieved_into_prompt_and_facts_learned_from_turns(engines, tiny_loaded):
     e = engines(tiny_loaded)
-    fact = e.remember("My favourite colour is green.")
+    fact = e.memory.remember("My favourite colour is green.")
     a = e.conversation("a")
     r = a.send("I live in Ghent. Do you like trains?", **OPTS)
     learned = r.stats.extra["memory"]["learned"]
@@ -222,25 +222,25 @@ def test_budgets_and_stats_per_tier(engines, tiny_loaded, _isolated_home):
     e = engines(tiny_loaded)
     for name in ("x", "y"):
         e.conversation(name).send("Some words here.", **OPTS)
-    s = e.tier_stats()
+    s = e.persistence.stats()
     assert s["working"]["conversations_warm"] == 2 and s["working"]["bytes"] > 0
     assert s["episodic"]["snapshots"] == 2 and s["episodic"]["bytes"] > 0
     assert {"entries", "bytes", "hit_rate", "evictions", "budget_bytes"} <= set(s["prefix_cache"])
     assert {"entries", "bytes", "hit_rate"} <= set(s["semantic"])
-    e.set_budgets(warm_mb=0)
+    e.persistence.set_budgets(warm_mb=0)
     e.conversation("z").send("More words.", **OPTS)
-    assert e.tier_stats()["working"]["evictions"] >= 2
+    assert e.persistence.stats()["working"]["evictions"] >= 2
     r = e.conversation("x").send("Back again.", **OPTS)
     assert r.stats.extra["cache_source"] == "snapshot"  # evicted from memory, restored from disk
-    e.set_budgets(snapshot_disk_mb=0)
+    e.persistence.set_budgets(snapshot_disk_mb=0)
     e.conversation("y").send("Last one.", **OPTS)
-    s = e.tier_stats()["episodic"]
+    s = e.persistence.stats()["episodic"]
     assert s["snapshots"] == 1 and s["evictions"] == 2
     assert len(e.conversation("x").messages) == 4  # messages are never evicted
     with pytest.raises(OptionError, match="warm_mb"):
-        e.set_budgets(warm_mb=-1)
+        e.persistence.set_budgets(warm_mb=-1)
     with pytest.raises(OptionError, match="unknown"):
-        e.set_budgets(colour="blue")
+        e.persistence.set_budgets(colour="blue")
 
 
 def test_cancel_keeps_the_text_so_far(engines, tiny_loaded):
@@ -274,7 +274,7 @@ CHILD = textwrap.dedent(
     for i in range(3):
         c.send(f"Process {who} says hello number {i}.")
         e.conversation(f"own {who}").send("Hi.")
-    e.remember(f"My name is {who}.")
+    e.memory.remember(f"My name is {who}.")
     e.close()
     print("done", flush=True)
     """
@@ -407,7 +407,7 @@ def test_a_cache_that_cannot_be_trimmed_falls_back_to_a_full_prefill(engines, ti
     from mlotspark.models.kv_cache import KVCache
 
     e = engines(tiny_loaded)
-    e.set_budgets(prefix_cache_mb=0)
+    e.persistence.set_budgets(prefix_cache_mb=0)
     c = e.conversation("rigid")
     c.send("Hello.", **OPTS)
     monkeypatch.setattr(KVCache, "is_trimmable", lambda self: False)
@@ -428,7 +428,7 @@ def test_a_conversation_passing_the_context_switches_to_the_cascade(engines, tin
 
     small = dataclasses.replace(tiny_loaded, context_length=256)
     e = engines(small)
-    e.set_budgets(prefix_cache_mb=0)
+    e.persistence.set_budgets(prefix_cache_mb=0)
     c = e.conversation("long")
     first = c.send("Hello.", **OPTS)
     text = "Tell me more about the harbour and its ships. " * 12  # ~120 tokens a turn
@@ -452,11 +452,11 @@ def test_a_turn_back_under_the_context_says_the_conversation_leaves_the_cascade(
     import dataclasses
 
     first = engines(dataclasses.replace(tiny_loaded, context_length=256))
-    first.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    first.persistence.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
     long = first.conversation("flip").send("Hello.", temperature=0.0, max_tokens=250)
     assert long.stats.extra["cache"]["kind"] == "cascade"
     wide = engines(dataclasses.replace(tiny_loaded, context_length=1024))
-    wide.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    wide.persistence.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
     back = wide.conversation("flip").send("Hi.", **OPTS)
     assert back.stats.extra["cache"]["kind"] != "cascade"
     assert "fit the model's 1024-token context: the conversation moves from the memory cascade to a KV cache" in (
@@ -470,7 +470,7 @@ def test_a_conversation_past_the_context_without_the_cascade_is_refused_in_one_l
     from mlotspark.errors import PromptTooLongError
 
     e = engines(dataclasses.replace(tiny_loaded, context_length=256))
-    e.cascade = None  # --no-cascade
+    e.caches.cascade = None  # --no-cascade
     c = e.conversation("short")
     c.send("Hello.", **OPTS)
     with pytest.raises(PromptTooLongError, match="256"):
@@ -484,8 +484,8 @@ def test_a_conversation_turn_runs_the_question_pass(engines, tiny_loaded):
     from mlotspark.memory.cascade import CascadeConfig
 
     e = engines(tiny_loaded)
-    e.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
-    e.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=32, sinks=4, block_size=8, top_k=2,
+    e.persistence.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+    e.caches.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=32, sinks=4, block_size=8, top_k=2,
                                         chunk=16, question_pass=8)
     c = e.conversation("question")
     turn = c.send("Tell me more about the harbour and its ships. " * 8, **OPTS)
@@ -503,8 +503,8 @@ def test_a_kept_cascade_continues_with_the_engines_cascade_config(engines, tiny_
 
     def engine(**fields):
         e = engines(tiny_loaded)
-        e.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
-        e.cascade = CascadeConfig.for_model(tiny_loaded.context_length,
+        e.persistence.set_budgets(prefix_cache_mb=0, memory=False, learn=False)
+        e.caches.cascade = CascadeConfig.for_model(tiny_loaded.context_length,
                                             **{**dict(window=32, sinks=4, block_size=8, top_k=2), **fields})
         return e
 

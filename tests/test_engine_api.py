@@ -53,12 +53,12 @@ def test_the_cache_kind_decision_is_the_engines_own():
 
     engine = tiny_engine()
     try:
-        assert engine.cache_decision is None
+        assert engine.caches.decision is None
         r = engine.generate("hello there", raw=True, max_tokens=3, cache_kind="auto")
-        decision = engine.cache_decision
+        decision = engine.caches.decision
         assert decision is not None and r.stats.extra["cache"] == {"kind": decision.kind,
                                                                    "why": f"auto: {decision.reason}"}
         assert engine.generate("hello", raw=True, max_tokens=2, cache_kind="float16").stats.extra["cache"]["kind"] == "float16"
-        assert engine.cache_decision is decision  # a kind asked for by name decides nothing
+        assert engine.caches.decision is decision  # a kind asked for by name decides nothing
     finally:
         engine.close()

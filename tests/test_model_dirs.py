@@ -63,7 +63,7 @@ def _edit_config(d: Path, **changes) -> None:
 def _logits_and_reply(path: Path) -> tuple[np.ndarray, list[int], str]:
     engine = Engine.load(str(path), progress=False, cascade=None)
     try:
-        logits = engine.run_on_engine(lambda: np.array(engine.loaded.model(mx.array(PROMPT))[0, -1]))
+        logits = engine.scheduler.call(lambda: np.array(engine.loaded.model(mx.array(PROMPT))[0, -1]))
         out = engine.generate("hello", raw=True, max_tokens=4, temperature=0)
         return logits, out.tokens, out.stats.finish_reason
     finally:

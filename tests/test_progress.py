@@ -58,8 +58,8 @@ def test_on_progress_callback_and_cascade_flag():
     engine = tiny_engine()
     seen: list[PrefillProgress] = []
     try:
-        engine.cascade = CascadeConfig(sinks=4, window=32, block_size=8, top_k=2)
-        cache = engine.make_cache(len(PROMPT))
+        engine.caches.cascade = CascadeConfig(sinks=4, window=32, block_size=8, top_k=2)
+        cache = engine.caches.make(len(PROMPT), engine.defaults)
         handle = engine.submit(prompt_ids=PROMPT, cache=cache, on_progress=seen.append, max_tokens=2,
                                prefill_chunk=32)
         handle.result()

@@ -76,8 +76,8 @@ def test_gpu_rule_makes_activations_and_kv_half_precision(tiny_path, gpu_rule, m
         assert kv_bytes_per_token(half.loaded.model) * 2 == kv_bytes_per_token(full.loaded.model)
         r = half.generate("hello harbour", raw=True, max_tokens=4)
         assert r.tokens
-        cache = half.make_cache(16)
-        half.run_on_engine(lambda: half.loaded.model(mx.array([half.encode("hi", raw=True)]), cache=cache))
+        cache = half.caches.make(16, half.defaults)
+        half.scheduler.call(lambda: half.loaded.model(mx.array([half.encode("hi", raw=True)]), cache=cache))
         assert cache[0].keys.dtype == mx.float16  # the KV itself is half precision
     finally:
         half.close()

@@ -99,17 +99,17 @@ def test_the_suite_answers_through_the_engine_path():
     engine = _cascade_engine()
     try:
         ids = _prompt(150, seed=11)
-        suite = answer(engine, ids, "cascade", engine.cascade, 6)
+        suite = answer(engine, ids, "cascade", engine.caches.cascade, 6)
         user = engine.submit(prompt_ids=ids, max_tokens=6).result()  # the engine's cascade (forced)
         assert suite.stats.extra["cascade"]["question_passes"] == user.stats.extra["cascade"]["question_passes"] == 1
         assert suite.tokens == user.tokens
-        streaming = answer(engine, ids, "streaming", engine.cascade, 6)
+        streaming = answer(engine, ids, "streaming", engine.caches.cascade, 6)
         assert streaming.stats.extra["cascade"]["question_passes"] == 0  # top_k 0: nothing to choose
-        assert CASCADE["window"] == engine.cascade.window
+        assert CASCADE["window"] == engine.caches.cascade.window
         with pytest.raises(OptionError, match="full attention over 150 tokens"):
-            answer(engine, ids, "full", engine.cascade, 6)  # this engine forces the cascade
+            answer(engine, ids, "full", engine.caches.cascade, 6)  # this engine forces the cascade
         with pytest.raises(OptionError, match="unknown RULER mode 'fast'"):
-            answer(engine, ids, "fast", engine.cascade, 6)
+            answer(engine, ids, "fast", engine.caches.cascade, 6)
     finally:
         engine.close()
 

@@ -46,7 +46,7 @@ def test_generate_api_conversation_and_tui_give_the_same_greedy_tokens(default_g
     engine = Engine.load(str(default_gguf))
     try:
         # Conversations start cold here: no memory section, no shared prefix from another one.
-        engine.set_budgets(memory=False, learn=False, prefix_cache_mb=0)
+        engine.persistence.set_budgets(memory=False, learn=False, prefix_cache_mb=0)
         api = engine.generate(MESSAGE, **OPTS)
         conv = engine.conversation("plain").send(MESSAGE, **OPTS)
         tui = tui_reply(engine)

@@ -143,7 +143,7 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
         holding.set()
         gate.wait()
 
-    blocker = threading.Thread(target=engine.run_on_engine, args=(hold,))
+    blocker = threading.Thread(target=engine.scheduler.call, args=(hold,))
     blocker.start()  # all rows queue up, then start together
     holding.wait()
     handles = [engine.submit(prompt_ids=p, max_tokens=16) for p in prompts]
@@ -184,14 +184,14 @@ def test_priority_queue_runs_lower_priority_numbers_first():
         holding.set()
         gate.wait()
 
-    blocker = threading.Thread(target=engine.run_on_engine, args=(hold,))
+    blocker = threading.Thread(target=engine.scheduler.call, args=(hold,))
     blocker.start()  # holds the engine thread while all three queue up
     holding.wait()
     order: list[str] = []
     for name, prio in (("late-low", 5), ("urgent", 0), ("normal", 2)):
         engine.submit(prompt_ids=[4, 5, 6], priority=prio, max_tokens=3,
                       on_finish=lambda g, n=name: order.append(n))
-    assert engine.scheduler_status()["queued"] == 3
+    assert engine.status()["queued"] == 3
     gate.set()
     blocker.join()
     engine.submit(prompt_ids=[1], priority=9, max_tokens=1).result()
@@ -264,7 +264,7 @@ def test_scheduler_config_and_memory_limit_parsing_name_the_bad_value():
 def test_status_reports_state_cap_batch_queue_and_reason():
     engine = tiny_engine()
     engine.submit(prompt_ids=[1, 2, 3], max_tokens=5).result()
-    st = engine.scheduler_status()
+    st = engine.status()
     assert {"state", "cap", "batch_size", "queued", "reason", "admission"} <= st.keys()
     assert st["state"] == "nominal" and st["cap"] == 8 and st["queued"] == 0
     assert "→ nominal" in st["reason"]

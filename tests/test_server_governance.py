@@ -38,9 +38,7 @@ class FakeEngine:
         self.spec, self.governor, self.closed = spec, governor, False
         self.loaded = SimpleNamespace(nbytes=lambda: nbytes)
         self.model_name = spec
-
-    def run_on_engine(self, fn, *a, **k):
-        return fn(*a, **k)
+        self.scheduler = SimpleNamespace(call=lambda fn, *a, **k: fn(*a, **k))
 
     def close(self) -> None:
         self.closed = True

@@ -134,7 +134,7 @@ def test_embeddings_float_and_base64_with_usage(live):
     assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]  # related sentences are closer
     f = c.embeddings.create(model=live.model, input=texts[0], encoding_format="float")
     assert np.allclose(f.data[0].embedding, vecs[0], atol=1e-6)
-    assert np.allclose(live.state.engine.embed([texts[0]])[0], vecs[0], atol=1e-6)  # the Python API, the same
+    assert np.allclose(live.state.engine.memory.embed([texts[0]])[0], vecs[0], atol=1e-6)  # the Python API, the same
     import openai
 
     for body, param in [({"model": live.model, "input": [1, 2]}, "input"),

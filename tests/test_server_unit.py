@@ -25,7 +25,8 @@ class FakeEngine:
 
     model_name = MODEL
     device = "cpu"
-    opened_persistence = None
+    defaults = GenerationOptions()
+    persistence = types.SimpleNamespace(opened=False)
 
     def __init__(self, cap: int = 1):
         self.loaded = types.SimpleNamespace(weights="float32", context_length=8192, fingerprint="f" * 16,
@@ -35,12 +36,9 @@ class FakeEngine:
         self.scheduler = types.SimpleNamespace(governor=gov)
         self.closed = threading.Event()
 
-    def scheduler_status(self) -> dict:
+    def status(self) -> dict:
         return {"state": "nominal", "cap": 1, "mode": "balanced", "batch_size": 0, "running": 0,
                 "prefilling": 0, "queued": 0, "decode_tps": 0.0, "kv_bytes": 0}
-
-    def options(self, **overrides) -> GenerationOptions:
-        return GenerationOptions().merged(**overrides)
 
     def close(self) -> None:
         self.closed.set()
@@ -165,9 +163,10 @@ def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
     model = tiny_model()
     engine = types.SimpleNamespace(loaded=types.SimpleNamespace(fingerprint="tiny", weights="float32",
                                                                context_length=512),
-                                   # Engine.cascade_for under "auto": a KV cache while prompt + max_tokens fit
-                                   cascade_for=lambda n, options: None if n + options.max_tokens <= 512 else
-                                   CascadeConfig.for_model(512))
+                                   # engine.caches.cascade_for under "auto": a KV cache while prompt + max_tokens fit
+                                   caches=types.SimpleNamespace(
+                                       cascade_for=lambda n, options: None if n + options.max_tokens <= 512 else
+                                       CascadeConfig.for_model(512)))
 
     def run(ids):
         cache = [KVCache() for _ in model.layers]

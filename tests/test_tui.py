@@ -481,11 +481,16 @@ def test_a_first_time_conversion_shows_under_the_loading_line():
 
 
 def test_figures_that_cannot_be_read_show_a_dash():
-    class Broken(FakeEngine):
-        def tier_stats(self) -> dict:
+    class Unreadable:
+        def stats(self) -> dict:
             raise StoreError("the store is unreadable")
 
-        def scheduler_status(self) -> dict:
+    class Broken(FakeEngine):
+        @property
+        def persistence(self) -> Any:
+            return Unreadable()
+
+        def status(self) -> dict:
             raise MlotsparkError("the engine thread is gone")
 
     app = ChatApp(Broken(), memory_probe=lambda: None)

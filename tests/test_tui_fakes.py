@@ -166,7 +166,7 @@ class FakeConversation:
         return self.engine.prefill
 
     def stream(self, text: str, **options: Any) -> Iterator[Any]:
-        opts = self.engine.options(**options)
+        opts = self.engine.defaults.merged(**options)
         self.engine.calls.append((self.name, text, options))
         if self.engine.fail_with is not None:
             raise self.engine.fail_with
@@ -196,6 +196,30 @@ class FakeConversation:
                                      "memory": {"used": list(self.engine.memory.entries)[:2], "learned": []}})
 
 
+class FakePersistence:
+    """``engine.persistence``: the tier figures the stats panel shows (a ``StoreError`` with ``fail_with``)."""
+
+    def __init__(self, engine: "FakeEngine") -> None:
+        self.engine = engine
+        self.opened = True
+
+    def set_budgets(self, **budgets: Any) -> Any:
+        return budgets
+
+    def conversations(self) -> list:
+        return self.engine.conversations()
+
+    def stats(self) -> dict:
+        if self.engine.fail_with is not None:
+            raise StoreError("the store is unreadable")
+        return {
+            "working": {"bytes": 11_796_480, "conversations_warm": 1},
+            "episodic": {"snapshots": 2, "bytes": 1_572_322, "hit_rate": 0.5},
+            "prefix_cache": {"entries": 1, "bytes": 552_960, "hit_rate": 0.5},
+            "semantic": {"entries": len(self.engine.memory), "hit_rate": 0.25},
+        }
+
+
 @dataclass
 class FakeEngine:
     """``EngineProtocol`` with scripted replies (no model: ``loaded`` and ``tokenizer`` are None)."""
@@ -213,14 +237,12 @@ class FakeEngine:
     sampling_sources: dict = field(default_factory=dict)
     defaults: GenerationOptions = field(default_factory=GenerationOptions)
     device: str = "cpu"
-    cache_decision: Any = None
     loaded: Any = None
+    caches: Any = None
     tokenizer: Any = None
     vocab_size: int = 0
     rank: int = 0
-    persistence: Any = None
-    opened_persistence: Any = None
-    # What scheduler_status says of memory (Engine: ``scheduler_config.memory_status``, the
+    # What status() says of memory (Engine: ``scheduler_config.memory_status``, the
     # governor's last reading); tests change them to see the panel follow.
     kv_bytes: int = 0
     memory_status: dict = field(default_factory=lambda: {
@@ -228,8 +250,13 @@ class FakeEngine:
         "kv_budget_bytes": 7_100_000_000, "admission_limit_bytes": None})
     reading: dict = field(default_factory=lambda: {"memory_pressure": 0.41, "memory_available_bytes": 14_200_000_000})
 
-    def options(self, **overrides: Any) -> GenerationOptions:
-        return self.defaults.merged(**overrides)
+    @property
+    def persistence(self) -> "FakePersistence":
+        return FakePersistence(self)
+
+    @property
+    def scheduler(self) -> Any:
+        return SimpleNamespace(call=lambda fn, *args, **kwargs: fn(*args, **kwargs))
 
     # -- requests: the scripted reply, word by word (the TUI itself talks through conversations)
     def encode(self, prompt_or_messages: Any, raw: bool = False, tools: Any = None) -> list[int]:
@@ -237,16 +264,12 @@ class FakeEngine:
             m["content"] for m in prompt_or_messages)
         return list(range(len(text.split())))
 
-    def submit(self, prompt_or_messages: Any = None, *, raw: bool = False, priority: int = 0,
-               prompt_ids: list[int] | None = None, cache: list | None = None, cached_tokens: int = 0,
-               on_finish: Any = None, on_progress: Any = None, progress: bool = False,
-               cache_key: str | None = None, cached_ids: list[int] | None = None, validated: Any = None,
-               arrived_at: float | None = None, **options: Any) -> Any:
+    def submit(self, prompt_or_messages: Any = None, **options: Any) -> Any:
         raise NotImplementedError("the TUI submits through conversations")
 
     def stream(self, prompt_or_messages: Any, raw: bool = False, *, progress: bool = False,
                **options: Any) -> Iterator[Any]:
-        words = self.reply.split(" ")[: self.options(**options).max_tokens]
+        words = self.reply.split(" ")[: self.defaults.merged(**options).max_tokens]
         yield from (w if i == 0 else " " + w for i, w in enumerate(words))
         yield GenerationStats(prompt_tokens=27, generation_tokens=len(words), finish_reason="stop")
 
@@ -256,27 +279,6 @@ class FakeEngine:
 
     def generate_batch(self, prompts: Any, raw: bool = False, priority: int = 0, **options: Any) -> list[str]:
         return [self.generate(p, raw, **options).text for p in prompts]
-
-    def embed(self, texts: Any) -> Any:
-        raise NotImplementedError("the TUI does not embed")
-
-    def make_cache(self, total_tokens: int = 0, options: GenerationOptions | None = None) -> list:
-        return []
-
-    def cache_kind_for(self, total_tokens: int, options: GenerationOptions | None = None) -> str:
-        return "kv"
-
-    def cascade_for(self, total_tokens: int, options: GenerationOptions | None = None) -> Any:
-        return None
-
-    def run_on_engine(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    def ranks_status(self) -> list[dict]:
-        return []
-
-    def set_budgets(self, **budgets: Any) -> Any:
-        return budgets
 
     # -- conversations and memory
     def conversation(self, name: str, *, system: str | None = None) -> FakeConversation:
@@ -292,26 +294,10 @@ class FakeEngine:
                 for n, r in self.store.items()]
         return sorted(rows, key=lambda r: -r.updated)
 
-    def remember(self, text: str, **kwargs: Any) -> int:
-        return self.memory.remember(text)
-
-    def forget(self, entry_id: int) -> bool:
-        return self.memory.forget(entry_id)
-
-    def scheduler_status(self) -> dict:
+    def status(self) -> dict:
         return {"state": "nominal", "mode": "balanced", "cap": 8, "batch_size": 1, "queued": 0,
                 "kv_bytes": self.kv_bytes, "decode_tps": 12.5, "reason": "calm",
                 "memory": dict(self.memory_status), "governor": {"reading": dict(self.reading)}}
-
-    def tier_stats(self) -> dict:
-        if self.fail_with is not None:
-            raise StoreError("the store is unreadable")
-        return {
-            "working": {"bytes": 11_796_480, "conversations_warm": 1},
-            "episodic": {"snapshots": 2, "bytes": 1_572_322, "hit_rate": 0.5},
-            "prefix_cache": {"entries": 1, "bytes": 552_960, "hit_rate": 0.5},
-            "semantic": {"entries": len(self.memory), "hit_rate": 0.25},
-        }
 
     def info(self) -> dict:
         return {"model": self.model_name, "weights": "float32", "weights_mb": 540.0, "context_length": 8192,

@@ -83,7 +83,7 @@ def test_reply_streams_escape_cancels_and_slash_commands(default_gguf):
             assert reply.finish_reason == "cancelled" and reply.marked and reply.text.strip()
             stored = app.engine.conversation(app.current).messages
             assert stored[-1]["role"] == "assistant" and stored[-1]["content"].startswith(reply.text[:10])
-            assert app.engine.scheduler_status()["running"] == 0  # the request is gone, not left running
+            assert app.engine.status()["running"] == 0  # the request is gone, not left running
             await pilot.press("ctrl+q")
 
     try:

@@ -244,7 +244,7 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
     async def engine_ready(self, engine: Any) -> None:
         self.engine = engine
         with self.guard("Settings"):
-            engine.options(**self.overrides)
+            engine.defaults.merged(**self.overrides)
         self.tool_fmt = None
         with self.guard("Tools"):
             self.tool_fmt = tool_support(engine)

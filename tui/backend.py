@@ -4,7 +4,7 @@ One room for it so that the widgets never touch the engine. The engine is any
 ``EngineProtocol`` (``Engine``, or the fake of the tests: tests/test_tui_fakes.py),
 called directly; a figure that cannot be read (a broken store) degrades to "—" here
 instead of failing in many places. Calls that can wait on the engine thread
-(``tier_stats``, ``scheduler_status``) are made from worker threads by the app.
+(``engine.persistence.stats``, ``engine.status``) are made from worker threads by the app.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class TurnFigures:
 
 @dataclass
 class MachineFigures:
-    """The scheduler and governor, as ``engine.scheduler_status()`` reports them."""
+    """The scheduler and governor, as ``engine.status()`` reports them."""
 
     state: str | None = None
     mode: str | None = None
@@ -121,7 +121,7 @@ def model_name(engine: "EngineProtocol") -> str:
 
 def default_options(engine: "EngineProtocol") -> dict[str, Any]:
     """The engine's default generation options as a dict."""
-    return engine.options().to_dict()
+    return engine.defaults.to_dict()
 
 
 def sampling_sources(engine: "EngineProtocol") -> dict[str, str]:
@@ -206,7 +206,7 @@ def cancel_turn(conv: "ConversationProtocol") -> bool:
 def machine(engine: "EngineProtocol") -> MachineFigures | None:
     """Scheduler/governor figures, or None if the engine cannot say."""
     try:
-        s = engine.scheduler_status()
+        s = engine.status()
     except Exception as e:  # noqa: BLE001  a status read must never take the UI down
         log.warning("scheduler status unavailable: %s", e)
         return None
@@ -236,9 +236,9 @@ def process_memory() -> int | None:
 
 
 def tiers(engine: "EngineProtocol") -> dict | None:
-    """``engine.tier_stats()``, or None if the engine cannot say."""
+    """``engine.persistence.stats()``, or None if the engine cannot say."""
     try:
-        return engine.tier_stats()
+        return engine.persistence.stats()
     except Exception as e:  # noqa: BLE001
         log.warning("tier stats unavailable: %s", e)
         return None

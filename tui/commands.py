@@ -2,7 +2,7 @@
 
 ``parse("/temp 0.2")`` gives a ``Command``; the app (``app.py``) carries it out. Values
 of sampling settings are converted here and validated by the engine
-(``engine.options(**overrides)``), so the TUI accepts exactly what the API accepts.
+(``engine.defaults.merged(**overrides)``), so the TUI accepts exactly what the API accepts.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class SlashCommands:
     async def command_setting(self, cmd: Command) -> None:
         assert cmd.option is not None
         trial = {**self.overrides, cmd.option: cmd.value}
-        self.engine.options(**trial)  # raises OptionError naming the bad value
+        self.engine.defaults.merged(**trial)  # raises OptionError naming the bad value
         self.overrides = trial
         self.refresh_settings()
         await self.say(f"{cmd.option} = {cmd.value}")
@@ -129,7 +129,7 @@ class SlashCommands:
 
     async def command_forget(self, cmd: Command) -> None:
         older = self.engine.memory.superseded_by(cmd.value)  # forgetting an update undoes it
-        if self.engine.forget(cmd.value):
+        if self.engine.memory.forget(cmd.value):
             self.tiers_stale = True
             back = [f"  #{o.id} is current again: {o.text}" for o in older]
             await self.say("\n".join([f"forgot #{cmd.value}", *back]))
@@ -241,7 +241,7 @@ class SlashCommands:
             await self.say("tools off")
             return
         spec = load_tools(arg)
-        self.engine.options(**self.overrides, **spec.options())  # raises OptionError naming the bad part
+        self.engine.defaults.merged(**self.overrides, **spec.options())  # raises OptionError naming the bad part
         self.tools = spec
         await self.say(f"tools: {', '.join(spec.names)} from {spec.source}; calls are shown, not run")
         if self.tool_fmt is None:

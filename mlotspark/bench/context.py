@@ -2,7 +2,7 @@
 
 Both engines are timed at the same points: TTFT from the request to the first
 token (runs of one token), decode speed as (tokens − 1) / (last − first token).
-mlx-lm runs on our engine's thread (``Engine.run_on_engine``), so MLX is only ever
+mlx-lm runs on our engine's thread (``engine.scheduler.call``), so MLX is only ever
 used from one thread and neither engine pays a thread switch the other does not. It
 shares MLX's OpenBLAS, so its runs get the thread count our engine last fitted to the
 free cores (as the headline's script, RESULTS.md): ``run_mlx_lm`` notes each count it
@@ -139,13 +139,13 @@ class BenchContext:
             **options: more generation options (``cache``, ``cached_tokens``, ``speculative`` ...).
         """
         engine = engine or self.engine
-        engine.run_on_engine(mx.reset_peak_memory)
+        engine.scheduler.call(mx.reset_peak_memory)
         t0 = time.perf_counter()
         result = engine.submit(prompt_ids=list(ids), max_tokens=max_tokens, temperature=0.0, **options).result()
         wall = time.perf_counter() - t0
         s = result.stats
         ttft = wall if max_tokens == 1 else s.ttft_s + float(s.extra.get("queue_s", 0.0))
-        peak = engine.run_on_engine(mx.get_peak_memory) / 1e6
+        peak = engine.scheduler.call(mx.get_peak_memory) / 1e6
         return Run(ttft, s.decode_tps, s.generation_tokens, peak, dict(s.extra))
 
     # --------------------------------------------------------------- mlx-lm
@@ -208,7 +208,7 @@ class BenchContext:
             self.mlx_lm_threads.add(fitted_threads())
             return fn(*args)
 
-        return self.engine.run_on_engine(go)
+        return self.engine.scheduler.call(go)
 
     def mlx_lm_prefilled(self, ids: list[int]) -> list:
         """An mlx-lm prompt cache holding ``ids`` (untimed setup for warm / restored cases)."""

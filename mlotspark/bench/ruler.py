@@ -448,7 +448,7 @@ def answer(engine: Any, ids: list[int], mode: str, config: Any, max_tokens: int)
         raise OptionError(f"unknown RULER mode {mode!r}: expected one of {', '.join(MODES)}")
     cache = None  # full: the engine's own choice, a KV cache within the trained context
     if mode == "full":
-        if engine.cache_kind_for(len(ids), engine.options(max_tokens=max_tokens)) != "kv":
+        if engine.caches.kind_for(len(ids), engine.defaults.merged(max_tokens=max_tokens)) != "kv":
             raise OptionError(f"full attention over {len(ids)} tokens needs an engine whose cascade is "
                               f"'auto' or off, and a prompt within the model's context")
     else:

@@ -186,7 +186,7 @@ def _tell(args: argparse.Namespace, engine: Any, stats: Any) -> None:
         source = {"float32-cache": "from the float32 cache"}.get(load.get("reader")) or (
             "from the conversion cache" if load.get("from_cache") else load.get("reader", ""))
         lines.append(f"load: {load.get('seconds_total', 0):.2f} s ({parts}; {source})")
-    status = engine.scheduler_status()
+    status = engine.status()
     lines.append(f"scheduler: {status.get('mode')} mode, batch cap {status.get('cap')} "
                  f"({status.get('state')}: {status.get('reason')})")
     print("\n".join(f"[{line}]" for line in lines), file=sys.stderr)

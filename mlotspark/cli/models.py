@@ -73,7 +73,7 @@ def run_info(args: argparse.Namespace) -> int:
     info["catalogue"] = catalogue_line()
     info["default_hint"] = default_model_hint()
     info["memory_embedder"] = _embedder_line()
-    gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.scheduler_status()
+    gov = governor_snapshot()  # an engine loaded elsewhere reports its own: Engine.status()
     if args.json:
         info["governor"] = gov
     else:

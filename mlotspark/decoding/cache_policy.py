@@ -324,7 +324,7 @@ def request_cache(
         prompt_tokens: tokens of the prompt (cached ones included).
         device: where it runs (part of the probe's key: ``device_info()["device"]``).
         budget_bytes: what one request's KV may take (``kv_budget``).
-        run: runs the decision's MLX work on the engine thread (``Engine.run_on_engine``);
+        run: runs the decision's MLX work on the engine thread (``engine.scheduler.call``);
             None calls it here.
 
     Returns:

@@ -111,7 +111,7 @@ class ServerState:
         from mlotspark.server.embeddings import token_count
 
         def work() -> tuple[Any, int]:
-            return self.engine.embed(texts), token_count(self.engine, texts)
+            return self.engine.memory.embed(texts), token_count(self.engine, texts)
 
         loop = asyncio.get_running_loop()
         try:
@@ -196,7 +196,7 @@ class ServerState:
     # -------------------------------------------------------------- figures
     def live_figures(self) -> dict[str, Any]:
         """Scheduler status, prompt-cache stats and bytes per memory tier (for /health, /metrics)."""
-        status = self.engine.scheduler_status()
+        status = self.engine.status()
         status.pop("governor", None)
         out: dict[str, Any] = {"scheduler": status}
         pc = self.prompt_cache
@@ -205,8 +205,8 @@ class ServerState:
             with contextlib.suppress(RuntimeError):  # entries changed under us: skip this scrape's figure
                 out["prompt_cache"] = stats = pc.stats()
                 tiers["episodic_prompt_cache"] = stats.get("bytes", 0)
-        persistence = self.engine.opened_persistence  # only once conversations are in use
-        if persistence is not None:
+        persistence = self.engine.persistence
+        if persistence.opened:  # only once conversations or memory are in use
             with contextlib.suppress(Exception):
                 t = persistence.stats()
                 tiers["working_conversations"] = t["working"]["bytes"]
@@ -223,7 +223,7 @@ class ServerState:
         self.begin_shutdown()
         if self.prompt_cache is not None:
             with contextlib.suppress(Exception):
-                self.engine.run_on_engine(self.prompt_cache.save)
+                self.engine.scheduler.call(self.prompt_cache.save)
         self.pool.default.prompt_cache = None  # saved just now
         for slot in self.pool.resident():
             if slot is not self.pool.default:
@@ -268,7 +268,7 @@ def create_app(state: ServerState) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if state.prompt_cache is not None:
-            state.engine.run_on_engine(state.prompt_cache.load)
+            state.engine.scheduler.call(state.prompt_cache.load)
         reaper = asyncio.create_task(_reap(state))
         try:
             yield

@@ -26,7 +26,7 @@ class Metrics:
 
     Args:
         snapshot: called at scrape time; returns the live figures (see
-            :meth:`ServerState.live_figures`): ``scheduler`` (``Engine.scheduler_status``
+            :meth:`ServerState.live_figures`): ``scheduler`` (``Engine.status``
             without the governor), ``prompt_cache`` (``PromptCache.stats``),
             ``tiers`` (bytes per memory tier).
     """

@@ -264,7 +264,7 @@ class ModelPool:
             gov.settle(slot.share, slot.weights_bytes)
         cache = self.make_cache(engine) if self.make_cache is not None else None
         if cache is not None:
-            engine.run_on_engine(cache.load)
+            engine.scheduler.call(cache.load)
         return engine, cache
 
     def _make_room(self, slot: Slot) -> None:
@@ -315,7 +315,7 @@ class ModelPool:
             self.governance.leave(slot.share)
         if cache is not None:
             try:
-                engine.run_on_engine(cache.save)
+                engine.scheduler.call(cache.save)
             except Exception:  # noqa: BLE001  a cache: losing it loses no data
                 log.warning("prompt cache of %s not saved", slot.name)
         engine.close()

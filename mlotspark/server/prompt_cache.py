@@ -13,7 +13,7 @@ stalls decoding meanwhile, so by default only at shutdown) and preloaded at star
 so a restart keeps them. It is a cache: a server that is killed loses what it
 added since its last save, never anything else.
 
-Every method touches MLX: call them on the engine thread (``Engine.run_on_engine``,
+Every method touches MLX: call them on the engine thread (``engine.scheduler.call``,
 or an ``on_finish`` callback).
 """
 
@@ -90,7 +90,7 @@ class PromptCache:
         """
         if not self.enabled or len(ids) < 2:
             return None, 0
-        cascade = self.engine.cascade_for(len(ids), options)  # the request's options: its max_tokens counts
+        cascade = self.engine.caches.cascade_for(len(ids), options)  # the request's options: its max_tokens counts
         upto = len(ids) - 1
         if cascade is not None and cascade.routing == "question":
             upto -= cascade.question_pass

@@ -155,7 +155,7 @@ class Job:
         if pc is not None and pc.enabled and opts.num_return_sequences == 1:
             # One engine call between decode steps; awaited on the loop's executor.
             loop = asyncio.get_running_loop()
-            cache, cached = await loop.run_in_executor(None, engine.run_on_engine, pc.take, ids, opts)
+            cache, cached = await loop.run_in_executor(None, engine.scheduler.call, pc.take, ids, opts)
         if self._cancel.is_set():
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
 

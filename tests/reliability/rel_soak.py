@@ -66,7 +66,7 @@ def run_soak(model: Path, home: Path, turns: int, per_conversation: int = 50) ->
     # Warm caches are kept by design up to warm_mb (default 512 MB): a small budget
     # evicts old conversations' caches, so growth past it would be a leak.
     for engine in (plain, cascade):
-        engine.set_budgets(warm_mb=WARM_MB)
+        engine.persistence.set_budgets(warm_mb=WARM_MB)
     spill = home / "spill"
     # Warm-up: the first 30% of the turns (at least two conversations, one per engine),
     # by when the warm-cache budgets are full (measured: ~300 of 1,000 turns).

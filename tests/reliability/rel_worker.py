@@ -15,7 +15,7 @@ def main(model: str, who: str, turns: int) -> None:
         try:
             name = "shared" if i % 2 == 0 else f"own-{who}"
             engine.conversation(name).send(f"{who} says {i}. My name is {who}x{i}.")
-            engine.remember(f"{who} keeps note number {i}.")
+            engine.memory.remember(f"{who} keeps note number {i}.")
             engine.memory.search("note number")
         except Exception as e:  # noqa: BLE001  the test reads these
             print(f"ERROR {type(e).__name__}: {e}", flush=True)

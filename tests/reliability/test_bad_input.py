@@ -54,7 +54,7 @@ def test_every_api_option_with_every_bad_value(engine):
             # (tests/test_option_conflicts.py), so its values are tried with beams.
             extra = {"num_beams": 2} if name == "length_penalty" else {}
             try:
-                opts = engine.options(**{name: value}, **extra)
+                opts = engine.defaults.merged(**{name: value}, **extra)
             except OptionError as e:
                 assert one_line_naming(e, value) and name in str(e), (name, value, str(e))
                 refused += 1
@@ -73,7 +73,7 @@ def test_every_api_option_with_every_bad_value(engine):
 def test_count_options_refuse_non_positive_and_non_integers(engine, name):
     for value in (0, -1, 1.5, math.nan, "", "3", True):
         with pytest.raises(OptionError) as info:
-            engine.options(**{name: value})
+            engine.defaults.merged(**{name: value})
         assert one_line_naming(info.value, value), str(info.value)
     engine.generate("hi", **{name: 1, **({} if name == "max_tokens" else {"max_tokens": 1})})
 

@@ -1,6 +1,6 @@
 """The side panel: speed, the memory tiers, retrieved memories, the machine, the settings.
 
-The figures come from ``backend`` (turn stats, ``tier_stats()``, ``scheduler_status()``);
+The figures come from ``backend`` (turn stats, ``engine.persistence.stats()``, ``engine.status()``);
 what the engine cannot report shows as "—". Rendering is pure functions of the
 figures so tests can check the text without an app.
 """

@@ -26,10 +26,10 @@ def steps(ctx: BenchContext, cases: tuple[str, ...]) -> int:
 
 
 def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
-    if not hasattr(ctx.engine, "scheduler_status"):
-        raise SuiteUnavailable("batch needs the scheduler's continuous batching (Engine.scheduler_status), "
+    if not hasattr(ctx.engine, "status"):
+        raise SuiteUnavailable("batch needs the scheduler's continuous batching (Engine.status), "
                                "which this build does not have")
-    if not ctx.engine.scheduler_status().get("batching", True):
+    if not ctx.engine.status().get("batching", True):
         raise SuiteUnavailable(f"batch: {ctx.engine.model_name} runs on mlx-lm's own model class, "
                                "which the scheduler decodes one request at a time")
 
@@ -47,7 +47,7 @@ def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:
                 handles = [engine.submit(prompt_ids=p, max_tokens=g, temperature=0.0) for p in prompts]
                 results = [h.result() for h in handles]
                 wall = time.perf_counter() - t0
-            seen.update(engine.scheduler_status())
+            seen.update(engine.status())
             tokens = sum(r.stats.generation_tokens for r in results)
             mean_batch = statistics.mean(float(r.stats.extra.get("mean_batch", 1.0)) for r in results)
             return {"aggregate": tokens / wall, "mean batch": mean_batch}

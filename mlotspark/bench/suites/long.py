@@ -8,7 +8,7 @@ as a user waits for it). Cases:
 - ``full``: full attention, the main engine; lengths beyond the model's context
   cannot run and are skipped;
 - ``cascade``: the same engine with the memory cascade always on
-  (``engine.cascade = CascadeConfig.for_model(context)``, what ``Engine.load(model,
+  (``engine.caches.cascade = CascadeConfig.for_model(context)``, what ``Engine.load(model,
   cascade=...)`` sets): no second copy of the weights, so each row's peak memory holds
   one model, as a user's process does.
 
@@ -67,13 +67,13 @@ def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def _cascade_setting(engine: Any, setting: Any) -> Iterator[None]:
-    """``engine.cascade = setting`` for the duration (None: full attention), then the old one."""
-    saved = engine.cascade
-    engine.cascade = setting
+    """``engine.caches.cascade = setting`` for the duration (None: full attention), then the old one."""
+    saved = engine.caches.cascade
+    engine.caches.cascade = setting
     try:
         yield
     finally:
-        engine.cascade = saved
+        engine.caches.cascade = saved
 
 
 def run(ctx: BenchContext, cases: tuple[str, ...]) -> list[Figure]:

@@ -92,7 +92,7 @@ class _Turns:
         self.ctx = ctx
         self.engine = ctx.engine
         self.n = 0
-        self.engine.set_budgets(memory=False, learn=False)
+        self.engine.persistence.set_budgets(memory=False, learn=False)
         self.seeded = False
 
     def new(self, kind: str) -> Any:
