@@ -333,7 +333,7 @@ def test_long_runs_the_cascade_on_the_same_engine(tmp_path, tiny_gguf, monkeypat
     config = BenchConfig(model=str(tiny_gguf), gen_tokens=4, repetitions=1, warmup=0, contexts=(64,),
                          suites=parse_suites("long"))
     report = run_bench(config, show_progress=False)
-    assert len(loads) == 1 and engines[0].cascade == "auto"
+    assert len(loads) == 1 and engines[0].caches.cascade == "auto"
     assert not report.errors, report.errors
     assert sorted(used) == [False, True]
     assert {f.case for f in report.figures} == {"full 64", "cascade 64"}

@@ -84,7 +84,7 @@ async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any]
     slot = await state.open_model(body)
     try:
         engine = (slot or state.pool.default).engine
-        parsed = parse(body, state.served if slot is None else [body["model"]], engine.options)
+        parsed = parse(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
         if parsed.model == "default" and slot is not None:
             parsed.model = slot.name  # replies name the model that answered, as OpenAI's name a dated model
         job = Job(slot, parsed)

@@ -49,7 +49,7 @@ def steps(ctx: BenchContext, cases: tuple[str, ...]) -> int:
 
 def check(ctx: BenchContext, cases: tuple[str, ...]) -> None:
     conv = [c for c in _cases(cases) if c != "cold"]
-    missing = [a for a in ("conversation", "set_budgets") if not hasattr(ctx.engine, a)]
+    missing = [a for a in ("conversation", "persistence") if not hasattr(ctx.engine, a)]
     if conv and missing:
         raise SuiteUnavailable(
             f"ttft {'/'.join(conv)} needs persistent conversations "
