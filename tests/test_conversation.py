@@ -496,7 +496,7 @@ def test_a_conversation_turn_runs_the_question_pass(engines, tiny_loaded):
 
 def test_a_kept_cascade_continues_with_the_engines_cascade_config(engines, tiny_loaded):
     """A conversation kept on the cascade, continued by an engine with another cascade
-    config (a restart with another window or top_k, or ``Engine.cascade`` changed), runs
+    config (a restart with another window or top_k, or ``engine.caches.cascade`` changed), runs
     with that config from its snapshot; it ran with the saved one before, silently. One
     whose sinks differ cannot continue: it is re-prefilled, with one warning."""
     from mlotspark.memory.cascade import CascadeConfig
@@ -517,7 +517,7 @@ def test_a_kept_cascade_continues_with_the_engines_cascade_config(engines, tiny_
     second = wider.conversation("cfg").send("And then?", **OPTS)
     assert second.stats.extra["cache_source"] == "snapshot"
     assert (config(second)["window"], config(second)["top_k"]) == (64, 3)
-    wider.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=48, sinks=4, block_size=8, top_k=2)
+    wider.caches.cascade = CascadeConfig.for_model(tiny_loaded.context_length, window=48, sinks=4, block_size=8, top_k=2)
     third = wider.conversation("cfg").send("And then?", **OPTS)  # the warm cache has the old config
     assert third.stats.extra["cache_source"] == "snapshot" and config(third)["window"] == 48
     with pytest.warns(SnapshotWarning, match="sinks"):

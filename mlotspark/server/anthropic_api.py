@@ -100,7 +100,7 @@ def parse_messages(body: Any, served: list[str], options: Any) -> ParsedRequest:
     Args:
         body: the decoded JSON body.
         served: model ids this server answers to.
-        options: ``Engine.options`` (validates the generation options once).
+        options: ``engine.defaults.merged`` (validates the generation options once).
 
     Raises:
         APIError: the first bad field (400), or an unknown model (404).

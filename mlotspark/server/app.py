@@ -103,7 +103,7 @@ class ServerState:
         return None if slot is None else await self.pool.acquire(slot)
 
     async def embed(self, texts: list[str]) -> tuple[Any, int]:
-        """Vectors of ``texts`` (``Engine.embed``) and the tokens the encoder read.
+        """Vectors of ``texts`` (``engine.memory.embed``) and the tokens the encoder read.
 
         The encoder is blocking work (on the engine thread for MiniLM): it is awaited
         on the loop's executor, so other requests keep streaming meanwhile.

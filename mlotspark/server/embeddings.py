@@ -1,6 +1,6 @@
 """``POST /v1/embeddings`` (OpenAI's shape), with the semantic memory's encoder.
 
-The vectors are what ``Engine.embed`` returns: the memory's sentence encoder (MiniLM
+The vectors are what ``engine.memory.embed`` returns: the memory's sentence encoder (MiniLM
 when pulled, else the word-hashing fallback), not the chat model's hidden states (why:
 ``models/embedders.py``). ``encoding_format`` ``base64`` sends each vector as
 little-endian float32 bytes, as OpenAI does (and the ``openai`` client asks by default).

@@ -122,7 +122,7 @@ def parse_chat(body: Any, served: list[str], options: Any) -> ParsedRequest:
     Args:
         body: the decoded JSON body.
         served: model ids this server answers to.
-        options: ``Engine.options`` (validates the generation options once).
+        options: ``engine.defaults.merged`` (validates the generation options once).
     """
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")

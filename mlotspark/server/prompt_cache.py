@@ -74,7 +74,7 @@ class PromptCache:
         """[engine thread] A cache holding the longest cached prefix of ``ids``.
 
         At least the last prompt token is left to run (its logits start the reply).
-        Only an entry of the cache this request runs under is used (``Engine.cascade_for``):
+        Only an entry of the cache this request runs under is used (``engine.caches.cascade_for``):
         a KV entry for a request that fits the context, a cascade entry, continued with
         the engine's own cascade config, for one that runs the cascade. So a restarted
         server's ``--cascade`` and ``--window`` hold for entries an earlier one saved.

@@ -273,7 +273,7 @@ def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions])
 
     Args:
         req: a parsed request.
-        options: the engine's ``Engine.options`` (defaults merged with the overrides).
+        options: the engine's ``engine.defaults.merged`` (defaults merged with the overrides).
 
     Raises:
         APIError: 400 naming the request field the engine's ``OptionError.options`` names.
@@ -293,7 +293,7 @@ def parse_chat(body: Any, served: list[str], options: Callable[..., GenerationOp
     Args:
         body: the decoded JSON body.
         served: model ids this server answers to.
-        options: validates the generation options (``Engine.options``; default
+        options: validates the generation options (``engine.defaults.merged``; default
             ``GenerationOptions().merged``).
 
     Raises:
