@@ -43,7 +43,7 @@ from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
 from mlotspark.decoding.tool_calls import with_tool_calls
-from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument, resolve_cascade
+from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument
 
 Messages = Sequence[dict]
 
@@ -261,11 +261,9 @@ class Engine:
 
         Args:
             prompt_or_messages: prompt string or messages (see ``generate``); None with ``prompt_ids``.
-            **options: the request options, by name (``options.RequestOptions``: ``raw``,
-                ``priority``, ``prompt_ids``, ``cache``, ``cached_tokens``, ``on_finish``,
-                ``on_progress``, ``progress``, ``cache_key``, ``cached_ids``, ``validated``,
-                ``arrived_at``), and generation options (``GenerationOptions``: ``max_tokens``,
-                ``temperature`` ...).
+            **options: request options by name (``options.RequestOptions``, declared there
+                alone: ``raw``, ``priority``, ``prompt_ids``, ``on_finish`` ...), and the
+                generation options (``GenerationOptions``: ``max_tokens``, ``temperature`` ...).
 
         Raises:
             OptionError: a bad option value, or neither a prompt nor ``prompt_ids``.
