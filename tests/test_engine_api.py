@@ -62,3 +62,34 @@ def test_the_cache_kind_decision_is_the_engines_own():
         assert engine.caches.decision is decision  # a kind asked for by name decides nothing
     finally:
         engine.close()
+
+
+def test_submit_takes_request_options_and_generation_options_by_name():
+    from mlotspark import OptionError, RequestOptions
+    from test_scheduler import tiny_engine
+
+    request, generation = RequestOptions.split({"priority": 2, "raw": True, "max_tokens": 3, "temperature": 0})
+    assert (request.priority, request.raw, generation) == (2, True, {"max_tokens": 3, "temperature": 0})
+    engine = tiny_engine()
+    try:
+        seen = []
+        handle = engine.submit("hello", raw=True, priority=1, on_finish=seen.append, max_tokens=3)
+        assert len(handle.result().tokens) == 3 and handle.generation.options.max_tokens == 3
+        assert seen == [handle.generation]
+        with pytest.raises(OptionError, match="priority"):
+            engine.submit("hello", raw=True, priority=True)
+        with pytest.raises(OptionError, match="colour"):
+            engine.submit("hello", raw=True, colour="blue")
+    finally:
+        engine.close()
+
+
+def test_the_engine_keeps_to_fifteen_public_members():
+    """Methods and the properties that start or open something count (the class docstring's rule)."""
+    import inspect
+
+    data = {"model_name", "tokenizer", "vocab_size", "rank"}  # read-only facts of what it loaded
+    counted = {n for n, v in vars(mlotspark.Engine).items() if not n.startswith("_") and n not in data
+               and (inspect.isfunction(v) or isinstance(v, (property, classmethod)))}
+    assert len(counted) <= 15, sorted(counted)
+    assert all(f"``{n}``" in mlotspark.Engine.__doc__ for n in counted)  # each one named by the docstring
