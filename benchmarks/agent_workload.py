@@ -26,7 +26,7 @@ conversation one after the other, their order alternating, so drift in load hits
 Targets (issue #29): our warm TTFT <= 5% of our cold TTFT; our aggregate tok/s >= 1.2x
 mlx_lm.server's. Each server runs in its own best configuration: ours in performance mode
 with its prompt cache; mlx_lm.server with its defaults (its prompt cache included) and its
-own BLAS threads (never ``OPENBLAS_NUM_THREADS=1``); see ``serve_vs_mlx_lm.start_servers``.
+own BLAS threads (never ``OPENBLAS_NUM_THREADS=1``); see ``mlotspark.bench.serve.start_servers``.
 
 Tools go to models whose chat template takes them (Qwen2.5-Coder); SmolLM2-135M runs the
 same workload without tools (its template has none).
@@ -56,7 +56,7 @@ from pathlib import Path
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_vs_mlx_lm import chat, start_servers, stop, write_mlx_lm_dir  # noqa: E402
+from mlotspark.bench.serve import chat, start_servers, stop, write_mlx_lm_dir  # noqa: E402
 
 from mlotspark.bench.ruler import haystack_sentences  # noqa: E402
 

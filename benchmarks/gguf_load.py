@@ -66,7 +66,7 @@ def compare(model: str, repetitions: int) -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from serve_vs_mlx_lm import write_mlx_lm_dir
+    from mlotspark.bench.serve import write_mlx_lm_dir
 
     _run(model, _ENGINE)  # the conversion cache, if this machine has none yet
     with tempfile.TemporaryDirectory() as tmp:
