@@ -106,7 +106,7 @@ def write_mlx_lm_dir(model: str | None, out: Path) -> Path:
     mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(twin.parameters())))
     config = {k: v for k, v in loaded.config.items() if k not in ("quantization", "quantization_config")}
     (out / "config.json").write_text(json.dumps(config))
-    loaded.tokenizer._tokenizer.save_pretrained(str(out))
+    loaded.tokenizer.save_pretrained(str(out))  # TokenizerWrapper hands it to the Hugging Face tokenizer
     return out
 
 
