@@ -1,4 +1,6 @@
-"""Tool calls under ``auto`` on public data nobody here wrote: BFCL v4 ``simple_python`` and
+"""BFCL v4 tool-call evaluation (no suite: needs the `bfcl-eval` wheel's data), our server vs mlx_lm.server.
+
+Tool calls under ``auto`` on public data nobody here wrote: BFCL v4 ``simple_python`` and
 ``irrelevance`` (the first ``--n`` of each by id), ``mlotspark serve`` beside
 ``mlx_lm.server`` on the same weights, scored with BFCL's own AST checker.
 

@@ -1,4 +1,6 @@
-"""First load (GGUF conversion) vs second load (from the conversion cache), per model;
+"""Model load times in fresh processes (no suite: a suite runs inside one loaded engine).
+
+First load (GGUF conversion) vs second load (from the conversion cache), per model;
 with ``--compare mlx-lm``, a later load through ``Engine.load`` beside ``mlx_lm.load`` of the
 same weights (an mlx-lm directory written once, float32 as ours run on the CPU).
 

@@ -1,4 +1,4 @@
-"""Knowledge updates, same-kind pairs and retractions in semantic memory, at the store (no chat model).
+"""Knowledge updates, same-kind pairs and retractions at the memory store (no suite: no chat model; `--suite memory` runs one).
 
 Data: the five older sets ``benchmarks/data/memory_updates.json`` and
 ``memory_updates_round{2..5}.json`` (updates: old, new, question; same-kind pairs: a, b
