@@ -34,6 +34,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--batch-sizes", args.batch_sizes]
     if args.seed:
         parts += ["--seed", str(args.seed)]
+    if args.suite.strip() == "memory" and args.memory_set:
+        parts += ["--memory-set", args.memory_set]
+        if args.memory_writer != "auto":
+            parts += ["--memory-writer", args.memory_writer]
     if args.suite.strip() == "serve":
         parts += ["--clients", args.clients, "--requests", str(args.requests), "--histories", str(args.histories),
                   "--max-batch", str(args.max_batch)]
@@ -131,15 +135,15 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from mlotspark.bench.config import parse_int_list
     from mlotspark.bench.serve import ServeConfig, render_markdown, run_serve as serve
+    from mlotspark.models.aliases import default_model
     from mlotspark.storage import atomic_write
 
     if args.format == "csv":
         raise OptionError("invalid --format csv for --suite serve: choose table or json")
-    from mlotspark.models.aliases import default_model
-
     clients = parse_int_list(args.clients, "client count") if args.clients.strip() else ()
-    config = ServeConfig(model=args.model or default_model(), clients=clients, requests=args.requests, tokens=args.gen_tokens,
-                         histories=args.histories, repetitions=args.repetitions, max_batch=args.max_batch)
+    config = ServeConfig(model=args.model or default_model(), clients=clients, requests=args.requests,
+                         tokens=args.gen_tokens, histories=args.histories, repetitions=args.repetitions,
+                         max_batch=args.max_batch)
     output = _check_output(args.output, "--output") if args.output else None
     with _terminate_as_exit():
         figures = serve(config, log=lambda line: print(line, file=sys.stderr, flush=True))
