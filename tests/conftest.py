@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-import mlotspark  # noqa: F401  (resolves OpenBLAS before any test imports mlx)
+# Each xdist worker gets its share of the cores for BLAS, set before OpenBLAS loads (MLX's
+# and NumPy's read it once). Two workers each running two spinning OpenBLAS threads on two
+# cores made single tests 3-10x slower than alone (a 1.6 s load took 22 s). It is the count
+# ``platform.blas.fit_threads`` gives the engine when another process holds a core, only
+# in force from the start, also for loads and the mlx-lm reference runs that no scheduler
+# governs; test_blas_threads.py unsets it to test the fitting itself.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
+import mlotspark  # noqa: E402,F401  (resolves OpenBLAS before any test imports mlx)
 
 from model_cache import catalogue_path  # noqa: E402  (a module of its own: see there)
 

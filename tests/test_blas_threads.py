@@ -107,12 +107,13 @@ def test_governor_decides_threads_and_says_why(monkeypatch):
 def fresh_blas(monkeypatch):
     monkeypatch.setattr(blas, "_FITTED", None)
     monkeypatch.setattr(blas, "_PINNED", False)
+    before = int(os.environ.get("OPENBLAS_NUM_THREADS") or os.cpu_count() or 1)  # conftest pins it per worker
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     yield
-    blas.set_numpy_blas_threads(os.cpu_count() or 1)
+    blas.set_numpy_blas_threads(before)
     fn = getattr(blas._LIB, "openblas_set_num_threads", None) if blas._LIB is not None else None
     if fn is not None:
-        fn(os.cpu_count() or 1)
+        fn(before)
 
 
 def test_fit_leaves_the_users_or_the_ranks_choice(fresh_blas, monkeypatch):

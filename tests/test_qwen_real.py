@@ -8,13 +8,10 @@ whole run (``qwen_engine``).
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 
 QWEN = "qwen2.5-coder-0.5b"
-NEEDLE = "4817293"
 
 
 @pytest.fixture(scope="module")
@@ -23,36 +20,9 @@ def engine(qwen_engine):
     return qwen_engine
 
 
-def _haystack(tokens: int, tokenizer) -> str:
-    """Plain prose about made-up towns (no repeated sentence), ~``tokens`` tokens, with the
-    needle sentence at about 40% depth."""
-    rng = random.Random(7)
-    towns = ["Ardley", "Bexmoor", "Calder", "Dunmere", "Elsworth", "Fenwick", "Glenholt", "Harrow Vale"]
-    trades = ["weaving", "pottery", "fishing", "clockmaking", "cheese", "timber", "glassblowing", "wool"]
-    sights = ["an old stone bridge", "a market square", "a bell tower", "a river mill", "an orchard", "a harbour"]
-    sentences: list[str] = []
-    while len(tokenizer.encode(" ".join(sentences))) < tokens:
-        t = rng.choice(towns)
-        sentences.append(
-            f"In {t}, which lies {rng.randint(2, 90)} miles from the coast, most families lived from "
-            f"{rng.choice(trades)}, and visitors still come to see {rng.choice(sights)} built in "
-            f"{rng.randint(1500, 1900)}."
-        )
-    sentences.insert(int(len(sentences) * 0.4), f"The code that opens the vault in the town hall is {NEEDLE}.")
-    return " ".join(sentences)
-
-
 def test_france(engine):
     out = engine.generate("What is the capital of France?", max_tokens=24)
     assert "Paris" in out.text
-
-
-def test_needle_in_two_thousand_tokens(engine):
-    text = _haystack(2000, engine.tokenizer)
-    question = f"{text}\n\nWhat is the code that opens the vault in the town hall? Answer with the number only."
-    out = engine.generate(question, max_tokens=12)
-    assert out.stats.prompt_tokens > 1900
-    assert NEEDLE in out.text
 
 
 def _multikey_case(engine):
@@ -71,19 +41,11 @@ def _multikey_case(engine):
 
 def test_multikey_at_eight_windows_is_found_by_the_cascade(engine):
     """Through the suite's path (``bench.ruler.answer``: ``Engine.submit`` with the engine's
-    chunks and question pass), the cascade retrieves the asked key's value ..."""
+    chunks and question pass), the cascade retrieves the asked key's value (that sinks +
+    window alone lose such a key is ``test_ruler``'s contrast, on the default model)."""
     from mlotspark.bench.ruler import answer
 
     case, ids, config, budget = _multikey_case(engine)
     cascade = answer(engine, ids, "cascade", config, budget)
     assert cascade.stats.extra["cascade"]["question_passes"] == 1
     assert case.score(cascade.text) == 1.0, cascade.text
-
-
-def test_multikey_at_eight_windows_is_not_found_by_sinks_and_window_alone(engine):
-    """... which sinks + window alone cannot reach (the same case, the same budget)."""
-    from mlotspark.bench.ruler import answer
-
-    case, ids, config, budget = _multikey_case(engine)
-    window_only = answer(engine, ids, "streaming", config, budget)
-    assert case.score(window_only.text) == 0.0, window_only.text
