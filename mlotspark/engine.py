@@ -41,7 +41,7 @@ from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
 from mlotspark.decoding.tool_calls import with_tool_calls
-from mlotspark.decoding.cache_policy import CacheDecision
+from mlotspark.caches.policy import CacheDecision
 from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument, resolve_cascade
 
 Messages = Sequence[dict]
@@ -181,7 +181,7 @@ class Engine:
 
     @property
     def cache_decision(self) -> CacheDecision | None:
-        """The last ``cache_kind="auto"`` decision (``decoding.cache_policy.CacheDecision``), None before one."""
+        """The last ``cache_kind="auto"`` decision (``caches.policy.CacheDecision``), None before one."""
         return self.caches.decision
 
     @property

@@ -34,7 +34,7 @@ def tiny_model(vocab_size: int = 512, seed: int = 0, layers: int = 2):
 
 def kv_cache(tokens: int, layers: int = 2, seed: int = 0) -> list:
     """A plain KV cache holding ``tokens`` random tokens, filled as the model fills it."""
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
 
     mx.random.seed(seed)
     caches = [KVCache() for _ in range(layers)]

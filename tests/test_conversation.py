@@ -404,7 +404,7 @@ def test_real_model_remembers_a_fact_across_conversations(engines, real_loaded):
 
 def test_a_cache_that_cannot_be_trimmed_falls_back_to_a_full_prefill(engines, tiny_loaded, monkeypatch):
     """A cascade cache may refuse to trim; the turn then re-prefills instead of failing."""
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
 
     e = engines(tiny_loaded)
     e.set_budgets(prefix_cache_mb=0)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from mlotspark.decoding.cache_kinds import make_cache
+from mlotspark.caches.kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models import cpu_step
 from mlotspark.models.execution import CpuStrategy, fuse_projections, prepare, strategy_of

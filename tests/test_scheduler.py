@@ -20,7 +20,7 @@ from mlotspark.thermal.governor import ThermalGovernor
 from mlotspark.models.loader import LoadedModel
 from mlotspark.models import llama
 from mlotspark.models.execution import prepare
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.options import GenerationOptions
 from mlotspark.thermal.probes import Reading, ScriptedProbe
 from mlotspark.runtime.scheduler import SchedulerConfig, parse_memory_limit

@@ -157,7 +157,7 @@ def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
     import mlx.core as mx
 
     from mlotspark.memory.cascade import CascadeConfig
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
     from mlotspark.options import GenerationOptions
     from mlotspark.server import PromptCache
     from tiny import tiny_model

@@ -91,7 +91,7 @@ def test_status_line_draws_nothing_when_piped(monkeypatch):
 
 
 def test_the_auto_probe_reports_a_step_per_kind(_isolated_home):
-    from mlotspark.decoding.cache_policy import decide_cache_kind
+    from mlotspark.caches.policy import decide_cache_kind
     from tiny import tiny_model
 
     seen: list[steps.StepProgress] = []

@@ -11,15 +11,13 @@ sampled token per step.
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
 - ``constrained``: JSON-schema replies (llguidance); ``tools``: the grammar that keeps tool
   calls valid; ``tool_calls``: call formats, where a call opens, one splitter for every API.
-- ``cache_kinds``: KV cache kinds ``float16 | q8 | q4``.
-- ``cache_policy``: ``cache_kind="auto"`` (budget, quality gates, speed; persisted).
 
 ``Generation`` asks ``own_loop(options)`` whether a request needs its own decode loop
 (the scheduler then runs it alone), and ``select_step`` for the token-step function
 (mlx-lm's ``generate_step`` after our prefill and lifecycle step, ``prepared_step``, or
 speculative decoding; same contract).
 
-May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
+May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``, ``caches``,
 ``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in,
 as a ``request.DecodeRequest``.
 """
@@ -32,11 +30,9 @@ from typing import Any, Callable
 from mlotspark.memory.cascade import is_cascade
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, sample_sequences
-from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
 from mlotspark.decoding.request import DecodeRequest
 from mlotspark.decoding.prepared_step import prepared_generate_step
-from mlotspark.decoding.cache_kinds import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
 from mlotspark.decoding.speculative import SpeculativeConfig, speculative_generate_step
 
 __all__ = [
@@ -51,17 +47,6 @@ __all__ = [
     "DraftModelDrafter",
     "SpeculativeConfig",
     "speculative_generate_step",
-    "KINDS",
-    "Float16KVCache",
-    "QuantizedKVCache",
-    "make_cache",
-    "kv_bytes",
-    "QualityGate",
-    "KindProbe",
-    "CacheDecision",
-    "probe_cache_kinds",
-    "choose_cache_kind",
-    "decide_cache_kind",
 ]
 
 

@@ -95,7 +95,7 @@ class DraftModelDrafter:
     name = "draft"
 
     def __init__(self, model: Any, prefill_step_size: int = 512):
-        from mlotspark.decoding.cache_kinds import make_cache
+        from mlotspark.caches.kinds import make_cache
 
         self.model = model
         self.cache = make_cache(model, None)

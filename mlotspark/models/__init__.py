@@ -5,7 +5,6 @@
 - ``execution``: how a loaded model's steps run here, one strategy chosen at load: the
   CPU backend's (``cpu_step`` NumPy decode, ``matvec`` one-token products,
   ``prefill_ops`` prefill forms) or the GPU's (compiled decode pieces).
-- ``kv_cache``: the plain KV cache behind that interface.
 - ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures
   our model does not cover load through mlx-lm's own classes.
@@ -27,6 +26,7 @@
   ``sentence_embedders``: ``MPNetEmbedder`` and ``MiniLMEmbedder`` (loading on first
   use, batching, pooling), the vectors semantic memory stores; ``bundles`` pulls them.
 
-May import: ``errors``, ``options``, ``storage``, ``platform``, ``steps`` (the layer below).
+May import: ``errors``, ``options``, ``storage``, ``platform``, ``steps`` (the layer below),
+``caches`` (same layer: the ``KVCache`` a model makes).
 ``sentence_embedders`` imports MLX only when it first embeds.
 """

@@ -40,7 +40,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.models.llama import FactorRoPE
 from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
 

@@ -1,6 +1,6 @@
 """The per-layer cascade cache: working memory (sinks + window) + retrieved blocks.
 
-It stands in for ``models.kv_cache.KVCache``: the model's attention hands it un-rotated
+It stands in for ``caches.kv.KVCache``: the model's attention hands it un-rotated
 q, k, v and it returns the attention output. Per call of L new tokens:
 
 1. routing picks ``top_k`` episodic blocks per KV head (``routing.py``);
@@ -105,7 +105,7 @@ class CascadeCache:
         self._since_route = 0  # decode steps since the blocks were last scored
         self._new_blocks = False  # blocks sealed since the last scoring
 
-    # ----------------------------------------- the cache interface (cache_interface.py)
+    # ----------------------------------------- the cache interface (caches/interface.py)
     def prepare_decode(self, model: Any, caches: Sequence[Any], prompt: Sequence[int]) -> None:
         """After the prompt's prefill, before its first decode step: the question pass
         (``question.py``), once per request (from the first layer's cache)."""
