@@ -7,7 +7,7 @@ q/k/v and gate/up weights, the new one on the same values fused as ``execution.f
 leaves them (the loader's form). Prints medians and the new/old ratio, and checks the logits agree.
 
     git worktree add /tmp/old-step <commit>
-    flock /tmp/mlotspark-bench.lock python benchmarks/cpu_step_ab.py --old /tmp/old-step/mlotspark/models/cpu_step.py [--old-fused]
+    flock /tmp/mlotspark-bench.lock python benchmarks/cpu_step_ab.py --old /tmp/old-step/mlotspark/models/cpu/cpu_step.py [--old-fused]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import mlotspark  # noqa: F401  isort: skip  (OpenBLAS before MLX)
 import mlx.core as mx
 import numpy as np
 
-from mlotspark.models import cpu_step
+from mlotspark.models.cpu import cpu_step
 from mlotspark.models.execution import fuse_projections
 from mlotspark.models.llama import Model, ModelArgs
 

@@ -2,8 +2,8 @@
 
 Models sharing the same float32 weights in one process: mlx-lm's llama class (the
 yardstick) and ours under each execution strategy (``models/execution.py``): cpu (the
-NumPy step, ``models/cpu_step.py``, the CPU default; and without it, one-token products
-through ``models/matvec.py``), plain (``x @ W.T`` op by op) and gpu (the compiled decode
+NumPy step, ``models/cpu/cpu_step.py``, the CPU default; and without it, one-token products
+through ``models/cpu/matvec.py``), plain (``x @ W.T`` op by op) and gpu (the compiled decode
 pieces, the default on a GPU). For each repetition,
 interleaved:
 
@@ -147,7 +147,7 @@ def main() -> None:
         "ours, plain (x@W.T)": ours_with("plain"),  # round 2's CPU default
         "ours, gpu (pieces)": ours_with("gpu"),  # the GPU strategy
     }
-    if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
+    if not on_gpu:  # models/cpu/cpu_step.py and models/cpu/matvec.py are CPU (OpenBLAS) paths
         runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuStrategy(fuse=False))  # the CPU default now
         runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuStrategy(fuse=False, numpy_step=False))  # round 3's
     for make in runs.values():  # warm-up: compile, first allocations

@@ -41,7 +41,7 @@ def test_capital_of_france(engine):
         "Here is a long list of fruits: apple, banana,",
         "The history of the Roman Empire begins",
         "Dear diary, today I",
-        # Past 64 tokens: the CPU prefill attends in query blocks (models/prefill_ops.py).
+        # Past 64 tokens: the CPU prefill attends in query blocks (models/cpu/prefill_ops.py).
         " ".join(f"Day {d}: the caravan left the {town} at dawn, crossed the river and camped by the old mill."
                  for d, town in enumerate(["harbour", "market", "castle", "abbey", "village", "forest"] * 3))
         + " On the last day, the caravan",

@@ -16,7 +16,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlotspark import storage
-from mlotspark.models import cpu_step, execution, float32_cache, gguf, gguf_convert, loader
+from mlotspark.models.cpu import cpu_step
+from mlotspark.models import execution, float32_cache, gguf, gguf_convert, loader
 from mlotspark.models.catalogue import ModelSource
 from tiny import greedy
 from tiny_gguf import write_tiny

@@ -13,6 +13,6 @@ any cache as arrays (``memory/kv_state.py``, which serialises the cascade too); 
 choice between the cascade and a KV kind (``runtime/cache_choice.py``, above both).
 
 May import: ``errors``, ``steps``, ``storage``, ``platform`` (the layer below) and
-``models`` (same layer: the attention kernels in ``models.prefill_ops``, the llama
+``models`` (same layer: the attention kernels in ``models.cpu.prefill_ops``, the llama
 model a kind is made for).
 """

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as _MlxKVCache
 
-from mlotspark.models import prefill_ops
+from mlotspark.models.cpu import prefill_ops
 from mlotspark.caches.interface import NothingToPrepare
 
 

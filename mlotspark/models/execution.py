@@ -44,8 +44,9 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import dequantize_model
 
 from mlotspark.errors import OptionError
-from mlotspark.models import cpu_step, cpu_step_gemma, llama, prefill_ops, widen as widening
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+from mlotspark.models import llama
+from mlotspark.models.cpu import cpu_step, cpu_step_gemma, prefill_ops, widen as widening
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
 #: Environment variable that forces a strategy for every model loaded (tests, benchmarks).
 ENV = "MLOTSPARK_EXECUTION"

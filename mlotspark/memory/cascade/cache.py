@@ -31,7 +31,7 @@ import mlx.core as mx
 from mlotspark.errors import SnapshotError
 from mlotspark.memory.cascade.blocks import STORED_KINDS, Block, EpisodicStore
 from mlotspark.memory.cascade.config import CascadeConfig
-from mlotspark.models import prefill_ops
+from mlotspark.models.cpu import prefill_ops
 from mlotspark.memory.cascade.question import QuestionPass
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize_blocks, top_blocks
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from mlotspark.caches.kv import KVCache
 from mlotspark.models.llama import FactorRoPE
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step
