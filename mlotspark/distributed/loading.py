@@ -22,7 +22,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import DistributedError, ModelFormatError, OptionError
-from mlotspark.models import execution, gguf, llama, sampling_defaults
+from mlotspark.models import execution, llama, sampling_defaults
+from mlotspark.models.formats import gguf
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.platform.dtypes import activation_dtype, settle_quantized_activations

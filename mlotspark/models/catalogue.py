@@ -27,7 +27,7 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
-from mlotspark.models import safetensors_check
+from mlotspark.models.formats import safetensors_check
 from mlotspark.models.aliases import (
     ALIASES,
     DEFAULT_MODEL,

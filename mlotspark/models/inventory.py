@@ -26,7 +26,8 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelNotFoundError, MlotsparkError, StoreError
-from mlotspark.models import bundles, catalogue, gguf_convert
+from mlotspark.models import bundles, catalogue
+from mlotspark.models.formats import gguf_convert
 from mlotspark.models.capabilities import capabilities
 from mlotspark.models.aliases import ALIASES, ModelSource, models_dir
 

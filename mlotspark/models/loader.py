@@ -24,8 +24,8 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import (execution, float32_cache, gguf, gguf_convert, inventory, llama, safetensors_check,
-                              sampling_defaults, weight_formats)
+from mlotspark.models import execution, inventory, llama, sampling_defaults
+from mlotspark.models.formats import float32_cache, gguf, gguf_convert, safetensors_check, weight_formats
 from mlotspark.models.materialize import materialize
 from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults

@@ -218,7 +218,7 @@ def test_huge_declared_sizes_are_refused_before_allocating(tmp_path):
     import struct
 
     from mlotspark.memory.snapshots import parse_safetensors
-    from mlotspark.models.gguf_check import check_gguf
+    from mlotspark.models.formats.gguf_check import check_gguf
 
     path = tmp_path / "huge.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", (1 << 64) - 1) + b"k" * 64)

@@ -50,7 +50,7 @@ from mlx.utils import tree_flatten
 
 from mlotspark import storage
 from mlotspark.errors import StoreError
-from mlotspark.models import gguf_convert
+from mlotspark.models.formats import gguf_convert
 from mlotspark.models.cpu.widen import group_key
 
 log = logging.getLogger(__name__)
