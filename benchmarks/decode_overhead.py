@@ -36,7 +36,8 @@ import mlotspark  # noqa: F401  isort: skip  (OpenBLAS before MLX)
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 
-from mlotspark.models import catalogue, loader
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
 from mlotspark.models.execution import CpuStrategy, prepare, strategy_of
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 from mlotspark.platform import blas

@@ -21,7 +21,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlotspark.models import catalogue, loader
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
 from mlotspark.models.cpu import prefill_ops
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 

@@ -45,7 +45,8 @@ import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from mlotspark.models import catalogue, loader
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
 TOPICS = ["a lighthouse", "a steam engine", "a market", "the sea", "bread", "a garden", "a star", "chess",

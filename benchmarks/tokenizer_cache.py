@@ -17,7 +17,7 @@ from pathlib import Path
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 import mlx.core as mx
 
-from mlotspark.models import catalogue
+from mlotspark.models.hub import catalogue
 from mlotspark.models.tokenizer import load_gguf_tokenizer
 
 

@@ -112,7 +112,7 @@ def main() -> None:
     if args.child:
         return child(args)
 
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
     from mlotspark.engine import Engine
 
     model = args.model or str(catalogue.resolve(None, progress=False).path)  # from the user's home

@@ -167,7 +167,7 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
 
     return catalogue_path(catalogue.DEFAULT_MODEL)
 

@@ -88,7 +88,7 @@ def tiny_dirs(tmp_path_factory, default_gguf) -> tuple[Path, Path]:
 
 def _load(path: Path):
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
 
     return loader.load(ModelSource(path.name, "hf_dir", path), weights="float32")
 

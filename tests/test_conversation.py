@@ -370,7 +370,7 @@ def test_memory_export_and_import_through_a_pipe(capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def real_loaded(default_gguf):
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
 
     return loader.load(ModelSource("smollm2-135m-instruct", "gguf", default_gguf))
 

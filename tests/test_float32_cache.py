@@ -19,7 +19,7 @@ from mlotspark import storage
 from mlotspark.models.cpu import cpu_step
 from mlotspark.models import execution, loader
 from mlotspark.models.formats import float32_cache, gguf, gguf_convert
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.hub.catalogue import ModelSource
 from tiny import greedy
 from tiny_gguf import write_tiny
 
@@ -167,7 +167,7 @@ _KILLED_LOAD = """
 import sys
 from pathlib import Path
 from mlotspark.models import loader
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.hub.catalogue import ModelSource
 p = Path(sys.argv[1])
 loader.load(ModelSource(p.stem, "gguf", p), weights="float32", progress=False)
 """

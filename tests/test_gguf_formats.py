@@ -16,7 +16,7 @@ from mlotspark.cli import main
 from mlotspark.errors import ModelFormatError
 from mlotspark.models import llama, loader
 from mlotspark.models.formats import gguf, gguf_convert
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.hub.catalogue import ModelSource
 from tiny_gguf import HAND_PACKED, QUANTIZABLE, write_tiny
 
 TOKENS = mx.array([[5, 40, 41, 42, 100, 7, 250, 3]])

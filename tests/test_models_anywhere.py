@@ -15,7 +15,7 @@ import zoo
 from mlotspark import Engine, storage
 from mlotspark.cli import main
 from mlotspark.errors import ModelNotFoundError, StoreError
-from mlotspark.models import catalogue, inventory, wheel_pull
+from mlotspark.models.hub import catalogue, inventory, wheel_pull
 
 ALIAS = "zoo-llama"
 

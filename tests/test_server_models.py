@@ -201,7 +201,7 @@ def test_health_shows_the_stage_of_a_pull_on_demand(tmp_path, monkeypatch):
 
     from live_server import LiveServer
     from mlotspark.engine import Engine
-    from mlotspark.models import catalogue, wheel_pull
+    from mlotspark.models.hub import catalogue, wheel_pull
     from mlotspark.server import ModelPool
     from tiny import tiny_model, write_tiny_gguf
 

@@ -100,7 +100,7 @@ def run_memory(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         raise OptionError(f"invalid --memory-set {args.memory_set!r}: {e}") from None
     output = _check_output(args.output, "--output") if args.output else None
-    from mlotspark.models.aliases import default_model
+    from mlotspark.models.hub.aliases import default_model
 
     spec = args.model or default_model()
     announce_pull(spec)

