@@ -22,7 +22,7 @@ PACKAGES = ("mlotspark", "tui")
 # Lower layers never import higher ones (same layer: either way, but no circle).
 LAYERS = {
     "mlotspark.errors": 0, "mlotspark.options": 0, "mlotspark.results": 0,
-    "mlotspark.storage": 0, "mlotspark.platform": 0, "mlotspark.steps": 0,
+    "mlotspark.storage": 0, "mlotspark.platform": 0, "mlotspark.steps": 0, "mlotspark.units": 0,
     "mlotspark.models": 1, "mlotspark.caches": 1, "mlotspark.thermal": 1,
     "mlotspark.memory": 2,
     "mlotspark.decoding": 3,

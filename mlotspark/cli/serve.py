@@ -175,7 +175,8 @@ def shared_governance(kwargs: dict[str, Any]) -> Any:
     """The server's :class:`SharedGovernor`: one ThermalGovernor (mode, max batch) and the machine's
     memory budget (``--memory-limit``, else Metal's working set, else the memory available now)."""
     from mlotspark.server.governance import SharedGovernor, machine_budget
-    from mlotspark.thermal.governor import ThermalGovernor, apply_memory_limit
+    from mlotspark.platform.memory import apply_memory_limit
+    from mlotspark.thermal.governor import ThermalGovernor
 
     limit = kwargs.get("memory_limit")
     if limit is not None:
