@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlotspark import steps
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelFormatError
 from mlotspark.models.hub import catalogue, wheel_pull
 

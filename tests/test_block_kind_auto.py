@@ -204,7 +204,7 @@ def test_through_the_engine_auto_keeps_in_memory_what_float16_spills(tmp_path):
 
 def test_cli_block_kind_choices_are_the_configs():
     """``--block-kind`` spells its choices out (the CLI stays MLX-free); they must be ``BLOCK_KINDS``."""
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.memory.cascade.config import BLOCK_KINDS
 
     sub = next(a for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions

@@ -312,7 +312,7 @@ def shared_tokens(doc: dict) -> int:
 
 # ------------------------------------------------------------------------ CLI
 def test_memory_cli(capsys, tmp_path):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     assert main(["memory", "add", "My sister's name is Ilse."]) == 0
     assert main(["memory", "add", "I live in Ghent."]) == 0
@@ -347,7 +347,7 @@ def test_memory_export_and_import_through_a_pipe(capsys, monkeypatch):
     """``-`` is stdout / stdin: ``mlotspark memory export - | ssh other mlotspark memory import -``."""
     import io
 
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     assert main(["memory", "add", "My sister's name is Ilse."]) == 0
     capsys.readouterr()

@@ -403,7 +403,7 @@ def test_draft_model_with_another_vocabulary_is_refused(tiny_engine, tmp_path):
 
 
 def test_cli_decoding_flags_reach_the_options(monkeypatch):
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.cli.generate import _decoding_options
 
     args = build_parser().parse_args(["generate", "--beams", "4", "--length-penalty", "0.5",

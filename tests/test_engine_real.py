@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.engine import Engine
 from mlotspark.errors import PromptTooLongError
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin

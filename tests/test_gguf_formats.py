@@ -12,7 +12,7 @@ import pytest
 from gguf import GGUFReader
 from mlx_lm.utils import _get_classes
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelFormatError
 from mlotspark.models import llama, loader
 from mlotspark.models.formats import gguf, gguf_convert

@@ -13,7 +13,7 @@ import pytest
 
 import zoo
 from mlotspark import Engine, storage
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelNotFoundError, StoreError
 from mlotspark.models.hub import catalogue, inventory, wheel_pull
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.engine import Engine
 from mlotspark.errors import ModelFormatError
 from mlotspark.models import loader, sampling_defaults as sd

@@ -94,7 +94,7 @@ def test_a_path_outside_the_allowed_folders_is_never_opened(live):
 
 
 def test_default_names_the_first_model_and_ps_shows_the_pool(live, capsys):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     r = ask(live, "default")
     assert r.status_code == 200

@@ -9,7 +9,7 @@ import types
 import pytest
 from starlette.testclient import TestClient
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.cli.serve import check_bind, is_loopback
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
