@@ -15,7 +15,7 @@ from test_cascade import forward, model, tokens  # noqa: F401  (model: the fixtu
 from test_episodic_budget import _engine
 
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
-from mlotspark.memory.cascade.blocks import decode, encode
+from mlotspark.memory.cascade.block_codec import decode, encode
 
 SHAPE = (2, 8, 64)  # (Hkv, B, D) of one block
 F16_BLOCK = 2 * 2 * 8 * 64 * 2  # keys and values, float16

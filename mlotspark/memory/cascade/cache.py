@@ -29,7 +29,8 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 
 from mlotspark.errors import SnapshotError
-from mlotspark.memory.cascade.blocks import STORED_KINDS, Block, EpisodicStore
+from mlotspark.memory.cascade.block_codec import STORED_KINDS
+from mlotspark.memory.cascade.blocks import Block, EpisodicStore
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.models.cpu import prefill_ops
 from mlotspark.memory.cascade.question import QuestionPass
