@@ -1,3 +1,4 @@
+# Past 500 lines on purpose: attend, eviction, trim and state share one ring and its block bookkeeping.
 """The per-layer cascade cache: working memory (sinks + window) + retrieved blocks.
 
 It stands in for ``caches.kv.KVCache``: the model's attention hands it un-rotated
@@ -16,8 +17,6 @@ place, and the buffer is rebuilt only when the selection changes or a block leav
 the window (the positions shift), so a steady decode step costs what a plain KV
 cache step costs over sinks + top_k * B + W keys.
 
-One module past ~500 lines on purpose: attend, eviction, trim and state of one cache
-share its ring and block bookkeeping; split, each half would reach into the other's fields.
 What speaks of the whole model (check, make, snapshot, restore) is in ``model_caches.py``.
 """
 
