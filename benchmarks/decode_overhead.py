@@ -2,8 +2,8 @@
 
 Models sharing the same float32 weights in one process: mlx-lm's llama class (the
 yardstick) and ours under each execution strategy (``models/execution.py``): cpu (the
-NumPy step, ``models/cpu_step.py``, the CPU default; and without it, one-token products
-through ``models/matvec.py``), plain (``x @ W.T`` op by op) and gpu (the compiled decode
+NumPy step, ``models/cpu/cpu_step.py``, the CPU default; and without it, one-token products
+through ``models/cpu/matvec.py``), plain (``x @ W.T`` op by op) and gpu (the compiled decode
 pieces, the default on a GPU). For each repetition,
 interleaved:
 
@@ -36,7 +36,8 @@ import mlotspark  # noqa: F401  isort: skip  (OpenBLAS before MLX)
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 
-from mlotspark.models import catalogue, loader
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
 from mlotspark.models.execution import CpuStrategy, prepare, strategy_of
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 from mlotspark.platform import blas
@@ -147,7 +148,7 @@ def main() -> None:
         "ours, plain (x@W.T)": ours_with("plain"),  # x @ W.T products, no fused step
         "ours, gpu (pieces)": ours_with("gpu"),  # the GPU strategy
     }
-    if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
+    if not on_gpu:  # models/cpu/cpu_step.py and models/cpu/matvec.py are CPU (OpenBLAS) paths
         runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuStrategy(fuse=False))  # the CPU default now
         runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuStrategy(fuse=False, numpy_step=False))  # the MLX step with matvec layouts
     for make in runs.values():  # warm-up: compile, first allocations

@@ -27,7 +27,8 @@ import sys
 _CHILD = r"""
 import json, sys, time
 import mlotspark
-from mlotspark.models import catalogue, loader
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
 src = catalogue.resolve(sys.argv[1], pull=False)
 t = time.perf_counter()
 loaded = loader.load(src, progress=False)
@@ -98,7 +99,8 @@ def main() -> None:
             compare(model, args.repetitions)
         return
     import mlotspark  # noqa: F401  (OpenBLAS before mlx)
-    from mlotspark.models import catalogue, gguf_convert
+    from mlotspark.models.hub import catalogue
+    from mlotspark.models.formats import gguf_convert
 
     for model in args.models:
         path = catalogue.resolve(model, pull=False).path

@@ -246,7 +246,7 @@ def main() -> None:
         return
     print("command: python " + " ".join(sys.argv), flush=True)
     from mlotspark import Engine
-    from mlotspark.models import bundles, catalogue
+    from mlotspark.models.hub import bundles, catalogue
 
     rng = random.Random(args.seed)
     histories = [make_history(rng) for _ in range(args.histories)]

@@ -4,7 +4,7 @@ For the default model's weight shapes, each product streams distinct weights (co
 past the 32 MB L3, as a decode step does), interleaved, median of ``--reps``:
 
 - ``x@W.T``: what ``nn.Linear`` does (sgemm, one row);
-- ``W@x``: the other orientation (``models/matvec.py``);
+- ``W@x``: the other orientation (``models/cpu/matvec.py``);
 - the tied 49152x576 output layer in row blocks: ``x @ block.T`` batched, and
   ``block @ x`` with the vector tiled (a broadcast one is folded into one big sgemm).
 

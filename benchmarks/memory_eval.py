@@ -60,7 +60,7 @@ import numpy as np
 
 from mlotspark.memory.semantic import (Calibration, HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, SemanticStore, SimpleWriter,
                                        about_user, calibration_for, learn_turn)
-from mlotspark.models import bundles, catalogue
+from mlotspark.models.hub import bundles, catalogue
 
 from mlotspark.bench.memory_judge import Precomputed
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from mlotspark.memory.semantic import MiniLMEmbedder, MPNetEmbedder, SemanticStore, learn_turn
 from mlotspark.memory.semantic.requests import forget_queries
 from mlotspark.memory.semantic.writer import statements
-from mlotspark.models import bundles
+from mlotspark.models.hub import bundles
 
 from mlotspark.bench.memory_judge import Precomputed
 

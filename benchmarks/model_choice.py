@@ -23,7 +23,7 @@ from pathlib import Path
 
 import mlotspark  # noqa: F401  (OpenBLAS before mlx)
 from mlotspark import Engine
-from mlotspark.models.aliases import ALIASES
+from mlotspark.models.hub.aliases import ALIASES
 
 DATA = Path(__file__).resolve().parent / "data" / "general_knowledge.json"
 SPEED_PROMPT = "Write a short story about a lighthouse keeper and a storm."

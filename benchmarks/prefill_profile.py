@@ -2,7 +2,7 @@
 
 Loads the default model in float32 and (1) times one ``-L``-token forward pass op by op
 (each op evaluated alone: GEMMs q/k/v/o/gate/up/down with their GFLOP/s, attention,
-RMSNorm, RoPE, ``silu * up``, residuals), with MLX's ops and with ``models/prefill_ops.py``;
+RMSNorm, RoPE, ``silu * up``, residuals), with MLX's ops and with ``models/cpu/prefill_ops.py``;
 (2) times whole forward passes (prefill into a fresh KV cache, the logits never
 evaluated, as both engines prefill) of our model in each variant against mlx-lm's
 llama class on the same weights, interleaved in one process, medians::
@@ -21,7 +21,9 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlotspark.models import catalogue, loader, prefill_ops
+from mlotspark.models import loader
+from mlotspark.models.hub import catalogue
+from mlotspark.models.cpu import prefill_ops
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
 VARIANTS = {  # name -> (prefill_ops.ENABLED, prefill_ops.EXPLICIT_SOFTMAX)

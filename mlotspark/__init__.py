@@ -43,7 +43,7 @@ _LAZY = {
     "CallSplitter": ".decoding.tool_calls",
     "tool_format": ".decoding.tool_calls",
     # What a user can open by name: catalogue aliases and what `mlotspark list` shows.
-    "available_models": ".models.inventory",
+    "available_models": ".models.hub.inventory",
 }
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 
 sys.exit(main())

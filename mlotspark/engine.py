@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from mlotspark.models import catalogue, loader, sampling_defaults
+from mlotspark.models import loader, sampling_defaults
+from mlotspark.models.hub import catalogue
 from mlotspark.platform.blas import BLAS_IN_USE
 from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed

@@ -48,6 +48,17 @@ def check_text(value: object, what: str = "prompt") -> str:
     return value
 
 
+def check_int(name: str, value: Any, lo: int) -> int:
+    """Return ``value`` if it is an integer (not a bool) of at least ``lo``.
+
+    Raises:
+        OptionError: naming ``name`` and the bad value.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise OptionError(f"{name} must be an integer ≥ {lo}, got {value!r}")
+    return value
+
+
 def _preview(value: object) -> str:
     text = repr(value)
     return text if len(text) <= TEXT_PREVIEW else f"{text[:TEXT_PREVIEW]}...' ({len(value) if isinstance(value, str) else '?'} characters)"

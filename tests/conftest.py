@@ -37,7 +37,7 @@ def pytest_configure(config):
     config._mlotspark_home_before = os.environ.get("MLOTSPARK_HOME")
     os.environ["MLOTSPARK_HOME"] = config._mlotspark_home
     config.add_cleanup(lambda: shutil.rmtree(config._mlotspark_home, ignore_errors=True))
-    # No float32 cache (models/float32_cache.py) unless asked: each test has a home of its
+    # No float32 cache (models/formats/float32_cache.py) unless asked: each test has a home of its
     # own, so every real-model load would write 4 bytes a weight (538 MB for SmolLM2) that
     # no later load reads, kept in pytest's last three runs. test_float32_cache.py turns it on.
     os.environ.setdefault("MLOTSPARK_FLOAT32_CACHE", "0")
@@ -177,7 +177,7 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """Path to the real default model's GGUF (SmolLM2-135M-Instruct Q4_1)."""
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
 
     return catalogue_path(catalogue.DEFAULT_MODEL)
 

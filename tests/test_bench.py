@@ -23,7 +23,7 @@ from mlotspark.bench.context import BenchContext
 from mlotspark.bench.plot import encode_png
 from mlotspark.bench.progress import Progress
 from mlotspark.bench.suites.long import cascade_supported
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import OptionError
 from mlotspark.platform.device import device_info
 
@@ -373,7 +373,7 @@ def test_ruler_notes_say_what_each_mode_ran(full_run):
 @pytest.mark.parametrize("argv", [["--models-dir", "/m", "bench"], ["bench", "--models-dir", "/m"]])
 def test_the_recorded_command_names_the_models_folder(argv):
     """An alias means the model in ``--models-dir``: the report's command line must say which."""
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.cli.bench import _command
 
     args = build_parser().parse_args([*argv, "--model", "qwen2.5-coder-0.5b", "--suite", "tg"])

@@ -73,7 +73,7 @@ def test_fast_blas_needs_nothing_outside_the_venv():
     assert _inside(got["path"], venv), got["path"]
     assert "openblas" in got["sgemm_from"] and _inside(got["sgemm_from"], venv), got["sgemm_from"]
     _deps_inside(got["path"], venv, env)
-    # NumPy's own OpenBLAS (the one-token decode step's sgemv, models/cpu_step.py) too.
+    # NumPy's own OpenBLAS (the one-token decode step's sgemv, models/cpu/cpu_step.py) too.
     import numpy
 
     numpy_blas = sorted((Path(numpy.__file__).parent.parent / "numpy.libs").glob("libscipy_openblas*"))

@@ -15,7 +15,7 @@ from test_cascade import forward, model, tokens  # noqa: F401  (model: the fixtu
 from test_episodic_budget import _engine
 
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
-from mlotspark.memory.cascade.blocks import decode, encode
+from mlotspark.memory.cascade.block_codec import decode, encode
 
 SHAPE = (2, 8, 64)  # (Hkv, B, D) of one block
 F16_BLOCK = 2 * 2 * 8 * 64 * 2  # keys and values, float16
@@ -204,7 +204,7 @@ def test_through_the_engine_auto_keeps_in_memory_what_float16_spills(tmp_path):
 
 def test_cli_block_kind_choices_are_the_configs():
     """``--block-kind`` spells its choices out (the CLI stays MLX-free); they must be ``BLOCK_KINDS``."""
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.memory.cascade.config import BLOCK_KINDS
 
     sub = next(a for a in build_parser()._subparsers._group_actions[0].choices["generate"]._actions

@@ -1,4 +1,4 @@
-"""The declared cache interface (``models/cache_interface.py``) and its lifecycle step.
+"""The declared cache interface (``caches/interface.py``) and its lifecycle step.
 
 Every cache class provides the interface; the runtime calls ``prepare_decode`` between a
 prompt's prefill and its first decode step on every path a user takes, so the memory
@@ -16,13 +16,13 @@ from mlx_lm.models.cache import BatchKVCache
 
 from test_scheduler import CharTokenizer, FakeClock  # noqa: F401  (a char tokenizer, a scripted clock)
 
-from mlotspark.decoding.cache_kinds import Float16KVCache, QuantizedKVCache
+from mlotspark.caches.kinds import Float16KVCache, QuantizedKVCache
 from mlotspark.decoding.prepared_step import prepared_generate_step
 from mlotspark.engine import Engine
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
 from mlotspark.models import llama
-from mlotspark.models.cache_interface import AttentionContext, Cache, prepare_decode
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.interface import AttentionContext, Cache, prepare_decode
+from mlotspark.caches.kv import KVCache
 from mlotspark.models.loader import LoadedModel
 from mlotspark.options import GenerationOptions
 from mlotspark.runtime.batching import BatchCache

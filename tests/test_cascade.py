@@ -26,7 +26,7 @@ from mlotspark.memory.cascade import (
     make_cascade_cache,
     restore_cascade_cache,
 )
-from mlotspark.memory.cascade.blocks import decode, encode
+from mlotspark.memory.cascade.block_codec import decode, encode
 from mlotspark.errors import OptionError, SnapshotError
 from mlotspark.models.llama import Model, ModelArgs
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, cascade_state, cascade_stats, make_cascade_cache
-from mlotspark.memory.cascade.blocks import encode, split_blocks
+from mlotspark.memory.cascade.block_codec import encode, split_blocks
 from mlotspark.memory.cascade.routing import SummaryIndex, summarize, summarize_blocks
 from mlotspark.models.llama import Model, ModelArgs
 

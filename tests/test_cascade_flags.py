@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlotspark.cli import build_parser, main
+from mlotspark.cli.entry import build_parser, main
 from mlotspark.cli.common import cascade_kwargs
 from mlotspark.errors import OptionError
 from tiny import tiny_model, write_tiny_gguf

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mlotspark.models import catalogue, wheel_pull
+from mlotspark.models.hub import catalogue, wheel_pull
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
 
 # ------------------------------------------------------------------ helpers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 
 
 def run(capsys, *argv):

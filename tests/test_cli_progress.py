@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from mlotspark.cli import main, progress
+from mlotspark.cli import progress
+from mlotspark.cli.entry import main
 from tiny import tiny_model, write_tiny_gguf
 
 LONG = "abcdefgh " * 40  # 360 byte tokens (no merges in the tiny vocabulary)

@@ -1,7 +1,7 @@
 """The conformance matrix on the catalogue's chat models, on their real weights, through
 ``serve``'s app and the real ``openai``, ``anthropic`` and ``ollama`` clients
 (``bench/conformance.py``): every cell comes out as the shipped capabilities say
-(``models/capabilities.json``, what ``mlotspark list``, ``/v1/models``, Ollama's
+(``models/hub/capabilities.json``, what ``mlotspark list``, ``/v1/models``, Ollama's
 ``/api/show`` and the chat's picker report), and no cell is an empty reply.
 
 A test per cell, so each stays small; one engine and one server per model (Qwen's are
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from mlotspark.bench.conformance import CELLS, Matrix, run_cell
-from mlotspark.models.capabilities import capabilities, from_cells, measured
+from mlotspark.models.hub.capabilities import capabilities, from_cells, measured
 
 SHIPPED = measured()["models"]
 

@@ -312,7 +312,7 @@ def shared_tokens(doc: dict) -> int:
 
 # ------------------------------------------------------------------------ CLI
 def test_memory_cli(capsys, tmp_path):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     assert main(["memory", "add", "My sister's name is Ilse."]) == 0
     assert main(["memory", "add", "I live in Ghent."]) == 0
@@ -347,7 +347,7 @@ def test_memory_export_and_import_through_a_pipe(capsys, monkeypatch):
     """``-`` is stdout / stdin: ``mlotspark memory export - | ssh other mlotspark memory import -``."""
     import io
 
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     assert main(["memory", "add", "My sister's name is Ilse."]) == 0
     capsys.readouterr()
@@ -370,7 +370,7 @@ def test_memory_export_and_import_through_a_pipe(capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def real_loaded(default_gguf):
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
 
     return loader.load(ModelSource("smollm2-135m-instruct", "gguf", default_gguf))
 
@@ -404,7 +404,7 @@ def test_real_model_remembers_a_fact_across_conversations(engines, real_loaded):
 
 def test_a_cache_that_cannot_be_trimmed_falls_back_to_a_full_prefill(engines, tiny_loaded, monkeypatch):
     """A cascade cache may refuse to trim; the turn then re-prefills instead of failing."""
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
 
     e = engines(tiny_loaded)
     e.persistence.set_budgets(prefix_cache_mb=0)

@@ -1,4 +1,4 @@
-"""One-token decode steps in NumPy (models/cpu_step.py): the MLX step's logits and tokens,
+"""One-token decode steps in NumPy (models/cpu/cpu_step.py): the MLX step's logits and tokens,
 the cache left as MLX would leave it, and MLX wherever the NumPy step does not apply."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
-from mlotspark.decoding.cache_kinds import make_cache
+from mlotspark.caches.kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models import cpu_step
+from mlotspark.models.cpu import cpu_step
 from mlotspark.models.execution import CpuStrategy, fuse_projections, prepare, strategy_of
 from tiny import greedy, tiny_model
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlotspark.decoding import cache_policy
+from mlotspark.caches import policy as cache_policy
 from mlotspark.decoding.beam import beam_search, sample_sequences
-from mlotspark.decoding.cache_policy import KindProbe, choose_cache_kind, decide_cache_kind
+from mlotspark.caches.policy import KindProbe, choose_cache_kind, decide_cache_kind
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
-from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache
+from mlotspark.caches.kinds import KINDS, kv_bytes, make_cache
 from mlotspark.decoding.speculative import DraftLength, SpeculativeConfig, sampling_distribution, speculative_generate_step, verify
 from mlotspark.errors import OptionError
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from tiny import tiny_model, write_tiny_gguf
@@ -337,7 +337,7 @@ def test_auto_on_a_head_size_quantized_kinds_cannot_run_falls_back_with_a_note(_
     among the rest and says why; a model where no kind runs gets its own cache."""
     from mlx_lm.models import llama as mlx_llama
 
-    from mlotspark.decoding.cache_policy import PLAIN
+    from mlotspark.caches.policy import PLAIN
 
     ids = list(range(3, 60))
     model = tiny_model(hidden_size=96, num_attention_heads=2, num_key_value_heads=1, vocab_size=64)
@@ -403,7 +403,7 @@ def test_draft_model_with_another_vocabulary_is_refused(tiny_engine, tmp_path):
 
 
 def test_cli_decoding_flags_reach_the_options(monkeypatch):
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.cli.generate import _decoding_options
 
     args = build_parser().parse_args(["generate", "--beams", "4", "--length-penalty", "0.5",

@@ -48,7 +48,7 @@ def test_quantized_caches_keep_next_token_distributions_close(engine):
     # "L" .139), so any KV rounding may flip it. Compare distributions instead.
     import mlx.core as mx
 
-    from mlotspark.decoding.cache_kinds import make_cache
+    from mlotspark.caches.kinds import make_cache
 
     model = engine.loaded.model
     ids = engine.encode("What is the capital of France?") + engine.encode("The capital of France is Paris.", raw=True)

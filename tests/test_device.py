@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlotspark.platform import blas, device  # isort: skip  (mlotspark before mlx: BLAS)
-from mlotspark.models import catalogue, wheel_pull
+from mlotspark.models.hub import catalogue, wheel_pull
 
 import mlx.core as mx  # isort: skip
 

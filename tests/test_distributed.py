@@ -364,7 +364,7 @@ def test_a_follower_without_a_usable_share_says_it_lacks_it(tmp_path, monkeypatc
 
     from mlotspark.distributed.rank_memory import RankMemory
     from mlotspark.errors import SnapshotError
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
 
     monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path))
     cache = [KVCache() for _ in range(2)]

@@ -9,7 +9,7 @@ import pytest
 
 import mlotspark
 from mlotspark import ConversationProtocol, EngineProtocol
-from mlotspark.decoding import DecodeRequest
+from mlotspark.decoding.request import DecodeRequest
 from mlotspark.runtime.generation import Generation
 
 from protocol_check import mismatches

@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.engine import Engine
 from mlotspark.errors import PromptTooLongError
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
@@ -39,7 +39,7 @@ def test_capital_of_france(engine):
     "prompt",
     [
         "Dear diary, today I",
-        # Past 64 tokens: the CPU prefill attends in query blocks (models/prefill_ops.py).
+        # Past 64 tokens: the CPU prefill attends in query blocks (models/cpu/prefill_ops.py).
         " ".join(f"Day {d}: the caravan left the {town} at dawn, crossed the river and camped by the old mill."
                  for d, town in enumerate(["harbour", "market", "castle", "abbey", "village", "forest"] * 3))
         + " On the last day, the caravan",

@@ -127,7 +127,7 @@ def test_real_model_forced_strategy_gives_the_default_tokens(strategy, default_g
 
 @pytest.mark.parametrize("strategy", ["cpu", "gpu", "plain"])
 def test_only_the_cpu_strategy_prefills_with_the_cpu_forms(strategy, monkeypatch):
-    from mlotspark.models import prefill_ops
+    from mlotspark.models.cpu import prefill_ops
 
     ran = []
     for name in ("causal_attention", "silu_mul"):
@@ -149,7 +149,7 @@ def test_cpu_strategy_gives_models_not_ours_matvec_products_with_plain_tokens(va
     tokens equal plain MLX's; switching to the plain strategy puts the classes back."""
     import mlx.nn as nn
 
-    from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+    from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
     from zoo import write_gguf
 
     path = write_gguf(tmp_path / f"{variant}.gguf", variant, "F16")
@@ -172,7 +172,7 @@ def test_gemma3_numpy_step_gives_mlx_logits_past_the_sliding_window(seed, tmp_pa
     """Gemma 3's NumPy step (``cpu_step_gemma``) against mlx-lm's forward, one token at a time
     from the same prefilled caches, 30 steps past the tiny model's 4-token sliding window (so the
     rotating caches wrap): the same logits to float32 rounding."""
-    from mlotspark.models import cpu_step_gemma
+    from mlotspark.models.cpu import cpu_step_gemma
     from zoo import write_gguf
 
     monkeypatch.setenv(execution.ENV, "plain")
@@ -214,7 +214,7 @@ def test_gemma3_decodes_through_the_numpy_step_on_the_cpu_strategy(tmp_path, mon
     assert replies["cpu"] == replies["plain"]
 
 
-# ------------------------------------------------------------------ widening (models/widen.py)
+# ------------------------------------------------------------------ widening (models/cpu/widen.py)
 
 
 def _raw_model(seed: int = 3):
@@ -241,7 +241,7 @@ def test_the_cpu_strategy_widens_into_fused_buffers_with_the_plain_values(worker
     import numpy as np
     from mlx.utils import tree_flatten
 
-    from mlotspark.models import cpu_step, widen
+    from mlotspark.models.cpu import cpu_step, widen
 
     expected = {}  # quantized layers dequantized in float32 arithmetic, floats cast
     for name, m in _raw_model().named_modules():

@@ -1,4 +1,4 @@
-"""The float32 cache of a GGUF (``models/float32_cache.py``): a later load reads the weights
+"""The float32 cache of a GGUF (``models/formats/float32_cache.py``): a later load reads the weights
 the first one widened, bit for bit, with the tokens the old path gave; a killed write or
 a damaged entry is never loaded, it is rebuilt."""
 
@@ -16,8 +16,10 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlotspark import storage
-from mlotspark.models import cpu_step, execution, float32_cache, gguf, gguf_convert, loader
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.cpu import cpu_step
+from mlotspark.models import execution, loader
+from mlotspark.models.formats import float32_cache, gguf, gguf_convert
+from mlotspark.models.hub.catalogue import ModelSource
 from tiny import greedy
 from tiny_gguf import write_tiny
 
@@ -165,7 +167,7 @@ _KILLED_LOAD = """
 import sys
 from pathlib import Path
 from mlotspark.models import loader
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.hub.catalogue import ModelSource
 p = Path(sys.argv[1])
 loader.load(ModelSource(p.stem, "gguf", p), weights="float32", progress=False)
 """

@@ -20,7 +20,7 @@ N_TOKENS = 20
 
 
 
-# GGUF -> mlx-lm names, written out here rather than taken from mlotspark.models.gguf.
+# GGUF -> mlx-lm names, written out here rather than taken from mlotspark.models.formats.gguf.
 _NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",

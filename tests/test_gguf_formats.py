@@ -12,10 +12,11 @@ import pytest
 from gguf import GGUFReader
 from mlx_lm.utils import _get_classes
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelFormatError
-from mlotspark.models import gguf, gguf_convert, llama, loader
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models import llama, loader
+from mlotspark.models.formats import gguf, gguf_convert
+from mlotspark.models.hub.catalogue import ModelSource
 from tiny_gguf import HAND_PACKED, QUANTIZABLE, write_tiny
 
 TOKENS = mx.array([[5, 40, 41, 42, 100, 7, 250, 3]])

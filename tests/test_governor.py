@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from mlotspark.errors import OptionError
-from mlotspark.thermal.governor import STATES, Decision, ThermalGovernor, apply_memory_limit
+from mlotspark.platform.memory import apply_memory_limit
+from mlotspark.thermal.governor import STATES, Decision, ThermalGovernor
 from mlotspark.thermal.probes import (
     PmsetProbe,
     PsutilProbe,
@@ -437,7 +438,7 @@ def test_governor_modules_do_not_import_mlx_at_module_level():
     root = Path(__file__).resolve().parents[1] / "mlotspark" / "thermal"
     for name in ("probes.py", "governor.py"):
         tree = ast.parse((root / name).read_text())
-        for node in tree.body:  # module level only: apply_memory_limit imports lazily
+        for node in tree.body:  # module level only
             if isinstance(node, ast.Import):
                 assert not any(a.name.split(".")[0] == "mlx" for a in node.names), name
             if isinstance(node, ast.ImportFrom):

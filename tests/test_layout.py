@@ -22,8 +22,8 @@ PACKAGES = ("mlotspark", "tui")
 # Lower layers never import higher ones (same layer: either way, but no circle).
 LAYERS = {
     "mlotspark.errors": 0, "mlotspark.options": 0, "mlotspark.results": 0,
-    "mlotspark.storage": 0, "mlotspark.platform": 0, "mlotspark.steps": 0,
-    "mlotspark.models": 1, "mlotspark.thermal": 1,
+    "mlotspark.storage": 0, "mlotspark.platform": 0, "mlotspark.steps": 0, "mlotspark.units": 0,
+    "mlotspark.models": 1, "mlotspark.caches": 1, "mlotspark.thermal": 1,
     "mlotspark.memory": 2,
     "mlotspark.decoding": 3,
     "mlotspark.runtime": 4, "mlotspark.distributed": 4,
@@ -274,3 +274,40 @@ def test_the_private_name_check_sees_each_kind_of_reach():
     tree = ast.parse("import x\nx.engine._persistence\ngetattr(e, '_lock')\ne.__dict__.get('_p')\n"
                      "from mlotspark.models.loader import _convert\nself._mine\nsuper()._also\nx.__len__")
     assert [n for _, n, _ in _reaches(tree)] == ["_persistence", "_lock", "_p", "_convert"]
+
+
+# -- rooms ------------------------------------------------------------------------------
+#: Packages whose ``__init__`` holds code, each with the reason.
+INIT_CODE = {
+    "mlotspark": "PEP 562: the public names load on first use (``import mlotspark`` stays light)",
+    "mlotspark.bench": "PEP 562: ``bench.config`` loads without the suites, which import MLX",
+    "mlotspark.bench.suites": "the suite table and ``--suite`` parsing, to move with the bench work on them",
+}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if MODULES[n].name == "__init__.py"))
+def test_package_inits_hold_no_code(name):
+    """An ``__init__.py`` says what its package holds (docstring), imports and lists names
+    (``__all__``); code lives in a module named for it."""
+    if name in INIT_CODE:
+        return
+    code = [f"line {node.lineno}: {ast.unparse(node).splitlines()[0]}"
+            for node in ast.parse(MODULES[name].read_text()).body
+            if not (isinstance(node, (ast.Import, ast.ImportFrom))
+                    or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+                    or (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]))]
+    assert not code, f"{name}/__init__.py holds code; move it to a module:\n" + "\n".join(code)
+
+
+def test_long_modules_say_why():
+    """A module past 500 lines is usually two concerns (STYLE.md 8): one that stays says why,
+    in its first three lines or its docstring."""
+    silent = []
+    for name, path in MODULES.items():
+        text = path.read_text()
+        if text.count("\n") <= 500:
+            continue
+        top = "\n".join(text.splitlines()[:3]) + (ast.get_docstring(ast.parse(text)) or "")
+        if "500 lines" not in top:
+            silent.append(f"{name}: {text.count(chr(10))} lines")
+    assert not silent, "split along a concern, or say why not:\n" + "\n".join(silent)

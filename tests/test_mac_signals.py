@@ -227,7 +227,7 @@ def test_on_metal_the_governor_limits_weights_plus_kv_to_the_working_set(monkeyp
 
 
 def test_the_auto_cache_kind_budget_follows_the_same_rule(monkeypatch):
-    from mlotspark.decoding.cache_policy import kv_budget
+    from mlotspark.caches.policy import kv_budget
 
     monkeypatch.setattr(memory, "metal_available", lambda: True)
     monkeypatch.setattr(memory, "metal_working_set", lambda: 10 * GB)

@@ -1,4 +1,4 @@
-"""One-token products in OpenBLAS's fast form (models/matvec.py): same results, same tokens."""
+"""One-token products in OpenBLAS's fast form (models/cpu/matvec.py): same results, same tokens."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models.execution import CpuStrategy, prepare
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear, block_rows, matvec
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear, block_rows, matvec
 from tiny import greedy, tiny_model
 
 

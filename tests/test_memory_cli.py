@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 
 
 def out_of(capsys, *argv: str) -> tuple[int, str, str]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from mlotspark.models import gguf, loader
+from mlotspark.models import loader
+from mlotspark.models.formats import gguf
 from mlotspark.errors import ModelFormatError
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models.hub.catalogue import ModelSource
 from tiny import tiny_model, write_tiny_gguf
 
 

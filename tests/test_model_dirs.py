@@ -21,7 +21,7 @@ import pytest
 
 import zoo
 from mlotspark import Engine
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelFormatError
 
 PROMPT = [[5, 70, 80, 90, 100]]

@@ -13,9 +13,9 @@ import pytest
 
 import zoo
 from mlotspark import Engine, storage
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelNotFoundError, StoreError
-from mlotspark.models import catalogue, inventory, wheel_pull
+from mlotspark.models.hub import catalogue, inventory, wheel_pull
 
 ALIAS = "zoo-llama"
 
@@ -139,7 +139,7 @@ def test_list_shows_the_hugging_face_cache(tmp_path, monkeypatch, capsys):
 
 
 def test_list_counts_a_models_caches_and_rm_removes_them(fake_alias, tmp_path, tiny_bytes, monkeypatch, capsys):
-    from mlotspark.models import float32_cache, gguf_convert
+    from mlotspark.models.formats import float32_cache, gguf_convert
 
     monkeypatch.setenv(float32_cache.ENV, "1")  # the suite runs with it off (conftest.py)
     source = catalogue.pull(ALIAS, progress=False)

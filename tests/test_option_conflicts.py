@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 
@@ -87,7 +87,8 @@ def test_api_names_options_its_way():
 
 
 def test_mode_capping_max_batch_is_said_once(capsys, monkeypatch):
-    from mlotspark.cli import batch, build_parser
+    from mlotspark.cli import batch
+    from mlotspark.cli.entry import build_parser
 
     args = build_parser().parse_args(["generate", "--mode", "efficiency", "--max-batch", "2"])
     kwargs = batch.scheduler_kwargs(args)

@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.runtime.batching import SequenceState
 from mlotspark.runtime.prefill import prefill_batch, prefill_chunk
 from test_scheduler import EOS, PROMPTS, RowKV, tiny_engine

@@ -1,4 +1,4 @@
-"""CPU prefill forms (models/prefill_ops.py): same results as MLX's own ops, within float32 rounding."""
+"""CPU prefill forms (models/cpu/prefill_ops.py): same results as MLX's own ops, within float32 rounding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models import llama as mlx_llama
 
-from mlotspark.models import prefill_ops
+from mlotspark.models.cpu import prefill_ops
 from tests.tiny import TINY, tiny_model
 
 

@@ -93,7 +93,7 @@ def test_the_key_before_the_best_block_is_attended_with_lead(lead, attended):
 
 def test_cli_routing_choices_are_the_configs():
     """``--routing`` spells its choices out (the CLI stays MLX-free); they must be ``ROUTINGS``."""
-    from mlotspark.cli import build_parser
+    from mlotspark.cli.entry import build_parser
     from mlotspark.memory.cascade.config import ROUTINGS
 
     args = build_parser().parse_args(["generate", "-p", "hi", "--routing", "question"])

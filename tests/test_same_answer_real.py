@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mlotspark import Engine
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from tui import ChatApp
 from tui.widgets import PromptInput
 

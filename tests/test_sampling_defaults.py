@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.engine import Engine
 from mlotspark.errors import ModelFormatError
-from mlotspark.models import catalogue, loader, wheel_pull, sampling_defaults as sd
-from mlotspark.models.catalogue import ModelSource
+from mlotspark.models import loader, sampling_defaults as sd
+from mlotspark.models.hub import catalogue, wheel_pull
+from mlotspark.models.hub.catalogue import ModelSource
 from mlotspark.options import GenerationOptions
 from tiny_gguf import write_tiny
 

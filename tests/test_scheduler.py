@@ -20,7 +20,7 @@ from mlotspark.thermal.governor import ThermalGovernor
 from mlotspark.models.loader import LoadedModel
 from mlotspark.models import llama
 from mlotspark.models.execution import prepare
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.options import GenerationOptions
 from mlotspark.thermal.probes import Reading, ScriptedProbe
 from mlotspark.runtime.scheduler import SchedulerConfig, parse_memory_limit
@@ -119,7 +119,7 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
     """Under the CPU strategy fewer than NUMPY_PACK_FROM plain rows each run the NumPy step
     (models/execution.py); from that many they are packed into one MLX batch. Either way a
     row's greedy tokens are its tokens alone."""
-    from mlotspark.models import cpu_step
+    from mlotspark.models.cpu import cpu_step
     from mlotspark.runtime import batching
 
     engine = tiny_engine()

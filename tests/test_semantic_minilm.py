@@ -28,7 +28,7 @@ from mlotspark.memory.semantic import (
     default_embedder,
     is_request,
 )
-from mlotspark.models import bundles
+from mlotspark.models.hub import bundles
 
 
 @pytest.fixture(scope="session")
@@ -243,7 +243,7 @@ def test_a_first_person_request_gets_no_loosely_related_fact(minilm_dir, tmp_pat
 def test_real_model_answers_a_paraphrase_in_a_new_conversation(pulled_here, default_gguf):
     from mlotspark.engine import Engine
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
     from mlotspark.options import GenerationOptions
 
     e = Engine(loader.load(ModelSource("smollm2-135m-instruct", "gguf", default_gguf)),

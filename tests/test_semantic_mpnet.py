@@ -19,8 +19,8 @@ import pytest
 
 from model_cache import MODEL_CACHE
 from mlotspark.memory.semantic import HashingEmbedder, MiniLMEmbedder, MPNetEmbedder, default_embedder, describe_embedder
-from mlotspark.models import bundles
-from mlotspark.models.aliases import ModelAlias
+from mlotspark.models.hub import bundles
+from mlotspark.models.hub.aliases import ModelAlias
 
 FIXTURE = Path(__file__).with_name("data") / "mpnet_reference.json"
 PAD = 1  # MPNet's pad_token_id: positions count from PAD + 1

@@ -94,7 +94,7 @@ def test_a_path_outside_the_allowed_folders_is_never_opened(live):
 
 
 def test_default_names_the_first_model_and_ps_shows_the_pool(live, capsys):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     r = ask(live, "default")
     assert r.status_code == 200
@@ -201,7 +201,7 @@ def test_health_shows_the_stage_of_a_pull_on_demand(tmp_path, monkeypatch):
 
     from live_server import LiveServer
     from mlotspark.engine import Engine
-    from mlotspark.models import catalogue, wheel_pull
+    from mlotspark.models.hub import catalogue, wheel_pull
     from mlotspark.server import ModelPool
     from tiny import tiny_model, write_tiny_gguf
 

@@ -256,7 +256,7 @@ def test_tools_on_a_template_without_tool_support_are_a_400_naming_tools(server,
 
 
 def test_generate_json_schema_flag(tmp_path, default_gguf, capsys, monkeypatch):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
     from mlotspark.decoding.constrained import JsonConstraint
 
     compiled = []

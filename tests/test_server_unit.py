@@ -9,7 +9,7 @@ import types
 import pytest
 from starlette.testclient import TestClient
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.cli.serve import check_bind, is_loopback
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
@@ -155,7 +155,7 @@ def test_prompt_cache_keeps_the_longest_history_and_survives_a_restart():
     import mlx.core as mx
 
     from mlotspark.memory.cascade import CascadeConfig
-    from mlotspark.models.kv_cache import KVCache
+    from mlotspark.caches.kv import KVCache
     from mlotspark.options import GenerationOptions
     from mlotspark.server import PromptCache
     from tiny import tiny_model

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Runs a command in-process and reports which heavy modules it imported.
 _PROBE = """
 import contextlib, io, json, sys
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         main(sys.argv[1:])

@@ -91,7 +91,7 @@ def test_status_line_draws_nothing_when_piped(monkeypatch):
 
 
 def test_the_auto_probe_reports_a_step_per_kind(_isolated_home):
-    from mlotspark.decoding.cache_policy import decide_cache_kind
+    from mlotspark.caches.policy import decide_cache_kind
     from tiny import tiny_model
 
     seen: list[steps.StepProgress] = []
@@ -121,7 +121,7 @@ def test_the_embedder_load_is_a_step(monkeypatch):
 
 
 def test_a_conversion_reports_its_bytes_and_leaves_the_line_to_a_status_line(tmp_path, monkeypatch, _isolated_home):
-    from mlotspark.models import gguf_convert
+    from mlotspark.models.formats import gguf_convert
     from tiny import tiny_model, write_tiny_gguf
 
     path = write_tiny_gguf(tmp_path / "t.gguf", tiny_model())

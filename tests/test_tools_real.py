@@ -26,7 +26,7 @@ CHAT = [{"role": "user", "content": "Write a haiku about rain."}]
 @pytest.fixture(scope="module")
 def qwen_tokenizer(qwen_gguf, tmp_path_factory):
     """Qwen's tokenizer and chat template, read from the GGUF's metadata (no weights)."""
-    from mlotspark.models.gguf_convert import metadata_of, open_reader
+    from mlotspark.models.formats.gguf_convert import metadata_of, open_reader
     from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
 
     return load_gguf_tokenizer(metadata_of(open_reader(qwen_gguf)), tmp_path_factory.mktemp("qwen-tok") / "t.json")

@@ -504,7 +504,7 @@ def test_figures_that_cannot_be_read_show_a_dash():
 
 
 def test_cli_chat_rejects_a_bad_option_before_loading(capsys):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     assert main(["chat", "--temp", "-2"]) == 2
     assert "invalid --temp -2.0" in capsys.readouterr().err

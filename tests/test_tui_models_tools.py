@@ -13,7 +13,7 @@ from test_tui import drive, error_notes, make_app, notes, notifications, record_
 from test_tui_fakes import FakeEngine, until
 from tool_models import QWEN_TOOL_TEMPLATE, TIME, WEATHER
 
-from mlotspark.cli import main
+from mlotspark.cli.entry import main
 from mlotspark.errors import ModelNotFoundError
 from tui import ChatApp
 from tui.backend import MachineFigures, ModelRow

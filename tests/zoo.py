@@ -158,7 +158,7 @@ def _hf_config(variant: str) -> dict:
 
 def write_hf_dir(directory: Path, variant: str, seed: int = 0) -> Path:
     """A Hugging Face directory of ``variant``: config.json, model.safetensors, tokenizer files."""
-    from mlotspark.models import gguf
+    from mlotspark.models.formats import gguf
     from mlotspark.models.tokenizer import load_gguf_tokenizer
 
     directory = Path(directory)

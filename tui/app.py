@@ -8,7 +8,8 @@ scrolling and switching conversations keep working while a reply streams. Every
 error from the engine becomes a notification; none ends the app.
 
 Conversation list actions (open, new, rename, delete) are in ``conversations.py``,
-slash commands in ``slash.py``; both are mixins of ``ChatApp``.
+slash commands in ``slash.py``, the side panel's polling in ``panel_figures.py``; all are
+mixins of ``ChatApp``.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
 from tui.messages import (
-    EngineFailed, EngineLoaded, EngineWarning, FiguresReady, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
+    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
 )
+from tui.panel_figures import PanelFigures
 from tui.screens import HelpScreen
 from tui.slash import SlashCommands
 from tui.tools import ReplySplitter, ToolSpec, tool_support
@@ -63,7 +65,7 @@ class Turn:
 TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
 
 
-class ChatApp(ConversationActions, SlashCommands, App[None]):
+class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
     """Chat with a model; see the module docstring.
 
     Args:
@@ -427,72 +429,6 @@ class ChatApp(ConversationActions, SlashCommands, App[None]):
         if turn.conv is not None:
             with self.guard("Stop"):
                 backend.cancel_turn(turn.conv)
-
-    # ------------------------------------------------------------ side panel
-    def poll(self) -> None:
-        """Every ``poll_s``: live tok/s of the streaming reply; scheduler (and tier) figures."""
-        if self.shutting_down:
-            return
-        loading = self.loading_since
-        if loading is not None:
-            step = backend.running_step()  # a first-time GGUF conversion says how far it got
-            self.query_one("#loading-text", Static).update(
-                f"Loading {self.model or 'the default model'} … {time.monotonic() - loading:.0f} s"
-                + (f"\n{step}" if step else ""))
-        panel = self.panel
-        turn = self.turns.get(self.current or "")
-        if turn is not None and turn.first_piece is None:
-            if turn.cancel_requested and turn.conv is not None:
-                backend.cancel_turn(turn.conv)  # Escape came before the request existed: ask again
-            self.show_prefill(turn)
-        if turn is not None and turn.first_piece is not None:
-            now = time.monotonic()
-            since = turn.sampled_at or turn.first_piece
-            if now > since:
-                panel.add_sample((turn.pieces - turn.sampled_pieces) / (now - since))
-            turn.sampled_pieces, turn.sampled_at = turn.pieces, now
-            panel.live_tps = turn.pieces / max(now - turn.first_piece, 1e-6)
-        panel.rss = self.memory_probe()
-        panel.refresh_figures()
-        if self.engine is not None and not self.collecting:  # one read at a time; none dropped
-            self.collecting = True
-            self.collect_figures(self.engine, self.tiers_stale)
-            self.tiers_stale = False
-
-    def show_prefill(self, turn: Turn) -> None:
-        """While a long prompt prefills, its progress in the reply (Escape stops it); before
-        that, a slow first-time step the turn waits on."""
-        chat = self.logs.get(turn.conversation)
-        if chat is None or chat.reply is None:
-            return
-        event = backend.prefill_progress(turn.conv)
-        if event is None or event.finished:
-            # Before the prefill: a first-time step (the KV cache probe, the embedding model).
-            step = backend.running_step()
-            if step is not None and event is None:
-                chat.reply.show_progress(f"⏳ {step} · Escape stops the reply")
-            return
-        now = time.monotonic()
-        if turn.progress_seen is None or turn.progress_seen[0] is not event:
-            turn.progress_seen = (event, now)  # one event per prefill chunk: count down in between
-        chat.reply.show_progress(f"⏳ {event.describe(since_s=now - turn.progress_seen[1])} · Escape stops")
-
-    @work(thread=True, group="figures", exit_on_error=False)
-    def collect_figures(self, engine: Any, with_tiers: bool) -> None:
-        """[worker thread] Read the scheduler (and the tiers): both may wait on the engine."""
-        machine = backend.machine(engine)
-        tiers = backend.tiers(engine) if with_tiers else ...
-        self.post_message(FiguresReady(machine, tiers))
-
-    def on_figures_ready(self, message: FiguresReady) -> None:
-        if self.shutting_down:
-            return
-        self.collecting = False
-        panel = self.panel
-        panel.machine = message.machine
-        if message.tiers is not ...:
-            panel.tiers = message.tiers
-        panel.refresh_figures()
 
     def on_engine_warning(self, message: EngineWarning) -> None:
         if self.shutting_down:

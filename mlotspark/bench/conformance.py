@@ -11,7 +11,7 @@ Each cell ends in one of three ways:
 - ``fail``: anything else, said in a line (an empty reply, a call lost as text, an
   answer without the remembered fact).
 
-What a model measured ``ok`` is what it reports as capabilities (``models/capabilities.py``):
+What a model measured ``ok`` is what it reports as capabilities (``models/hub/capabilities.py``):
 ``mlotspark check MODEL`` runs the matrix on any model, ``mlotspark bench --suite
 conformance`` on the catalogue's chat models and writes their table.
 """

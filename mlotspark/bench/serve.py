@@ -98,7 +98,8 @@ def write_mlx_lm_dir(model: str | None, out: Path) -> Path:
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from mlotspark.models import catalogue, loader
+    from mlotspark.models import loader
+    from mlotspark.models.hub import catalogue
     from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 
     loaded = loader.load(catalogue.resolve(model, progress=False), weights="float32")
@@ -159,7 +160,7 @@ def start_servers(model: str | None, work: Path, procs: list[subprocess.Popen], 
     Returns:
         ``{"mlotspark": (url, model id), "mlx_lm.server": (url, "default_model")}``.
     """
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
 
     env = {**os.environ, "MLOTSPARK_HOME": str(work / "home")}
     if mlx_dir is None:

@@ -107,7 +107,7 @@ def run_memory(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         raise OptionError(f"invalid --memory-set {args.memory_set!r}: {e}") from None
     output = _check_output(args.output, "--output") if args.output else None
-    from mlotspark.models.aliases import default_model
+    from mlotspark.models.hub.aliases import default_model
 
     spec = args.model or default_model()
     announce_pull(spec)
@@ -135,7 +135,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from mlotspark.bench.config import parse_int_list
     from mlotspark.bench.serve import ServeConfig, render_markdown, run_serve as serve
-    from mlotspark.models.aliases import default_model
+    from mlotspark.models.hub.aliases import default_model
     from mlotspark.storage import atomic_write
 
     if args.format == "csv":

@@ -66,7 +66,7 @@ def run_models(models: list[str], cells: tuple[str, ...], weights: str = "auto")
 def _scratch_home() -> Iterator[None]:
     """``$MLOTSPARK_HOME`` in a temporary folder while the cells run (the models folder
     stays where it is): a cell tells the model facts, which semantic memory would keep."""
-    from mlotspark.models.aliases import MODELS_ENV, models_dir
+    from mlotspark.models.hub.aliases import MODELS_ENV, models_dir
 
     saved = {k: os.environ.get(k) for k in ("MLOTSPARK_HOME", MODELS_ENV)}
     with tempfile.TemporaryDirectory(prefix="mlotspark-check-") as tmp:
@@ -87,7 +87,7 @@ def write_capabilities(results: dict[str, Any], command: str) -> str:
     import datetime
     import json
 
-    from mlotspark.models.capabilities import MEASURED_FILE, measured
+    from mlotspark.models.hub.capabilities import MEASURED_FILE, measured
     from mlotspark.storage import atomic_write
 
     doc = dict(measured())

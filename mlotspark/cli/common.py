@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from mlotspark.errors import OptionError
-from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
+from mlotspark.models.hub.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 
 # Option names (API) whose flag is not ``--`` + the name with dashes, so errors in the
 # CLI name the flag the user typed.

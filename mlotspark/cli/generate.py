@@ -148,7 +148,7 @@ def load_engine(args: argparse.Namespace, cascade: dict[str, Any]) -> Any:
     says it is loading (the weights' conversion can take seconds) once a fetch, with its own
     bar, is done."""
     from mlotspark.engine import Engine
-    from mlotspark.models import catalogue
+    from mlotspark.models.hub import catalogue
 
     tty = sys.stderr.isatty()
     announce_pull(args.model)

@@ -12,7 +12,7 @@ from mlotspark.cli.distributed import add_distributed_args
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    from mlotspark.models import bundles, catalogue
+    from mlotspark.models.hub import bundles, catalogue
 
     if args.list:  # the chat models, then the sentence embedders `pull` also fetches
         rows = catalogue.list_models() + [bundles.bundle_status(name) for name in bundles.BUNDLES]
@@ -28,7 +28,7 @@ def run_pull(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from mlotspark.models import inventory
+    from mlotspark.models.hub import inventory
 
     if args.json:
         print(json.dumps(inventory.on_disk(), indent=2))
@@ -38,7 +38,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_rm(args: argparse.Namespace) -> int:
-    from mlotspark.models import inventory
+    from mlotspark.models.hub import inventory
 
     print(inventory.remove(args.model))
     return 0
@@ -53,7 +53,7 @@ def add_models_dir(*parsers: argparse.ArgumentParser) -> None:
 
 def apply_models_dir(args: argparse.Namespace) -> None:
     """Make ``--models-dir`` the models folder of this process (as ``$MLOTSPARK_MODELS``)."""
-    from mlotspark.models.aliases import MODELS_ENV
+    from mlotspark.models.hub.aliases import MODELS_ENV
 
     if getattr(args, "models_dir", None):
         os.environ[MODELS_ENV] = str(os.path.abspath(os.path.expanduser(args.models_dir)))
@@ -64,7 +64,7 @@ def run_info(args: argparse.Namespace) -> int:
         from mlotspark.cli import distributed
 
         return distributed.run_info(args)
-    from mlotspark.models.catalogue import catalogue_line, default_model_hint, default_model_line
+    from mlotspark.models.hub.catalogue import catalogue_line, default_model_hint, default_model_line
     from mlotspark.platform.device import device_info, format_info
     from mlotspark.runtime.scheduler_config import governor_snapshot
 
@@ -94,7 +94,8 @@ def model_info(model: str, weights: str = "auto", *, as_json: bool = False) -> d
         weights: the weight format to report for (default ``auto``).
         as_json: nested values for ``--json``; else one printable line per fact.
     """
-    from mlotspark.models import catalogue, loader
+    from mlotspark.models import loader
+    from mlotspark.models.hub import catalogue
     from mlotspark.models.sampling_defaults import KEYS, format_sampling
 
     loaded = loader.load(catalogue.resolve(model, pull=False), weights=weights)

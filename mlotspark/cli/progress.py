@@ -202,8 +202,8 @@ def announce_pull(model: str | None, stream: IO[str] | None = None) -> None:
     """One line on stderr, piped or not, before a catalogue model that is not on disk yet
     is fetched: what it is and how big (a 253 MB download must not start without a word)."""
     from mlotspark.errors import MlotsparkError
-    from mlotspark.models import catalogue
-    from mlotspark.models.aliases import ALIASES, default_model
+    from mlotspark.models.hub import catalogue
+    from mlotspark.models.hub.aliases import ALIASES, default_model
 
     name = model or default_model()
     if name not in ALIASES:

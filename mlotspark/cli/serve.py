@@ -19,7 +19,7 @@ from typing import Any, Callable
 from mlotspark.cli.batch import add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.common import (WEIGHT_CHOICES, WEIGHTS_HELP, add_cascade_args, add_memory_args, cascade_kwargs,
                                   cascade_shape, memory_kwargs)
-from mlotspark.models.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
+from mlotspark.models.hub.aliases import ACCELERATED_DEFAULT, DEFAULT_MODEL
 from mlotspark.errors import OptionError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mlotspark.engine import Engine
-    from mlotspark.models.catalogue import default_model
+    from mlotspark.models.hub.catalogue import default_model
     from mlotspark.server import ModelPool, PromptCache, ServerState, create_app
 
     # One memory budget and one thermal governor for every model served (server/governance.py).
@@ -175,7 +175,8 @@ def shared_governance(kwargs: dict[str, Any]) -> Any:
     """The server's :class:`SharedGovernor`: one ThermalGovernor (mode, max batch) and the machine's
     memory budget (``--memory-limit``, else Metal's working set, else the memory available now)."""
     from mlotspark.server.governance import SharedGovernor, machine_budget
-    from mlotspark.thermal.governor import ThermalGovernor, apply_memory_limit
+    from mlotspark.platform.memory import apply_memory_limit
+    from mlotspark.thermal.governor import ThermalGovernor
 
     limit = kwargs.get("memory_limit")
     if limit is not None:

@@ -386,8 +386,8 @@ class Persistence:
         """The writer ``config.memory_writer`` names (``auto``: the model's measured choice)."""
         choice = self.config.memory_writer
         if choice == "auto":
-            from mlotspark.models.capabilities import capabilities
-            from mlotspark.models.catalogue import alias_name
+            from mlotspark.models.hub.capabilities import capabilities
+            from mlotspark.models.hub.catalogue import alias_name
 
             source = getattr(self.engine.loaded, "source", None)
             name = (alias_name(source) if source is not None else None) or self.engine.model_name

@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterator, Sequence
 import mlx.core as mx
 
 from mlotspark.decoding.acceptance import Acceptance
-from mlotspark.decoding.cache_kinds import reorder_cache, tile_cache
+from mlotspark.caches.kinds import reorder_cache, tile_cache
 from mlotspark.decoding.request import DecodeRequest
-from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.caches.interface import prepare_decode
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 from mlotspark.errors import OptionError
 

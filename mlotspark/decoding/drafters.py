@@ -95,7 +95,7 @@ class DraftModelDrafter:
     name = "draft"
 
     def __init__(self, model: Any, prefill_step_size: int = 512):
-        from mlotspark.decoding.cache_kinds import make_cache
+        from mlotspark.caches.kinds import make_cache
 
         self.model = model
         self.cache = make_cache(model, None)
@@ -160,7 +160,8 @@ def load_draft_model(name: str, target: Any, tokenizer: Any) -> Any:
         OptionError: the draft's vocabulary differs from the target's.
         ModelError: the draft cannot be found or loaded.
     """
-    from mlotspark.models import loader, catalogue
+    from mlotspark.models import loader
+    from mlotspark.models.hub import catalogue
 
     loaded = _LOADED.get(name)
     if loaded is None:

@@ -4,7 +4,7 @@ A request that decodes in its own loop (``own_loop``: speculative decoding falli
 to plain decoding, for instance) runs through mlx-lm's ``generate_step``, which knows no
 lifecycle: it prefills and decodes in one go. Here the prompt's prefill runs first (as
 ``generate_step`` would: all tokens but the last, in ``prefill_step_size`` chunks), then
-``prepare_decode`` (``models/cache_interface.py``: the cascade's question pass), then
+``prepare_decode`` (``caches/interface.py``: the cascade's question pass), then
 ``generate_step`` takes over from the last prompt token — so this path runs the step
 like the batched one (``runtime/prefill.py``).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.caches.interface import prepare_decode
 
 __all__ = ["prepared_generate_step"]
 

@@ -34,7 +34,7 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.drafters import Drafter
-from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.caches.interface import prepare_decode
 from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = [

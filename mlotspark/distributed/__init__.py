@@ -17,7 +17,7 @@ RDMA on Thunderbolt 5, or MPI) and joined with ``mx.distributed.init``; hidden s
 - ``session``: ``DistributedSession``, what an Engine holds in a multi-rank run.
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
-``thermal``, ``memory``, ``runtime``. Never ``engine``, ``cli``, ``bench`` or ``tui``.
+``caches``, ``thermal``, ``memory``, ``runtime``. Never ``engine``, ``cli``, ``bench`` or ``tui``.
 """
 
 from mlotspark.distributed.group import RankGroup, join, launched

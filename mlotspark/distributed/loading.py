@@ -22,8 +22,9 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import DistributedError, ModelFormatError, OptionError
-from mlotspark.models import execution, gguf, llama, sampling_defaults
-from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
+from mlotspark.models import execution, llama, sampling_defaults
+from mlotspark.models.formats import gguf
+from mlotspark.models.hub.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.platform.blas import set_blas_threads
 from mlotspark.platform.dtypes import activation_dtype, settle_quantized_activations
 from mlotspark.models.loader import LoadedModel, choose_weight_format, stated_tie

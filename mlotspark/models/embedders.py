@@ -254,7 +254,7 @@ def default_embedder(runner: Runner | None = None) -> Any:
     Raises:
         OptionError: ``$MLOTSPARK_EMBEDDER`` has another value.
     """
-    from mlotspark.models import bundles  # zip and wheel handling: only when an embedder is chosen
+    from mlotspark.models.hub import bundles  # zip and wheel handling: only when an embedder is chosen
 
     choice = os.environ.get("MLOTSPARK_EMBEDDER", "auto").strip().lower() or "auto"
     if choice not in CHOICES:

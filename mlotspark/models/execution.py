@@ -19,7 +19,7 @@ Before that, the loader asks the strategy to widen the weights when the format i
 wider than what is stored (``ExecutionStrategy.widen``): plainly, as mlx-lm does, except on
 the CPU strategy, which spreads the casts over the cores and widens q/k/v and gate/up
 straight into their fused buffers (``widen.py``), and whose GGUF loads keep a float32 copy
-of the widened weights to read next time (``float32_cache``, ``models/float32_cache.py``).
+of the widened weights to read next time (``float32_cache``, ``models/formats/float32_cache.py``).
 
 Installing swaps classes on the model's instances, never its parameters: the model's
 class becomes a subclass of the same name whose ``__call__`` asks the strategy, and (cpu)
@@ -44,8 +44,9 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.utils import dequantize_model
 
 from mlotspark.errors import OptionError
-from mlotspark.models import cpu_step, cpu_step_gemma, llama, prefill_ops, widen as widening
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+from mlotspark.models import llama
+from mlotspark.models.cpu import cpu_step, cpu_step_gemma, prefill_ops, widen as widening
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
 #: Environment variable that forces a strategy for every model loaded (tests, benchmarks).
 ENV = "MLOTSPARK_EXECUTION"
@@ -64,7 +65,7 @@ class ExecutionStrategy:
     #: ``cpu | gpu | plain``: what ``choose_strategy`` and ``MLOTSPARK_EXECUTION`` call it.
     name = "plain"
     #: Whether a float32 load of a GGUF keeps the widened weights on disk and reads them
-    #: next time (``models/float32_cache.py``) instead of widening again.
+    #: next time (``models/formats/float32_cache.py``) instead of widening again.
     float32_cache = False
 
     def fused_groups(self, model: nn.Module) -> list[tuple[str, ...]]:

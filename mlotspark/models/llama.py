@@ -22,7 +22,7 @@ import mlx.nn as nn
 from mlx_lm.models.base import BaseModelArgs, create_attention_mask
 from mlx_lm.models.rope_utils import initialize_rope
 
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 
 #: model_type values this module runs (anything else goes to mlx-lm's classes).
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3")

@@ -24,10 +24,11 @@ from mlx_lm.utils import _get_classes, dequantize_model
 from mlx_lm.utils import load_model as mlx_lm_load_model
 
 from mlotspark.errors import MlotsparkError, ModelFormatError, OptionError
-from mlotspark.models import (execution, float32_cache, gguf, gguf_convert, inventory, llama, safetensors_check,
-                              sampling_defaults, weight_formats)
+from mlotspark.models import execution, llama, sampling_defaults
+from mlotspark.models.hub import inventory
+from mlotspark.models.formats import float32_cache, gguf, gguf_convert, safetensors_check, weight_formats
 from mlotspark.models.materialize import materialize
-from mlotspark.models.catalogue import ModelSource, alias_name, model_fingerprint
+from mlotspark.models.hub.catalogue import ModelSource, alias_name, model_fingerprint
 from mlotspark.models.sampling_defaults import SamplingDefaults
 from mlotspark.models.tokenizer import load_gguf_tokenizer, load_hf_tokenizer
 from mlotspark.platform.device import is_metal
@@ -354,7 +355,7 @@ def stated_context(spec: str | None) -> int | None:
         The context in tokens; None for a model on mlx-lm's classes, one not on disk, or
         files that do not say (the load then checks, as always).
     """
-    from mlotspark.models.catalogue import resolve
+    from mlotspark.models.hub.catalogue import resolve
 
     try:
         path = Path(resolve(spec, pull=False, progress=False).path)

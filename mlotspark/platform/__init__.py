@@ -3,6 +3,8 @@
 - ``blas``: resolves a fast OpenBLAS before anything imports MLX (Linux CPU backend).
 - ``device``: device facts for ``mlotspark info``, Metal limits (guarded: no-ops off
   Metal), MLX's peak memory.
+- ``memory``: which memory signal and budget are in force, and MLX's allocator limit.
 
-May import: ``mlotspark.errors`` and third-party packages only (the bottom layer).
+May import: ``mlotspark.errors``, ``mlotspark.options`` (argument checks) and third-party packages
+only (the bottom layer).
 """

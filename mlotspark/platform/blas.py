@@ -416,7 +416,7 @@ _NUMPY_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_t
 def set_numpy_blas_threads(n: int) -> bool:
     """Set the thread count of the OpenBLAS that NumPy bundles (not MLX's).
 
-    NumPy's one-token products (``models/cpu_step.py``) are sgemv, bound by memory
+    NumPy's one-token products (``models/cpu/cpu_step.py``) are sgemv, bound by memory
     bandwidth: one thread streams ~25 GB/s here, and two spinning OpenBLAS threads beside
     any other busy process collapsed decode from 45 to 2.6 tok/s. An explicit
     ``OPENBLAS_NUM_THREADS`` wins (nothing is changed). macOS wheels use Accelerate

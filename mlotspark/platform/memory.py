@@ -28,7 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PRESSURE_NAMES", "KernelPressure", "MemoryBudget", "memory_budget", "read_sysctl_int",
+from mlotspark.options import check_int
+
+__all__ = ["PRESSURE_NAMES", "apply_memory_limit", "KernelPressure", "MemoryBudget", "memory_budget", "read_sysctl_int",
            "kernel_pressure", "metal_available", "metal_working_set"]
 
 #: kern.memorystatus_vm_pressure_level values (dispatch's memory-pressure levels).
@@ -210,3 +212,27 @@ def memory_budget(weights_bytes: int = 0, limit_bytes: int | None = None, *, pla
         available = int(psutil.virtual_memory().available)
     return MemoryBudget(signal, "available memory", int(available), weights_bytes,
                         int(available * AVAILABLE_SHARE), None)
+
+
+def apply_memory_limit(limit_bytes: int) -> int | None:
+    """Tell MLX's allocator to stay under a limit (``mx.set_memory_limit``).
+
+    Args:
+        limit_bytes: the limit in bytes (> 0).
+
+    Returns:
+        The previous limit, or None where MLX or the call is unavailable.
+    """
+    check_int("memory limit", limit_bytes, 1)
+    try:
+        import mlotspark  # noqa: F401  resolves OpenBLAS before mlx loads
+        import mlx.core as mx
+
+        # Top-level since MLX 0.2x; older releases had it under mx.metal.
+        setter = getattr(mx, "set_memory_limit", None)
+        setter = setter or getattr(getattr(mx, "metal", None), "set_memory_limit", None)
+        if setter is None:
+            return None
+        return int(setter(limit_bytes))
+    except Exception:  # noqa: BLE001  an allocator without limits is not an error here
+        return None

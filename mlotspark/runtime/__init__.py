@@ -12,6 +12,6 @@
   throughput meter the governor reads.
 - ``request_handle``: ``RequestHandle``, what ``Engine.submit`` returns.
 
-May import: ``errors``, ``options``, ``results``, ``platform``, ``models``, ``memory``,
-``decoding``, ``thermal``. Never ``engine``, ``cli``, ``bench`` or ``tui``.
+May import: ``errors``, ``options``, ``results``, ``platform``, ``models``, ``caches``,
+``memory``, ``decoding``, ``thermal``. Never ``engine``, ``cli``, ``bench`` or ``tui``.
 """

@@ -32,7 +32,7 @@ from mlx_lm.models.cache import KVCache as MlxKVCache
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.runtime.generation import Generation
 from mlotspark.models.execution import strategy_of
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
 
 #: Under the CPU execution strategy a row stepped on its own runs through NumPy

@@ -1,10 +1,12 @@
 """Which cache a request gets, and why: the memory cascade or a KV cache of some kind.
 
+Here, not in ``caches``: it chooses between the cascade (``memory``) and a KV kind (``caches``), above both.
+
 The cascade when it is forced on (a ``CascadeConfig``), or under ``auto`` when
 prompt + ``max_tokens`` pass the model's context (llama-family models only; shaped by
 the engine's ``cascade_settings``, else ``CascadeConfig.for_model`` defaults); else a
 KV cache of ``options.cache_kind``, where ``auto`` is decided by
-``decoding/cache_policy.py`` on the engine thread. ``story`` tells a request which it
+``caches/policy.py`` on the engine thread. ``story`` tells a request which it
 got and why (``stats.extra["cache"]``, shown by ``-v``).
 """
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from mlotspark.decoding.cache_policy import CacheDecision, kv_budget, request_cache
+from mlotspark.caches.policy import CacheDecision, kv_budget, request_cache
 from mlotspark.memory.cascade import CascadeConfig, check_cascade, is_cascade, make_cascade_cache
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions

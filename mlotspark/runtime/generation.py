@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from mlotspark.decoding import own_loop, run_sequences, select_step
+from mlotspark.decoding.beam import run_sequences
+from mlotspark.decoding.strategy import own_loop, select_step
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.errors import PromptTooLongError

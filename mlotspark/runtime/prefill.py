@@ -14,7 +14,7 @@ left padding, which the mask hides.
 All prompt tokens but the last are prefilled here (as mlx-lm's ``generate_step``
 does); the last one is the sequence's first decode input. Between the two, each
 request's caches get their lifecycle step (``prepare_decode``,
-``models/cache_interface.py``), here, so every path that prefills through this module
+``caches/interface.py``), here, so every path that prefills through this module
 (solo and batched requests, conversations, the server, every distributed rank) runs it.
 """
 
@@ -27,7 +27,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache
 
-from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.caches.interface import prepare_decode
 from mlotspark.runtime.batching import SequenceState, attend_packed
 
 __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]

@@ -16,8 +16,8 @@ from typing import Any
 
 from mlotspark.errors import OptionError
 from mlotspark.platform.dtypes import activation_dtype
-from mlotspark.platform.memory import memory_budget
-from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor, apply_memory_limit
+from mlotspark.platform.memory import apply_memory_limit, memory_budget
+from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor
 
 __all__ = ["SchedulerConfig", "ThroughputMeter", "activation_dtype", "governor_snapshot", "kv_bytes_per_token",
            "memory_status", "parse_memory_limit"]

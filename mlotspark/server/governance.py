@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from mlotspark.thermal.admission import fmt_bytes
+from mlotspark.units import fmt_bytes
 
 MIN_KV_BYTES = 64 << 20  # the least KV a resident model is left (a few thousand tokens of a small model)
 

@@ -168,7 +168,7 @@ class ModelPool:
 
     def _allowed(self, name: str) -> str | None:
         """What ``Engine.load`` gets for an on-demand ``name``, or None when it is not allowed."""
-        from mlotspark.models import catalogue
+        from mlotspark.models.hub import catalogue
 
         if name in catalogue.ALIASES:
             try:
@@ -350,7 +350,7 @@ class ModelPool:
 
 
 def model_capabilities(name: str, engine: Any = None) -> Any:
-    """What model ``name`` can do (``models.capabilities``): measured for a catalogue alias
+    """What model ``name`` can do (``models.hub.capabilities``): measured for a catalogue alias
     (found by its name or, once loaded, by its file), else read off its template.
 
     Args:
@@ -358,8 +358,8 @@ def model_capabilities(name: str, engine: Any = None) -> Any:
         engine: its engine when loaded (its file names the alias; its template its tools).
     """
     from mlotspark.decoding.tool_calls import tool_format
-    from mlotspark.models.capabilities import capabilities
-    from mlotspark.models.catalogue import alias_name
+    from mlotspark.models.hub.capabilities import capabilities
+    from mlotspark.models.hub.catalogue import alias_name
 
     source = getattr(getattr(engine, "loaded", None), "source", None)
     alias = alias_name(source) if source is not None else None
@@ -372,7 +372,7 @@ def stored_bytes(spec: str) -> int:
     path = Path(spec).expanduser()
     if not path.exists():
         try:
-            from mlotspark.models import catalogue
+            from mlotspark.models.hub import catalogue
 
             path = Path(catalogue.resolve(spec, pull=False, progress=False).path)
         except Exception:  # noqa: BLE001  not stored (pulled on load): the loaded size decides

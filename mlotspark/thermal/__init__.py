@@ -6,10 +6,9 @@
   decode rate. Each is a ``Probe`` with one ``read()`` method, so tests script a heat-up.
 - ``grading``: reading -> nominal / fair / serious / critical (thresholds, hysteresis).
 - ``policies``: how each mode reacts (the mode table).
-- ``admission``: byte formatting and MLX's allocator limit for memory admissions.
 - ``governor``: ``ThermalGovernor``: readings -> nominal / fair / serious / critical ->
   batch cap (additive increase, multiplicative decrease), cool-down pauses, modes.
   *Why the batch size dropped* is answered here (``Decision.reason``).
 
-May import: ``errors``, ``platform`` (bottom layer). Used by ``runtime``.
+May import: ``errors``, ``options``, ``units``, ``platform`` (bottom layer). Used by ``runtime``.
 """

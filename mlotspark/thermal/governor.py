@@ -23,14 +23,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlotspark.errors import OptionError
-from mlotspark.thermal.admission import apply_memory_limit, check_int, fmt_bytes
+from mlotspark.options import check_int
 from mlotspark.thermal.cores import blas_threads, usable_cores
 from mlotspark.thermal.grading import CRITICAL, NOMINAL, SERIOUS, STATES, Thresholds
 from mlotspark.thermal.policies import MODES, POLICIES, ModePolicy
 from mlotspark.thermal.probes import Probe, Reading, ThroughputProbe, default_probes
+from mlotspark.units import fmt_bytes
 
 __all__ = ["STATES", "MODES", "Decision", "Thresholds", "ModePolicy", "POLICIES",
-           "ThermalGovernor", "apply_memory_limit"]
+           "ThermalGovernor"]
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 def main() -> None:
     from mlotspark.errors import MlotsparkError
     from mlotspark.models import loader
-    from mlotspark.models.catalogue import ModelSource
+    from mlotspark.models.hub.catalogue import ModelSource
 
     for line in sys.stdin:
         path = Path(line.strip())

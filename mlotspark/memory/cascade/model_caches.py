@@ -13,7 +13,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from mlotspark.errors import OptionError
-from mlotspark.memory.cascade.blocks import EpisodicStore, quant_group
+from mlotspark.memory.cascade.block_codec import quant_group
+from mlotspark.memory.cascade.blocks import EpisodicStore
 from mlotspark.memory.cascade.cache import CascadeCache
 from mlotspark.memory.cascade.config import CascadeConfig
 from mlotspark.memory.cascade.question import QuestionPass

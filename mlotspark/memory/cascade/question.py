@@ -26,7 +26,7 @@ So, once per prompt, between the last prefill chunk and the first decode step:
 
 Nothing happens while every block fits in ``top_k`` (then sinks + window + all
 blocks is exact attention). The pass needs the token ids, so it is driven by the
-runtime as an explicit lifecycle step (``prepare_decode``, ``models/cache_interface.py``:
+runtime as an explicit lifecycle step (``prepare_decode``, ``caches/interface.py``:
 after the prompt's prefill, before its first decode step, on every path); it costs
 ``question_pass`` tokens of prefill and one exact scoring of the question against
 every stored key (a read of the episodic store's keys, spilled blocks included, that
@@ -208,7 +208,7 @@ class QuestionPass:
         if min(c.n_blocks for c in caches) <= k or any(c.n_window < n for c in caches):
             return False  # every block is attended anyway, or the tail already left the window
         cfg = first.config
-        reduce = getattr(model, "reduce_scores", None)  # a ScoreReducer (cache_interface.py) when split over ranks
+        reduce = getattr(model, "reduce_scores", None)  # a ScoreReducer (caches/interface.py) when split over ranks
         chosen = consensus(caches, k, cfg.follow, cfg.question_sharpen, cfg.question_focus, reduce, cfg.lead)
         if not chosen:
             return False

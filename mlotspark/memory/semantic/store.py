@@ -1,3 +1,4 @@
+# Past 500 lines on purpose: these methods share the store's connection, lock and vector cache.
 """``SemanticStore``: the semantic tier on disk: it applies operations, searches, lists and keeps
 history, and reads no language (what a turn changes is a writer's: ``writer.py``).
 

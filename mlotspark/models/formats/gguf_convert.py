@@ -8,7 +8,7 @@ we write no block decoder of our own).
 
 Dequantizing a 250 MB file takes seconds, so the result is cached under
 ``$MLOTSPARK_HOME/cache/gguf/<id>/`` (the entry also holds the built tokenizer and, on
-the CPU, the float32 cache: ``models/float32_cache.py``; ``mlotspark rm`` removes it with
+the CPU, the float32 cache: ``models/formats/float32_cache.py``; ``mlotspark rm`` removes it with
 the model): ``tensors.safetensors`` (quantized tensors as
 float16, which holds a K-quant's values to ~1e-3 relative, far below its own
 quantization error; float tensors as stored) and ``meta.json`` (the GGUF metadata,
@@ -35,7 +35,7 @@ from gguf.quants import dequantize
 
 from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, StoreError
-from mlotspark.models.wheel_pull import progress_bar, show_progress
+from mlotspark.models.hub.wheel_pull import progress_bar, show_progress
 
 #: Formats MLX's own GGUF reader unpacks (``mx.load``): the fast path.
 MLX_NATIVE = frozenset({"F32", "F16", "Q4_0", "Q4_1", "Q8_0"})

@@ -50,8 +50,8 @@ from mlx.utils import tree_flatten
 
 from mlotspark import storage
 from mlotspark.errors import StoreError
-from mlotspark.models import gguf_convert
-from mlotspark.models.widen import group_key
+from mlotspark.models.formats import gguf_convert
+from mlotspark.models.cpu.widen import group_key
 
 log = logging.getLogger(__name__)
 

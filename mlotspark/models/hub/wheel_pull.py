@@ -29,7 +29,7 @@ from typing import IO, Any, Iterator
 
 from mlotspark import steps, storage
 from mlotspark.errors import ModelFormatError, OfflineError, StoreError
-from mlotspark.models.aliases import ModelAlias, ModelSource, alias_path, file_size
+from mlotspark.models.hub.aliases import ModelAlias, ModelSource, alias_path, file_size
 
 CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough for a smooth bar
 

@@ -40,9 +40,9 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.kv import KVCache
 from mlotspark.models.llama import FactorRoPE
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
 #: KV buffers grow by this many positions, as mlx-lm's ``KVCache.step``.
 _STEP = KVCache.step

@@ -26,9 +26,10 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelNotFoundError, MlotsparkError, StoreError
-from mlotspark.models import bundles, catalogue, gguf_convert
-from mlotspark.models.capabilities import capabilities
-from mlotspark.models.aliases import ALIASES, ModelSource, models_dir
+from mlotspark.models.hub import bundles, catalogue
+from mlotspark.models.formats import gguf_convert
+from mlotspark.models.hub.capabilities import capabilities
+from mlotspark.models.hub.aliases import ALIASES, ModelSource, models_dir
 
 _USED = "models_used.json"
 _FORMAT = 1
@@ -143,7 +144,7 @@ def available_models() -> list[dict[str, Any]]:
     Returns:
         One dict per model: ``name`` (what ``Engine.load`` takes), ``kind``, ``where``,
         ``path``, ``size`` (bytes; an alias not pulled: its download size), ``pulled``,
-        ``default``, ``description``, ``capabilities`` (``models.capabilities``: the
+        ``default``, ``description``, ``capabilities`` (``models.hub.capabilities``: the
         features, and whether the conformance matrix measured them).
     """
     rows = [{**r, "where": "catalogue", "capabilities": capabilities(r["name"]).to_json()}

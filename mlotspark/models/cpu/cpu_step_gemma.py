@@ -28,8 +28,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlotspark.models.cpu_step import _rope_angles, _watched_view
-from mlotspark.models.matvec import MatvecEmbedding, MatvecLinear
+from mlotspark.models.cpu.cpu_step import _rope_angles, _watched_view
+from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
 _GELU_C = math.sqrt(2 / math.pi)
 

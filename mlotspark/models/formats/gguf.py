@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import mlx.core as mx
 
 from mlotspark.errors import ModelFormatError
-from mlotspark.models.gguf_check import check_gguf
+from mlotspark.models.formats.gguf_check import check_gguf
 
 GGUF_GROUP_SIZE = 32  # block size of the Q4_0 / Q4_1 / Q8_0 formats MLX unpacks
 

@@ -2,7 +2,7 @@
 
 It is mlx-lm's ``KVCache`` (so its state, trimming and prompt-cache files work
 unchanged) plus ``attend``, the one method our attention calls, and the lifecycle of
-``models/cache_interface.py`` (nothing to prepare). Any object with that interface can
+``caches/interface.py`` (nothing to prepare). Any object with that interface can
 stand in for it: the memory cascade is such an object.
 """
 
@@ -13,8 +13,8 @@ from typing import Any, Callable
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache as _MlxKVCache
 
-from mlotspark.models import prefill_ops
-from mlotspark.models.cache_interface import NothingToPrepare
+from mlotspark.models.cpu import prefill_ops
+from mlotspark.caches.interface import NothingToPrepare
 
 
 class KVCache(NothingToPrepare, _MlxKVCache):

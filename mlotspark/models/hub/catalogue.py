@@ -27,8 +27,8 @@ from typing import Any
 
 from mlotspark import storage
 from mlotspark.errors import ModelFormatError, ModelNotFoundError, OfflineError
-from mlotspark.models import safetensors_check
-from mlotspark.models.aliases import (
+from mlotspark.models.formats import safetensors_check
+from mlotspark.models.hub.aliases import (
     ALIASES,
     DEFAULT_MODEL,
     ModelAlias,
@@ -40,7 +40,7 @@ from mlotspark.models.aliases import (
     get_alias,
     models_dir,
 )
-from mlotspark.models.wheel_pull import CHUNK, progress_bar, pull_alias, show_progress
+from mlotspark.models.hub.wheel_pull import CHUNK, progress_bar, pull_alias, show_progress
 
 GGUF_MAGIC = b"GGUF"
 # What an mlx-lm model directory needs; never "*.py" (no remote code is run).

@@ -15,8 +15,8 @@ Lifecycle steps are called by the *runtime*, never from inside the model's forwa
   cascade runs its question pass here (``memory/cascade/question.py``); a plain cache
   has nothing to do.
 
-Who implements it: ``models.kv_cache.KVCache`` (full attention), the KV kinds of
-``decoding/cache_kinds.py`` (float16, q8, q4), ``memory.cascade.CascadeCache``, and the
+Who implements it: ``caches.kv.KVCache`` (full attention), the KV kinds of
+``caches/kinds.py`` (float16, q8, q4), ``memory.cascade.CascadeCache``, and the
 runtime's per-step views (``runtime.batching.BatchCache``, ``runtime.prefill.PrefillCache``)
 — checked in ``tests/test_cache_interface.py``. mlx-lm's own cache classes (which models
 such as gemma3 make for themselves) have no ``attend`` and no lifecycle: ``prepare_decode``

@@ -1,7 +1,7 @@
 """KV cache kinds for the working memory: ``float16``, ``q8`` and ``q4``.
 
 Each kind is a cache class with ``attend`` (the one method our attention calls, see
-``models/kv_cache.py``), built on mlx-lm's caches so trimming, ``state`` and the scheduler's
+``caches/kv.py``), built on mlx-lm's caches so trimming, ``state`` and the scheduler's
 row-by-row batching work unchanged:
 
 - ``float16``: keys and values stored in float16 (half of a float32 model's KV);
@@ -24,8 +24,8 @@ from mlx_lm.models.cache import KVCache as _MlxKVCache
 from mlx_lm.models.cache import QuantizedKVCache as _MlxQuantizedKVCache
 
 from mlotspark.errors import OptionError
-from mlotspark.models.cache_interface import NothingToPrepare
-from mlotspark.models.kv_cache import KVCache
+from mlotspark.caches.interface import NothingToPrepare
+from mlotspark.caches.kv import KVCache
 
 __all__ = [
     "KINDS",
@@ -40,7 +40,7 @@ __all__ = [
     "reorder_cache",
 ]
 
-#: Cache kinds a user can ask for by name (``auto`` is resolved by ``cache_policy``).
+#: Cache kinds a user can ask for by name (``auto`` is resolved by ``caches.policy``).
 KINDS = ("float16", "q8", "q4")
 _BITS = {"q8": 8, "q4": 4}
 _STEP = 256  # mlx-lm caches grow in steps of this many tokens

@@ -23,7 +23,7 @@ import mlx.core as mx
 
 from mlotspark import steps, storage
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.decoding.cache_kinds import KINDS, kv_bytes, make_cache, runnable_kinds
+from mlotspark.caches.kinds import KINDS, kv_bytes, make_cache, runnable_kinds
 
 log = logging.getLogger(__name__)
 
