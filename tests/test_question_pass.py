@@ -162,7 +162,7 @@ def test_sharpened_focus_keeps_the_asked_block_and_drops_its_look_alikes():
     # pins the asked one alone.
     cfg = CascadeConfig(window=8, sinks=2, block_size=4, top_k=4, rolling_window=4, chunk=64, follow=0)
     caches = _layers(cfg, template_layers=4, key_layer_gain=6.0)
-    old = consensus(caches, cfg.top_k, cfg.follow)  # the round-4 rule
+    old = consensus(caches, cfg.top_k, cfg.follow)  # the rule before the spread fix
     assert {3, 5, 7} <= set(old)
     assert consensus(caches, cfg.top_k, cfg.follow, sharpen=1, focus=0.3) != (7,)  # focus alone is not enough
     assert consensus(caches, cfg.top_k, cfg.follow, sharpen=3, focus=0.3) == (7,)

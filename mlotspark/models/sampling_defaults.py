@@ -46,7 +46,7 @@ BUILTIN: dict[str, dict[str, Any]] = {
     # often a near tie between an English start and a foreign-language one ("The" 0.15 /
     # "L" 0.14 for "What is the capital of France?", which goes on "L'Étoile ..."), and
     # temperature 0.2 sharpens that only to 0.57 / 0.34: Paris in 20 of 30 seeds. Measured
-    # (RESULTS "Issue 13, round 3", benchmarks/sampling_heldout.py): greedy answers at
+    # (measured with benchmarks/sampling_heldout.py): greedy answers at
     # least as many of 25 other short factual questions as the card's setting, and Paris
     # every time. So greedy; top_p stays the card's for whoever raises the temperature.
     "smollm2-135m-instruct": {"temperature": 0.0, "top_p": 0.9},

@@ -164,7 +164,7 @@ class PsutilProbe:
         its window (at most ``OTHERS_WINDOW_S``, once): the engine's first request reads the
         probe right after it was made, and without a figure its first prefill chunk ran at
         OpenBLAS's default threads; beside a busy core that took 269 s for 2,422 tokens
-        instead of 13 s (two cores, round 8's long-prompt audit).
+        instead of 13 s (two cores, a long prompt).
         """
         now = self._busy_seconds()
         if not self._measured and not self._darwin and now is not None and self._busy is not None:

@@ -299,7 +299,7 @@ class CascadeCache:
         """The pinned blocks plus those sealed since: tokens that were in the window when
         the question chose stay in view while the answer pushes them out of it (without
         this, a needle at the window's edge lost its tail mid-answer: "754" for 7544128,
-        RESULTS "Memory (issue 27)"). The first ones sealed, which held the window the
+        measured). The first ones sealed, which held the window the
         question saw (a long answer's own older tokens come after them), and at most a
         prefill piece's worth less one token, so with the decoded token the attended keys
         stay within the span ``for_model`` checked."""

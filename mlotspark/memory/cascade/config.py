@@ -19,7 +19,7 @@ BLOCK_KINDS = ("auto", "float16", "q8", "q4")
 REPRESENTATIONS = ("minmax", "mean", "keys")
 
 #: Pieces a prefill chunk is attended in on the CPU, chosen by measurement
-#: (benchmarks/RESULTS.md, issue 12 round 5: 4k tokens in forward passes of 2048,
+#: (measured: 4k tokens in forward passes of 2048,
 #: pieces of 256 / 512 / 1024 / 2048 = 119 / 115 / 101 / 76 tok/s). Attention is most
 #: of a piece's cost on the CPU and grows with the keys each query sees (sinks +
 #: blocks + window + the piece), so shorter pieces win while each piece's fixed
@@ -44,7 +44,7 @@ class CascadeConfig:
             more precisely, DESIGN §4).
         top_k: blocks retrieved into attention per KV head (default 32: 1024 tokens);
             0 = sinks + window only (the StreamingLLM baseline). On RULER needles in
-            natural text (benchmarks/RESULTS.md, issue 14 round 3), 8 blocks put the
+            natural text (measured), 8 blocks put the
             needle's block in the selection of 6-21% of (layer, KV head) pairs at 4k
             tokens, 32 blocks in ~60%.
         routing: ``sequence | rolling | token | hybrid | question`` (default
@@ -80,7 +80,7 @@ class CascadeConfig:
         lead: blocks before each retrieved block retrieved with it, within ``top_k``
             (default 0). For a needle split over two blocks whose second (the value)
             scored best and whose first (its key) did not: SmolLM2's niah_single misses
-            at 16k/32k, captured (RESULTS, "Memory (issue 27)"). Off: there it made both
+            at 16k/32k, captured (measured). Off: there it made both
             needles whole and the 135M model still misread them; a model that reads
             (Qwen2.5-Coder-0.5B, past 32k) is where it is still to be measured.
         question_pass: prompt tokens re-read once per prompt, after the blocks are
@@ -97,7 +97,7 @@ class CascadeConfig:
             instead of the ``top_k`` best, so near-miss blocks (other needles worded
             like the asked one) are left out (0 = off, the default: at 4k tokens
             sharpen 3 + focus 0.2 took niah_multikey from 1/4 to 2/4 cases but
-            dropped values niah_multivalue needs; RESULTS, issue 14 round 5).
+            dropped values niah_multivalue needs).
         question_queries: the prompt's last queries the question pass scores
             (default 16; ``question`` routing remembers this many, prefill routing
             still uses the last ``rolling_window``). With the chat template the last

@@ -1,6 +1,6 @@
 """The question pass: re-read the prompt's tail with the blocks its question chooses.
 
-Why (benchmarks/RESULTS.md, issue 14 round 4): at 8k tokens the needle's blocks
+Why (measured): at 8k tokens the needle's blocks
 were in only ~29% of the (layer, KV head) selections at the answer's first step,
 although the deep layers' question queries ranked them near the top; and forcing
 them into the *answer's* selections alone did not help, because the question's own
@@ -48,7 +48,7 @@ def block_mass(cache: Any, n: int) -> mx.array:
 
     Exact, not the routing summaries: the largest share any question query gives a
     block (``query_mass``; one question token that looks at a block is enough).
-    Measured at 8k (RESULTS, issue 14 round 4): the needle's block ranked 0-1 of 220
+    Measured at 8k: the needle's block ranked 0-1 of 220
     this way, 7-48 under the minmax summaries, whose upper bound favours blocks of
     unusual keys.
     """
@@ -107,7 +107,7 @@ def consensus(caches: Sequence[Any], k: int, follow: int, sharpen: int = 1, focu
     """The blocks the question queries of all layers agree on.
 
     Each (layer, KV head)'s ``block_mass`` is raised to ``sharpen`` before the sum
-    over layers and heads. Why (RESULTS, issue 14 round 5): on niah_multikey the
+    over layers and heads. Why (measured): on niah_multikey the
     needles share their wording, and most (layer, head) pairs spread the question's
     attention over all of them a little; the few *retrieval* pairs that match the
     asked key (layers 17-18 of the default model) put most of one token's attention

@@ -74,7 +74,7 @@ _MIGRATIONS: dict[int, list[str]] = {
             INSERT INTO entries_fts(rowid, text) VALUES (new.id, new.text);
         END""",
     ],
-    # Knowledge updates (issue 27): an older fact is marked, not deleted, when a newer one replaces it.
+    # Knowledge updates: an older fact is marked, not deleted, when a newer one replaces it.
     2: [
         "ALTER TABLE entries ADD COLUMN superseded_by INTEGER",
         "ALTER TABLE entries ADD COLUMN superseded REAL",

@@ -6,7 +6,7 @@ bandwidth, ``matvec.py``) and runs each of a step's ~600 small ops through its
 scheduler. A one-token step is ~540 MB of weights read once: NumPy's ``W @ x`` is
 OpenBLAS's ``sgemv`` on the *same* weights (zero-copy views of the MLX arrays: CPU and
 unified memory), with ~1 µs of Python per op. Measured 2.3x mlx-lm's decode on this CPU
-with the same greedy tokens (benchmarks/RESULTS.md "Issue 12, round 5"). Prefill stays on
+with the same greedy tokens (measured; the figures are in ``git show bce40ee:benchmarks/history/RESULTS-rounds-1-6.md``). Prefill stays on
 MLX (``prefill_ops.py``): a NumPy prefill of the same chunks measured 1.44x mlx-lm against
 1.85x for MLX with those forms, its GEMMs being the same OpenBLAS calls.
 

@@ -2,7 +2,7 @@
 
 MLX's CPU backend sends every float32 matmul to ``cblas_sgemm``; it has no GEMV path.
 For one decoded token ``x @ W.T`` is an sgemm with one row, and OpenBLAS runs it
-one of two ways (measured here, benchmarks/RESULTS.md "Issue 12, round 3"):
+one of two ways (measured here; ``git show bce40ee:benchmarks/history/RESULTS-rounds-1-6.md``):
 
 - up to 1e6 multiply-adds (``M*N*K``) it takes its small-matrix kernel, which
   streams the weights at ~3x the speed; but ``x @ W.T`` is its "TN" case, which it

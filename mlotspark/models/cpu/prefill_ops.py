@@ -1,7 +1,6 @@
 """Prefill (many tokens at once) on the CPU backend: the work around the GEMMs, made cheaper.
 
-A 511-token prefill of the default model in float32 on this CPU (benchmarks/RESULTS.md
-"Issue 12, round 5") spent ~0.56 s in OpenBLAS GEMMs (at ~190 GFLOP/s, the single-core
+A 511-token prefill of the default model in float32 on this CPU spent ~0.56 s in OpenBLAS GEMMs (at ~190 GFLOP/s, the single-core
 peak) but ~0.93 s in MLX's CPU attention and ~0.34 s in ``silu(gate) * up``. Both are
 bound by ``exp``: MLX's CPU backend computes it one element at a time with the C library
 (~10 ns per element here), against ~0.3 ns per element for a vectorised multiply.
@@ -38,7 +37,7 @@ ATTENTION_BLOCK = 64
 #: Softmax inside ``causal_attention`` written out with ``fast_exp`` (scores and
 #: weighted values by OpenBLAS matmuls) instead of MLX's CPU SDPA per block, whose
 #: softmax calls the C library's ``exp`` per score: a 511-token pass 894 ms against
-#: 1312 ms (mlx-lm 1651 ms; benchmarks/RESULTS.md "Issue 12, round 5").
+#: 1312 ms (mlx-lm 1651 ms).
 EXPLICIT_SOFTMAX = True
 
 _LOG2E = 1.0 / math.log(2.0)
