@@ -25,7 +25,6 @@ import time
 
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 from mlotspark.engine import Engine
-from mlotspark.runtime import batching
 from mlotspark.thermal.governor import ThermalGovernor
 from mlotspark.thermal.probes import Reading, ScriptedProbe
 
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None)
     ap.add_argument("--json", default=None, help="write the raw step times here")
     ap.add_argument("--also-packed", action="store_true",
-                    help="also run the sizes below batching.NUMPY_PACK_FROM packed on MLX (rows '2p', '3p')")
+                    help="also run the sizes below the CPU runner's PACK_FROM packed on MLX (rows '2p', '3p')")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes (default 1 2 3 4 8)")
     args = ap.parse_args(argv)
 
@@ -75,14 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()
     run_size(engine, 2, 8)  # warm-up: first-call allocations, BLAS threads
     # Runs: (label, batch size, pack from); "Bp" packs B rows that would go one by one.
-    pack_from = batching.NUMPY_PACK_FROM
+    runner = engine.loaded.runner  # models/execution.py: it says when rows are packed
+    pack_from = getattr(runner, "PACK_FROM", 2)
     runs = [(str(b), b, pack_from) for b in args.sizes]
     if args.also_packed:
         runs += [(f"{b}p", b, 2) for b in args.sizes if 1 < b < pack_from]
     raw: dict[str, dict[str, list]] = {k: {"step_s": [], "cpu_s": [], "tok_s_wall": []} for k, _, _ in runs}
     for rep in range(args.reps):
         for k, b, pack in runs:
-            batching.NUMPY_PACK_FROM = pack  # read by the decode batch at each step
+            runner.PACK_FROM = pack  # asked by the decode batch at each step
             r = run_size(engine, b, args.tokens)
             raw[k]["step_s"] += r["step_s"]
             raw[k]["cpu_s"] += r["cpu_s"]
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| batch | full-batch steps | median step | aggregate decode tok/s | vs batch 1 "
           "| tok per CPU-s | vs batch 1 | end-to-end tok/s (incl. prefill, tails) |")
     print("|---|---|---|---|---|---|---|---|")
-    batching.NUMPY_PACK_FROM = pack_from
+    runner.PACK_FROM = pack_from
     for k, b, _ in runs:
         step = statistics.median(raw[k]["step_s"])
         cpu = statistics.median(raw[k]["cpu_s"])

@@ -72,7 +72,7 @@ def main() -> None:
     args = p.parse_args()
 
     engine = load_engine(args.model)
-    model = engine.loaded.model
+    model = engine.loaded.runner  # what the engine calls (models/execution.py)
     base = CascadeConfig.for_model(engine.loaded.context_length)
     emit({"command": command_line(), "config": base.to_dict(), "model": engine.model_name, "weights": engine.loaded.weights}, args.out)
     unit = engine.encode(FILLER, raw=True)
@@ -90,7 +90,7 @@ def main() -> None:
                     times = []
                     try:
                         for _ in range(args.reps):
-                            cache = model.make_cache() if mode == "full" else make_cascade_cache(model, config)
+                            cache = model.make_cache() if mode == "full" else make_cascade_cache(model.model, config, attention=model.attention)
                             times.append(prefill(model, ids, cache, step))
                             del cache
                             mx.clear_cache()

@@ -164,7 +164,7 @@ class Engine:
         engine.sampling_sources = sources
         engine._persistence_config = persistence
         if distributed is not None:
-            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.runner, loaded.nbytes(), rank_timeout,
                                               identity=(loaded.fingerprint, loaded.weights, loaded.name),
                                               probes=governor.probes if governor is not None else None)
         return engine
@@ -242,10 +242,12 @@ class Engine:
         given = cache is not None
         if cache is None:
             cache = self.make_cache(total, options)
+        else:  # restored from a snapshot or a prefix cache: the runner's attention from now on
+            self.loaded.runner.adopt(cache)
         cascaded = is_cascade(cache)
         facts = {"blas": BLAS_IN_USE, "cache": self.caches.story(cache, options, total, given)}
         return Generation(
-            self.loaded.model,
+            self.loaded.runner,
             self.tokenizer,
             prompt_ids,
             cache,
@@ -425,7 +427,7 @@ class Engine:
                 if self.ranks is not None and self.ranks.leader is None:
                     raise DistributedError(f"rank {self.rank} runs rank 0's steps: call follow(), not submit()")
                 self._scheduler = Scheduler(
-                    self.loaded.model,
+                    self.loaded.runner,
                     self.scheduling.make_governor(),
                     lock=self._lock,
                     weights_bytes=self.loaded.nbytes(),

@@ -81,9 +81,10 @@ def _prompt(n: int, seed: int) -> list[int]:
 
 def _reference(engine: Engine, prompt: list[int], n: int) -> list[int]:
     """Greedy tokens of the same cascade on the own-loop path, called directly."""
-    cache = make_cascade_cache(engine.loaded.model, engine.cascade)
+    runner = engine.loaded.runner
+    cache = make_cascade_cache(runner.model, engine.cascade, attention=runner.attention)
     out = []
-    for tok, _ in prepared_generate_step(mx.array(prompt), engine.loaded.model, max_tokens=n, prompt_cache=cache,
+    for tok, _ in prepared_generate_step(mx.array(prompt), runner, max_tokens=n, prompt_cache=cache,
                                          prefill_step_size=CHUNK):
         out.append(int(tok))
     assert cache[0].question.passes == 1

@@ -29,7 +29,7 @@ def engine(default_gguf):
 
 def answer(engine, ids: list[int], cache: list) -> str:
     out = []
-    for t, _ in generate_step(mx.array(ids), engine.loaded.model, max_tokens=10, prompt_cache=cache, prefill_step_size=512):
+    for t, _ in generate_step(mx.array(ids), engine.loaded.runner, max_tokens=10, prompt_cache=cache, prefill_step_size=512):
         if t in engine.tokenizer.eos_token_ids:
             break
         out.append(t)
@@ -49,10 +49,12 @@ def test_passkey_at_8x_the_window(engine, record_property, capsys):
     ids = engine.encode(text)
     assert len(ids) >= 8 * WINDOW
     config = CascadeConfig(window=WINDOW, sinks=64, block_size=32, top_k=8)
-    cascade = make_cascade_cache(engine.loaded.model, config)
+    runner = engine.loaded.runner
+    cascade = make_cascade_cache(runner.model, config, attention=runner.attention)
     got = answer(engine, ids, cascade)
     stats = cascade_stats(cascade)
-    baseline = answer(engine, ids, make_cascade_cache(engine.loaded.model, CascadeConfig(**{**config.to_dict(), "top_k": 0})))
+    baseline = answer(engine, ids, make_cascade_cache(runner.model, CascadeConfig(**{**config.to_dict(), "top_k": 0}),
+                                                   attention=runner.attention))
     record_property("cascade_answer", got)
     record_property("streaming_answer", baseline)
     with capsys.disabled():

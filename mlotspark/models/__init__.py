@@ -2,8 +2,8 @@
 
 - ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
   attention calls ``cache.attend``, so the memory cascade plugs in.
-- ``execution``: how a loaded model's steps run here, one strategy chosen at load: the
-  CPU backend's (``cpu_step`` NumPy decode, ``matvec`` one-token products,
+- ``execution``: how a loaded model's steps run here, one runner built at load that the
+  runtime calls instead of the model: the CPU backend's (``cpu_step`` NumPy decode, ``matvec`` one-token products,
   ``prefill_ops`` prefill forms) or the GPU's (compiled decode pieces).
 - ``kv_cache``: the plain KV cache behind that interface.
 - ``gguf``: reading GGUF files (*how a GGUF tensor becomes an MLX weight*).

@@ -19,6 +19,7 @@ from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.errors import PromptTooLongError
 from mlotspark.memory.cascade import is_cascade
+from mlotspark.models.execution import runner_for
 from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
@@ -28,7 +29,8 @@ class Generation:
     """Iterate to get text pieces as they decode; ``result`` is set when done.
 
     Args:
-        model: a model taking (tokens (1, L), cache) and returning logits.
+        model: the model's runner (``LoadedModel.runner``: it takes (tokens (1, L), cache) and
+            returns logits); a bare model runs plainly.
         tokenizer: mlx-lm TokenizerWrapper (``detokenizer``, ``eos_token_ids``).
         prompt: the prompt token ids *not yet in* ``cache``.
         cache: per-layer caches; filled in place (pass a restored one to skip a prefix).
@@ -69,7 +71,7 @@ class Generation:
                 f"prompt of {total} tokens does not fit the model's context of "
                 f"{context_limit} tokens (use the memory cascade, or shorten the prompt)"
             )
-        self.model, self.tokenizer, self.prompt, self.cache = model, tokenizer, prompt, cache
+        self.model, self.tokenizer, self.prompt, self.cache = runner_for(model), tokenizer, prompt, cache
         self.options = options
         self.cached_tokens = cached_tokens
         self.context_limit = context_limit

@@ -28,6 +28,7 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache
 
 from mlotspark.models.cache_interface import prepare_decode
+from mlotspark.models.execution import runner_for
 from mlotspark.runtime.batching import SequenceState, attend_packed
 
 __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]
@@ -54,7 +55,7 @@ def _chunk_len(seq: SequenceState) -> int:
 
 
 def prefill_chunk(model: Any, seq: SequenceState) -> int:
-    """Run one prefill chunk of ``seq`` alone through the model (any cache kind).
+    """Run one prefill chunk of ``seq`` alone through the model's runner (any cache kind).
 
     Returns:
         Tokens processed (0 when nothing was left).
@@ -62,9 +63,10 @@ def prefill_chunk(model: Any, seq: SequenceState) -> int:
     n = _chunk_len(seq)
     if n <= 0:
         return 0
+    model = runner_for(model)
     start = seq.prefilled
     chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
-    model(chunk, cache=seq.gen.cache)  # the logits are never evaluated: only the cache is
+    model.forward(chunk, seq.gen.cache)  # the logits are never evaluated: only the cache is
     mx.eval([c.state for c in seq.gen.cache])
     _advance(model, seq, n)
     return n
@@ -115,7 +117,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
     every request holds an ordinary ``KVCache`` again.
 
     Args:
-        model: a ``models.llama.Model`` (attention through ``cache.attend``).
+        model: the runner of a ``models.llama.Model`` (attention through ``cache.attend``).
         seqs: sequences whose caches are all plain KV (``SequenceState.plain``).
 
     Returns:
@@ -132,6 +134,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
         raise ValueError(f"batched prefill needs plain KV caches, got {type(bad[0].gen.cache[0]).__name__}")
     if len(seqs) == 1:
         return prefill_chunk(model, seqs[0])
+    model = runner_for(model)
     lengths = [_chunk_len(s) for s in seqs]
     L = max(lengths)
     right = [L - n for n in lengths]
@@ -145,7 +148,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
         kvs.append(kv)
     # Every layer shares the padding, so one mask serves them all.
     mask = create_causal_mask(L, offset=kvs[0].size(), left_padding=kvs[0].left_padding)
-    model(tokens, cache=[PrefillCache(kv, mask) for kv in kvs])
+    model.forward(tokens, [PrefillCache(kv, mask) for kv in kvs])
     for kv in kvs:
         kv.finalize()  # right padding rolled to the left, where the mask hides it
     # What BatchKVCache.extract does, but into each request's own cache objects (our
