@@ -42,6 +42,18 @@ def tiny_runner(seed: int = 0, execution: str | None = None, **overrides) -> Run
 
 
 
+def prefilled(model, prompt, cache: list, chunk: int = 512) -> list:
+    """``cache`` with every token of ``prompt`` but the last run into it, and the caches'
+    ``prepare_decode``, as the runtime does before a request's own loop (``runtime/prefill.py``)."""
+    from mlotspark.options import GenerationOptions
+    from mlotspark.runtime.generation import Generation
+    from mlotspark.runtime.prefill import prefill_prompt
+
+    gen = Generation(model, None, mx.array(prompt).tolist(), cache, GenerationOptions(prefill_chunk=chunk))
+    prefill_prompt(gen.model, gen)
+    return cache
+
+
 def greedy(model, cache, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
     """Greedy tokens after ``prompt`` and the logits (steps, V) of each one-token step."""
     logits = model(mx.array([prompt]), cache)

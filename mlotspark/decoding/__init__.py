@@ -16,8 +16,9 @@ sampled token per step.
 
 ``Generation`` asks ``own_loop(options)`` whether a request needs its own decode loop
 (the scheduler then runs it alone), and ``select_step`` for the token-step function
-(mlx-lm's ``generate_step`` after our prefill and lifecycle step, ``prepared_step``, or
-speculative decoding; same contract).
+(mlx-lm's ``generate_step`` from the prompt's last token, or speculative decoding; same
+contract). None of them prefills: the runtime did (``runtime/prefill.py``, the one
+prefill, with the caches' ``prepare_decode``) before it hands the request over.
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``,
 ``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in,
@@ -26,8 +27,11 @@ as a ``request.DecodeRequest``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 from typing import Any, Callable
+
+import mlx.core as mx
 
 from mlotspark.memory.cascade import is_cascade
 from mlotspark.options import GenerationOptions
@@ -35,7 +39,6 @@ from mlotspark.decoding.beam import Hypothesis, beam_search, run_sequences, samp
 from mlotspark.decoding.cache_policy import CacheDecision, KindProbe, QualityGate, choose_cache_kind, decide_cache_kind, probe_cache_kinds
 from mlotspark.decoding.drafters import DraftModelDrafter, PromptLookupDrafter
 from mlotspark.decoding.request import DecodeRequest
-from mlotspark.decoding.prepared_step import prepared_generate_step
 from mlotspark.decoding.cache_kinds import KINDS, Float16KVCache, QuantizedKVCache, kv_bytes, make_cache
 from mlotspark.decoding.speculative import SpeculativeConfig, speculative_generate_step
 
@@ -43,6 +46,7 @@ __all__ = [
     "DecodeRequest",
     "own_loop",
     "select_step",
+    "decode_step",
     "run_sequences",
     "Hypothesis",
     "beam_search",
@@ -71,6 +75,39 @@ def own_loop(options: GenerationOptions) -> bool:
     return bool(options.speculative) or options.num_beams > 1 or options.num_return_sequences > 1
 
 
+def decode_step(
+    prompt: mx.array,
+    model: Any,
+    *,
+    logits_processors: list | None = None,
+    prompt_progress_callback: Callable[[int, int], None] | None = None,
+    **kwargs: Any,
+) -> Iterator[tuple[mx.array, mx.array]]:
+    """mlx-lm's ``generate_step`` over a prompt whose tokens but the last are in the cache.
+
+    Args:
+        prompt: (L,) the prompt; ``prompt[:-1]`` is prefilled already (``runtime/prefill.py``).
+        model: the model's runner.
+        logits_processors: each sees the whole history, prompt included, as in ``generate_step``.
+        prompt_progress_callback: unused (the prefill reported its progress).
+        kwargs: passed to ``generate_step`` (``max_tokens``, ``sampler``, ``prompt_cache``, ...).
+    """
+    from mlx_lm.generate import generate_step
+
+    before = prompt[:-1]
+    if logits_processors and before.size:
+        # generate_step sees the prompt's last token only: give the processors the rest.
+        logits_processors = [_with_history(p, before) for p in logits_processors]
+    yield from generate_step(prompt[-1:], model, logits_processors=logits_processors, **kwargs)
+
+
+def _with_history(processor: Callable[[mx.array, mx.array], mx.array], before: mx.array) -> Callable:
+    def run(tokens: mx.array, logits: mx.array) -> mx.array:
+        return processor(mx.concatenate([before, tokens]), logits)
+
+    return run
+
+
 def select_step(gen: DecodeRequest) -> Callable[..., Any]:
     """The token-step function for a Generation: ``generate_step``'s signature and
     contract (yield ``(token, logprobs)``), chosen from ``gen.options``.
@@ -78,7 +115,7 @@ def select_step(gen: DecodeRequest) -> Callable[..., Any]:
     Speculative decoding on a cache that cannot be trimmed (the memory cascade) falls
     back to plain decoding, noted in ``stats.extra["speculative"]``.
     """
-    generate_step = prepared_generate_step  # mlx-lm's, with the caches' prepare_decode step
+    generate_step = decode_step  # mlx-lm's, from the prompt's last token
 
     opts = gen.options
     if not opts.speculative:

@@ -30,10 +30,9 @@ from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as MlxKVCache
 
 from mlotspark.decoding.acceptance import Acceptance
-from mlotspark.runtime.generation import Generation
 from mlotspark.models.execution import runner_for
 from mlotspark.models.kv_cache import KVCache
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
+from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
 
@@ -137,16 +136,16 @@ class SequenceState:
     """One request on the engine thread: prefill progress, then decode state.
 
     Args:
-        gen: the request's Generation (prompt, cache, options; results go here).
+        gen: the request's ``runtime.generation.Generation`` (prompt, cache, options; results
+            go here; not imported: generation.py prefills through prefill.py, which imports this module).
         eos: end-of-sequence token ids.
     """
 
-    def __init__(self, gen: Generation, eos: set[int]):
+    def __init__(self, gen: Any, eos: set[int]):
         self.gen = gen
         self.eos = eos
-        self.sampler = build_sampler(gen.options)
+        self.sampler, self.processors = gen.sampling()
         self.greedy = gen.options.temperature == 0
-        self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
         self.max_tokens = gen.max_new_tokens()
         self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
                                         cancel=gen.cancel, tokens=gen.tokens)

@@ -1,7 +1,8 @@
 """One sequence's generation: prefill, decode, stop rules, streaming text, stats.
 
-The token loop is mlx-lm's ``generate_step`` (chunked prefill, async-eval decode
-pipeline, its samplers); around it we add what an engine reports and enforces: each
+The prompt goes through the one prefill (``runtime/prefill.py``: chunks, then the caches'
+``prepare_decode``); the token loop is then mlx-lm's ``generate_step`` from the prompt's
+last token (async-eval decode pipeline), speculative decoding or beams; around it we add what an engine reports and enforces: each
 token goes through ``decoding.acceptance`` (EOS, stop strings that never leak into the
 text, cancellation, the length), the context limit, and stats.
 """
@@ -23,6 +24,7 @@ from mlotspark.models.execution import runner_for
 from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.runtime.prefill import prefill_prompt
 from mlotspark.runtime.progress import PrefillMeter, ProgressListener
 
 class Generation:
@@ -89,6 +91,7 @@ class Generation:
         self.on_progress = on_progress
         self.constraint = constraint
         self._meter: PrefillMeter | None = None
+        self._sampling: tuple[Callable, list] | None = None
 
     @property
     def cascaded(self) -> bool:
@@ -107,6 +110,15 @@ class Generation:
                                        cached=self.cached_tokens)
         return self._meter
 
+    def sampling(self) -> tuple[Callable[[mx.array], mx.array], list]:
+        """The request's sampler and logits processors (grammar included), built once here:
+        the one place either is built, whichever path decodes it (batched, own loop, beams).
+        """
+        if self._sampling is None:
+            opts = self.options
+            self._sampling = (build_sampler(opts), build_logits_processors(opts, self.tokenizer, self.constraint))
+        return self._sampling
+
     def max_new_tokens(self) -> int:
         """Tokens this request may generate: ``max_tokens``, cut to what the context leaves."""
         n = self.options.max_tokens
@@ -122,27 +134,27 @@ class Generation:
 
     def __iter__(self) -> Iterator[str]:
         opts = self.options
+        mx.reset_peak_memory()
+        t0 = time.perf_counter()
+        prefill_prompt(self.model, self)  # the one prefill (runtime/prefill.py), prepare_decode included
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
-            yield from run_sequences(self)
+            yield from run_sequences(self, t_start=t0)
             return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
         max_tokens = self.max_new_tokens()
         acc = Acceptance.of(self.tokenizer, opts.stop, max_tokens=max_tokens, cancel=self.cancel,
                             tokens=self.tokens)
-        mx.reset_peak_memory()
-        t0 = time.perf_counter()
         t_first = None
-        sampler = build_sampler(opts)
+        sampler, processors = self.sampling()
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,
             sampler=sampler,
-            logits_processors=build_logits_processors(opts, self.tokenizer, self.constraint) or None,
+            logits_processors=processors or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
-            prompt_progress_callback=self.prefill_meter(),
         )
         try:
             for token, _ in steps:

@@ -1,5 +1,10 @@
 """Prefill on the engine thread: one request's chunk alone, or several requests' chunks at once.
 
+The one module that runs a prompt into a cache: batched requests chunk by chunk
+(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), and a request that decodes
+in its own loop (beams, speculation, several returns, mlx-lm's model classes) all at
+once before its loop starts (``prefill_prompt``).
+
 Many short requests arriving together (an HTTP server under load) would otherwise
 each pay a forward pass of their own before they can join the decode batch. As
 mlx-lm's ``BatchGenerator`` does, the chunks of several plain-KV requests run as one
@@ -31,10 +36,51 @@ from mlotspark.models.cache_interface import prepare_decode
 from mlotspark.models.execution import runner_for
 from mlotspark.runtime.batching import SequenceState, attend_packed
 
-__all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]
+__all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "PromptPrefill", "prefill_batch", "prefill_chunk", "prefill_prompt"]
 
 #: Requests prefilled in one pass at most (mlx-lm's ``prefill_batch_size`` default).
 MAX_PREFILL_BATCH = 8
+
+
+class PromptPrefill:
+    """Prefill progress of a request outside the batch: what ``prefill_chunk`` reads of a
+    ``SequenceState`` (``gen``, ``prefilled``, ``prefill_left``, ``meter``), no decode state.
+
+    Args:
+        gen: the request's Generation (prompt, cache, ``options.prefill_chunk``).
+    """
+
+    def __init__(self, gen: Any):
+        self.gen = gen
+        self.prefilled = 0
+        self.meter = gen.prefill_meter()
+        if self.meter is not None:
+            self.meter(0)
+
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to prefill (all but the last: it starts decode)."""
+        return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
+
+
+def prefill_prompt(model: Any, gen: Any) -> int:
+    """Run all of ``gen.prompt`` but its last token into ``gen.cache``, in chunks of
+    ``options.prefill_chunk``, then the caches' ``prepare_decode``; progress goes to
+    ``gen.prefill_meter()``.
+
+    Args:
+        model: the model's runner (a bare model runs plainly).
+        gen: the request (a ``Generation``).
+
+    Returns:
+        Tokens prefilled.
+    """
+    state = PromptPrefill(gen)
+    while prefill_chunk(model, state):
+        mx.clear_cache()
+    if state.meter is not None:
+        state.meter(len(gen.prompt))  # a one-token prompt: nothing ran, the prompt is in
+    return state.prefilled
 
 
 def _advance(model: Any, seq: SequenceState, n: int) -> None:
