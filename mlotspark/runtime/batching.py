@@ -299,7 +299,7 @@ class DecodeBatch:
             else:
                 s.lazy_input = None
                 if s.decoded:  # the first step feeds the prompt's last token, already listed
-                    s.gen.fed_tokens.append(s.next_token)
+                    s.gen.feed(s.next_token)
                 pieces.append(mx.array([s.next_token]))
             s.decoded = True
             s.steps += 1
@@ -327,7 +327,7 @@ class DecodeBatch:
         """Wait for ``step`` and return each row's sampled token.
 
         A row that the step after it feeds straight from ``step`` gets the token
-        added to ``gen.fed_tokens`` here, now that its value is known.
+        noted as fed (``gen.feed``) here, now that its value is known.
         """
         if step is None:
             return []
@@ -335,7 +335,7 @@ class DecodeBatch:
         nxt = self._inflight
         for s, tok in zip(step.rows, values):
             if nxt is not None and nxt is not step and id(s) in nxt.ids and s.lazy_input is not None:
-                s.gen.fed_tokens.append(tok)
+                s.gen.feed(tok)
         return list(zip(step.rows, values))
 
     def drain(self) -> list[tuple[SequenceState, int]]:

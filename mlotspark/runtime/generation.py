@@ -110,6 +110,16 @@ class Generation:
                                        cached=self.cached_tokens)
         return self._meter
 
+    def feed(self, token: int) -> None:
+        """Note that the model consumed ``token`` after what ``fed_tokens`` lists (its KV is in
+        the cache, or goes there in the step in flight): with ``fed_prompt``, the only writer
+        of ``fed_tokens`` once the request is made."""
+        self.fed_tokens.append(token)
+
+    def fed_prompt(self, n: int) -> None:
+        """Only the first ``n`` prompt tokens reached the cache (a request that ended in its prefill)."""
+        self.fed_tokens[:] = self.prompt[:n]
+
     def sampling(self) -> tuple[Callable[[mx.array], mx.array], list]:
         """The request's sampler and logits processors (grammar included), built once here:
         the one place either is built, whichever path decodes it (batched, own loop, beams).
@@ -160,7 +170,7 @@ class Generation:
             for token, _ in steps:
                 if t_first is None:
                     t_first = time.perf_counter()
-                self.fed_tokens.append(token)
+                self.feed(token)
                 piece = acc.accept(token)
                 self.text = acc.text
                 if piece:

@@ -492,7 +492,7 @@ class Scheduler:
         # A cancelled request's KV is dropped, unless the caller owns the cache.
         self._batch.release(r.state, write_back=not (cancelled and r.owns_cache))
         if not r.state.decoded:
-            g.fed_tokens[:] = g.prompt[: r.state.prefilled]  # what the cache really holds
+            g.fed_prompt(r.state.prefilled)  # what the cache really holds
         piece = r.state.close(reason)
         if piece:
             r.handle.emit(piece)
