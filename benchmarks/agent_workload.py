@@ -1,4 +1,4 @@
-"""Agent workload: ``mlotspark serve`` vs ``mlx_lm.server``, same model, same weights, one run.
+"""Agent workload vs mlx_lm.server (no suite: tools, a ~6k-token system prompt and whole histories resent, turn by turn).
 
 What a coding agent sends: a long system prompt (``--system-tokens``, default ~6k tokens of
 natural text: agent instructions, then reference notes drawn from Python's own documentation,
@@ -23,15 +23,15 @@ conversation one after the other, their order alternating, so drift in load hits
   over those turns.
 - aggregate tok/s: completion tokens of the whole conversation / its wall time.
 
-Targets (issue #29): our warm TTFT <= 5% of our cold TTFT; our aggregate tok/s >= 1.2x
+Targets: our warm TTFT <= 5% of our cold TTFT; our aggregate tok/s >= 1.2x
 mlx_lm.server's. Each server runs in its own best configuration: ours in performance mode
 with its prompt cache; mlx_lm.server with its defaults (its prompt cache included) and its
-own BLAS threads (never ``OPENBLAS_NUM_THREADS=1``); see ``serve_vs_mlx_lm.start_servers``.
+own BLAS threads (never ``OPENBLAS_NUM_THREADS=1``); see ``mlotspark.bench.serve.start_servers``.
 
 Tools go to models whose chat template takes them (Qwen2.5-Coder); SmolLM2-135M runs the
 same workload without tools (its template has none).
 
-Full run (about 40-60 min on the 2-core CPU VM: Qwen prefill ~100 tok/s, decode ~5 tok/s in round 7, ~13 since;
+Full run (about 40-60 min on the 2-core CPU VM: Qwen prefill ~100 tok/s, decode ~13 tok/s;
 the script prints its own estimate first):
 
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/agent_workload.py \\
@@ -56,7 +56,7 @@ from pathlib import Path
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_vs_mlx_lm import chat, start_servers, stop, write_mlx_lm_dir  # noqa: E402
+from mlotspark.bench.serve import chat, start_servers, stop, write_mlx_lm_dir  # noqa: E402
 
 from mlotspark.bench.ruler import haystack_sentences  # noqa: E402
 
@@ -249,7 +249,7 @@ def summarise(name: str, runs: dict[str, list[dict]], tools: bool) -> dict:
 
 
 def markdown(results: dict, command: str, args: argparse.Namespace) -> str:
-    lines = [f"# Agent workload: mlotspark serve vs mlx_lm.server (issue #29, deliverable 7)", "",
+    lines = ["# Agent workload: mlotspark serve vs mlx_lm.server", "",
              f"    {command}", "",
              f"~{args.system_tokens}-token system prompt, {args.turns} turns resent in full, replies <= "
              f"{args.max_tokens} tokens, greedy, {args.reps} repetition(s), medians; cold = turn 1 "

@@ -1,4 +1,4 @@
-"""Scheduler benchmark: a scripted heat-up and cool-down, with the cap and throughput over time.
+"""Thermal throttle over time (no suite: a scripted probe heats and cools the machine; `--suite batch` reads the real one).
 
 The governor reads a ``ScriptedProbe`` (one reading per governor evaluation, about
 one a second): calm, then 75 °C (fair), 85 °C (serious), 95 °C (critical), then

@@ -1,4 +1,6 @@
-"""Tool calls under ``auto`` on public data nobody here wrote: BFCL v4 ``simple_python`` and
+"""BFCL v4 tool-call evaluation (no suite: needs the `bfcl-eval` wheel's data), our server vs mlx_lm.server.
+
+Tool calls under ``auto`` on public data nobody here wrote: BFCL v4 ``simple_python`` and
 ``irrelevance`` (the first ``--n`` of each by id), ``mlotspark serve`` beside
 ``mlx_lm.server`` on the same weights, scored with BFCL's own AST checker.
 
@@ -8,7 +10,7 @@ model handler's SDK only for a table of model names, which is stubbed here with 
 entry the checker reads (``underscore_to_dot``: a dotted name such as ``math.factorial``
 is sent as ``math_factorial``, as BFCL does for OpenAI-style function calling).
 
-Each server runs as ``serve_vs_mlx_lm.start_servers`` starts it (its own best
+Each server runs as ``mlotspark.bench.serve.start_servers`` starts it (its own best
 configuration); requests go through the ``openai`` SDK, greedy, ``tool_choice`` auto,
 one case at a time, the two servers in one run. Per reply:
 
@@ -37,7 +39,7 @@ from pathlib import Path
 from openai import OpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_vs_mlx_lm import start_servers, stop  # noqa: E402
+from mlotspark.bench.serve import start_servers, stop  # noqa: E402
 
 CATEGORIES = ("simple_python", "irrelevance")
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": None}

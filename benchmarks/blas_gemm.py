@@ -1,4 +1,4 @@
-"""GEMM GFLOP/s in MLX (float32, CPU) for each BLAS mlotspark can resolve, side by side.
+"""Hardware probe: GEMM GFLOP/s in MLX (float32, CPU) for each BLAS mlotspark can resolve, side by side.
 
 Each option runs in its own process (a BLAS must be loaded before ``import mlx.core``,
 and cannot be swapped after). Options: the private venv-contained OpenBLAS (what

@@ -1,4 +1,4 @@
-"""Issue 12: per-token cost of a float32 decode step, host (graph building) vs the whole step.
+"""Per-token cost of a decode step on a narrow twin (no suite: a diagnostic of the step, host time vs the whole step).
 
 Models sharing the same float32 weights in one process: mlx-lm's llama class (the
 yardstick) and ours under each execution strategy (``models/execution.py``): cpu (the
@@ -143,12 +143,12 @@ def main() -> None:
 
     runs = {
         "mlx-lm": lambda: twin,
-        "ours, plain (x@W.T)": ours_with("plain"),  # round 2's CPU default
+        "ours, plain (x@W.T)": ours_with("plain"),  # x @ W.T products, no fused step
         "ours, gpu (pieces)": ours_with("gpu"),  # the GPU strategy
     }
     if not on_gpu:  # models/cpu_step.py and models/matvec.py are CPU (OpenBLAS) paths
         runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuRunner(fuse=False))  # the CPU default now
-        runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuRunner(fuse=False, numpy_step=False))  # round 3's
+        runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuRunner(fuse=False, numpy_step=False))  # the MLX step with matvec layouts
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}

@@ -1,4 +1,6 @@
-"""1 vs 2 local pipeline ranks (and the plain engine): prefill and decode tok/s, per-rank
+"""Local pipeline ranks vs one process (no suite: it launches rank processes): capacity, not speed.
+
+1 vs 2 local pipeline ranks (and the plain engine): prefill and decode tok/s, per-rank
 weights and peak memory.
 
 Each repetition launches ``mlx.launch -n N --backend ring`` (N = 1 runs the same

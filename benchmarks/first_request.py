@@ -1,4 +1,6 @@
-"""The first requests of a new process, beside another busy process (the CPU backend's
+"""A new process's first requests beside a busy core (no suite: each run needs a fresh process and a busy loop).
+
+The first requests of a new process, beside another busy process (the CPU backend's
 BLAS threads): prefill speed of each, through ``Engine.generate``.
 
 The engine fits OpenBLAS's threads to the cores other processes leave free

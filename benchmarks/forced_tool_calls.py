@@ -1,4 +1,6 @@
-"""Forced tool calls on a real model through ``mlotspark serve`` and the real SDKs: how many
+"""Forced tool calls through serve and the real SDKs (an accuracy evaluation; the conformance suite checks one call a cell).
+
+Forced tool calls on a real model through ``mlotspark serve`` and the real SDKs: how many
 parse and validate against their tool's schema.
 
 Ten requests, each with its own tools, asked with ``tool_choice`` ``required`` and with the

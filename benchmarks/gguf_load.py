@@ -1,4 +1,6 @@
-"""First load (GGUF conversion) vs second load (from the conversion cache), per model;
+"""Model load times in fresh processes (no suite: a suite runs inside one loaded engine).
+
+First load (GGUF conversion) vs second load (from the conversion cache), per model;
 with ``--compare mlx-lm``, a later load through ``Engine.load`` beside ``mlx_lm.load`` of the
 same weights (an mlx-lm directory written once, float32 as ours run on the CPU).
 
@@ -66,7 +68,7 @@ def compare(model: str, repetitions: int) -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from serve_vs_mlx_lm import write_mlx_lm_dir
+    from mlotspark.bench.serve import write_mlx_lm_dir
 
     _run(model, _ENGINE)  # the conversion cache, if this machine has none yet
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@
 #
 # The GPU machine has no network and takes at most 64 MiB per call (the working tree included),
 # so the payload travels in parts over several calls into /tmp/stage there, each call within
-# the machine's 30 s warm window (RESULTS "Memory (issue 27)" has the recipe):
+# the machine's 30 s warm window (RESULTS "Next lease" has the recipe):
 #
 #   benchmarks/gpu_figures.sh pack OUT FILE...  # here: each FILE as folders OUT/<name>.00/, .01/, ...
 #   benchmarks/gpu_figures.sh stage DIR         # there: copy DIR's parts into /tmp/stage (one call each)
@@ -111,9 +111,11 @@ run | exec)
         exit
     fi
     for weights in "$@"; do
-        echo "== weights $weights: engine vs mlx-lm (pp512, tg128, TTFT)"
-        python3 benchmarks/engine_vs_mlx_lm.py --model "$GGUF" --weights "$weights" -r 7 --ttft-reps 11 \
-            --json "$out/engine_vs_mlx_lm.$weights.json" 2>&1 | tee "$out/engine_vs_mlx_lm.$weights.txt" | tail -40
+        echo "== weights $weights: engine vs mlx-lm (pp512, tg128; TTFT with more repetitions: short and noisy)"
+        python3 -m mlotspark bench --model "$GGUF" --weights "$weights" --suite pp,tg --compare mlx-lm -r 7 \
+            --progress off --format json --output "$out/bench_pp_tg.$weights.json" 2>&1 | tail -20
+        python3 -m mlotspark bench --model "$GGUF" --weights "$weights" --suite ttft:cold --compare mlx-lm -r 11 \
+            --progress off --format json --output "$out/bench_ttft.$weights.json" 2>&1 | tail -20
         echo "== weights $weights: host ms/token vs compute"
         python3 benchmarks/decode_overhead.py --model "$GGUF" --weights "$weights" --reps 7 --tokens 128 \
             2>&1 | tee "$out/decode_overhead.$weights.txt" | tail -12

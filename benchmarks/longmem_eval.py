@@ -1,4 +1,4 @@
-"""A multi-session memory eval in the spirit of LongMemEval, through ``engine.conversation`` (issue 27).
+"""A multi-session memory evaluation in the spirit of LongMemEval, through ``engine.conversation``.
 
 Synthetic histories (seeded, generated here, no judge model): each is 5-10
 sessions, each session a new conversation opened with its date ("It's Tuesday 4
@@ -23,7 +23,7 @@ the prompt"): every user turn of every session, with its date, in one prompt bef
 the question, through ``Engine.generate`` (no semantic memory), where it fits.
 
     python benchmarks/longmem_eval.py --histories 30 --model smollm2-135m-instruct
-    python benchmarks/longmem_eval.py --summary data/longmem_qwen_r3.jsonl   # rescore a record, print the table
+    python benchmarks/longmem_eval.py --summary data/longmem_qwen_simple_writer_11.jsonl   # rescore a record, print the table
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12: GB/s of one-token matrix products in MLX (CPU + OpenBLAS), per layout and shape.
+"""Hardware probe: GB/s of one-token matrix products in MLX (CPU + OpenBLAS), per layout and shape.
 
 For the default model's weight shapes, each product streams distinct weights (copies
 past the 32 MB L3, as a decode step does), interleaved, median of ``--reps``:

@@ -1,4 +1,4 @@
-"""How fast this machine can read weights: the ceiling of one-token decode.
+"""Hardware probe: how fast this machine can read weights, the ceiling of one-token decode.
 
 A decode step reads every weight once, so tokens/s ≤ read bandwidth ÷ weight bytes. This
 measures the best read rate a process gets here, three ways, on 1 GB of float32 (far past

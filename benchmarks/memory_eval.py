@@ -1,4 +1,6 @@
-"""Semantic-memory eval: retrieval of paraphrased questions, wrong injections, what a turn keeps, end to end.
+"""Semantic-memory evaluation on its input sets (`--suite memory` is the user's path; this one scores the store and its thresholds).
+
+Retrieval of paraphrased questions, wrong injections, what a turn keeps, end to end.
 
 Data (written for this project): ``benchmarks/data/memory_eval.json``, 205
 (personal fact, paraphrased question, key word) pairs, 110 distractor notes, 103
@@ -24,8 +26,7 @@ is computed with the embedder's shipped calibration (``calibration_for``):
   (``wrong-only``); and the share of injected entries that are not the fact;
 - what a turn keeps: the entries the simple writer (``learn_turn``'s default)
   makes of the 50 fact turns (one of them must contain the turn's key word) and of
-  the 50 turns that state none (``benchmarks/data/extraction_round5.json``, written
-  for the retired ``extract_facts``, is not used);
+  the 50 turns that state none;
 - end to end (``--e2e N``, the default chat model or ``--model``, greedy): N
   questions (seeded sample), each asked in a *new* conversation of an engine whose
   memory holds the other entries (imported) and the asked facts, told through

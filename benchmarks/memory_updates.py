@@ -1,7 +1,7 @@
-"""Knowledge updates, same-kind pairs and retractions in semantic memory, at the store (no chat model).
+"""Knowledge updates, same-kind pairs and retractions at the memory store (no suite: no chat model; `--suite memory` runs one).
 
 Data: the five older sets ``benchmarks/data/memory_updates.json`` and
-``memory_updates_round{2..5}.json`` (updates: old, new, question; same-kind pairs: a, b
+``memory_updates_set{2..5}.json`` (updates: old, new, question; same-kind pairs: a, b
 and a question about a; retractions: fact, say, question, key). Each set is told to a
 fresh store as chat turns through ``learn_turn`` (the simple writer), the older
 statements first, then the newer ones and the retractions; then each question is
@@ -34,7 +34,7 @@ from mlotspark.models import bundles
 from mlotspark.bench.memory_judge import Precomputed
 
 DATA = Path(__file__).with_name("data")
-SETS = ["memory_updates.json"] + [f"memory_updates_round{i}.json" for i in range(2, 6)]
+SETS = ["memory_updates.json"] + [f"memory_updates_set{i}.json" for i in range(2, 6)]
 BUNDLE = {"minilm": bundles.EMBEDDER_MODEL, "mpnet": bundles.MPNET_MODEL}
 
 

@@ -1,4 +1,4 @@
-"""Which catalogue model should open by default: general knowledge and decode speed.
+"""Which catalogue model opens by default (an evaluation: general knowledge and decode speed per model).
 
 Every catalogue chat model answers the questions of ``data/general_knowledge.json``
 greedily through ``Engine`` (chat template, the requests batched by the engine); a

@@ -1,4 +1,4 @@
-"""Where a prefill's time goes on the CPU, and our prefill against mlx-lm's (issue 12, round 5).
+"""Profile of MLX's CPU prefill ops (no suite: it times ops one by one; `--suite pp` gives the total).
 
 Loads the default model in float32 and (1) times one ``-L``-token forward pass op by op
 (each op evaluated alone: GEMMs q/k/v/o/gate/up/down with their GFLOP/s, attention,

@@ -1,4 +1,4 @@
-"""float32 vs float16 activations through MLX's CPU quantized_matmul (8 x 576 by 1536 x 576, 4-bit, group 32): median of 5 (benchmarks/figures/mac.md)."""
+"""Hardware probe: float32 vs float16 activations through MLX's CPU quantized_matmul (8 x 576 by 1536 x 576, 4-bit, group 32): median of 5 (benchmarks/figures/mac.md)."""
 import statistics, time
 import mlotspark  # noqa: F401  (OpenBLAS before MLX)
 import mlx.core as mx

@@ -1,10 +1,10 @@
-"""Peak memory of the question pass at long lengths, beside the prefill's own (a side path).
+"""Peak memory of the question pass at 1M tokens on a random model (no suite: a side path no real model reaches here).
 
 A random llama-family model with the KV shape of Qwen2.5-Coder-0.5B (2 KV heads of 64) and
 few layers is prefilled through the cascade directly (``model(tokens, cache=...)``, pieces of
 the window) and then runs the question pass (``prepare_decode``), so the pass's memory at 1M
 tokens can be checked on the CPU in minutes. It says nothing about answers; the user-path
-figures are ``ruler.py``'s (RESULTS "Memory (issue 27)").
+figures are ``ruler.py``'s (RESULTS "Long context").
 
     python benchmarks/question_pass_memory.py --tokens 1048576 --layers 2 --window 512 --block-kind q8
 """

@@ -1,11 +1,11 @@
-"""The reliability suite at full counts (issue 16), with a table of what it found.
+"""The reliability tests at full counts (no suite: kills, corrupts and soaks processes), with a table of what it found.
 
 CI runs ``tests/reliability`` as a seeded sample; this runs the same tests with
 ``MLOTSPARK_RELIABILITY_FULL=1`` (200 kills, 1,000 mutated GGUF files and 170 per
 other store, 2 x 50 and 4 x 25 concurrent turns, 1,000 soak turns), collects the
 figures each test records (kept in ``$TMPDIR/mlotspark-reliability-figures.jsonl`` so
 parts can run separately, each under ten minutes) and prints a markdown table of the
-latest run of each part, as pasted into ``benchmarks/RESULTS.md`` ("Issue 16")::
+latest run of each part, as pasted into ``benchmarks/RESULTS.md``::
 
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/reliability.py --part kill
     flock /tmp/mlotspark-bench.lock .venv/bin/python benchmarks/reliability.py --part corrupt concurrency soak other

@@ -1,4 +1,10 @@
-"""RULER-style long-context suite through the memory cascade, sinks + window only, and full attention.
+"""RULER beyond `--suite ruler`: the flags the GPU leases and the cascade's studies need (--layout, --capture, --block-kind, --resume).
+
+RULER-style long-context cases through the memory cascade, sinks + window only, and
+full attention; ``mlotspark bench --suite ruler`` runs the same tasks and haystacks at
+the engine's defaults, and this script adds the cascade's own settings as flags, a
+per-case record that a run cut by a time limit resumes, and the question pass's
+captures (``ruler_capture.py`` reads them).
 
 Tasks and haystacks: ``mlotspark/bench/ruler.py`` (Python's own documentation as
 varied natural text, needles at evenly spread depths, seeded). Each case is asked
@@ -41,9 +47,20 @@ from typing import Any
 from collections import defaultdict
 from pathlib import Path
 
-from cascade_common import command_line, emit
-
 from mlotspark.bench.ruler import ANSWER_TOKENS, LAYOUTS, TASKS, depths, make_case, messages
+
+def emit(record: dict, out: Path | None) -> None:
+    """Print a JSON line and append it to ``out``."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out is not None:
+        with open(out, "a") as f:
+            f.write(line + "\n")
+
+
+def command_line() -> str:
+    return "python " + " ".join(sys.argv)
+
 
 # Fields of CascadeConfig a flag may override (None = the model's default).
 FLAGS = {
@@ -213,7 +230,7 @@ def main() -> None:
         p.error("--resume needs --out")
 
     import mlx.core as mx
-    from cascade_common import load_engine
+    from mlotspark.engine import Engine
 
     from mlotspark.bench.ruler import answer, answer_in_turns
 
@@ -228,7 +245,7 @@ def main() -> None:
         scratch = Path(tempfile.mkdtemp(prefix="ruler-turns-"))
         (scratch / "models").symlink_to(home_path() / "models", target_is_directory=True)
         os.environ["MLOTSPARK_HOME"] = str(scratch)
-    engine = load_engine(args.model)
+    engine = Engine.load(args.model, progress=False)
     cap = None
     if args.capture is not None:
         from ruler_capture import Capture, save

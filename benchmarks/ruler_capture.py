@@ -1,4 +1,4 @@
-"""What the question pass saw on a RULER case: per (layer, KV head) block masses and the needles' blocks.
+"""Reads `ruler.py --capture` output: per (layer, KV head) block masses and where the needles' blocks ranked.
 
 ``ruler.py --capture DIR`` saves one ``.npz`` per cascade case, so routing rules can
 be compared offline on the very cases the matrix ran, without running the model

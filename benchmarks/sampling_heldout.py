@@ -1,4 +1,4 @@
-"""Short factual questions under candidate sampling settings: how often the answer is right.
+"""Sampling settings evaluation (backs the catalogue's sampling defaults): how often short factual answers are right.
 
 Evidence for a model's default sampling (``models/sampling_defaults.BUILTIN``): each
 question is asked as ``mlotspark chat`` asks it (chat template, its default system

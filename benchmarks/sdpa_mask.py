@@ -1,6 +1,6 @@
-"""Issue 12: what one-token attention costs over a padded KV buffer with a mask vs the exact slice.
+"""Hardware probe: what one-token attention costs over a padded KV buffer with a mask vs the exact slice.
 
-The whole-step compiled decode (``models/compiled_step.py``, deleted in issue 25: it measured
+The whole-step compiled decode (``models/compiled_step.py``, since deleted: it measured
 slower than the per-layer pieces) attended over the cache's whole buffer and hid the
 positions past the offset with a mask, because a compiled step cannot slice at a
 data-dependent length. This times, for one token and the default model's shapes

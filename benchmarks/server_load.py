@@ -1,4 +1,4 @@
-"""Load on ``mlotspark serve`` across its three APIs, with clients hanging up mid-stream.
+"""Load and memory of serve across its three APIs with clients hanging up (no suite: `--suite serve` compares speed only).
 
 N concurrent streams, in turn OpenAI chat (SSE), Anthropic messages (SSE) and Ollama chat
 (NDJSON), a third of the clients hanging up after their first lines; ``--rounds`` rounds.

@@ -1,4 +1,4 @@
-"""Start-up of CLI commands, two checkouts interleaved: median wall seconds of N runs each."""
+"""CLI start-up of two checkouts, interleaved (no suite: it times fresh processes): median wall seconds of N runs each."""
 import os, statistics, subprocess, sys, time
 roots = sys.argv[1:3]; n = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 cmds = {"--help": ["--help"], "info": ["info"], "memory list": ["memory", "list"], "pull (present)": ["pull"],

@@ -1,4 +1,4 @@
-"""What storing episodic blocks costs by block kind (a side path: the store alone, no model).
+"""What storing episodic blocks costs by block kind (no suite: the store alone, no model).
 
 The question it answers: does ``auto`` (float16, re-stored 8-bit past the budget) cost
 more than storing 8-bit from the start? Blocks of one model's shape (default Qwen2.5-0.5B:

@@ -380,3 +380,72 @@ def test_the_recorded_command_names_the_models_folder(argv):
     assert _command(args).startswith("mlotspark bench --models-dir /m --model qwen2.5-coder-0.5b ")
     plain = build_parser().parse_args(["bench", "--suite", "tg"])
     assert "--models-dir" not in _command(plain)
+
+
+# -- suites that run alone ----------------------------------------------------------------
+def test_the_suites_that_run_alone_are_listed(capsys):
+    """serve, memory and conformance are suites too: named in --help, refused beside others."""
+    from mlotspark.bench.suites import ALONE
+
+    assert {"serve", "memory", "conformance"} <= set(ALONE)
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert e.value.code == 0
+    for name in ("serve", "memory", "conformance"):
+        assert f"{name}: " in help_text
+    with pytest.raises(OptionError, match="'conformance' runs alone"):
+        parse_suites("pp,conformance")
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--suite", "serve", "--clients", "4,0"], "invalid client count 0"),
+        (["--suite", "serve", "--clients", "", "--histories", "0"], "nothing to measure"),
+        (["--suite", "serve", "--format", "csv"], "--format csv"),
+        (["--suite", "serve,pp"], "'serve' runs alone"),
+    ],
+)
+def test_serve_settings_are_refused_in_one_line_before_any_server_starts(capsys, monkeypatch, argv, needle):
+    import mlotspark.bench.serve as serve
+
+    monkeypatch.setattr(serve, "start_servers", lambda *a, **k: pytest.fail("a server started"))
+    code, out, err = bench(capsys, *argv)
+    assert code == 2 and out == ""
+    assert len(err) == 1 and err[0].startswith("mlotspark: error:") and needle in err[0], err
+
+
+def test_serve_record_has_throughput_ratio_and_ttft_per_server(capsys, tmp_path, monkeypatch):
+    """The record's shape, with the servers and their HTTP calls stood in for (no model runs):
+    each client count measured on both servers, alternating, the requested number of times."""
+    import mlotspark.bench.serve as serve
+
+    calls: list[tuple[str, int]] = []
+    urls = {"mlotspark": ("http://ours", "tiny"), "mlx_lm.server": ("http://theirs", "default_model")}
+    monkeypatch.setattr(serve, "start_servers", lambda model, work, procs, max_batch=16: dict(urls))
+    monkeypatch.setattr(serve, "chat", lambda url, model, messages, max_tokens: {})
+
+    def throughput(url, model, clients, requests, tokens, salt):
+        calls.append((url, clients))
+        assert requests == 3 and tokens == 5
+        tps = 20.0 if url == "http://ours" else 10.0
+        return {"rps": 1.0, "tps": tps, "tokens": 10, "wall_s": 1.0}
+
+    monkeypatch.setattr(serve, "throughput", throughput)
+    monkeypatch.setattr(serve, "warm_cold", lambda url, model, seed: (2.0, 0.5))
+    out = tmp_path / "serve.json"
+    code, _, err = bench(capsys, "--suite", "serve", "--model", "tiny", "--clients", "2,4", "--requests", "3",
+                         "-g", "5", "-r", "2", "--histories", "1", "--format", "json", "--output", str(out))
+    assert code == 0, err
+    record = json.loads(out.read_text())
+    assert record["command"].startswith("mlotspark bench --model tiny") and "--suite serve" in record["command"]
+    assert "--clients 2,4" in record["command"] and "--histories 1" in record["command"]
+    assert record["clients"] == [2, 4] and record["repetitions"] == 2
+    assert sorted(record["throughput"]) == ["mlotspark", "mlx_lm.server"]
+    for server in record["throughput"].values():
+        assert sorted(server) == ["2", "4"] and all(len(c["runs"]) == 2 for c in server.values())
+    assert record["ratio"]["2"]["median"] == pytest.approx(2.0)
+    assert record["ttft"]["mlotspark"]["cold_s"] == 2.0 and record["ttft"]["mlx_lm.server"]["warm_s"] == 0.5
+    assert [u for u, c in calls if c == 2] == ["http://ours", "http://theirs", "http://theirs", "http://ours"]
+    assert "| 2 |" in serve.render_markdown(record)  # the tables RESULTS quotes

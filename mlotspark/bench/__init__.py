@@ -9,6 +9,11 @@
 - ``formats``: table / JSON / CSV; ``plot``: the PNG chart; ``progress``: the bar.
 - ``conformance``: the conformance matrix (``--suite conformance``, ``mlotspark check``):
   every documented feature on a model's real weights through ``serve`` and the real SDKs.
+- ``serve``: ``mlotspark serve`` beside ``mlx_lm.server`` (``--suite serve``), and the server
+  pair the scripts in ``benchmarks/`` start.
+- ``memory_eval``: semantic memory as a user lives it (``--suite memory``).
+
+``serve``, ``memory`` and ``conformance`` run alone (``suites.ALONE``), not inside one engine's run.
 
 Example::
 

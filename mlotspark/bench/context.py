@@ -5,8 +5,7 @@ token (runs of one token), decode speed as (tokens − 1) / (last − first toke
 mlx-lm runs on our engine's thread (``Engine.run_on_engine``), so MLX is only ever
 used from one thread and neither engine pays a thread switch the other does not. It
 shares MLX's OpenBLAS, so its runs get the thread count our engine last fitted to the
-free cores (as the headline's script, RESULTS.md): ``run_mlx_lm`` notes each count it
-ran at, and the report's header names them.
+free cores: ``run_mlx_lm`` notes each count it ran at, and the report's header names them.
 
 Decode runs ignore EOS so that every run decodes the same number of tokens, as
 ``mlx_lm.benchmark`` does (it empties the tokenizer's EOS set).

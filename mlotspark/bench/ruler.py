@@ -38,7 +38,7 @@ TASKS = ("niah_single", "niah_multikey", "niah_multivalue", "niah_multiquery", "
 #: Answer tokens each task's reply may take. Digits are one token each with the
 #: default model, and it opens with "The special magic numbers for <key> mentioned in
 #: the provided text are:" (~20 tokens): 48 tokens cut its fourth multivalue value
-#: mid-number (RESULTS, issue 14 round 6), so the lists get room for every answer.
+#: mid-number, so the lists get room for every answer.
 ANSWER_TOKENS = {"niah_single": 48, "niah_multikey": 48, "niah_multivalue": 96, "niah_multiquery": 72,
                  "vt": 72, "sentence": 48}
 

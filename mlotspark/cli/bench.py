@@ -34,6 +34,13 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--batch-sizes", args.batch_sizes]
     if args.seed:
         parts += ["--seed", str(args.seed)]
+    if args.suite.strip() == "memory" and args.memory_set:
+        parts += ["--memory-set", args.memory_set]
+        if args.memory_writer != "auto":
+            parts += ["--memory-writer", args.memory_writer]
+    if args.suite.strip() == "serve":
+        parts += ["--clients", args.clients, "--requests", str(args.requests), "--histories", str(args.histories),
+                  "--max-batch", str(args.max_batch)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -121,11 +128,47 @@ def run_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    """``--suite serve``: ``mlotspark serve`` beside ``mlx_lm.server`` (``bench/serve.py``) on
+    ``--model``; JSON (``--format json``) or markdown tables to ``--output`` or stdout."""
+    import json
+
+    from mlotspark.bench.config import parse_int_list
+    from mlotspark.bench.serve import ServeConfig, render_markdown, run_serve as serve
+    from mlotspark.models.aliases import default_model
+    from mlotspark.storage import atomic_write
+
+    if args.format == "csv":
+        raise OptionError("invalid --format csv for --suite serve: choose table or json")
+    clients = parse_int_list(args.clients, "client count") if args.clients.strip() else ()
+    config = ServeConfig(model=args.model or default_model(), clients=clients, requests=args.requests,
+                         tokens=args.gen_tokens, histories=args.histories, repetitions=args.repetitions,
+                         max_batch=args.max_batch)
+    output = _check_output(args.output, "--output") if args.output else None
+    with _terminate_as_exit():
+        figures = serve(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    record = {"command": _command(args), "model": config.model, "clients": list(config.clients),
+              "requests": config.requests, "tokens": config.tokens, "repetitions": config.repetitions,
+              "histories": config.histories, **figures}
+    text = json.dumps(record, indent=1) + "\n" if args.format == "json" else render_markdown(record)
+    if output is not None:
+        atomic_write(output, text)
+        print(f"mlotspark: bench: wrote {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+ALONE_RUNNERS = {"serve": run_serve, "memory": run_memory, "conformance": run_conformance}
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.suite.strip() == "conformance":
-        return run_conformance(args)
-    if args.suite.strip() == "memory":
-        return run_memory(args)
+    from mlotspark.bench.suites import ALONE
+
+    names = [s.strip().partition(":")[0] for s in args.suite.split(",") if s.strip()]
+    alone = [n for n in names if n in ALONE]
+    if alone and len(names) == 1:
+        return ALONE_RUNNERS[alone[0]](args)  # else parse_suites below names the one that runs alone
     if args.write_capabilities:
         raise OptionError("--write-capabilities needs --suite conformance")
     from mlotspark.bench import BenchConfig, parse_suites, plot_report, render, run_bench
@@ -181,9 +224,12 @@ def run(args: argparse.Namespace) -> int:
 def _suites_epilog() -> str:
     from mlotspark.bench.suites import SUITES  # imports MLX: only when bench's help is shown
 
+    from mlotspark.bench.suites import ALONE
+
     suites = "; ".join(f"{name}: {m.DESCRIPTION}" + (f" (cases {', '.join(m.CASES)})" if m.CASES else "")
                        for name, m in SUITES.items())
-    return f"Suites: {suites}."
+    alone = "; ".join(f"{name}: {line}" for name, line in ALONE.items())
+    return f"Suites: {suites}. Suites that run alone (--suite NAME by itself): {alone}."
 
 
 def _help_with_suites(p: argparse.ArgumentParser) -> str:
@@ -198,7 +244,8 @@ def register(sub: Any) -> None:
         "bench", help="latency and tokens/sec, side by side with mlx-lm",
         description=(
             "Measure prefill and decode speed, time to first token, long context, batching and "
-            "speculative decoding; each figure is the median, min and max of the repetitions after "
+            "speculative decoding (and, run alone: serve vs mlx_lm.server, semantic memory, the "
+            "conformance matrix); each figure is the median, min and max of the repetitions after "
             "a warm-up. With --compare mlx-lm, mlx-lm runs on the same weights in the same process, "
             "interleaved, and a ratio column says how we compare (> 1: mlotspark better). "
             "Absolute numbers drift on a busy machine; the ratios measured side by side are what count."
@@ -230,4 +277,13 @@ def register(sub: Any) -> None:
                    help="with --suite memory: the cases (JSON: updates, same_kind_pairs, retractions, paraphrases)")
     p.add_argument("--memory-writer", choices=["auto", "model", "simple"], default="auto",
                    help="with --suite memory: who decides what a turn changes in memory (default auto)")
+    p.add_argument("--clients", default="1,4,8,16",
+                   help="with --suite serve: client counts, comma-separated, each measured in turn "
+                        "(default 1,4,8,16; '' = no throughput)")
+    p.add_argument("--requests", type=positive_int, default=2,
+                   help="with --suite serve: requests each client sends, one after another (default 2)")
+    p.add_argument("--histories", type=non_negative_int, default=3,
+                   help="with --suite serve: ~2k-token histories for cold vs warm TTFT (default 3; 0 = skip)")
+    p.add_argument("--max-batch", type=positive_int, default=16,
+                   help="with --suite serve: our server's --max-batch (default 16)")
     p.set_defaults(func=run)

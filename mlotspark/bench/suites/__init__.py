@@ -11,6 +11,10 @@ A suite module has:
 - ``run(ctx, cases) -> list[Figure]``.
 
 ``cases`` is the tuple chosen on the command line, empty for all of them.
+
+``ALONE`` names the suites that run by themselves, not inside one engine's run (they
+start servers, or load each model in a scratch home): ``mlotspark bench --suite NAME``
+runs one of them on its own, and ``cli/bench.py`` dispatches it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ SUITES: dict[str, ModuleType] = {
     "ruler": ruler,
 }
 
+# Suites that run alone: name -> one line for ``--help``.
+ALONE: dict[str, str] = {
+    "serve": "mlotspark serve vs mlx_lm.server on the same weights: req/s and tok/s by client count "
+             "(--clients, --requests, -g tokens a reply), cold vs warm TTFT of a resent 2k history (--histories)",
+    "memory": "semantic memory as a user lives it, on the cases of --memory-set FILE",
+    "conformance": "the conformance matrix (mlotspark check): every documented feature on real weights "
+                   "through serve and the real SDKs; --model, else each catalogue chat model",
+}
+
 
 def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``"pp,tg,ttft:cold"`` -> ``(("pp", ()), ("tg", ()), ("ttft", ("cold",)))``; ``all`` = every suite.
@@ -49,8 +62,10 @@ def parse_suites(text: str | Sequence[str]) -> tuple[tuple[str, tuple[str, ...]]
             continue
         name, _, case = item.partition(":")
         name, case = name.strip(), case.strip()
+        if name in ALONE:
+            raise OptionError(f"suite {name!r} runs alone: give --suite {name} by itself")
         if name not in SUITES:
-            raise OptionError(f"unknown suite {name!r}: choose from {', '.join(SUITES)}")
+            raise OptionError(f"unknown suite {name!r}: choose from {', '.join([*SUITES, *ALONE])}")
         cases = SUITES[name].CASES
         if case and case not in cases:
             listed = ", ".join(cases) if cases else "none (it has a single case)"
@@ -72,4 +87,4 @@ def selected(module: ModuleType, cases: tuple[str, ...]) -> tuple[str, ...]:
     return cases or tuple(module.CASES)
 
 
-__all__ = ["SUITES", "parse_suites", "selected"]
+__all__ = ["ALONE", "SUITES", "parse_suites", "selected"]

@@ -1,32 +1,30 @@
-"""HTTP serving benchmark: ``mlotspark serve`` vs ``mlx_lm.server``, same model, same run.
+"""``--suite serve``: ``mlotspark serve`` beside ``mlx_lm.server``, same weights, same run.
 
-Both servers run at once on 127.0.0.1 and are measured turn about, at each
-concurrency in turn, so drift in machine load hits both:
+Both servers run at once on 127.0.0.1 and are measured turn about, at each client
+count in turn, so drift in the machine's load hits both:
 
-- throughput: C clients each send ``--requests`` chat requests one after another
-  (distinct prompts, greedy, ``--tokens`` max); requests/s = requests / wall time,
-  aggregate tok/s = completion tokens (from ``usage``) / wall time. Each level runs
-  ``--reps`` times per server, the servers alternating, and the median counts (the
-  ratio is taken per repetition, then its median, so load that drifts hits both).
+- throughput: C clients each send ``requests`` chat requests one after another
+  (distinct prompts, greedy, ``tokens`` at most); requests/s = requests / wall time,
+  aggregate tok/s = completion tokens (from ``usage``) / wall time. Each count runs
+  ``repetitions`` times per server, the servers alternating; the ratio is taken per
+  repetition, then its median.
 - TTFT of a resent ~2k-token history: *cold* = a history the server has never seen;
   *warm* = the same history plus the reply and one new user message (what a chat
   client sends next). Time to the first streamed content chunk, median of
-  ``--histories`` distinct histories.
+  ``histories`` distinct histories.
 
-mlx_lm.server needs an mlx-lm model directory: the default model's GGUF is written
-out as one (float32 weights, as ``mlotspark serve`` runs them on the CPU; config;
-the tokenizer with its chat template), and mlx_lm.server is started with OpenBLAS
-resolved first, as mlotspark does, so both use the same BLAS, at its own default thread
-count: ``OPENBLAS_NUM_THREADS`` is never passed to it (``peer_env``).
+mlx_lm.server needs an mlx-lm model directory: the model's GGUF is written out as one
+(float32 weights, as ``mlotspark serve`` runs them on the CPU; config; the tokenizer with
+its chat template). mlx_lm.server starts with OpenBLAS resolved first, as mlotspark does,
+so both use the same BLAS, at its own default thread count: ``OPENBLAS_NUM_THREADS`` is
+never passed to it (``peer_env``), since a pinned pool is not its best configuration.
 
-    flock /tmp/mlotspark-bench.lock python benchmarks/serve_vs_mlx_lm.py [--clients 1 4 8 16] [--json FILE]
-
-Prints markdown tables for benchmarks/RESULTS.md.
+The server pair (``start_servers``, ``chat``, ``stop``, ``write_mlx_lm_dir``) is also what
+the agent-workload, BFCL and load-time scripts in ``benchmarks/`` start their servers with.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,21 +35,58 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-import httpx
-
-import mlotspark  # noqa: F401  (OpenBLAS before MLX)
-import mlx.core as mx
-from mlx.utils import tree_flatten
-
-from mlotspark.models import catalogue, loader
-from mlotspark.models.mlx_lm_twin import mlx_lm_twin
+from mlotspark.errors import MlotsparkError, OptionError
 
 TOPICS = ["a lighthouse", "a steam engine", "a market", "the sea", "bread", "a garden", "a star", "chess",
           "a river", "a mountain", "a library", "a violin", "a train", "a forest", "a desert", "a bridge"]
+SERVERS = ("mlotspark", "mlx_lm.server")
+START_TIMEOUT_S = 300.0
 
 
+@dataclass(frozen=True)
+class ServeConfig:
+    """A serve comparison, validated.
+
+    Args:
+        model: alias or GGUF path; None = the default model.
+        clients: client counts, each measured in turn (default 1, 4, 8, 16; empty = no throughput).
+        requests: requests each client sends, one after another (default 2).
+        tokens: most tokens per reply (default 48).
+        histories: distinct ~2k-token histories for the cold/warm TTFT (default 3; 0 = skip).
+        repetitions: runs per client count and server, alternating (default 3); medians reported.
+        max_batch: our server's ``--max-batch`` (default 16).
+    """
+
+    model: str | None = None
+    clients: tuple[int, ...] = (1, 4, 8, 16)
+    requests: int = 2
+    tokens: int = 48
+    histories: int = 3
+    repetitions: int = 3
+    max_batch: int = 16
+
+    def __post_init__(self) -> None:
+        def integer(name: str, value: Any, lo: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise OptionError(f"invalid {name} {value!r}: must be an integer >= {lo}")
+
+        object.__setattr__(self, "clients", tuple(self.clients))
+        for c in self.clients:
+            integer("client count", c, 1)
+        integer("requests", self.requests, 1)
+        integer("tokens", self.tokens, 1)
+        integer("histories", self.histories, 0)
+        integer("repetitions", self.repetitions, 1)
+        integer("max_batch", self.max_batch, 1)
+        if not self.clients and not self.histories:
+            raise OptionError("serve has nothing to measure: give client counts or histories > 0")
+
+
+# -- the server pair ----------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -59,19 +94,24 @@ def free_port() -> int:
 
 
 def write_mlx_lm_dir(model: str | None, out: Path) -> Path:
-    """The model as an mlx-lm directory (float32 weights, config, tokenizer)."""
+    """The model as an mlx-lm directory in ``out`` (float32 weights, config, tokenizer)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from mlotspark.models import catalogue, loader
+    from mlotspark.models.mlx_lm_twin import mlx_lm_twin
+
     loaded = loader.load(catalogue.resolve(model, progress=False), weights="float32")
     twin = mlx_lm_twin(loaded)
     mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(twin.parameters())))
     config = {k: v for k, v in loaded.config.items() if k not in ("quantization", "quantization_config")}
     (out / "config.json").write_text(json.dumps(config))
-    loaded.tokenizer._tokenizer.save_pretrained(str(out))
+    loaded.tokenizer.save_pretrained(str(out))  # TokenizerWrapper hands it to the Hugging Face tokenizer
     return out
 
 
 def peer_env(env: dict) -> dict:
-    """``env`` for mlx_lm.server: its own BLAS threads (a pinned pool is not its best
-    configuration; round 6's pinned figures had to be re-measured)."""
+    """``env`` for mlx_lm.server: without ``OPENBLAS_NUM_THREADS``, so it keeps its own BLAS threads."""
     out = dict(env)
     if out.pop("OPENBLAS_NUM_THREADS", None) is not None:
         print("note: OPENBLAS_NUM_THREADS is not passed to mlx_lm.server (it keeps its default threads)",
@@ -80,11 +120,19 @@ def peer_env(env: dict) -> dict:
 
 
 def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
+    """Start a server and wait for its ``/health``.
+
+    Raises:
+        MlotsparkError: it exited, or did not answer within ``START_TIMEOUT_S`` (its log's tail quoted).
+    """
+    import httpx
+
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited: {' '.join(cmd)}\n{log.read_text()[-2000:]}")
+            raise MlotsparkError(f"server exited: {' '.join(cmd)}: {log.read_text()[-500:].strip()}")
         try:
             if httpx.get(url + "/health", timeout=5).status_code == 200:
                 return proc
@@ -92,7 +140,7 @@ def start(cmd: list[str], url: str, env: dict, log: Path) -> subprocess.Popen:
             pass
         time.sleep(0.5)
     proc.kill()
-    raise SystemExit(f"server did not start: {' '.join(cmd)}")
+    raise MlotsparkError(f"server did not start in {START_TIMEOUT_S:.0f} s: {' '.join(cmd)}")
 
 
 def start_servers(model: str | None, work: Path, procs: list[subprocess.Popen], *, max_batch: int = 16,
@@ -111,6 +159,8 @@ def start_servers(model: str | None, work: Path, procs: list[subprocess.Popen], 
     Returns:
         ``{"mlotspark": (url, model id), "mlx_lm.server": (url, "default_model")}``.
     """
+    from mlotspark.models import catalogue
+
     env = {**os.environ, "MLOTSPARK_HOME": str(work / "home")}
     if mlx_dir is None:
         mlx_dir = write_mlx_lm_dir(model, Path(tempfile.mkdtemp(dir=work)))
@@ -139,10 +189,16 @@ def stop(procs: list[subprocess.Popen]) -> None:
 
 def model_id(url: str) -> str:
     """The served model's id, from ``/v1/models``."""
+    import httpx
+
     return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
 
+# -- the measurements ---------------------------------------------------------------------
 def chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict:
+    """One greedy chat completion; the response's JSON."""
+    import httpx
+
     r = httpx.post(url + "/v1/chat/completions", timeout=900, json={
         "model": model, "messages": messages, "temperature": 0.0, "max_tokens": max_tokens})
     r.raise_for_status()
@@ -150,6 +206,7 @@ def chat(url: str, model: str, messages: list[dict], max_tokens: int) -> dict:
 
 
 def throughput(url: str, model: str, clients: int, requests: int, tokens: int, salt: int) -> dict:
+    """``clients`` threads each sending ``requests`` chats in turn: req/s and tok/s over the wall time."""
     def client(i: int) -> int:
         n = 0
         for j in range(requests):
@@ -166,6 +223,9 @@ def throughput(url: str, model: str, clients: int, requests: int, tokens: int, s
 
 
 def ttft(url: str, model: str, messages: list[dict]) -> float:
+    """Seconds from the request to the first streamed content chunk."""
+    import httpx
+
     t0 = time.perf_counter()
     with httpx.stream("POST", url + "/v1/chat/completions", timeout=900, json={
             "model": model, "messages": messages, "temperature": 0.0, "max_tokens": 8, "stream": True}) as r:
@@ -186,6 +246,7 @@ def history(seed: int, words: int = 1500) -> list[dict]:
 
 
 def warm_cold(url: str, model: str, seed: int) -> tuple[float, float]:
+    """(cold, warm) TTFT: a new history, then the same history with the reply and one more message."""
     first = history(seed)
     cold = ttft(url, model, first)
     reply = chat(url, model, first, 16)["choices"][0]["message"]["content"]
@@ -194,68 +255,77 @@ def warm_cold(url: str, model: str, seed: int) -> tuple[float, float]:
     return cold, warm
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--clients", type=int, nargs="*", default=[1, 4, 8, 16], help="concurrency levels (none = skip)")
-    ap.add_argument("--requests", type=int, default=2, help="requests per client (default 2)")
-    ap.add_argument("--tokens", type=int, default=48, help="max tokens per reply (default 48)")
-    ap.add_argument("--histories", type=int, default=3, help="histories for the TTFT figures (default 3; 0 = skip)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions per concurrency level (median; default 3)")
-    ap.add_argument("--max-batch", type=int, default=16)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+def run_serve(config: ServeConfig, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Start both servers, measure them turn about, stop them.
 
-    work = Path(tempfile.mkdtemp(prefix="serve-bench-"))
+    Args:
+        config: what to measure.
+        log: called with one line per run (default: nothing).
+
+    Returns:
+        The record: ``throughput[server][clients]`` (medians ``rps``, ``tps``; ``runs``),
+        ``ratio[clients]`` (``median`` of the per-repetition tok/s ratios, ``runs``) and
+        ``ttft[server]`` (``cold_s``, ``warm_s``, ``pairs``); client counts are string keys.
+
+    Raises:
+        MlotsparkError: a server did not start.
+    """
+    say = log or (lambda _line: None)
+    work = Path(tempfile.mkdtemp(prefix="mlotspark-serve-bench-"))
     procs: list[subprocess.Popen] = []
+    out: dict[str, Any] = {"throughput": {}, "ratio": {}, "ttft": {}}
     try:
-        servers = start_servers(args.model, work, procs, max_batch=args.max_batch)
+        servers = start_servers(config.model, work, procs, max_batch=config.max_batch)
         for url, model in servers.values():  # warm-up: first-request costs out of the figures
             chat(url, model, [{"role": "user", "content": "Hello"}], 4)
-        out: dict = {"throughput": {}, "ttft": {}}
-        for k, c in enumerate(args.clients):
-            runs: dict = {name: [] for name in servers}
-            for rep in range(args.reps):
+        for k, c in enumerate(config.clients):
+            runs: dict[str, list[dict]] = {name: [] for name in servers}
+            for rep in range(config.repetitions):
                 order = list(servers) if (k + rep) % 2 == 0 else list(reversed(servers))
                 for name in order:
                     url, model = servers[name]
-                    r = throughput(url, model, c, args.requests, args.tokens, salt=k * 100 + c + 1000 * rep)
+                    r = throughput(url, model, c, config.requests, config.tokens, salt=k * 100 + c + 1000 * rep)
                     runs[name].append(r)
-                    print(f"{name:14s} clients={c:2d} rep {rep}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  "
-                          f"({r['tokens']} tokens, {r['wall_s']:.1f} s)", flush=True)
+                    say(f"{name:14s} clients={c:2d} rep {rep}  {r['rps']:.3f} req/s  {r['tps']:.1f} tok/s  "
+                        f"({r['tokens']} tokens, {r['wall_s']:.1f} s)")
             ratios = [a["tps"] / b["tps"] for a, b in zip(runs["mlotspark"], runs["mlx_lm.server"])]
             for name, rs in runs.items():
-                out["throughput"].setdefault(name, {})[c] = {
+                out["throughput"].setdefault(name, {})[str(c)] = {
                     "rps": statistics.median(r["rps"] for r in rs), "tps": statistics.median(r["tps"] for r in rs),
                     "tokens": sum(r["tokens"] for r in rs), "wall_s": sum(r["wall_s"] for r in rs), "runs": rs}
-            out.setdefault("ratio", {})[c] = {"median": statistics.median(ratios), "runs": ratios}
-        for name, (url, model) in servers.items() if args.histories else ():
-            pairs = [warm_cold(url, model, seed=1000 * (i + 1) + len(name)) for i in range(args.histories)]
+            out["ratio"][str(c)] = {"median": statistics.median(ratios), "runs": ratios}
+        for name, (url, model) in servers.items() if config.histories else ():
+            pairs = [warm_cold(url, model, seed=1000 * (i + 1) + len(name)) for i in range(config.histories)]
             cold = statistics.median(p[0] for p in pairs)
             warm = statistics.median(p[1] for p in pairs)
             out["ttft"][name] = {"cold_s": cold, "warm_s": warm, "pairs": pairs}
-            print(f"{name:14s} TTFT cold {cold:.3f} s  warm {warm:.3f} s  ratio {warm / cold:.3f}", flush=True)
+            say(f"{name:14s} TTFT cold {cold:.3f} s  warm {warm:.3f} s  ratio {warm / cold:.3f}")
     finally:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)
-
-    if args.clients:
-        print(f"\nmedians of {args.reps} repetitions; ratio = median of the per-repetition ratios (min-max)")
-        print("\n| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |")
-        print("|---:|---:|---:|---:|---:|---:|")
-    for c in args.clients:
-        a, b = out["throughput"]["mlotspark"][c], out["throughput"]["mlx_lm.server"][c]
-        q = out["ratio"][c]
-        print(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | "
-              f"{q['median']:.2f}x ({min(q['runs']):.2f}-{max(q['runs']):.2f}) |")
-    if out["ttft"]:
-        print("\n| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |")
-        print("|---|---:|---:|---:|")
-    for name, t in out["ttft"].items():
-        print(f"| {name} | {t['cold_s']:.3f} s | {t['warm_s']:.3f} s | {t['warm_s'] / t['cold_s']:.3f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+    return out
 
 
-if __name__ == "__main__":
-    main()
+def render_markdown(record: dict[str, Any]) -> str:
+    """The record's figures as markdown tables (throughput by client count; cold vs warm TTFT)."""
+    lines: list[str] = []
+    ratio = record.get("ratio", {})
+    if ratio:
+        reps = len(next(iter(ratio.values()))["runs"])
+        lines += [f"medians of {reps} repetitions; ratio = median of the per-repetition tok/s ratios (min-max)", "",
+                  "| clients | mlotspark req/s | mlotspark tok/s | mlx_lm.server req/s | mlx_lm.server tok/s | tok/s ratio |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+    for c, q in ratio.items():
+        a, b = record["throughput"]["mlotspark"][c], record["throughput"]["mlx_lm.server"][c]
+        lines.append(f"| {c} | {a['rps']:.3f} | {a['tps']:.1f} | {b['rps']:.3f} | {b['tps']:.1f} | "
+                     f"{q['median']:.2f}x ({min(q['runs']):.2f}-{max(q['runs']):.2f}) |")
+    if record.get("ttft"):
+        lines += ["", "| server | TTFT cold (2k history) | TTFT warm (resent + 1 message) | warm / cold |",
+                  "|---|---:|---:|---:|"]
+    for name, t in record.get("ttft", {}).items():
+        lines.append(f"| {name} | {t['cold_s']:.3f} s | {t['warm_s']:.3f} s | {t['warm_s'] / t['cold_s']:.3f} |")
+    return "\n".join(lines).strip() + "\n"
+
+
+__all__ = ["SERVERS", "ServeConfig", "chat", "render_markdown", "run_serve", "start_servers", "stop",
+           "write_mlx_lm_dir"]
