@@ -38,7 +38,7 @@ from mlx_lm.generate import generate_step
 
 from mlotspark.models import loader
 from mlotspark.models.hub import catalogue
-from mlotspark.models.execution import CpuStrategy, prepare, strategy_of
+from mlotspark.models.execution import CpuRunner, Runner, prepare
 from mlotspark.models.mlx_lm_twin import mlx_lm_twin
 from mlotspark.platform import blas
 
@@ -73,17 +73,17 @@ def overhead_ms(make, loaded, steps: int = 24) -> float:
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     cfg.update(hidden_size=16 * heads, head_dim=16, intermediate_size=64, vocab_size=256,
                num_key_value_heads=kv, rope_freq_factors=None)
-    model = make()
-    if isinstance(model, Model):
-        narrow = Model(ModelArgs.from_dict(cfg))
-        mx.eval(narrow.parameters())
-        ours = strategy_of(model)  # the same strategy, fused as the loader leaves ours
-        prepare(narrow, CpuStrategy(numpy_step=ours.numpy_step) if ours.name == "cpu" else ours.name)
+    ours = make()
+    if isinstance(ours, Runner) and isinstance(ours.model, Model):
+        model = Model(ModelArgs.from_dict(cfg))
+        mx.eval(model.parameters())
+        # the same runner, fused as the loader leaves ours
+        narrow = prepare(model, CpuRunner(numpy_step=ours.numpy_step) if ours.name == "cpu" else ours.name)
     else:  # mlx-lm's class
         from mlx_lm.models import llama as mlx_lm_llama
 
         narrow = mlx_lm_llama.Model(mlx_lm_llama.ModelArgs.from_dict(cfg))
-    mx.eval(narrow.parameters())
+        mx.eval(narrow.parameters())
     from mlx_lm.models.cache import make_prompt_cache
 
     cache = make_prompt_cache(narrow)
@@ -138,9 +138,8 @@ def main() -> None:
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True))
 
     def ours_with(strategy):
-        def make():  # the loader fused the weights already: they stay fused across strategies
-            prepare(ours, strategy() if callable(strategy) else strategy)
-            return ours
+        def make():  # the loader fused the weights already: they stay fused across runners
+            return prepare(ours, strategy() if callable(strategy) else strategy)
         return make
 
     runs = {
@@ -149,8 +148,8 @@ def main() -> None:
         "ours, gpu (pieces)": ours_with("gpu"),  # the GPU strategy
     }
     if not on_gpu:  # models/cpu/cpu_step.py and models/cpu/matvec.py are CPU (OpenBLAS) paths
-        runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuStrategy(fuse=False))  # the CPU default now
-        runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuStrategy(fuse=False, numpy_step=False))  # the MLX step with matvec layouts
+        runs["ours, cpu (NumPy step)"] = ours_with(lambda: CpuRunner(fuse=False))  # the CPU default now
+        runs["ours, cpu, no NumPy (matvec)"] = ours_with(lambda: CpuRunner(fuse=False, numpy_step=False))  # the MLX step with matvec layouts
     for make in runs.values():  # warm-up: compile, first allocations
         decode(make(), prompt, 8)
     host = {k: [] for k in runs}

@@ -63,7 +63,7 @@ def first_tokens(engine, question: str, k: int = 4) -> str:
     import mlx.core as mx
 
     ids = engine.encode([{"role": "user", "content": question}])
-    logits = engine.loaded.model(mx.array([ids]))[0, -1].astype(mx.float32)
+    logits = engine.loaded.runner(mx.array([ids]))[0, -1].astype(mx.float32)
     p = mx.softmax(logits)
     top = mx.argsort(-p)[:k].tolist()
     return ", ".join(f"{engine.tokenizer.decode([i])!r} {float(p[i]):.2f}" for i in top)

@@ -176,7 +176,7 @@ class Engine:
             loaded.nbytes(), scheduling.kv_ceiling(loaded.model, loaded.context_length))
         engine.sampling_sources = sources
         if distributed is not None:
-            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.model, loaded.nbytes(), rank_timeout,
+            engine.ranks = DistributedSession(loaded.extra["distributed"], loaded.runner, loaded.nbytes(), rank_timeout,
                                               identity=(loaded.fingerprint, loaded.weights, loaded.name),
                                               probes=governor.probes if governor is not None else None)
             # No prefix cache across ranks: the other ranks would not find a hit under its name.
@@ -240,10 +240,12 @@ class Engine:
         given = cache is not None
         if cache is None:
             cache = self.caches.make(total, options)
+        else:  # restored from a snapshot or a prefix cache: the runner's attention from now on
+            self.loaded.runner.adopt(cache)
         cascaded = is_cascade(cache)
         facts = {"blas": BLAS_IN_USE, "cache": self.caches.story(cache, options, total, given)}
         return Generation(
-            self.loaded.model,
+            self.loaded.runner,
             self.tokenizer,
             prompt_ids,
             cache,
@@ -364,7 +366,7 @@ class Engine:
                 if self.ranks is not None and self.ranks.leader is None:
                     raise DistributedError(f"rank {self.rank} runs rank 0's steps: call follow(), not submit()")
                 self._scheduler = Scheduler(
-                    self.loaded.model,
+                    self.loaded.runner,
                     self.scheduling.make_governor(),
                     lock=self._lock,
                     weights_bytes=self.loaded.nbytes(),

@@ -15,9 +15,10 @@ import pytest
 from mlx_lm.models.cache import BatchKVCache
 
 from test_scheduler import CharTokenizer, FakeClock  # noqa: F401  (a char tokenizer, a scripted clock)
+from tiny import prefilled
 
 from mlotspark.caches.kinds import Float16KVCache, QuantizedKVCache
-from mlotspark.decoding.prepared_step import prepared_generate_step
+from mlotspark.decoding.strategy import decode_step
 from mlotspark.engine import Engine
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
 from mlotspark.models import llama
@@ -81,9 +82,11 @@ def _prompt(n: int, seed: int) -> list[int]:
 
 def _reference(engine: Engine, prompt: list[int], n: int) -> list[int]:
     """Greedy tokens of the same cascade on the own-loop path, called directly."""
-    cache = make_cascade_cache(engine.loaded.model, engine.caches.cascade)
+    runner = engine.loaded.runner
+    cache = make_cascade_cache(runner.model, engine.caches.cascade, attention=runner.attention)
     out = []
-    for tok, _ in prepared_generate_step(mx.array(prompt), engine.loaded.model, max_tokens=n, prompt_cache=cache,
+    prefilled(runner, prompt, cache, CHUNK)
+    for tok, _ in decode_step(mx.array(prompt), runner, max_tokens=n, prompt_cache=cache,
                                          prefill_step_size=CHUNK):
         out.append(int(tok))
     assert cache[0].question.passes == 1

@@ -14,20 +14,25 @@ from mlx.utils import tree_flatten
 from mlotspark.caches.kinds import make_cache
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
 from mlotspark.models.cpu import cpu_step
-from mlotspark.models.execution import CpuStrategy, fuse_projections, prepare, strategy_of
+from mlotspark.models.execution import CpuRunner, fuse_projections, prepare
 from tiny import greedy, tiny_model
 
 PROMPT = [5, 17, 42, 99, 3, 250, 7]
 
 
-def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT, fuse: bool = True):
-    """Greedy tokens, the logits of each one-token step, and the cache: under the CPU
-    strategy (the NumPy step) or plain MLX."""
+_RUNNERS: dict = {}  # id(model) -> the runner _decode last bound to it
+
+
+def _decode(model, numpy_step: bool, steps: int, cache=None, prompt=PROMPT, fuse: bool = True, runner=None):
+    """Greedy tokens, the logits of each one-token step, and the cache: through the CPU
+    runner (the NumPy step) or plain MLX (a given ``runner`` as it is)."""
     want = "cpu" if numpy_step else "plain"
-    if strategy_of(model).name != want:
-        prepare(model, CpuStrategy(fuse=fuse) if numpy_step else "plain")
-    cache = model.make_cache() if cache is None else cache
-    return (*greedy(model, cache, prompt, steps), cache)
+    runner = runner or _RUNNERS.get(id(model))
+    if runner is None or runner.model is not model or runner.name != want:
+        runner = prepare(model, CpuRunner(fuse=fuse) if numpy_step else "plain")
+    _RUNNERS[id(model)] = runner
+    cache = runner.make_cache() if cache is None else cache
+    return (*greedy(runner, cache, prompt, steps), cache)
 
 
 VARIANTS = [
@@ -51,7 +56,7 @@ def test_numpy_step_gives_the_mlx_steps_logits_and_tokens(variant, fuse):
     model = tiny_model(execution="plain", **variant)
     ref_toks, ref, ref_cache = _decode(model, False, 24)
     toks, got, cache = _decode(model, True, 24, fuse=fuse)  # fused: as the loader leaves a float32 model
-    assert strategy_of(model).numpy_steps == 24, "the NumPy step did not take this model"
+    assert _RUNNERS[id(model)].numpy_steps == 24, "the NumPy step did not take this model"
     assert _fused(model.__dict__["_cpu_plan"]) == fuse
     assert toks == ref_toks
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -131,13 +136,13 @@ def test_fusing_keeps_the_weights_and_their_memory():
 @pytest.mark.parametrize("fuse", [False, True], ids=["separate", "fused"])
 def test_new_weights_are_seen(fuse):
     model = tiny_model(execution="plain")
-    strategy = prepare(model, CpuStrategy(fuse=fuse))
-    _decode(model, True, 2)
+    runner = prepare(model, CpuRunner(fuse=fuse))
+    _decode(model, True, 2, runner=runner)
     first = model.__dict__["_cpu_plan"]
     w = model.model.layers[0].mlp.up_proj.weight
     model.model.layers[0].mlp.update({"up_proj": {"weight": w * 2}})
     toks, got, _ = _decode(model, True, 6)
-    assert model.__dict__["_cpu_plan"] is not first and strategy.numpy_steps == 8
+    assert model.__dict__["_cpu_plan"] is not first and runner.numpy_steps == 8
     ref_toks, ref, _ = _decode(model, False, 6)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
 
@@ -157,10 +162,10 @@ def test_mlx_keeps_every_step_the_numpy_step_does_not_do():
     assert not _runs_numpy(wide, make_cache(wide, "q8"), mx.array([[3]]))
     cfg = CascadeConfig(sinks=4, window=16, block_size=4, top_k=2)
     assert not _runs_numpy(model, make_cascade_cache(model, cfg), mx.array([[3]]))
-    prepare(model, "plain")  # a plain strategy never asks the NumPy step
-    cache = model.make_cache()
-    model(mx.array([PROMPT]), cache)
-    assert not strategy_of(model).takes(model, cache)
+    runner = prepare(model, "plain")  # a plain runner never asks the NumPy step
+    cache = runner.make_cache()
+    runner(mx.array([PROMPT]), cache)
+    assert not runner.takes(cache)
     half = tiny_model()
     half.set_dtype(mx.float16)
     assert not _runs_numpy(half, half.make_cache(), mx.array([[3]]))

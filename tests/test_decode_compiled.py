@@ -1,5 +1,5 @@
-"""The GPU strategy's compiled decode pieces: same tokens and logits as the op-by-op
-forward (the plain strategy), any cache; forced on the CPU here."""
+"""The GPU runner's compiled decode pieces: same tokens and logits as the op-by-op
+forward (the plain runner), any cache; forced on the CPU here."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models.execution import prepare, strategy_of
-from tiny import tiny_model
+from mlotspark.models.execution import prepare
+from tiny import tiny_model, tiny_runner
 
 
 def _decode(model, cache, prompt, steps):
@@ -28,7 +28,7 @@ def test_compiled_step_equals_the_op_by_op_step(variant):
     prompt = [5, 17, 42, 99, 3, 250, 7]
     ref = _decode(model, model.make_cache(), prompt, 12)
     gpu = prepare(model, "gpu")
-    got = _decode(model, model.make_cache(), prompt, 12)
+    got = _decode(gpu, model.make_cache(), prompt, 12)
     assert gpu.compiled  # the compiled path asked for ran
     np.testing.assert_allclose(got, ref, atol=1e-5)
     assert (got.argmax(-1) == ref.argmax(-1)).all()
@@ -40,24 +40,24 @@ def test_cascade_window_decodes_through_the_compiled_pieces():
     prompt = list(range(3, 90))
     ref = _decode(model, make_cascade_cache(model, cfg), prompt, 40)  # crosses block evictions
     gpu = prepare(model, "gpu")
-    got = _decode(model, make_cascade_cache(model, cfg), prompt, 40)
+    got = _decode(gpu, make_cascade_cache(model, cfg), prompt, 40)
     assert gpu.compiled
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
 
 def test_updated_weights_reach_the_compiled_step():
-    model = tiny_model(execution="gpu")
-    cache = model.make_cache()
-    model(mx.array([[5, 6, 7]]), cache)
-    before = model(mx.array([[8]]), cache)
+    runner = tiny_runner(execution="gpu")
+    model = runner.model
+    cache = runner.make_cache()
+    runner(mx.array([[5, 6, 7]]), cache)
+    before = runner(mx.array([[8]]), cache)
     model.update({"model": {"norm": {"weight": model.model.norm.weight * 2}}})
-    cache2 = model.make_cache()
-    model(mx.array([[5, 6, 7]]), cache2)
-    after = model(mx.array([[8]]), cache2)
-    assert not mx.allclose(before, after).item()  # not frozen into the compiled graph
+    cache2 = runner.make_cache()
+    runner(mx.array([[5, 6, 7]]), cache2)
+    after = runner(mx.array([[8]]), cache2)
+    assert runner.compiled and not mx.allclose(before, after).item()  # not frozen into the compiled graph
 
 
-def test_the_strategy_by_default_is_the_devices():
-    model = tiny_model()
+def test_the_runner_by_default_is_the_devices():
     on_gpu = mx.default_device().type == mx.DeviceType.gpu
-    assert strategy_of(model).name == ("gpu" if on_gpu else "cpu")
+    assert tiny_runner().name == ("gpu" if on_gpu else "cpu")

@@ -23,7 +23,7 @@ from mlotspark.errors import OptionError
 from mlotspark.caches.kv import KVCache
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
-from tiny import tiny_model, write_tiny_gguf
+from tiny import prefilled, tiny_model, write_tiny_gguf
 
 
 def greedy(model, prompt, n, cache=None, **opts):
@@ -36,10 +36,10 @@ def greedy(model, prompt, n, cache=None, **opts):
 
 def speculate(model, prompt, n, drafter, cache=None, stats=None, **opts):
     o = GenerationOptions(**{"temperature": 0, **opts})
+    cache = prefilled(model, prompt, cache if cache is not None else model.make_cache())
     steps = speculative_generate_step(
         mx.array(prompt), model, drafter=drafter, options=o, max_tokens=n,
-        logits_processors=build_logits_processors(o) or None,
-        prompt_cache=cache if cache is not None else model.make_cache(), stats=stats)
+        logits_processors=build_logits_processors(o) or None, prompt_cache=cache, stats=stats)
     return [t for t, _ in steps]
 
 
@@ -107,14 +107,16 @@ def test_one_beam_is_greedy_and_greedy_misses_the_best():
     assert one[0].score == pytest.approx(math.log(0.5 * 0.35 * 0.35) / 3, abs=1e-5)
     model = tiny_model(hidden_size=128, vocab_size=64)
     for prompt in ([5, 6, 7], [9], [1, 2, 3, 1, 2, 3, 1]):
-        hyp = beam_search(model, prompt, model.make_cache(), num_beams=1, max_tokens=12, eos={2})[0]
+        hyp = beam_search(model, prompt, prefilled(model, prompt, model.make_cache()), num_beams=1, max_tokens=12,
+                          eos={2})[0]
         assert hyp.tokens == greedy(model, prompt, 12)
 
 
 def test_wider_beams_never_score_worse_and_num_return_is_bounded():
     model = tiny_model(hidden_size=128, vocab_size=64)
     prompt = [4, 8, 15, 16, 23, 42]
-    scores = [beam_search(model, prompt, model.make_cache(), num_beams=b, max_tokens=6, eos={2})[0].score
+    scores = [beam_search(model, prompt, prefilled(model, prompt, model.make_cache()), num_beams=b, max_tokens=6,
+                          eos={2})[0].score
               for b in (1, 4)]
     assert scores[1] >= scores[0] - 1e-6
     with pytest.raises(OptionError, match="num_return_sequences 3"):
@@ -123,7 +125,7 @@ def test_wider_beams_never_score_worse_and_num_return_is_bounded():
 
 def test_beam_search_with_quantized_cache_runs():
     model = tiny_model(hidden_size=128, vocab_size=64)
-    hyps = beam_search(model, [1, 2, 3], make_cache(model, "q8"), num_beams=3, max_tokens=5, eos={2}, num_return=3)
+    hyps = beam_search(model, [1, 2, 3], prefilled(model, [1, 2, 3], make_cache(model, "q8")), num_beams=3, max_tokens=5, eos={2}, num_return=3)
     assert len(hyps) == 3 and all(len(h.tokens) <= 5 for h in hyps)
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
 
@@ -131,7 +133,7 @@ def test_beam_search_with_quantized_cache_runs():
 def test_sampled_returns_are_independent_and_scored():
     model = tiny_model(hidden_size=128, vocab_size=64)
     mx.random.seed(3)
-    hyps = sample_sequences(model, [1, 2, 3], model.make_cache(), n=4, max_tokens=8, eos={2},
+    hyps = sample_sequences(model, [1, 2, 3], prefilled(model, [1, 2, 3], model.make_cache()), n=4, max_tokens=8, eos={2},
                             sampler=build_sampler(GenerationOptions(temperature=1.0)))
     assert len(hyps) == 4 and len({tuple(h.tokens) for h in hyps}) > 1
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
@@ -171,7 +173,7 @@ def test_self_draft_accepts_everything_in_few_target_calls():
 def test_cache_holds_exactly_the_fed_tokens_after_an_early_stop():
     model = tiny_model(hidden_size=128, vocab_size=64)
     prompt = [3, 4, 5, 6, 3, 4, 5]
-    cache = model.make_cache()
+    cache = prefilled(model, prompt, model.make_cache())
     steps = speculative_generate_step(mx.array(prompt), model, drafter=DraftModelDrafter(model),
                                       options=GenerationOptions(temperature=0), max_tokens=40, prompt_cache=cache)
     got = [next(steps)[0] for _ in range(5)]  # stop in the middle of an accepted run

@@ -50,7 +50,7 @@ def test_quantized_caches_keep_next_token_distributions_close(engine):
 
     from mlotspark.caches.kinds import make_cache
 
-    model = engine.loaded.model
+    model = engine.loaded.runner
     ids = engine.encode("What is the capital of France?") + engine.encode("The capital of France is Paris.", raw=True)
     x = mx.array(ids)[None]
     ref = model(x, cache=make_cache(model, None))[0]

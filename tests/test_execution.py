@@ -1,5 +1,6 @@
-"""The execution seam (models/execution.py): each strategy, forced on the CPU, gives plain
-MLX's greedy tokens through the Engine; the device chooses the default; an override wins."""
+"""The runners (models/execution.py): each, forced on the CPU, gives plain MLX's greedy
+tokens through the Engine; the device chooses the default; an override wins; the model keeps
+its class and its caches get their attention when they are made."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pytest
 from mlotspark.engine import Engine
 from mlotspark.errors import OptionError
 from mlotspark.models import execution
-from mlotspark.models.execution import choose_strategy, prepare, strategy_of
+from mlotspark.models.execution import choose_runner, prepare
 from mlotspark.models.loader import LoadedModel
 from mlotspark.options import GenerationOptions
-from tiny import tiny_model
+from tiny import tiny_model, tiny_runner
 
 #: A short prompt, one past the CPU prefill's 64-query attention block, one single token.
 PROMPTS = [[5, 9, 14, 3], [(7 * i) % 290 + 3 for i in range(150)], [7]]
@@ -56,10 +57,10 @@ def _engine(strategy: str) -> Engine:
     # Peaky logits: no near-ties, so greedy is well defined across summation orders.
     model.update({"model": {"embed_tokens": {"weight": model.model.embed_tokens.weight * 8}}})
     mx.eval(model.parameters())
-    prepare(model, strategy)
     loaded = LoadedModel(model=model, tokenizer=_Tokenizer(), config={},
                          source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
-                         fingerprint="tiny", context_length=4096, supports_cascade=True)
+                         fingerprint="tiny", context_length=4096, supports_cascade=True,
+                         runner=prepare(model, strategy))
     return Engine(loaded, GenerationOptions(temperature=0.0))
 
 
@@ -91,23 +92,40 @@ def test_each_strategy_forced_on_the_cpu_gives_plain_mlx_greedy_tokens(strategy,
 
 def test_the_device_chooses_and_an_override_wins(monkeypatch):
     monkeypatch.delenv(execution.ENV, raising=False)
-    assert choose_strategy(mx.Device(mx.cpu)).name == "cpu"
-    assert choose_strategy(mx.Device(mx.gpu)).name == "gpu"
-    assert choose_strategy(mx.Device(mx.gpu), override="plain").name == "plain"
+    assert choose_runner(mx.Device(mx.cpu)).name == "cpu"
+    assert choose_runner(mx.Device(mx.gpu)).name == "gpu"
+    assert choose_runner(mx.Device(mx.gpu), override="plain").name == "plain"
     monkeypatch.setenv(execution.ENV, "gpu")
-    assert choose_strategy(mx.Device(mx.cpu)).name == "gpu"
+    assert choose_runner(mx.Device(mx.cpu)).name == "gpu"
     with pytest.raises(OptionError, match="'fast'"):
-        choose_strategy(override="fast")
+        choose_runner(override="fast")
 
 
-def test_a_model_never_prepared_runs_plain_and_keeps_its_class():
+@pytest.mark.parametrize("name", ["cpu", "gpu", "plain"])
+def test_the_model_keeps_its_class_and_a_bare_model_runs_plain(name):
     from mlotspark.models import llama
 
-    model = tiny_model(execution="cpu")
-    assert isinstance(model, llama.Model) and type(model).__name__ == "Model"
-    prepare(model, "plain")
-    assert type(model) is llama.Model and strategy_of(model).name == "plain"
-    assert strategy_of(object()).name == "plain"
+    runner = tiny_runner(execution=name)
+    assert type(runner.model) is llama.Model  # no class swap of the model: only its layers' (cpu)
+    assert execution.runner_for(runner) is runner
+    bare = execution.runner_for(runner.model)
+    assert bare.name == "plain" and bare.model is runner.model
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu", "plain"])
+def test_caches_get_the_runners_attention_when_made(name):
+    from mlotspark.caches.kinds import make_cache
+    from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
+    from mlotspark.models.cpu import prefill_ops
+
+    runner = tiny_runner(execution=name)
+    want = prefill_ops.cpu_attention if name == "cpu" else prefill_ops.attention
+    cascade = make_cascade_cache(runner.model, CascadeConfig(sinks=4, window=16, block_size=4, top_k=2),
+                                 attention=runner.attention)
+    for caches in (runner.make_cache(), make_cache(runner, None), make_cache(runner, "float16"), cascade):
+        assert all(c.attention is want for c in caches)
+    restored = runner.adopt([type(c)() for c in make_cache(runner.model, None)])  # e.g. from a snapshot
+    assert all(c.attention is want for c in restored)
 
 
 @pytest.mark.slow
@@ -133,9 +151,8 @@ def test_only_the_cpu_strategy_prefills_with_the_cpu_forms(strategy, monkeypatch
     for name in ("causal_attention", "silu_mul"):
         real = getattr(prefill_ops, name)
         monkeypatch.setattr(prefill_ops, name, lambda *a, _n=name, _f=real, **k: ran.append(_n) or _f(*a, **k))
-    model = tiny_model(execution=strategy)
-    model(mx.array([PROMPTS[1]]), model.make_cache())  # 150 tokens: past one attention block
-    assert prefill_ops.use_cpu_prefill_ops() is False  # on only while the CPU strategy's step runs
+    runner = tiny_runner(execution=strategy)
+    runner(mx.array([PROMPTS[1]]), runner.make_cache())  # 150 tokens: past one attention block
     if strategy == "cpu":
         assert ran.count("causal_attention") == ran.count("silu_mul") == 2  # each layer
     else:
@@ -254,8 +271,7 @@ def test_the_cpu_strategy_widens_into_fused_buffers_with_the_plain_values(worker
             expected.setdefault(name, np.array(v.astype(mx.float32)))
 
     model = _raw_model()
-    strategy = execution.CpuStrategy()
-    groups = strategy.fused_groups(model)
+    groups = execution.CpuRunner().fused_groups(model)
     fused = widen.widen(model, mx.float32, groups=groups, workers=workers)
     assert set(fused) == {widen.group_key(g) for g in groups}  # every group, quantized (gate/up) or float (q/k/v)
     got = {k: np.array(v) for k, v in tree_flatten(model.parameters())}
@@ -279,7 +295,7 @@ def test_the_plain_strategy_widens_as_mlx_lm_does():
     dequantize_model(reference)
     reference.set_dtype(mx.float32)
     model = _raw_model()
-    assert execution.PlainStrategy().widen(model, mx.float32) == {}
+    assert execution.PlainRunner().widen(model, mx.float32) == {}
     got, want = dict(tree_flatten(model.parameters())), dict(tree_flatten(reference.parameters()))
     assert got.keys() == want.keys()
     for k in got:

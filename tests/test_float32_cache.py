@@ -40,7 +40,7 @@ def _weights(loaded) -> dict[str, np.ndarray]:
 
 
 def _tokens(loaded, steps: int = 12) -> list[int]:
-    return greedy(loaded.model, make_prompt_cache(loaded.model), PROMPT, steps)[0]
+    return greedy(loaded.runner, make_prompt_cache(loaded.runner), PROMPT, steps)[0]
 
 
 def _same_weights(a: dict, b: dict) -> bool:

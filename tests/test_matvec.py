@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from mlotspark.memory.cascade import CascadeConfig, make_cascade_cache
-from mlotspark.models.execution import CpuStrategy, prepare
+from mlotspark.models.execution import CpuRunner, prepare
 from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear, block_rows, matvec
 from tiny import greedy, tiny_model
 
 
-def _cpu_on_mlx() -> CpuStrategy:
-    """The CPU strategy with its one-token steps left on MLX (the NumPy step out): what these tests are about."""
-    return CpuStrategy(numpy_step=False)
+def _cpu_on_mlx() -> CpuRunner:
+    """The CPU runner with its one-token steps left on MLX (the NumPy step out): what these tests are about."""
+    return CpuRunner(numpy_step=False)
 
 
 def test_block_rows_stay_under_the_small_kernel_limit():
@@ -72,7 +72,7 @@ def test_cascade_window_decodes_with_matvec():
     assert toks == ref_toks
 
 
-def test_only_the_cpu_strategy_swaps_the_layers_and_back():
+def test_only_the_cpu_runner_swaps_the_layers_and_back():
     model = tiny_model(execution="cpu")
     assert type(model.model.layers[1].self_attn.q_proj) is MatvecLinear
     for name in ("gpu", "plain"):

@@ -28,8 +28,8 @@ CASES = [
 def _state(engine, prefix, prompt, chunk):
     cache = None
     if prefix:  # a cache that already holds ``prefix`` (what a prompt-cache hit hands over)
-        cache = [KVCache() for _ in engine.loaded.model.layers]
-        engine.loaded.model(mx.array(prefix)[None], cache=cache)
+        cache = engine.loaded.runner.make_cache()
+        engine.loaded.runner(mx.array(prefix)[None], cache=cache)
         mx.eval([c.state for c in cache])
     gen = engine.new_generation(list(prompt), engine.defaults.merged(max_tokens=4, prefill_chunk=chunk),
                                 cache=cache, cached_tokens=len(prefix))
@@ -43,7 +43,7 @@ def _next_logits(model, s):
 @pytest.mark.parametrize("chunk", [512, 5])
 def test_batched_prefill_fills_each_cache_as_a_solo_prefill_does(chunk):
     engine = tiny_engine()
-    model = engine.loaded.model
+    model = engine.loaded.runner
     solo = [_state(engine, p, q, chunk) for p, q in CASES]
     for s in solo:
         while prefill_chunk(model, s):
@@ -73,25 +73,25 @@ def test_batched_prefill_refuses_a_cache_that_is_not_plain_kv():
     rows[1].gen.cache = [RowKV() for _ in engine.loaded.model.layers]
     rows[1].plain = False
     with pytest.raises(ValueError, match="plain KV"):
-        prefill_batch(engine.loaded.model, rows)
+        prefill_batch(engine.loaded.runner, rows)
 
 
 class _Recorder:
-    """Stands in for the scheduler's model: notes the shape of every call."""
+    """Stands in for the scheduler's runner's ``forward``: notes the shape of every call."""
 
-    def __init__(self, model):
-        self.model, self.shapes = model, []
+    def __init__(self, forward):
+        self.forward, self.shapes = forward, []
 
-    def __call__(self, tokens, cache=None):
+    def __call__(self, tokens, caches=None):
         self.shapes.append(tuple(tokens.shape))
-        return self.model(tokens, cache=cache)
+        return self.forward(tokens, caches)
 
 
 def test_requests_admitted_together_prefill_in_one_pass_and_equal_solo():
     engine = tiny_engine()
     solo = [engine.submit(prompt_ids=p, max_tokens=16).result().tokens for p in PROMPTS]
     sched = engine.scheduler
-    rec = sched.model = _Recorder(sched.model)
+    rec = sched.runner.forward = _Recorder(sched.runner.forward)
     with sched.lock:  # the engine thread waits: all four are queued before its next turn
         handles = [engine.submit(prompt_ids=p, max_tokens=16) for p in PROMPTS]
     assert [h.result().tokens for h in handles] == solo

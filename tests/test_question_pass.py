@@ -7,9 +7,10 @@ import mlx.nn as nn
 import numpy as np
 
 from test_cascade import model, tokens  # noqa: F401  (the tiny model fixture)
+from tiny import prefilled
 
 from mlotspark.memory.cascade import CascadeCache, CascadeConfig, EpisodicStore, make_cascade_cache
-from mlotspark.decoding.prepared_step import prepared_generate_step
+from mlotspark.decoding.strategy import decode_step
 from mlotspark.memory.cascade.question import consensus
 
 
@@ -17,7 +18,8 @@ def greedy(model, cache, prompt, n, chunk):  # noqa: F811
     """Greedy tokens and logprobs through the own-loop path (prefill, the caches'
     ``prepare_decode`` step, then mlx-lm's generate_step), as the engine runs it."""
     toks, logps = [], []
-    for t, lp in prepared_generate_step(prompt, model, max_tokens=n, prompt_cache=cache, prefill_step_size=chunk):
+    prefilled(model, prompt, cache, chunk)
+    for t, lp in decode_step(mx.array(prompt), model, max_tokens=n, prompt_cache=cache):
         toks.append(t)
         logps.append(lp)
     return toks, logps

@@ -73,7 +73,7 @@ class RowKV(KVCache):
     """A cache the batcher must not pack (stands in for cascade / restored kinds)."""
 
 
-def tiny_engine(governor: ThermalGovernor | None = None, **sched) -> Engine:
+def tiny_engine(governor: ThermalGovernor | None = None, execution: str | None = None, **sched) -> Engine:
     mx.random.seed(3)
     args = llama.ModelArgs(hidden_size=64, num_hidden_layers=2, intermediate_size=96,
                            num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
@@ -81,10 +81,10 @@ def tiny_engine(governor: ThermalGovernor | None = None, **sched) -> Engine:
     # Peaky logits: no near-ties, so greedy is well defined.
     model.update({"model": {"embed_tokens": {"weight": model.model.embed_tokens.weight * 8}}})
     mx.eval(model.parameters())
-    prepare(model)  # the device's execution strategy, as the loader does
     loaded = LoadedModel(model=model, tokenizer=CharTokenizer(), config={},
                          source=SimpleNamespace(name="tiny", path="tiny"), weights="float32",
-                         fingerprint="tiny", context_length=4096, supports_cascade=True)
+                         fingerprint="tiny", context_length=4096, supports_cascade=True,
+                         runner=prepare(model, execution))  # the device's runner, as the loader does
     gov = governor or ThermalGovernor([ScriptedProbe([Reading()])], clock=FakeClock(), min_interval_s=0,
                                       **sched)
     engine = Engine(loaded, GenerationOptions(temperature=0.0), SchedulerConfig(governor=gov))
@@ -116,14 +116,13 @@ def test_batched_greedy_equals_solo_with_mixed_caches_and_a_late_joiner():
 
 @pytest.mark.parametrize("rows", [3, 4])
 def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, monkeypatch):
-    """Under the CPU strategy fewer than NUMPY_PACK_FROM plain rows each run the NumPy step
+    """Under the CPU runner fewer than ``CpuRunner.PACK_FROM`` plain rows each run the NumPy step
     (models/execution.py); from that many they are packed into one MLX batch. Either way a
     row's greedy tokens are its tokens alone."""
     from mlotspark.models.cpu import cpu_step
     from mlotspark.runtime import batching
 
-    engine = tiny_engine()
-    prepare(engine.loaded.model, "cpu")  # the device's default is the GPU strategy on a Mac: pin the CPU one
+    engine = tiny_engine(execution="cpu")  # the device's default is the GPU runner on a Mac: pin the CPU one
     prompts = PROMPTS[:rows]
     solo = [engine.submit(prompt_ids=p, max_tokens=16).result().tokens for p in prompts]
     packed, numpy_rows = [], []
@@ -151,7 +150,7 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
     blocker.join()
     assert [h.result().tokens for h in handles] == solo
     assert min(h.stats.extra["mean_batch"] for h in handles) > 1  # they decoded together
-    if rows < batching.NUMPY_PACK_FROM:
+    if rows < engine.loaded.runner.PACK_FROM:
         assert not packed and sum(numpy_rows) >= rows * 15
     else:
         assert packed and set(packed) == {rows}  # one merge of all rows per layer

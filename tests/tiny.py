@@ -8,7 +8,7 @@ import mlotspark  # noqa: F401
 import mlx.core as mx
 import numpy as np
 
-from mlotspark.models.execution import prepare
+from mlotspark.models.execution import Runner, prepare
 from mlotspark.models.llama import Model, ModelArgs
 
 TINY = dict(
@@ -28,13 +28,30 @@ TINY = dict(
 
 def tiny_model(seed: int = 0, execution: str | None = None, **overrides) -> Model:
     """A random llama-family model with TINY's shapes (float32), prepared as the loader
-    prepares a model: the device's execution strategy, or ``execution`` (cpu | gpu | plain)."""
+    prepares a model: the device's runner, or ``execution`` (cpu | gpu | plain). Calling the
+    model runs it plainly; ``tiny_runner`` gives the runner too."""
+    return tiny_runner(seed, execution, **overrides).model
+
+
+def tiny_runner(seed: int = 0, execution: str | None = None, **overrides) -> Runner:
+    """``tiny_model``'s runner (``runner.model`` is the model): what the runtime calls."""
     mx.random.seed(seed)
     model = Model(ModelArgs.from_dict({**TINY, **overrides}))
     mx.eval(model.parameters())
-    prepare(model, execution)
-    return model
+    return prepare(model, execution)
 
+
+
+def prefilled(model, prompt, cache: list, chunk: int = 512) -> list:
+    """``cache`` with every token of ``prompt`` but the last run into it, and the caches'
+    ``prepare_decode``, as the runtime does before a request's own loop (``runtime/prefill.py``)."""
+    from mlotspark.options import GenerationOptions
+    from mlotspark.runtime.generation import Generation
+    from mlotspark.runtime.prefill import prefill_prompt
+
+    gen = Generation(model, None, mx.array(prompt).tolist(), cache, GenerationOptions(prefill_chunk=chunk))
+    prefill_prompt(gen.model, gen)
+    return cache
 
 
 def greedy(model, cache, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:

@@ -123,20 +123,23 @@ def group_size_for(head_dim: int) -> int:
 
 
 def make_cache(model: Any, kind: str | None) -> list:
-    """One cache per layer of the given kind.
+    """One cache per layer of the given kind, with the attention of the model's runner.
 
     Args:
-        model: a loaded model (``models.llama.Model`` for float16; any for q8/q4).
+        model: a loaded model's runner (``models/execution.py``), or a bare model (its
+            caches get MLX's own attention); ``models.llama.Model`` for float16, any for q8/q4.
         kind: None (the model's own cache), ``float16``, ``q8`` or ``q4``.
 
     Raises:
         OptionError: an unknown kind, or one this model cannot run.
     """
-    if kind is None:
-        # As mlx-lm's make_prompt_cache: not every model class has make_cache (phi3).
-        if hasattr(model, "make_cache"):
-            return model.make_cache()
-        return [KVCache() for _ in range(len(model.layers))]
+    from mlotspark.models.execution import runner_for
+
+    runner = runner_for(model)
+    return runner.adopt(_make(runner.model, kind)) if kind is not None else runner.make_cache()
+
+
+def _make(model: Any, kind: str) -> list:
     if kind not in KINDS:
         raise OptionError(f"invalid cache_kind {kind!r}: choose one of {', '.join(KINDS)} (or auto)")
     from mlotspark.models import llama

@@ -24,6 +24,7 @@ import mlx.core as mx
 from mlotspark import steps, storage
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.caches.kinds import KINDS, kv_bytes, make_cache, runnable_kinds
+from mlotspark.models.execution import runner_for
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def probe_cache_kinds(
     """Quality (vs float16) and decode-step time of each cache kind on ``probe_ids``.
 
     Args:
-        model: the model (llama family for float16).
+        model: the model's runner (or a bare model: run plainly); llama family for float16.
         probe_ids: probe tokens (a few hundred).
         kinds: kinds to probe; float16 is run as the reference (the model's own
             cache when float16 is not among them).
@@ -116,6 +117,7 @@ def probe_cache_kinds(
     """
     if len(probe_ids) < 8:
         raise OptionError(f"invalid probe of {len(probe_ids)} tokens: need at least 8")
+    model = runner_for(model)  # each step as the engine runs it
     tokens = mx.array(probe_ids)[None]  # (1, T)
     targets = mx.array(probe_ids[1:])  # (T - 1,)
     skip = min(4, len(probe_ids) // 4)  # the first positions say little about the cache
@@ -263,7 +265,7 @@ def decide_cache_kind(
     """``cache_kind="auto"`` for one model: probe once (stored), then choose.
 
     Args:
-        model, tokenizer: the loaded model.
+        model, tokenizer: the loaded model's runner (or the bare model) and tokenizer.
         fingerprint: the model's fingerprint (``LoadedModel.fingerprint``).
         setup: what else the probe depends on, e.g. ``"float32@cpu"``.
         budget_bytes: bytes the KV cache may take.
@@ -274,6 +276,8 @@ def decide_cache_kind(
     Raises:
         OptionError: nothing fits or keeps quality (see ``choose_cache_kind``).
     """
+    runner = runner_for(model)
+    model = runner.model
     kinds, unavailable = runnable_kinds(model)
     if not kinds:  # nothing to choose from: the model's own cache, said in the reason
         why = "; ".join(f"{k}: {r}" for k, r in unavailable.items())
@@ -287,7 +291,7 @@ def decide_cache_kind(
         # Seconds on a big model, once per model and device: never silent.
         with steps.step(f"choosing the KV cache kind: probing {', '.join(kinds)} (once for this model)",
                         len(kinds), "kinds") as s:
-            probes = probe_cache_kinds(model, ids, kinds, on_kind=lambda _k: s.advance())
+            probes = probe_cache_kinds(runner, ids, kinds, on_kind=lambda _k: s.advance())
     probes = {k: p for k, p in probes.items() if k in kinds}
     try:
         decision = choose_cache_kind(probes, needed, budget_bytes, tokens, gate=gate)
@@ -335,13 +339,13 @@ def request_cache(
     """
     kind = options.cache_kind
     if kind != "auto":
-        return make_cache(loaded.model, kind), None
+        return make_cache(loaded.runner, kind), None
     tokens = min(prompt_tokens + options.max_tokens, loaded.context_length)
     decision = (run or _call)(
-        decide_cache_kind, loaded.model, loaded.tokenizer, fingerprint=loaded.fingerprint,
+        decide_cache_kind, loaded.runner, loaded.tokenizer, fingerprint=loaded.fingerprint,
         setup=f"{loaded.weights}@{device}", budget_bytes=budget_bytes, tokens=tokens,
     )
-    return make_cache(loaded.model, None if decision.kind == PLAIN else decision.kind), decision
+    return make_cache(loaded.runner, None if decision.kind == PLAIN else decision.kind), decision
 
 
 def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

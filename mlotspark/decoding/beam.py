@@ -31,8 +31,7 @@ import mlx.core as mx
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.caches.kinds import reorder_cache, tile_cache
 from mlotspark.decoding.request import DecodeRequest
-from mlotspark.caches.interface import prepare_decode
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
+from mlotspark.decoding.sampling import process_logits, to_logprobs
 from mlotspark.errors import OptionError
 
 __all__ = ["Hypothesis", "beam_search", "sample_sequences", "run_sequences"]
@@ -62,33 +61,10 @@ def _score(logprob: float, length: int, length_penalty: float) -> float:
     return logprob / max(length, 1) ** length_penalty
 
 
-def _prefill(model: Any, prompt: list[int], cache: list, chunk: int,
-             progress: Callable[[int, int], None] | None = None, timings: dict | None = None) -> None:
-    """Run all prompt tokens but the last into the one-row ``cache``.
-
-    ``progress(done, total)`` hears of each chunk (the last call has done == total);
-    ``timings["prefill_s"]`` gets the seconds it took.
-    """
-    t0 = time.perf_counter()
-    report = progress or (lambda *_: None)
-    report(0, len(prompt))
-    i = 0
-    while len(prompt) - 1 - i > 0:
-        n = min(chunk, len(prompt) - 1 - i)
-        model(mx.array(prompt[i : i + n])[None], cache=cache)
-        mx.eval([c.state for c in cache])
-        i += n
-        report(i, len(prompt))
-    prepare_decode(model, cache, prompt[:i])  # the lifecycle step before the first decode step
-    report(len(prompt), len(prompt))
-    if timings is not None:
-        timings["prefill_s"] = time.perf_counter() - t0
-
-
-def _first_token(timings: dict | None, t0: float) -> None:
+def _first_token(timings: dict | None) -> None:
     """Note when the first decode step's tokens were read back (the reply's TTFT)."""
-    if timings is not None and "first_token_s" not in timings:
-        timings["first_token_s"] = time.perf_counter() - t0
+    if timings is not None and "first_token_at" not in timings:
+        timings["first_token_at"] = time.perf_counter()
 
 
 def _logprobs(logits: mx.array, prompt: list[int], rows: list[Acceptance], processors: list | None) -> mx.array:
@@ -115,10 +91,8 @@ def beam_search(
     length_penalty: float = 1.0,
     num_return: int = 1,
     logits_processors: list | None = None,
-    prefill_chunk: int = 512,
     early_stopping: bool = False,
     cancel: threading.Event | None = None,
-    progress: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
     tokenizer: Any = None,
     stop: Sequence[str] = (),
@@ -127,9 +101,9 @@ def beam_search(
 
     Args:
         model: ``model(tokens (B, L), cache) -> logits (B, L, V)``.
-        prompt: prompt tokens not yet in ``cache`` (at least one).
-        cache: a one-row cache (plain or quantized) holding what precedes ``prompt``;
-            the prompt is prefilled into it, the beams run in copies.
+        prompt: the prompt (at least one token); every token but the last is in ``cache``
+            already (``runtime/prefill.py`` ran them, and the caches' ``prepare_decode``).
+        cache: a one-row cache (plain or quantized); the beams run in copies.
         num_beams: beam width (>= 1).
         max_tokens: most tokens per hypothesis.
         eos: end-of-sequence ids.
@@ -137,11 +111,10 @@ def beam_search(
             favours longer sequences, < 0 shorter ones).
         num_return: hypotheses to return (<= num_beams).
         logits_processors: applied per beam over its own history.
-        prefill_chunk: prompt tokens per forward pass.
         early_stopping: True stops as soon as ``num_beams`` hypotheses are finished.
         cancel: set it to stop; the best so far are returned as ``cancelled``.
-        progress: hears ``(prompt tokens prefilled, prompt tokens)`` per chunk.
-        timings: filled with ``prefill_s`` and ``first_token_s`` (seconds from the start).
+        timings: filled with ``first_token_at`` (``time.perf_counter()`` when the first
+            decode step's tokens were read back).
         tokenizer: makes each hypothesis' text (None: texts stay empty).
         stop: stop strings; one in a beam's text ends it as an EOS would (needs ``tokenizer``).
 
@@ -151,8 +124,6 @@ def beam_search(
     if num_return > num_beams:
         raise OptionError(f"invalid num_return_sequences {num_return}: at most num_beams ({num_beams}) with beam search")
     B = num_beams
-    t0 = time.perf_counter()
-    _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     beams = tile_cache(cache, B)
     accs = [Acceptance.of(tokenizer, stop, eos=eos, max_tokens=max_tokens)] * B  # a child is a copy
     sums = mx.array([0.0] + [-float("inf")] * (B - 1))  # only beam 0 is live at first
@@ -176,7 +147,7 @@ def beam_search(
         top_scores = cand[top]
         order = mx.argsort(-top_scores)
         top, top_scores = top[order].tolist(), top_scores[order].tolist()
-        _first_token(timings, t0)
+        _first_token(timings)
         length = step + 1
         keep: list[tuple[int, int, float, Acceptance]] = []  # (beam, token, summed logprob, its record)
         for rank, (flat, s) in enumerate(zip(top, top_scores)):
@@ -227,9 +198,7 @@ def sample_sequences(
     eos: set[int],
     length_penalty: float = 1.0,
     logits_processors: list | None = None,
-    prefill_chunk: int = 512,
     cancel: threading.Event | None = None,
-    progress: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
     tokenizer: Any = None,
     stop: Sequence[str] = (),
@@ -239,8 +208,6 @@ def sample_sequences(
     Args as in ``beam_search``; ``sampler`` maps logprobs (n, V) to tokens (n,),
     one independent draw per row.
     """
-    t0 = time.perf_counter()
-    _prefill(model, prompt, cache, prefill_chunk, progress, timings)
     rows = tile_cache(cache, n)
     accs = [Acceptance.of(tokenizer, stop, eos=eos, max_tokens=max_tokens) for _ in range(n)]
     sums = [0.0] * n
@@ -253,7 +220,7 @@ def sample_sequences(
         toks = sampler(logprobs)
         picked = mx.take_along_axis(logprobs, toks[:, None], axis=-1)[:, 0]
         toks_l, picked_l = toks.tolist(), picked.tolist()
-        _first_token(timings, t0)
+        _first_token(timings)
         for i, (t, lp) in enumerate(zip(toks_l, picked_l)):
             if accs[i].finish is None:
                 sums[i] += lp
@@ -270,8 +237,9 @@ def sample_sequences(
     return out
 
 
-def run_sequences(gen: DecodeRequest) -> Iterator[str]:
-    """Run a Generation whose options ask for beams or several returns.
+def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[str]:
+    """Run a Generation whose options ask for beams or several returns, its prompt
+    prefilled (all but the last token) since ``t_start`` (default now).
 
     Fills ``gen.tokens``, ``gen.text``, ``gen.stats`` and ``gen.result`` (with every
     sequence in ``result.sequences``, best first) and yields the best text once.
@@ -281,28 +249,26 @@ def run_sequences(gen: DecodeRequest) -> Iterator[str]:
     if opts.seed is not None:
         mx.random.seed(opts.seed)
     eos = set(gen.tokenizer.eos_token_ids or ())
-    timings: dict = {}  # prefill_s, first_token_s: beams report TTFT and prefill speed too
+    sampler, processors = gen.sampling()
+    timings: dict = {}  # first_token_at: beams report TTFT and prefill speed too
     common = dict(
         max_tokens=gen.max_new_tokens(),
         eos=eos,
         length_penalty=opts.length_penalty,
-        logits_processors=build_logits_processors(opts) or None,
-        prefill_chunk=opts.prefill_chunk,
+        logits_processors=processors or None,
         cancel=gen.cancel,
-        progress=gen.prefill_meter(),
         timings=timings,
         tokenizer=gen.tokenizer,
         stop=opts.stop,
     )
-    mx.reset_peak_memory()
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if t_start is None else t_start
     if opts.num_beams > 1:
         hyps = beam_search(gen.model, gen.prompt, gen.cache, num_beams=opts.num_beams,
                            num_return=opts.num_return_sequences, **common)
     else:
         hyps = sample_sequences(gen.model, gen.prompt, gen.cache, n=opts.num_return_sequences,
-                                sampler=build_sampler(opts), **common)
-    elapsed = time.perf_counter() - t0
+                                sampler=sampler, **common)
+    end = time.perf_counter()
     best = hyps[0]
     gen.tokens[:] = best.tokens
     gen.text = best.text
@@ -314,8 +280,7 @@ def run_sequences(gen: DecodeRequest) -> Iterator[str]:
     }
     # TTFT: when the first decode step's tokens were read back (the reply itself is
     # shown whole, at the end). The cache holds the prompt only: the beams ran in copies.
-    end = t0 + elapsed
-    first = t0 + timings.get("first_token_s", elapsed)
+    first = timings.get("first_token_at", end)
     gen.finalize(best.finish_reason, t0, first, end, decoded=sum(len(h.tokens) for h in hyps),
                  decode_s=end - first, sequences=hyps)
     yield best.text

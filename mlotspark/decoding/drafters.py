@@ -88,7 +88,7 @@ class DraftModelDrafter:
     trimmed away at the next proposal, and missing ones are fed in one pass.
 
     Args:
-        model: the draft model (``model(tokens (1, L), cache) -> logits``).
+        model: the draft model's runner (``runner(tokens (1, L), cache) -> logits``; a bare model runs plainly).
         prefill_step_size: tokens per forward pass when catching up on a long context.
     """
 
@@ -96,8 +96,9 @@ class DraftModelDrafter:
 
     def __init__(self, model: Any, prefill_step_size: int = 512):
         from mlotspark.caches.kinds import make_cache
+        from mlotspark.models.execution import runner_for
 
-        self.model = model
+        self.model = runner_for(model)
         self.cache = make_cache(model, None)
         self.tokens: list[int] = []  # what self.cache holds
         self.prefill_step_size = prefill_step_size
@@ -153,7 +154,7 @@ def load_draft_model(name: str, target: Any, tokenizer: Any) -> Any:
 
     Args:
         name: alias, ``.gguf`` path, mlx-lm directory or Hugging Face id.
-        target: the target model (its vocabulary size is compared).
+        target: the target model or its runner (its vocabulary size is compared).
         tokenizer: the target's tokenizer (a sample text must encode the same).
 
     Raises:
@@ -162,6 +163,7 @@ def load_draft_model(name: str, target: Any, tokenizer: Any) -> Any:
     """
     from mlotspark.models import loader
     from mlotspark.models.hub import catalogue
+    from mlotspark.models.execution import runner_for
 
     loaded = _LOADED.get(name)
     if loaded is None:
@@ -169,11 +171,11 @@ def load_draft_model(name: str, target: Any, tokenizer: Any) -> Any:
         _LOADED.clear()  # keep one draft model in memory
         _LOADED[name] = loaded
     sample = "Speculative decoding: 12 drafts, 3 accepted."
-    v_target = getattr(getattr(target, "args", None), "vocab_size", None)
+    v_target = getattr(getattr(runner_for(target).model, "args", None), "vocab_size", None)
     v_draft = getattr(getattr(loaded.model, "args", None), "vocab_size", None)
     if v_target != v_draft or tokenizer.encode(sample) != loaded.tokenizer.encode(sample):
         raise OptionError(
             f"invalid draft_model {name!r}: its vocabulary ({v_draft} tokens) differs from the "
             f"target's ({v_target}); a draft model must share the tokenizer"
         )
-    return loaded.model
+    return loaded.runner

@@ -20,9 +20,9 @@ __all__ = ["DecodeRequest"]
 class DecodeRequest(Protocol):
     """One request's model, prompt, cache and options, and what a strategy fills in."""
 
-    model: Any  # the model's ``__call__(inputs, cache=...)``
+    model: Any  # the model's runner: ``__call__(inputs, cache=...)``
     tokenizer: Any  # a TokenizerWrapper: ``eos_token_ids``, ``detokenizer``
-    prompt: list[int]  # token ids not yet in ``cache``
+    prompt: list[int]  # the request's new tokens; all but the last are in ``cache`` once prefilled
     cache: list  # per-layer caches
     options: GenerationOptions
     cancel: threading.Event  # set: stop at the next token
@@ -31,6 +31,7 @@ class DecodeRequest(Protocol):
     text: str  # filled: the reply's text
 
     def max_new_tokens(self) -> int: ...
+    def sampling(self) -> tuple[Any, list]: ...  # the request's (sampler, logits processors), built once
     def prefill_meter(self) -> Any: ...  # runtime.progress.PrefillMeter, or None
     def finalize(
         self,

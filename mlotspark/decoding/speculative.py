@@ -34,7 +34,6 @@ from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
 from mlotspark.options import GenerationOptions
 from mlotspark.decoding.drafters import Drafter
-from mlotspark.caches.interface import prepare_decode
 from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = [
@@ -203,20 +202,21 @@ def speculative_generate_step(
     """Speculative decoding with ``generate_step``'s contract.
 
     Args:
-        prompt: prompt tokens (P,) not yet in ``prompt_cache``.
-        model: the target model.
+        prompt: the prompt (P,); every token but the last is in ``prompt_cache`` already
+            (``runtime/prefill.py`` ran them and the caches' ``prepare_decode``); all of it
+            is the drafter's context.
+        model: the target model's runner.
         drafter: proposes draft tokens (``PromptLookupDrafter``, ``DraftModelDrafter``).
         options: sampling options (temperature 0 = greedy).
         max_tokens: most tokens to yield.
         logits_processors: processors (history, logits) -> logits, as in mlx-lm.
         prompt_cache: per-layer caches; must be trimmable.
-        prefill_step_size: prompt tokens per forward pass.
+        prefill_step_size: unused (``generate_step``'s signature).
         stats: a dict to fill with ``drafter``, ``drafted``, ``accepted``,
             ``acceptance_rate``, ``target_calls``, ``tokens_per_call``, ``draft_len``,
             ``pauses`` and ``speedup_est`` (updated as decoding goes).
         config: draft-length policy (default ``SpeculativeConfig()``).
-        prompt_progress_callback: called with (prompt tokens prefilled, prompt
-            tokens), as mlx-lm's ``generate_step`` calls it.
+        prompt_progress_callback: unused (the prefill reports its own progress).
 
     Yields:
         (token, logprobs (V,)) one token at a time.
@@ -246,21 +246,6 @@ def speculative_generate_step(
             "pauses": length.pauses,
             "speedup_est": est,
         }
-
-    # Prefill all but the last prompt token (the first verify round feeds it).
-    progress = prompt_progress_callback or (lambda *_: None)
-    total, done = prompt.size, 0
-    progress(0, total)
-    while prompt.size > 1:
-        n = min(prefill_step_size, prompt.size - 1)
-        model(prompt[:n][None], cache=prompt_cache)
-        mx.eval([c.state for c in prompt_cache])
-        prompt = prompt[n:]
-        mx.clear_cache()
-        done += n
-        progress(done, total)
-    prepare_decode(model, prompt_cache, ids[:done])  # the caches' lifecycle step before decode
-    progress(total, total)
 
     context = list(ids)  # every token fed or being fed, in order
     y, last_row = context[-1], None

@@ -115,7 +115,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
     if mode == "tensor":
         shard_model(share, group.group)
     mx.eval(share.parameters())
-    execution.prepare(share)  # how this rank's steps run (models/execution.py), as a single process
+    runner = execution.prepare(share)  # how this rank's steps run (models/execution.py), as a single process
     materialize(share)  # private arrays too (RoPE tables): the engine thread runs this share
     if mode == "pipeline":
         # What rank 0's layers send on, not what its embedding makes: a quantized embedding
@@ -135,6 +135,7 @@ def load(source: ModelSource, weights: str = "auto", mode: str = "pipeline", spl
         supports_cascade=mode == "pipeline",  # each rank's cascade holds its own layers' memory
         sampling=sampling,  # the model's recommended sampling, as a single process has it
         extra={"distributed": setup},
+        runner=runner,
     )
 
 

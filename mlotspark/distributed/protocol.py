@@ -31,7 +31,7 @@ from typing import Any
 import mlx.core as mx
 
 from mlotspark.memory.cascade import CascadeConfig, is_cascade, make_cascade_cache
-from mlotspark.caches.kv import KVCache
+from mlotspark.models.execution import runner_for
 
 #: seconds without progress before rank 0 gives up on the other ranks.
 DEFAULT_TIMEOUT_S = 120.0
@@ -77,14 +77,17 @@ def join_plan(answers: list[dict], replayable: bool) -> tuple[str, list[int], st
 
 
 def fresh_cache(model: Any, cascade: "CascadeConfig | None") -> list:
-    """An empty cache of this rank's layers: the cascade of ``cascade``, else plain KV."""
+    """An empty cache of this rank's layers: the cascade of ``cascade``, else plain KV, with
+    the attention of the share's runner (``model``: the runner, or a bare share)."""
+    runner = runner_for(model)
     if cascade is not None:
-        return make_cascade_cache(model, cascade)
-    return [KVCache() for _ in model.layers]
+        return make_cascade_cache(runner.model, cascade, attention=runner.attention)
+    return runner.make_cache()
 
 
 def replay(model: Any, cache: list, tokens: list[int], chunk: int, beat: Callable[[], None] = lambda: None) -> None:
-    """Run ``tokens`` through this rank's layers into ``cache``, in chunks, as a prefill does.
+    """Run ``tokens`` through this rank's layers (``model``: the share's runner) into ``cache``,
+    in chunks, as a prefill does.
 
     Every rank runs it together (the hidden states cross ranks): a rank that lacks its
     share of a conversation rebuilds it into its real cache; the others into a scratch one.

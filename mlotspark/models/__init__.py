@@ -5,8 +5,9 @@ Here, the architecture and its loading:
 
 - ``llama``: our llama-family model (llama, mistral, qwen2, qwen3, GGUF llama); its
   attention calls ``cache.attend``, so the memory cascade plugs in.
-- ``execution``: how a loaded model's steps run here, one strategy chosen at load: the
-  CPU backend's (``cpu/``) or the GPU's (compiled decode pieces).
+- ``execution``: how a loaded model's steps run here, one runner built at load that the
+  runtime calls instead of the model: the CPU backend's (``cpu/``: the NumPy decode step, one-token
+  products, prefill forms) or the GPU's (compiled decode pieces).
 - ``loader``: ``LoadedModel`` and the weight formats (``--weights``); architectures
   our model does not cover load through mlx-lm's own classes.
 - ``materialize``: every array a model holds (private RoPE tables too) evaluated after

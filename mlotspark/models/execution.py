@@ -1,8 +1,18 @@
-"""How a loaded model's steps execute: one strategy per model, chosen once at load.
+"""How a loaded model's steps run on this machine: one runner per model, built once at load.
 
-``llama.py`` is the architecture as mlx-lm writes it. How its steps run on this machine
-is a strategy, chosen from the device when the model is loaded (``choose_strategy``)
-and installed on it (``prepare``):
+``llama.py`` is the architecture as mlx-lm writes it. How its steps run here is a
+``Runner``, chosen from the device when the model is loaded (``choose_runner``) and bound
+to it (``prepare``). The runtime, beams, speculative decoding, distributed ranks and
+mlx-lm's ``generate_step`` (which calls what it is given as ``model(tokens, cache=...)``)
+call the runner, never the model:
+
+- ``forward(tokens, caches)``: logits (B, L, V) of any step;
+- ``step(token, caches)``: one token of one sequence, where a runner may leave MLX;
+- ``takes(caches)`` / ``prefers_unpacked(rows)``: what the batcher asks before packing rows;
+- ``attention``: the attention function the caches made for this runner get
+  (``make_cache``, ``adopt``), so no cache reads global or context state to choose it.
+
+The runners:
 
 - ``cpu`` (the default on MLX's CPU backend): a one-token step of one sequence over a
   plain float32 cache runs in NumPy (``cpu_step.py``: sgemv, ~2x mlx-lm's decode);
@@ -15,28 +25,24 @@ and installed on it (``prepare``):
   ops (host time is what limits small models there).
 - ``plain``: MLX op by op, as mlx-lm runs the model.
 
-Before that, the loader asks the strategy to widen the weights when the format in use is
-wider than what is stored (``ExecutionStrategy.widen``): plainly, as mlx-lm does, except on
-the CPU strategy, which spreads the casts over the cores and widens q/k/v and gate/up
-straight into their fused buffers (``widen.py``), and whose GGUF loads keep a float32 copy
-of the widened weights to read next time (``float32_cache``, ``models/formats/float32_cache.py``).
+Before that, the loader asks the runner to widen the weights when the format in use is
+wider than what is stored (``Runner.widen``): plainly, as mlx-lm does, except on the CPU
+runner, which spreads the casts over the cores and widens q/k/v and gate/up straight into
+their fused buffers (``cpu/widen.py``), and whose GGUF loads keep a float32 copy of the
+widened weights to read next time (``float32_cache``, ``models/formats/float32_cache.py``).
 
-Installing swaps classes on the model's instances, never its parameters: the model's
-class becomes a subclass of the same name whose ``__call__`` asks the strategy, and (cpu)
-its ``nn.Linear``/``nn.Embedding``/``MLP`` layers become ``MatvecLinear``/
-``MatvecEmbedding``/``PrefillMLP``. Parameter names and weights stay as loaded, and
-every caller of ``model(tokens, cache)`` (the runtime, beams, speculative decoding,
-mlx-lm's ``generate_step``) runs the strategy. Code that must know how a step will run
-(the batcher: does a row take the NumPy step?) asks ``strategy_of(model)``.
+Binding (``prepare``) happens once, at load: the model object keeps its class; the CPU
+runner swaps its weight-bearing layers (``nn.Linear``/``nn.Embedding``/``MLP``) for
+``MatvecLinear``/``MatvecEmbedding``/``PrefillMLP``, subclasses with the same parameters.
 
 ``MLOTSPARK_EXECUTION=cpu|gpu|plain`` (or ``prepare(model, "gpu")`` in a test) forces a
-strategy on any device: the GPU one runs on the CPU too, only without its speed-up there.
+runner on any device: the GPU one runs on the CPU too, only without its speed-up there.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -46,30 +52,40 @@ from mlx_lm.utils import dequantize_model
 from mlotspark.errors import OptionError
 from mlotspark.models import llama
 from mlotspark.models.cpu import cpu_step, cpu_step_gemma, prefill_ops, widen as widening
+from mlotspark.caches.kv import give_attention
 from mlotspark.models.cpu.matvec import MatvecEmbedding, MatvecLinear
 
-#: Environment variable that forces a strategy for every model loaded (tests, benchmarks).
+#: Environment variable that forces a runner for every model loaded (tests, benchmarks).
 ENV = "MLOTSPARK_EXECUTION"
 
-__all__ = ["ENV", "CpuStrategy", "ExecutionStrategy", "GpuStrategy", "PlainStrategy", "PrefillMLP",
-           "choose_strategy", "fuse_projections", "prepare", "strategy_of"]
+__all__ = ["ENV", "CpuRunner", "GpuRunner", "PlainRunner", "PrefillMLP", "Runner", "choose_runner",
+           "fuse_projections", "prepare", "runner_for"]
 
 
-class ExecutionStrategy:
-    """How one model's steps run (one instance per model: it may keep per-model state).
+class Runner:
+    """How one model's steps run: the runtime calls it instead of the model.
 
-    Subclasses override ``install`` (at load), ``forward`` (each call of the model, once
-    installed) and ``takes`` (what the batcher asks).
+    Built unbound (the loader asks it to widen the weights first), then bound to its model
+    once by ``prepare``. Subclasses override ``install`` (at load), ``forward``/``step``
+    (each call) and ``takes`` (what the batcher asks).
     """
 
-    #: ``cpu | gpu | plain``: what ``choose_strategy`` and ``MLOTSPARK_EXECUTION`` call it.
+    #: ``cpu | gpu | plain``: what ``choose_runner`` and ``MLOTSPARK_EXECUTION`` call it.
     name = "plain"
     #: Whether a float32 load of a GGUF keeps the widened weights on disk and reads them
     #: next time (``models/formats/float32_cache.py``) instead of widening again.
     float32_cache = False
+    #: The attention function (``prefill_ops.attention``'s signature) the caches made for
+    #: this runner get: MLX's own here.
+    attention: Callable[..., mx.array] = staticmethod(prefill_ops.attention)
 
+    def __init__(self) -> None:
+        #: The bound model (None until ``prepare``).
+        self.model: Any = None
+
+    # ----------------------------------------------------------- at load
     def fused_groups(self, model: nn.Module) -> list[tuple[str, ...]]:
-        """Module paths of sibling layers whose weights this strategy keeps as row views of
+        """Module paths of sibling layers whose weights this runner keeps as row views of
         one buffer (``fuse_projections``); the loader widens and caches them so."""
         return []
 
@@ -87,26 +103,68 @@ class ExecutionStrategy:
         return {}
 
     def install(self, model: nn.Module) -> None:
-        """Make ``model`` run through this strategy (swap classes, arrange weights)."""
+        """Bind ``model`` and arrange its weight-bearing layers for this runner (once, at load)."""
+        self.model = model
 
-    def forward(self, model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
-        """Logits (B, L, V) of ``inputs`` (B, L): the model's own forward, unless the strategy runs it its way."""
-        return _plain_call(model, inputs, cache)
+    # ----------------------------------------------------------- each step
+    def forward(self, tokens: mx.array, caches: Optional[Sequence[Any]] = None) -> mx.array:
+        """Logits (B, L, V) of ``tokens`` (B, L) over ``caches`` (one per layer, or None)."""
+        if caches is not None and tokens.shape == (1, 1):
+            return self.step(tokens, caches)
+        return self.model(tokens, caches)
 
-    def takes(self, model: nn.Module, cache: Sequence[Any]) -> bool:
-        """Whether a one-token step of one sequence over ``cache`` runs outside MLX (the
-        NumPy step): the batcher then steps such rows one by one instead of packing them."""
+    def step(self, token: mx.array, caches: Sequence[Any]) -> mx.array:
+        """Logits (1, 1, V) of one token (1, 1) of one sequence over its ``caches``."""
+        return self.model(token, caches)
+
+    def __call__(self, inputs: mx.array, cache: Optional[Sequence[Any]] = None) -> mx.array:
+        """``forward`` with a model's call signature: what mlx-lm's ``generate_step`` calls."""
+        return self.forward(inputs, cache)
+
+    # ----------------------------------------------------------- what others ask
+    @property
+    def layers(self) -> list:
+        """The model's layers (mlx-lm's ``make_prompt_cache`` counts them)."""
+        return self.model.layers
+
+    @property
+    def reduce_scores(self) -> Optional[Callable[[mx.array], mx.array]]:
+        """The model's ``ScoreReducer`` when it is split across ranks, else None."""
+        return getattr(self.model, "reduce_scores", None)
+
+    def make_cache(self) -> list:
+        """The model's own per-layer caches, with this runner's attention."""
+        if hasattr(self.model, "make_cache"):  # as mlx-lm's make_prompt_cache: phi3 has none
+            caches = self.model.make_cache()
+        else:
+            from mlotspark.caches.kv import KVCache
+
+            caches = [KVCache() for _ in self.model.layers]
+        return self.adopt(caches)
+
+    def adopt(self, caches: Sequence[Any]) -> list:
+        """Give ``caches`` made elsewhere (restored from a snapshot or a prefix cache) this
+        runner's attention; mlx-lm's own cache classes have none to take. Returns them."""
+        return give_attention(caches, self.attention)
+
+    def takes(self, caches: Sequence[Any]) -> bool:
+        """Whether a one-token step of one sequence over ``caches`` leaves MLX (the NumPy step)."""
+        return False
+
+    def prefers_unpacked(self, rows: Sequence[Sequence[Any]]) -> bool:
+        """Whether these rows (each a sequence's caches, all plain KV) decode faster one by
+        one through ``step`` than packed into one batched forward."""
         return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
-class PlainStrategy(ExecutionStrategy):
+class PlainRunner(Runner):
     """MLX op by op, as mlx-lm runs the model: nothing installed."""
 
 
-class CpuStrategy(ExecutionStrategy):
+class CpuRunner(Runner):
     """MLX's CPU backend: the NumPy step, ``W @ x`` products, CPU prefill forms, fused projections.
 
     Only our llama-family layers get all of these (``llama.py``, also as a distributed
@@ -116,6 +174,11 @@ class CpuStrategy(ExecutionStrategy):
 
     name = "cpu"
     float32_cache = True  # only float32 reaches BLAS here, and reading it beats widening again
+    attention = staticmethod(prefill_ops.cpu_attention)
+    #: A row stepped on its own runs through NumPy, ~2x mlx-lm's decode; packed rows stay on
+    #: MLX. Packing pays only from this many rows: two packed rows gave 0.71x the tokens/s of
+    #: one NumPy row, four 1.22x (RESULTS "Issue 12, round 5", batched decode).
+    PACK_FROM = 4
 
     def __init__(self, fuse: bool = True, numpy_step: bool = True) -> None:
         """Args:
@@ -123,6 +186,7 @@ class CpuStrategy(ExecutionStrategy):
                 with separate weights).
             numpy_step: one-token steps through NumPy where it applies (default True;
                 False leaves them on MLX with ``W @ x``: tests, ``benchmarks/decode_overhead.py``)."""
+        super().__init__()
         self.fuse, self.numpy_step = fuse, numpy_step
         #: One-token steps that ran in NumPy (tests check the engine's decode took it).
         self.numpy_steps = 0
@@ -143,11 +207,10 @@ class CpuStrategy(ExecutionStrategy):
         return widening.widen(model, dtype, groups=groups)
 
     def install(self, model: nn.Module) -> None:
+        super().install(model)
         modules = [m for _, m in model.named_modules()]
         if not any(isinstance(m, llama.TransformerBlock) for m in modules):
             _matvec_layers(modules)  # mlx-lm's classes (gemma3, phi3): their products only
-            if cpu_step_gemma.applies(model):
-                _route_calls(model)  # its one-token steps through forward: the NumPy step
             return
         if self.fuse and isinstance(model, llama.Model):
             fuse_projections(model)  # what the NumPy step reads in fewer products
@@ -162,30 +225,32 @@ class CpuStrategy(ExecutionStrategy):
                 m.embed_tokens.__class__ = MatvecEmbedding
             elif type(m) is llama.Model and type(m.get("lm_head")) is nn.Linear:
                 m.lm_head.__class__ = MatvecLinear
-        _route_calls(model)
 
-    def forward(self, model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
-        if cache is not None and inputs.shape == (1, 1) and self.numpy_step:
-            step = cpu_step if isinstance(model, llama.Model) else cpu_step_gemma if cpu_step_gemma.applies(model) else None
-            logits = step.run(model, inputs, cache) if step is not None else None  # None: on MLX
-            if logits is not None:
-                self.numpy_steps += 1
-                return logits
-        token = prefill_ops.forms_on.set(True)  # the caches' attention reads it (prefill_ops.attention)
-        try:
-            return _plain_call(model, inputs, cache)
-        finally:
-            prefill_ops.forms_on.reset(token)
-
-    def takes(self, model: nn.Module, cache: Sequence[Any]) -> bool:
+    def _numpy(self) -> Any:
+        """The NumPy step module for the bound model, or None (it runs on MLX)."""
         if not self.numpy_step:
-            return False
-        if isinstance(model, llama.Model):
-            return cpu_step.takes(model, cache)
-        return cpu_step_gemma.applies(model) and cpu_step_gemma.takes(model, cache)
+            return None
+        if isinstance(self.model, llama.Model):
+            return cpu_step
+        return cpu_step_gemma if cpu_step_gemma.applies(self.model) else None
+
+    def step(self, token: mx.array, caches: Sequence[Any]) -> mx.array:
+        numpy = self._numpy()
+        logits = numpy.run(self.model, token, caches) if numpy is not None else None  # None: on MLX
+        if logits is None:
+            return self.model(token, caches)
+        self.numpy_steps += 1
+        return logits
+
+    def takes(self, caches: Sequence[Any]) -> bool:
+        numpy = self._numpy()
+        return numpy is not None and numpy.takes(self.model, caches)
+
+    def prefers_unpacked(self, rows: Sequence[Sequence[Any]]) -> bool:
+        return len(rows) < self.PACK_FROM and all(self.takes(c) for c in rows)
 
 
-class GpuStrategy(ExecutionStrategy):
+class GpuRunner(Runner):
     """Metal and CUDA: a one-token step (L == 1) through compiled pieces.
 
     Only attention over the cache, whose context grows each token, runs op by op;
@@ -199,6 +264,7 @@ class GpuStrategy(ExecutionStrategy):
     name = "gpu"
 
     def __init__(self) -> None:
+        super().__init__()
         self._pieces: Optional[list] = None
 
     @property
@@ -207,26 +273,29 @@ class GpuStrategy(ExecutionStrategy):
         return self._pieces is not None
 
     def install(self, model: nn.Module) -> None:
-        if isinstance(model, llama.Model):
-            self._pieces = None
-            _route_calls(model)
+        super().install(model)
+        self._pieces = None
 
-    def forward(self, model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
-        if cache is None or inputs.shape[1] != 1 or cache[0] is None:
-            return _plain_call(model, inputs, cache)
+    def forward(self, tokens: mx.array, caches: Optional[Sequence[Any]] = None) -> mx.array:
+        model = self.model
+        if not isinstance(model, llama.Model) or caches is None or tokens.shape[1] != 1 or caches[0] is None:
+            return model(tokens, caches)
         inner = model.model
-        h = inner.embed_tokens(inputs)
-        mask = create_attention_mask(h, cache[0])
+        h = inner.embed_tokens(tokens)
+        mask = create_attention_mask(h, caches[0])
         pieces = self._compiled(inner)
         q, k, v = pieces[0](h)
         last = len(inner.layers) - 1
-        for i, (layer, c) in enumerate(zip(inner.layers, cache)):
+        for i, (layer, c) in enumerate(zip(inner.layers, caches)):
             attn = layer.self_attn.attend(q, k, v, mask=mask, cache=c)
             if i < last:
                 h, q, k, v = pieces[i + 1](h, attn)
             else:
                 h = pieces[-1](h, attn)
         return model.logits(h)
+
+    def step(self, token: mx.array, caches: Sequence[Any]) -> mx.array:
+        return self.forward(token, caches)
 
     def _compiled(self, inner: llama.LlamaModel) -> list:
         # Built on first use, after the loader converted the weights. The modules are
@@ -256,70 +325,70 @@ class GpuStrategy(ExecutionStrategy):
         return self._pieces
 
 
-_STRATEGIES = {"cpu": CpuStrategy, "gpu": GpuStrategy, "plain": PlainStrategy}
+_RUNNERS = {"cpu": CpuRunner, "gpu": GpuRunner, "plain": PlainRunner}
 
 
-def choose_strategy(device: Any = None, override: Optional[str] = None) -> ExecutionStrategy:
-    """A fresh strategy for one model.
+def choose_runner(device: Any = None, override: Optional[str] = None) -> Runner:
+    """A fresh, unbound runner for one model.
 
     Args:
         device: an ``mx.Device`` (default: MLX's default device).
         override: ``cpu | gpu | plain`` (default: ``MLOTSPARK_EXECUTION``, else from the device).
 
     Returns:
-        ``CpuStrategy`` on the CPU backend, ``GpuStrategy`` on a GPU, unless overridden.
+        ``CpuRunner`` on the CPU backend, ``GpuRunner`` on a GPU, unless overridden.
 
     Raises:
-        OptionError: an unknown strategy name.
+        OptionError: an unknown runner name.
     """
     name = override or os.environ.get(ENV) or None
     if name is None:
         device = device or mx.default_device()
         name = "cpu" if device.type == mx.DeviceType.cpu else "gpu"
-    if name not in _STRATEGIES:
-        raise OptionError(f"execution strategy {name!r} is not one of {', '.join(_STRATEGIES)} ({ENV})",
+    if name not in _RUNNERS:
+        raise OptionError(f"execution strategy {name!r} is not one of {', '.join(_RUNNERS)} ({ENV})",
                           options=("execution",))
-    return _STRATEGIES[name]()
+    return _RUNNERS[name]()
 
 
-def prepare(model: nn.Module, strategy: Union[ExecutionStrategy, str, None] = None) -> ExecutionStrategy:
-    """Install a strategy on ``model`` (the loader does, once; a test may again).
+def prepare(model: nn.Module, runner: Union[Runner, str, None] = None) -> Runner:
+    """Bind a runner to ``model`` (the loader does, once; a test may again).
 
     Whatever an earlier ``prepare`` swapped is undone first (fused weights stay fused:
     the same values).
 
     Args:
         model: a loaded model (ours or mlx-lm's).
-        strategy: an instance, a name, or None for ``choose_strategy()``.
+        runner: an unbound instance, a name, or None for ``choose_runner()``.
 
     Returns:
-        The installed strategy (also ``strategy_of(model)``).
+        The bound runner: call it, not the model.
     """
-    if not isinstance(strategy, ExecutionStrategy):
-        strategy = choose_strategy(override=strategy)
+    if not isinstance(runner, Runner):
+        runner = choose_runner(override=runner)
     _restore(model)
-    strategy.install(model)
-    object.__setattr__(model, "_execution", strategy)  # not a parameter of the model
-    return strategy
+    runner.install(model)
+    return runner
 
 
-def strategy_of(model: Any) -> ExecutionStrategy:
-    """The strategy ``prepare`` installed on ``model``; a plain one if none was."""
-    found = getattr(model, "__dict__", {}).get("_execution")
-    return found if found is not None else _PLAIN
-
-
-_PLAIN = PlainStrategy()
+def runner_for(model: Any) -> Runner:
+    """``model`` itself when it is a runner, else a plain runner bound to it (a model a test
+    built by hand; nothing is swapped)."""
+    if isinstance(model, Runner):
+        return model
+    runner = PlainRunner()
+    runner.model = model
+    return runner
 
 
 class PrefillMLP(llama.MLP):
     """The gated MLP with ``silu(g) * u`` as ``prefill_ops.silu_mul`` for many tokens
     (``exp`` as a vectorised polynomial); one-token steps keep ``nn.silu``, so decode
-    is unchanged."""
+    is unchanged. Only the CPU runner installs it."""
 
     def __call__(self, x: mx.array) -> mx.array:
         g, u = self.gate_proj(x), self.up_proj(x)
-        if x.shape[-2] > 1 and prefill_ops.use_cpu_prefill_ops():
+        if x.shape[-2] > 1 and prefill_ops.ENABLED:
             return self.down_proj(prefill_ops.silu_mul(g, u))
         return self.down_proj(nn.silu(g) * u)
 
@@ -372,38 +441,13 @@ def _matvec_layers(modules: Sequence[nn.Module]) -> None:
             m.__class__ = MatvecEmbedding
 
 
-# ------------------------------------------------------------ class swaps
+# ------------------------------------------------------------ layer swaps
 #: Swapped layer class -> the class it replaced (``_restore``).
 _SWAPPED = {MatvecLinear: nn.Linear, MatvecEmbedding: nn.Embedding, PrefillMLP: llama.MLP}
-_ROUTED: dict[type, type] = {}  # model class -> its subclass whose __call__ asks the strategy
-
-
-def _route_calls(model: nn.Module) -> None:
-    """Make ``model(inputs, cache)`` call its strategy's ``forward``: a subclass of the
-    model's class, same name, only ``__call__`` differs (Python looks ``__call__`` up on
-    the class, so an instance attribute would not do)."""
-    cls = type(model)
-    routed = _ROUTED.get(cls)
-    if routed is None:
-        def __call__(self, inputs: mx.array, cache: Optional[list] = None) -> mx.array:
-            return self.__dict__["_execution"].forward(self, inputs, cache)
-
-        routed = type(cls.__name__, (cls,), {"__call__": __call__, "plain_class": cls, "__doc__": cls.__doc__,
-                                             "__module__": cls.__module__, "__qualname__": cls.__qualname__})
-        _ROUTED[cls] = routed
-    model.__class__ = routed
-
-
-def _plain_call(model: nn.Module, inputs: mx.array, cache: Optional[list]) -> mx.array:
-    """The model's own forward (its class's ``__call__``, not the routed one)."""
-    return type(model).__dict__.get("plain_class", type(model)).__call__(model, inputs, cache)
 
 
 def _restore(model: nn.Module) -> None:
-    """Undo the class swaps of an earlier ``prepare``."""
-    plain = type(model).__dict__.get("plain_class")
-    if plain is not None:
-        model.__class__ = plain
+    """Undo the layer swaps of an earlier ``prepare``."""
     for _, m in model.named_modules():
         if type(m) in _SWAPPED:
             m.__class__ = _SWAPPED[type(m)]

@@ -7,8 +7,8 @@ cache decides where RoPE goes. A plain KV cache rotates at its offset and runs
 full attention; the cascade stores keys without RoPE and rotates the assembled
 context [sinks | blocks | window | new] at contiguous positions.
 
-Nothing here says how a step executes on this machine: that is the execution strategy
-chosen when the model is loaded (``models/execution.py``: the CPU backend's NumPy step
+Nothing here says how a step executes on this machine: that is the runner built when
+the model is loaded (``models/execution.py``: the CPU backend's NumPy step
 and ``W @ x`` products, the GPU's compiled decode pieces).
 """
 

@@ -56,15 +56,23 @@ class LoadedModel:
     supports_cascade: bool  # True for our llama-family model
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)  # the model's recommendation
     extra: dict = field(default_factory=dict)  # weight_formats, gguf_types, load (GGUF files)
+    #: What the runtime calls to run the model (``models/execution.py``), bound at load;
+    #: a plain one when none is given, or when the one given runs another model (a copy
+    #: of a ``LoadedModel`` with its model replaced).
+    runner: execution.Runner | None = None
+
+    def __post_init__(self) -> None:
+        if self.runner is None or self.runner.model is not self.model:
+            self.runner = execution.runner_for(self.model)
 
     @property
     def name(self) -> str:
         return self.source.name
 
     @property
-    def execution(self) -> execution.ExecutionStrategy:
-        """How the model's steps run (``models/execution.py``), chosen when it was loaded."""
-        return execution.strategy_of(self.model)
+    def execution(self) -> execution.Runner:
+        """How the model's steps run (``models/execution.py``), chosen when it was loaded: the runner."""
+        return self.runner
 
     def nbytes(self) -> int:
         """Bytes held by the weights."""
@@ -109,14 +117,14 @@ def _count_params(weights: dict[str, mx.array], qmods: dict[str, tuple[int, int]
     return n
 
 
-def convert_weights(model: nn.Module, fmt: str, strategy: execution.ExecutionStrategy | None = None) -> str:
+def convert_weights(model: nn.Module, fmt: str, strategy: execution.Runner | None = None) -> str:
     """Convert a loaded model in place to ``fmt``; return the format in use.
 
     Args:
         model: the model as loaded.
         fmt: ``quantized | stored | float16 | bfloat16 | float32``.
         strategy: the execution strategy the model will run with, which widens float
-            formats its way (``ExecutionStrategy.widen``; default: as mlx-lm does).
+            formats its way (``Runner.widen``; default: as mlx-lm does).
     """
     quantized = any(isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)) for _, m in model.named_modules())
     if fmt in ("quantized", "stored"):
@@ -177,7 +185,7 @@ def _timed(fn: Any, *args: Any) -> tuple[Any, float]:
     return fn(*args), time.perf_counter() - t0
 
 
-def _load_gguf(source: ModelSource, weights: str, progress: bool, strategy: execution.ExecutionStrategy) -> LoadedModel:
+def _load_gguf(source: ModelSource, weights: str, progress: bool, strategy: execution.Runner) -> LoadedModel:
     path = Path(source.path)
     # The tokenizer is built beside the weights: tokenizers' Rust parser and MLX's
     # reads and casts all release the GIL, so they overlap (a 262k-token vocabulary
@@ -222,7 +230,7 @@ def _load_gguf(source: ModelSource, weights: str, progress: bool, strategy: exec
         )
 
 
-def _float32_entry(path: Path, weights: str, strategy: execution.ExecutionStrategy) -> float32_cache.Cached | None:
+def _float32_entry(path: Path, weights: str, strategy: execution.Runner) -> float32_cache.Cached | None:
     """The float32 cache of ``path`` when this load would run float32 under a strategy that
     keeps one (the CPU's) and the cache is fresh and intact; else None."""
     if weights not in ("auto", "float32") or not strategy.float32_cache or not float32_cache.enabled():
@@ -251,7 +259,7 @@ def _from_float32_cache(path: Path, cached: float32_cache.Cached) -> tuple[nn.Mo
 
 
 def _write_float32_cache(path: Path, built: tuple, fused: dict[str, mx.array], meta: dict, types: dict[str, str],
-                         native: bool, strategy: execution.ExecutionStrategy, load_info: dict) -> float | None:
+                         native: bool, strategy: execution.Runner, load_info: dict) -> float | None:
     """Write the float32 cache after this load widened ``path`` for a strategy that keeps
     one; the seconds it took, or None when none was written. A failure only costs the
     next load its speed-up: it is logged and noted in ``load_info``, never raised."""
@@ -270,7 +278,7 @@ def _write_float32_cache(path: Path, built: tuple, fused: dict[str, mx.array], m
 
 
 def _gguf_weights(path: Path, raw: dict, meta: dict, types: dict[str, str], native: bool,
-                  weights: str, strategy: execution.ExecutionStrategy) -> tuple[tuple[nn.Module, dict, str, Any],
+                  weights: str, strategy: execution.Runner) -> tuple[tuple[nn.Module, dict, str, Any],
                                                                               dict[str, mx.array]]:
     """The model of a GGUF file with its weights in place, in weight format ``weights``.
 
@@ -370,7 +378,7 @@ def stated_context(spec: str | None) -> int | None:
         return None
 
 
-def _load_hf_dir(source: ModelSource, weights: str, strategy: execution.ExecutionStrategy) -> LoadedModel:
+def _load_hf_dir(source: ModelSource, weights: str, strategy: execution.Runner) -> LoadedModel:
     path = Path(source.path)
     try:
         model, config = mlx_lm_load_model(path, lazy=True, get_model_classes=_model_classes,
@@ -415,13 +423,13 @@ def load(source: ModelSource, weights: str = "auto", progress: bool = True) -> L
         choose_weight_format(weights, stored_quantized=False, n_params=0)
     try:
         t0 = time.perf_counter()
-        strategy = execution.choose_strategy()  # how its steps will run here: it also widens the weights
+        strategy = execution.choose_runner()  # how its steps will run here: it also widens the weights
         loaded = (_load_gguf(source, weights, progress, strategy) if source.kind == "gguf"
                   else _load_hf_dir(source, weights, strategy))
         t1 = time.perf_counter()
         if loaded.weights == "quantized":  # on a GPU: half-precision activations and KV (platform/dtypes.py)
             settle_quantized_activations(loaded.model)
-        execution.prepare(loaded.model, strategy)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
+        loaded.runner = execution.prepare(loaded.model, strategy)  # how its steps run here (memory-neutral: nothing else holds the arrays now)
         # Private arrays too (RoPE frequency tables): the engine thread runs what we built here.
         materialize(loaded.model)
         phases = loaded.extra.setdefault("load", {}).setdefault("phases", {})

@@ -30,16 +30,9 @@ from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as MlxKVCache
 
 from mlotspark.decoding.acceptance import Acceptance
-from mlotspark.runtime.generation import Generation
-from mlotspark.models.execution import strategy_of
+from mlotspark.models.execution import runner_for
 from mlotspark.caches.kv import KVCache
-from mlotspark.decoding.sampling import build_logits_processors, build_sampler, process_logits, to_logprobs
-
-#: Under the CPU execution strategy a row stepped on its own runs through NumPy
-#: (``models/execution.py``), ~2x mlx-lm's decode; packed rows stay on MLX. Packing pays only from this many rows:
-#: two packed rows gave 0.71x the tokens/s of one NumPy row, four 1.22x (RESULTS "Issue 12,
-#: round 5", batched decode), so fewer plain rows take NumPy steps one after another.
-NUMPY_PACK_FROM = 4
+from mlotspark.decoding.sampling import process_logits, to_logprobs
 
 __all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
 
@@ -143,16 +136,16 @@ class SequenceState:
     """One request on the engine thread: prefill progress, then decode state.
 
     Args:
-        gen: the request's Generation (prompt, cache, options; results go here).
+        gen: the request's ``runtime.generation.Generation`` (prompt, cache, options; results
+            go here; not imported: generation.py prefills through prefill.py, which imports this module).
         eos: end-of-sequence token ids.
     """
 
-    def __init__(self, gen: Generation, eos: set[int]):
+    def __init__(self, gen: Any, eos: set[int]):
         self.gen = gen
         self.eos = eos
-        self.sampler = build_sampler(gen.options)
+        self.sampler, self.processors = gen.sampling()
         self.greedy = gen.options.temperature == 0
-        self.processors = build_logits_processors(gen.options, gen.tokenizer, gen.constraint)
         self.max_tokens = gen.max_new_tokens()
         self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
                                         cancel=gen.cancel, tokens=gen.tokens)
@@ -266,11 +259,11 @@ class DecodeBatch:
     attend row by row and are never copied.
 
     Args:
-        model: a ``models.llama.Model``.
+        model: the runner of a ``models.llama.Model`` (``models/execution.py``; a bare model runs plainly).
     """
 
     def __init__(self, model: Any):
-        self.model = model
+        self.runner = runner_for(model)
         self.packed: list[SequenceState] = []
         self._kv: list[BatchKVCache] = []
         self._inflight: Inflight | None = None
@@ -306,25 +299,25 @@ class DecodeBatch:
             else:
                 s.lazy_input = None
                 if s.decoded:  # the first step feeds the prompt's last token, already listed
-                    s.gen.fed_tokens.append(s.next_token)
+                    s.gen.feed(s.next_token)
                 pieces.append(mx.array([s.next_token]))
             s.decoded = True
             s.steps += 1
             s.batch_sizes += len(rows)
         tokens = mx.concatenate(pieces)[:, None]  # (B, 1)
         if self._singles:
-            # Each row a NumPy step on its own cache; each reads its input token, so
-            # no overlap with the step before, as for one row through that step.
-            logits = mx.concatenate([self.model(tokens[i : i + 1], cache=s.gen.cache)[:, -1, :]
+            # Each row a step of its own through the runner (the NumPy step); each reads its
+            # input token, so no overlap with the step before, as for one row through that step.
+            logits = mx.concatenate([self.runner.step(tokens[i : i + 1], s.gen.cache)[:, -1, :]
                                      for i, s in enumerate(rows)])
         else:
-            n_layers = len(self.model.layers)
+            n_layers = len(self.runner.layers)
             if self.packed:
                 mask = self._kv[0].make_mask(1)  # (P, 1, 1, T) hides each row's left padding
                 caches = [BatchCache([s.gen.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
             else:
                 caches = [BatchCache([s.gen.cache[i] for s in others]) for i in range(n_layers)]
-            logits = self.model(tokens, cache=caches)[:, -1, :]  # (B, V)
+            logits = self.runner.forward(tokens, caches)[:, -1, :]  # (B, V)
         sampled = _sample_rows(rows, logits)
         mx.async_eval(sampled)
         self._inflight = Inflight(rows, sampled, t_launch, {id(r) for r in rows})
@@ -334,7 +327,7 @@ class DecodeBatch:
         """Wait for ``step`` and return each row's sampled token.
 
         A row that the step after it feeds straight from ``step`` gets the token
-        added to ``gen.fed_tokens`` here, now that its value is known.
+        noted as fed (``gen.feed``) here, now that its value is known.
         """
         if step is None:
             return []
@@ -342,7 +335,7 @@ class DecodeBatch:
         nxt = self._inflight
         for s, tok in zip(step.rows, values):
             if nxt is not None and nxt is not step and id(s) in nxt.ids and s.lazy_input is not None:
-                s.gen.fed_tokens.append(tok)
+                s.gen.feed(tok)
         return list(zip(step.rows, values))
 
     def drain(self) -> list[tuple[SequenceState, int]]:
@@ -362,10 +355,8 @@ class DecodeBatch:
             self._remove([seq], write_back)
 
     def _one_by_one(self, rows: Sequence[SequenceState]) -> bool:
-        """Whether ``rows`` (fewer than ``NUMPY_PACK_FROM``) are better stepped one by one,
-        each through the NumPy step (the model's execution strategy takes every row's cache), than packed."""
-        strategy = strategy_of(self.model)
-        return len(rows) < NUMPY_PACK_FROM and all(strategy.takes(self.model, s.gen.cache) for s in rows)
+        """Whether ``rows`` are better stepped one by one than packed: the runner says."""
+        return self.runner.prefers_unpacked([s.gen.cache for s in rows])
 
     def _sync(self, seqs: Sequence[SequenceState]) -> None:
         """Pack the plain rows of ``seqs`` (two or more, unless they go one by one through
@@ -380,7 +371,7 @@ class DecodeBatch:
         joining = [s for s in plain if s not in self.packed]
         if not joining:
             return
-        for i in range(len(self.model.layers)):
+        for i in range(len(self.runner.layers)):
             merged = BatchKVCache.merge([s.gen.cache[i] for s in joining])
             if self.packed:
                 self._kv[i].extend(merged)

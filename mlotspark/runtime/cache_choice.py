@@ -101,7 +101,7 @@ class CacheChoice:
         episodic tier may keep one request's KV budget in memory, less a headroom from a
         fixed pool (``memory.cascade.blocks.episodic_budget_bytes``)."""
         return make_cascade_cache(self.loaded.model, cfg, weights_bytes=self.loaded.nbytes(),
-                                  memory_limit=self.memory_limit())
+                                  memory_limit=self.memory_limit(), attention=self.loaded.runner.attention)
 
     def kv_cache(self, options: GenerationOptions, total_tokens: int) -> list:
         """A KV cache of ``options.cache_kind``; ``auto`` decided on the engine thread."""

@@ -1,7 +1,8 @@
 """One sequence's generation: prefill, decode, stop rules, streaming text, stats.
 
-The token loop is mlx-lm's ``generate_step`` (chunked prefill, async-eval decode
-pipeline, its samplers); around it we add what an engine reports and enforces: each
+The prompt goes through the one prefill (``runtime/prefill.py``: chunks, then the caches'
+``prepare_decode``); the token loop is then mlx-lm's ``generate_step`` from the prompt's
+last token (async-eval decode pipeline), speculative decoding or beams; around it we add what an engine reports and enforces: each
 token goes through ``decoding.acceptance`` (EOS, stop strings that never leak into the
 text, cancellation, the length), the context limit, and stats.
 """
@@ -20,16 +21,19 @@ from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.errors import PromptTooLongError
 from mlotspark.memory.cascade import is_cascade
+from mlotspark.models.execution import runner_for
 from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.runtime.prefill import prefill_prompt
 from mlotspark.runtime.progress import PrefillMeter, ProgressListener
 
 class Generation:
     """Iterate to get text pieces as they decode; ``result`` is set when done.
 
     Args:
-        model: a model taking (tokens (1, L), cache) and returning logits.
+        model: the model's runner (``LoadedModel.runner``: it takes (tokens (1, L), cache) and
+            returns logits); a bare model runs plainly.
         tokenizer: mlx-lm TokenizerWrapper (``detokenizer``, ``eos_token_ids``).
         prompt: the prompt token ids *not yet in* ``cache``.
         cache: per-layer caches; filled in place (pass a restored one to skip a prefix).
@@ -70,7 +74,7 @@ class Generation:
                 f"prompt of {total} tokens does not fit the model's context of "
                 f"{context_limit} tokens (use the memory cascade, or shorten the prompt)"
             )
-        self.model, self.tokenizer, self.prompt, self.cache = model, tokenizer, prompt, cache
+        self.model, self.tokenizer, self.prompt, self.cache = runner_for(model), tokenizer, prompt, cache
         self.options = options
         self.cached_tokens = cached_tokens
         self.context_limit = context_limit
@@ -88,6 +92,7 @@ class Generation:
         self.on_progress = on_progress
         self.constraint = constraint
         self._meter: PrefillMeter | None = None
+        self._sampling: tuple[Callable, list] | None = None
 
     @property
     def cascaded(self) -> bool:
@@ -106,6 +111,25 @@ class Generation:
                                        cached=self.cached_tokens)
         return self._meter
 
+    def feed(self, token: int) -> None:
+        """Note that the model consumed ``token`` after what ``fed_tokens`` lists (its KV is in
+        the cache, or goes there in the step in flight): with ``fed_prompt``, the only writer
+        of ``fed_tokens`` once the request is made."""
+        self.fed_tokens.append(token)
+
+    def fed_prompt(self, n: int) -> None:
+        """Only the first ``n`` prompt tokens reached the cache (a request that ended in its prefill)."""
+        self.fed_tokens[:] = self.prompt[:n]
+
+    def sampling(self) -> tuple[Callable[[mx.array], mx.array], list]:
+        """The request's sampler and logits processors (grammar included), built once here:
+        the one place either is built, whichever path decodes it (batched, own loop, beams).
+        """
+        if self._sampling is None:
+            opts = self.options
+            self._sampling = (build_sampler(opts), build_logits_processors(opts, self.tokenizer, self.constraint))
+        return self._sampling
+
     def max_new_tokens(self) -> int:
         """Tokens this request may generate: ``max_tokens``, cut to what the context leaves."""
         n = self.options.max_tokens
@@ -121,33 +145,33 @@ class Generation:
 
     def __iter__(self) -> Iterator[str]:
         opts = self.options
+        mx.reset_peak_memory()
+        t0 = time.perf_counter()
+        prefill_prompt(self.model, self)  # the one prefill (runtime/prefill.py), prepare_decode included
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
-            yield from run_sequences(self)
+            yield from run_sequences(self, t_start=t0)
             return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
         max_tokens = self.max_new_tokens()
         acc = Acceptance.of(self.tokenizer, opts.stop, max_tokens=max_tokens, cancel=self.cancel,
                             tokens=self.tokens)
-        mx.reset_peak_memory()
-        t0 = time.perf_counter()
         t_first = None
-        sampler = build_sampler(opts)
+        sampler, processors = self.sampling()
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=max_tokens,
             sampler=sampler,
-            logits_processors=build_logits_processors(opts, self.tokenizer, self.constraint) or None,
+            logits_processors=processors or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
-            prompt_progress_callback=self.prefill_meter(),
         )
         try:
             for token, _ in steps:
                 if t_first is None:
                     t_first = time.perf_counter()
-                self.fed_tokens.append(token)
+                self.feed(token)
                 piece = acc.accept(token)
                 self.text = acc.text
                 if piece:

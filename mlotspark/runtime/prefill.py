@@ -1,5 +1,10 @@
 """Prefill on the engine thread: one request's chunk alone, or several requests' chunks at once.
 
+The one module that runs a prompt into a cache: batched requests chunk by chunk
+(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), and a request that decodes
+in its own loop (beams, speculation, several returns, mlx-lm's model classes) all at
+once before its loop starts (``prefill_prompt``).
+
 Many short requests arriving together (an HTTP server under load) would otherwise
 each pay a forward pass of their own before they can join the decode batch. As
 mlx-lm's ``BatchGenerator`` does, the chunks of several plain-KV requests run as one
@@ -28,12 +33,54 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache
 
 from mlotspark.caches.interface import prepare_decode
+from mlotspark.models.execution import runner_for
 from mlotspark.runtime.batching import SequenceState, attend_packed
 
-__all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "prefill_batch", "prefill_chunk"]
+__all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "PromptPrefill", "prefill_batch", "prefill_chunk", "prefill_prompt"]
 
 #: Requests prefilled in one pass at most (mlx-lm's ``prefill_batch_size`` default).
 MAX_PREFILL_BATCH = 8
+
+
+class PromptPrefill:
+    """Prefill progress of a request outside the batch: what ``prefill_chunk`` reads of a
+    ``SequenceState`` (``gen``, ``prefilled``, ``prefill_left``, ``meter``), no decode state.
+
+    Args:
+        gen: the request's Generation (prompt, cache, ``options.prefill_chunk``).
+    """
+
+    def __init__(self, gen: Any):
+        self.gen = gen
+        self.prefilled = 0
+        self.meter = gen.prefill_meter()
+        if self.meter is not None:
+            self.meter(0)
+
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to prefill (all but the last: it starts decode)."""
+        return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
+
+
+def prefill_prompt(model: Any, gen: Any) -> int:
+    """Run all of ``gen.prompt`` but its last token into ``gen.cache``, in chunks of
+    ``options.prefill_chunk``, then the caches' ``prepare_decode``; progress goes to
+    ``gen.prefill_meter()``.
+
+    Args:
+        model: the model's runner (a bare model runs plainly).
+        gen: the request (a ``Generation``).
+
+    Returns:
+        Tokens prefilled.
+    """
+    state = PromptPrefill(gen)
+    while prefill_chunk(model, state):
+        mx.clear_cache()
+    if state.meter is not None:
+        state.meter(len(gen.prompt))  # a one-token prompt: nothing ran, the prompt is in
+    return state.prefilled
 
 
 def _advance(model: Any, seq: SequenceState, n: int) -> None:
@@ -54,7 +101,7 @@ def _chunk_len(seq: SequenceState) -> int:
 
 
 def prefill_chunk(model: Any, seq: SequenceState) -> int:
-    """Run one prefill chunk of ``seq`` alone through the model (any cache kind).
+    """Run one prefill chunk of ``seq`` alone through the model's runner (any cache kind).
 
     Returns:
         Tokens processed (0 when nothing was left).
@@ -62,9 +109,10 @@ def prefill_chunk(model: Any, seq: SequenceState) -> int:
     n = _chunk_len(seq)
     if n <= 0:
         return 0
+    model = runner_for(model)
     start = seq.prefilled
     chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
-    model(chunk, cache=seq.gen.cache)  # the logits are never evaluated: only the cache is
+    model.forward(chunk, seq.gen.cache)  # the logits are never evaluated: only the cache is
     mx.eval([c.state for c in seq.gen.cache])
     _advance(model, seq, n)
     return n
@@ -115,7 +163,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
     every request holds an ordinary ``KVCache`` again.
 
     Args:
-        model: a ``models.llama.Model`` (attention through ``cache.attend``).
+        model: the runner of a ``models.llama.Model`` (attention through ``cache.attend``).
         seqs: sequences whose caches are all plain KV (``SequenceState.plain``).
 
     Returns:
@@ -132,6 +180,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
         raise ValueError(f"batched prefill needs plain KV caches, got {type(bad[0].gen.cache[0]).__name__}")
     if len(seqs) == 1:
         return prefill_chunk(model, seqs[0])
+    model = runner_for(model)
     lengths = [_chunk_len(s) for s in seqs]
     L = max(lengths)
     right = [L - n for n in lengths]
@@ -145,7 +194,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
         kvs.append(kv)
     # Every layer shares the padding, so one mask serves them all.
     mask = create_causal_mask(L, offset=kvs[0].size(), left_padding=kvs[0].left_padding)
-    model(tokens, cache=[PrefillCache(kv, mask) for kv in kvs])
+    model.forward(tokens, [PrefillCache(kv, mask) for kv in kvs])
     for kv in kvs:
         kv.finalize()  # right padding rolled to the left, where the mask hides it
     # What BatchKVCache.extract does, but into each request's own cache objects (our

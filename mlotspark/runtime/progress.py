@@ -1,8 +1,8 @@
 """Prefill progress: one event type and one meter for every prefill loop.
 
-A 12k-token prompt can prefill for minutes before its first token. Every loop
-that prefills (mlx-lm's ``generate_step``, the scheduler's chunked prefill, beam
-search, speculative decoding) reports ``(done, total)`` to a :class:`PrefillMeter`,
+A 12k-token prompt can prefill for minutes before its first token. The prefill
+(``runtime/prefill.py``: the scheduler's chunks, or a request's own loop's whole prompt
+before it starts) reports ``(done, total)`` to a :class:`PrefillMeter`,
 which turns it into :class:`PrefillProgress` events for whoever listens: the CLI's
 bar (``cli/progress.py``), the TUI's progress line, or an API caller
 (``Engine.stream(..., progress=True)`` or ``Engine.submit(..., on_progress=f)``).

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from mlotspark.models.execution import runner_for
 from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
@@ -82,7 +83,7 @@ class Scheduler:
     """Runs requests on one engine thread, batching their decode steps.
 
     Args:
-        model: the loaded model.
+        model: the loaded model's runner (``LoadedModel.runner``); a bare model runs plainly.
         governor: the thermal governor (cap, pauses, admissions).
         lock: held around each turn's MLX work, so code that serialises on the
             engine's lock stays safe (never hold it while waiting on a request).
@@ -104,7 +105,8 @@ class Scheduler:
         clock: Callable[[], float] = time.perf_counter,
         mirror: StepMirror | None = None,
     ) -> None:
-        self.model = model
+        self.runner = runner_for(model)  # what every step calls (models/execution.py)
+        model = self.runner.model
         self.mirror = mirror or StepMirror()
         self.governor = governor
         self.lock = lock or threading.RLock()
@@ -119,7 +121,7 @@ class Scheduler:
         #: would pay one wasted step (benchmarks/RESULTS.md "Issue 12, round 4").
         self.pipelined: bool | None = None
         self.kv_per_token = kv_bytes_per_token(model)
-        self._batch = DecodeBatch(model)
+        self._batch = DecodeBatch(self.runner)
         self._clock = clock
         self._cond = threading.Condition()
         self._queue: list[tuple[tuple[int, int], Request]] = []  # heap by (priority, seq_no)
@@ -333,11 +335,11 @@ class Scheduler:
         if first.state.plain:
             group = [r for r in self._prefilling if r.state.plain][:MAX_PREFILL_BATCH]
             with self.mirror.prefill(group, batched=True):
-                prefill_batch(self.model, [r.state for r in group])
+                prefill_batch(self.runner, [r.state for r in group])
         else:  # a cascade or quantized cache: alone, through its own attend
             group = [first]
             with self.mirror.prefill(group, batched=False):
-                prefill_chunk(self.model, first.state)
+                prefill_chunk(self.runner, first.state)
         for r in group:
             if r.state.prefill_left == 0:
                 if r.state.meter is not None:
@@ -490,7 +492,7 @@ class Scheduler:
         # A cancelled request's KV is dropped, unless the caller owns the cache.
         self._batch.release(r.state, write_back=not (cancelled and r.owns_cache))
         if not r.state.decoded:
-            g.fed_tokens[:] = g.prompt[: r.state.prefilled]  # what the cache really holds
+            g.fed_prompt(r.state.prefilled)  # what the cache really holds
         piece = r.state.close(reason)
         if piece:
             r.handle.emit(piece)
@@ -529,7 +531,7 @@ class Scheduler:
         with self._cond:
             failed = self._prefilling + self._running + self._solo
             self._prefilling, self._running, self._solo = [], [], []
-        self._batch = DecodeBatch(self.model)  # whatever it packed is gone with them
+        self._batch = DecodeBatch(self.runner)  # whatever it packed is gone with them
         self.mirror.reset()
         for r in failed:
             self._fail(r, error)

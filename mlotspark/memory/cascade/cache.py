@@ -73,10 +73,16 @@ class CascadeCache:
         store: the episodic store shared by all layers.
         router: this layer's routing strategy (default: ``make_router(config)``).
         question: the sequence's question pass, shared by its layers (None: off).
+        attention: the attention function over the assembled context (the model's runner's,
+            ``models/execution.py``; default MLX's own, ``prefill_ops.attention``).
     """
 
+    attention: Callable[..., mx.array] = staticmethod(prefill_ops.attention)
+
     def __init__(self, config: CascadeConfig, layer: int, store: EpisodicStore, router: Router | None = None,
-                 question: QuestionPass | None = None):
+                 question: QuestionPass | None = None, attention: Callable[..., mx.array] | None = None):
+        if attention is not None:
+            self.attention = attention
         self.config = config
         self.layer = layer
         self.store = store
@@ -236,7 +242,7 @@ class CascadeCache:
         self._ctx_len = start + L
         keys = self._ctx_k[..., : self._ctx_len, :]  # (1, Hkv, P + n + L, D)
         values = self._ctx_v[..., : self._ctx_len, :]
-        out = prefill_ops.attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
+        out = self.attention(q, keys, values, scale=scale, mask="causal" if L > 1 else None)
         self._append(k, v)
         if self.counters.calls % 32 == 0:
             # Decode may go on long without reading the window or the remembered

@@ -68,7 +68,7 @@ def is_cascade(cache: Sequence[Any] | None) -> bool:
 
 
 def make_cascade_cache(model: Any, config: CascadeConfig, *, weights_bytes: int | None = None,
-                       memory_limit: int | None = None) -> list[CascadeCache]:
+                       memory_limit: int | None = None, attention: Any = None) -> list[CascadeCache]:
     """One cascade cache per layer of ``model``, sharing one episodic store.
 
     Args:
@@ -78,9 +78,11 @@ def make_cascade_cache(model: Any, config: CascadeConfig, *, weights_bytes: int 
         weights_bytes: the model's bytes, for an episodic budget taken from the
             machine's (``episodic_budget_mb=None``); default: its parameters' bytes.
         memory_limit: the engine's memory limit (bytes), if any.
+        attention: the attention function of the model's runner (``Runner.attention``;
+            default MLX's own).
 
     Returns:
-        The per-layer caches, for ``model(tokens, cache=...)`` and ``generate_step``.
+        The per-layer caches, for the model's runner and ``generate_step``.
 
     Raises:
         OptionError: see ``check_cascade``.
@@ -90,7 +92,7 @@ def make_cascade_cache(model: Any, config: CascadeConfig, *, weights_bytes: int 
         weights_bytes = sum(a.nbytes for _, a in tree_flatten(model.parameters()))
     store = EpisodicStore.from_config(config, weights_bytes or 0, memory_limit)
     question = _question_pass(config)
-    return [CascadeCache(config, i, store, question=question) for i in range(len(model.layers))]
+    return [CascadeCache(config, i, store, question=question, attention=attention) for i in range(len(model.layers))]
 
 
 def _question_pass(config: CascadeConfig) -> QuestionPass | None:

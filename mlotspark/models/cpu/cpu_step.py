@@ -10,7 +10,7 @@ with the same greedy tokens (measured; the figures are in ``git show bce40ee:ben
 MLX (``prefill_ops.py``): a NumPy prefill of the same chunks measured 1.44x mlx-lm against
 1.85x for MLX with those forms, its GEMMs being the same OpenBLAS calls.
 
-It is part of the CPU execution strategy (``execution.py``), which calls ``run`` for each
+It is part of the CPU runner (``execution.py``), which calls ``run`` for each
 one-token step, and it runs only where it is exact and cheap: our llama-family ``Model``
 with dense float32 weights, one sequence (B = 1), and a plain ``KVCache`` of float32 in
 every layer. Batches, the memory cascade, float16/quantized KV, float16/quantized
@@ -18,7 +18,7 @@ weights and other model classes stay on MLX (``run`` returns None); Gemma 3 has 
 step (``cpu_step_gemma.py``). Metal has GEMV
 kernels and cheap dispatch; nothing here runs there.
 
-That strategy leaves q/k/v and gate/up of each layer as row views of one buffer each
+That runner leaves q/k/v and gate/up of each layer as row views of one buffer each
 (``execution.fuse_projections``), so a layer is five sgemv calls, not seven, and q and
 k rotate in one pass: per token that is the step's host time (~38 NumPy calls a layer).
 

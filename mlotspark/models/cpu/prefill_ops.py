@@ -15,19 +15,18 @@ Two changes, each measured against the same OpenBLAS:
   float32's rounding), compiled into one vectorised loop.
 
 Neither is used for one-token decode steps or on a GPU (where ``exp`` is fast): they are
-forms of the CPU execution strategy (``models/execution.py``), which turns them on for
-the steps of the models it runs (``forms_on``) and gives their MLPs ``silu_mul``.
+forms of the CPU runner (``models/execution.py``), whose caches get ``cpu_attention`` as
+their attention when they are made and whose MLPs get ``silu_mul`` at load.
 """
 
 from __future__ import annotations
 
 import math
-from contextvars import ContextVar
 from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["ATTENTION_BLOCK", "attention", "causal_attention", "fast_exp", "forms_on", "silu_mul", "use_cpu_prefill_ops"]
+__all__ = ["ATTENTION_BLOCK", "attention", "causal_attention", "cpu_attention", "fast_exp", "silu_mul"]
 
 #: Queries per block of ``causal_attention``. Measured for 511 tokens, 9 heads
 #: (benchmarks/prefill_profile.py): 64 -> 17 ms per layer, 128 -> 19, 256 -> 26, one
@@ -47,17 +46,6 @@ _POLY = [math.log(2.0) ** k / math.factorial(k) for k in range(7, -1, -1)]
 
 #: Master switch (benchmarks/prefill_profile.py turns it off to time MLX's own ops).
 ENABLED = True
-
-#: True while a step of a model run by the CPU strategy builds its graph. A context
-#: variable, not a global: the caches call ``attention`` without knowing the model, and a
-#: test may run models of two strategies in one process (or two threads).
-forms_on: ContextVar[bool] = ContextVar("cpu_prefill_forms", default=False)
-
-
-def use_cpu_prefill_ops() -> bool:
-    """Whether these forms are on: inside a step of a model the CPU strategy runs."""
-    return ENABLED and forms_on.get()
-
 
 def fast_exp(x: mx.array) -> mx.array:
     """``exp(x)`` for float32 from vectorisable operations.
@@ -139,10 +127,23 @@ def causal_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, blo
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: Any = None) -> mx.array:
-    """``mx.fast.scaled_dot_product_attention``, with a ``"causal"`` mask going through
-    ``causal_attention`` under the CPU strategy (the one place that decides it, for every
-    cache kind)."""
-    if isinstance(mask, str) and mask == "causal" and use_cpu_prefill_ops():
+    """MLX's ``scaled_dot_product_attention``: the attention a cache gets by default.
+
+    Args:
+        q: rotated queries (B, Hq, L, D); k, v: every key and value attended (B, Hkv, T, D).
+        scale: score scale; mask: MLX's mask argument (``"causal"``, an array or None).
+
+    Returns:
+        (B, Hq, L, D).
+    """
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+
+
+def cpu_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask: Any = None) -> mx.array:
+    """``attention`` with a ``"causal"`` mask going through ``causal_attention``: the
+    attention of the caches the CPU runner makes (same arguments, same result up to
+    float32 summation order)."""
+    if isinstance(mask, str) and mask == "causal" and ENABLED:
         return causal_attention(q, k, v, scale=scale)
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
 

@@ -12,7 +12,7 @@ then casts that float16 result again. Here:
 - the work is spread over several MLX CPU streams, each run by its own thread, and
   evaluated in one ``mx.eval``;
 - each group of sibling layers named in ``groups`` (the CPU step's q/k/v and gate/up,
-  ``execution.CpuStrategy.fused_groups``) is concatenated in its stored, narrow form and
+  ``execution.CpuRunner.fused_groups``) is concatenated in its stored, narrow form and
   widened once into one buffer, the layers keeping row views of it: the fused buffer is
   written once, instead of each layer's being widened and then copied into it.
 

@@ -5,7 +5,7 @@ load: dequantized from its blocks (Q4_0/Q4_1/Q8_0, read by MLX) or cast from the
 conversion cache's float16 (``gguf_convert``). That costs ~2-5 ns per weight on one core;
 reading the same weights already widened costs what mlx-lm's load of a float32
 directory costs. So after a load widens a GGUF for the CPU strategy
-(``ExecutionStrategy.float32_cache``), its weights are written here, beside the
+(``Runner.float32_cache``), its weights are written here, beside the
 conversion cache in ``$MLOTSPARK_HOME/cache/gguf/<id>/``:
 
 - ``float32.safetensors``: the model's parameters by name, float32; a group the strategy
