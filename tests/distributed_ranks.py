@@ -2,7 +2,7 @@
 ``spawn_ranks`` below); rank 0 writes what it saw as JSON to the file named by argv.
 
 Scenarios (argv[1]):
-- ``suite OUT TINY_GGUF``: pipeline greedy replies of the default model to PROMPTS, all
+- ``suite OUT TINY_GGUF``: pipeline greedy replies of the tiny model to PROMPTS, all
   submitted at once with a short request that leaves the batch early and a JSON-format
   one (``batched``); then rank 1 turns hot (its probe reads the file ``$RANK_HEAT``) and two
   requests at once run one at a time under the governor's cap (``serialised``); each
@@ -114,13 +114,17 @@ def suite(out: Path, tiny: str) -> None:
     # Rank 0 reads no probe of its own here (this machine's load is no test input); rank 1 reads the file.
     probes = [] if rank == 0 else [FileProbe(heat)]
     governor = ThermalGovernor(probes=probes, mode="performance", max_batch=8, min_interval_s=0)
-    engine = Engine.load(distributed="pipeline", split="even", progress=False, rank_timeout=120, governor=governor)
+    # The tiny model: two ranks exchange activations every step, and a real model's steps
+    # beside the suite's other worker made this one scenario take minutes. Real weights over
+    # ranks: ``quantized`` (test_quantized_path.py).
+    engine = Engine.load(tiny, distributed="pipeline", split="even", progress=False, rank_timeout=120,
+                         governor=governor)
     mine = {"weights": engine.loaded.nbytes(), "layer_bytes": _layer_bytes(engine),
             "layers": list(engine.ranks.setup.layers[engine.rank])}
     every = engine.ranks.setup.group.gather_json(mine)
     if engine.rank == 0:
         report.update(_batched(engine))
-        report["temperature"] = engine.defaults.temperature  # the model's recommendation (greedy), as alone
+        report["temperature"] = engine.defaults.temperature  # the model's defaults, as alone
         report["backend"] = engine.info()["distributed"]["backend"]
         report["ranks"] = every
         report["status"] = report["serialised"]["status"]

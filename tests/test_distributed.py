@@ -1,7 +1,7 @@
 """Distributed runs on MLX's ring backend: two local ranks over loopback.
 
 The launched tests start real ranks: ``mlx.launch -n 2 --backend ring`` once for the
-module's replies (pipeline on the default model, the tensor-parallel refusal, tensor
+module's replies (pipeline on a tiny model, the tensor-parallel refusal on the default model, tensor
 parallel on a tiny model), and ranks started as ``mlx.launch`` starts them for the
 failure tests, which kill or stop one rank and watch rank 0.
 """
@@ -123,14 +123,14 @@ def launched(tmp_path_factory, tiny_gguf, default_gguf) -> dict:
 
 
 @pytest.fixture(scope="module")
-def alone(default_gguf) -> dict:
-    """The single-process greedy replies to PROMPTS, each run alone, and the weight bytes."""
+def alone(tiny_gguf) -> dict:
+    """The single-process greedy replies to PROMPTS, each run alone, the weight bytes and the defaults' temperature."""
     from mlotspark import Engine
 
-    engine = Engine.load(str(default_gguf), cascade=None, progress=False)
+    engine = Engine.load(str(tiny_gguf), cascade=None, progress=False)
     try:
         replies = [engine.generate(p, max_tokens=MAX_TOKENS, temperature=0).tokens for p in PROMPTS]
-        return {"replies": replies, "bytes": engine.loaded.nbytes()}
+        return {"replies": replies, "bytes": engine.loaded.nbytes(), "temperature": engine.defaults.temperature}
     finally:
         engine.close()
 
@@ -149,10 +149,10 @@ def test_batched_pipeline_greedy_tokens_equal_each_request_alone(launched, alone
     assert launched["json_finish"] in ("stop", "length")
     # Only rank 0 samples: the JSON grammar is compiled there (once), never on the follower.
     assert launched["compiles"] == [1, 0]
-    assert launched["temperature"] == 0.0  # the catalogue's greedy default holds across ranks too
+    assert launched["temperature"] == alone["temperature"]  # the model's defaults hold across ranks too
     assert launched["backend"] == "ring"  # what `mlotspark info --distributed` names
     ranks = launched["ranks"]
-    assert [r["layers"] for r in ranks] == [[0, 15], [15, 30]]
+    assert [r["layers"] for r in ranks] == [[0, 1], [1, 2]]
     # Each rank holds half of the layers' weights; rank 0 also the embedding (= tied LM head).
     layers_total = ranks[0]["layer_bytes"] + ranks[1]["layer_bytes"]
     for r in ranks:
@@ -163,7 +163,7 @@ def test_batched_pipeline_greedy_tokens_equal_each_request_alone(launched, alone
     # Rank 0 knows every rank's figures (sent with the steps); the hottest sets the state.
     status = launched["status"]
     assert [r["rank"] for r in status["ranks"]] == [0, 1]
-    assert [r["layers"] for r in status["ranks"]] == [[0, 15], [15, 30]]
+    assert [r["layers"] for r in status["ranks"]] == [[0, 1], [1, 2]]
     assert all(r["last_step_ms"] is not None and r["rss_mb"] > 0 for r in status["ranks"])
     assert status["state"] in ("nominal", "fair", "serious", "critical") and status["reason"].startswith("hottest: rank")
 
