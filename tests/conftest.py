@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config, items):
 #: next slow test is noticed when it lands. ``MLOTSPARK_TEST_BUDGET_S=0`` turns it off.
 #: A fixture shared by several tests (module or session scope: a model loaded once) is
 #: timed on its own, under its own name, not as part of the first test that asks for it.
-TEST_BUDGET_S = float(os.environ.get("MLOTSPARK_TEST_BUDGET_S", "150"))
+TEST_BUDGET_S = float(os.environ.get("MLOTSPARK_TEST_BUDGET_S", "60"))
 _durations: dict[str, float] = {}
 _shared_setup_s = 0.0  # on the process running the test: shared fixtures set up in its setup
 _shared_names: list[tuple[str, float]] = []
