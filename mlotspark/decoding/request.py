@@ -32,7 +32,6 @@ class DecodeRequest(Protocol):
 
     def max_new_tokens(self) -> int: ...
     def sampling(self) -> tuple[Any, list]: ...  # the request's (sampler, logits processors), built once
-    def prefill_meter(self) -> Any: ...  # runtime.progress.PrefillMeter, or None
     def finalize(
         self,
         finish: str,

@@ -33,6 +33,7 @@ from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.models.execution import runner_for
 from mlotspark.caches.kv import KVCache
 from mlotspark.decoding.sampling import process_logits, to_logprobs
+from mlotspark.runtime.progress import ProgressListener, meter_for
 
 __all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
 
@@ -139,9 +140,10 @@ class SequenceState:
         gen: the request's ``runtime.generation.Generation`` (prompt, cache, options; results
             go here; not imported: generation.py prefills through prefill.py, which imports this module).
         eos: end-of-sequence token ids.
+        on_progress: takes each ``PrefillProgress`` of the prompt; None: nobody listens.
     """
 
-    def __init__(self, gen: Any, eos: set[int]):
+    def __init__(self, gen: Any, eos: set[int], on_progress: ProgressListener | None = None):
         self.gen = gen
         self.eos = eos
         self.sampler, self.processors = gen.sampling()
@@ -158,9 +160,7 @@ class SequenceState:
         self.t_first: float | None = None
         self.steps = 0  # decode steps taken
         self.batch_sizes = 0  # sum of the batch sizes over those steps
-        self.meter = gen.prefill_meter()  # None when nobody listens to prefill progress
-        if self.meter is not None:
-            self.meter(0)
+        self.meter = meter_for(gen, on_progress)  # None when nobody listens to prefill progress
 
     # ---------------------------------------------------------------- prefill
     @property

@@ -26,7 +26,7 @@ from mlotspark.options import GenerationOptions
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.prefill import prefill_prompt
-from mlotspark.runtime.progress import PrefillMeter, ProgressListener
+from mlotspark.runtime.progress import ProgressListener
 
 class Generation:
     """Iterate to get text pieces as they decode; ``result`` is set when done.
@@ -44,8 +44,6 @@ class Generation:
         stats_base: model / device / weights fields to copy into the stats.
         extra_stats: called with the cache at the end; its dict goes to
             ``stats.extra["cascade"]`` (the memory cascade's tier figures).
-        on_progress: called with each ``PrefillProgress`` of the prompt (on the
-            engine thread; keep it quick). May also be set after construction.
         constraint: the ``response_format``'s compiled ``JsonConstraint``, if the
             caller built it (else it is built when decoding starts).
     """
@@ -63,7 +61,6 @@ class Generation:
         cancel: threading.Event | None = None,
         stats_base: dict | None = None,
         extra_stats: Callable[[list], dict] | None = None,
-        on_progress: ProgressListener | None = None,
         constraint: Any = None,
     ):
         if not prompt:
@@ -89,27 +86,13 @@ class Generation:
         self.fed_tokens: list[int] = list(prompt)
         self.text = ""
         self.result: GenerationResult | None = None
-        self.on_progress = on_progress
         self.constraint = constraint
-        self._meter: PrefillMeter | None = None
         self._sampling: tuple[Callable, list] | None = None
 
     @property
     def cascaded(self) -> bool:
         """True when the memory cascade holds this sequence's context."""
         return is_cascade(self.cache)
-
-    def prefill_meter(self) -> PrefillMeter | None:
-        """The meter every prefill loop of this request reports to (None: nobody listens).
-
-        Counts the prompt tokens not yet in the cache; made once, so events stay in order.
-        """
-        if self.on_progress is None:
-            return None
-        if self._meter is None:
-            self._meter = PrefillMeter(len(self.prompt), self.on_progress, cascade=self.cascaded,
-                                       cached=self.cached_tokens)
-        return self._meter
 
     def feed(self, token: int) -> None:
         """Note that the model consumed ``token`` after what ``fed_tokens`` lists (its KV is in
@@ -144,10 +127,19 @@ class Generation:
         return own_loop(self.options)
 
     def __iter__(self) -> Iterator[str]:
+        return self.pieces()
+
+    def pieces(self, on_progress: ProgressListener | None = None) -> Iterator[str]:
+        """Run the request in its own loop: prefill, then decode, yielding text pieces.
+
+        Args:
+            on_progress: takes each ``PrefillProgress`` of the prompt (on the engine thread:
+                keep it quick); None: nobody listens.
+        """
         opts = self.options
         mx.reset_peak_memory()
         t0 = time.perf_counter()
-        prefill_prompt(self.model, self)  # the one prefill (runtime/prefill.py), prepare_decode included
+        prefill_prompt(self.model, self, on_progress)  # the one prefill (runtime/prefill.py), prepare_decode included
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
             yield from run_sequences(self, t_start=t0)
             return

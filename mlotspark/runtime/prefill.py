@@ -35,6 +35,7 @@ from mlx_lm.models.cache import BatchKVCache
 from mlotspark.caches.interface import prepare_decode
 from mlotspark.models.execution import runner_for
 from mlotspark.runtime.batching import SequenceState, attend_packed
+from mlotspark.runtime.progress import ProgressListener, meter_for
 
 __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "PromptPrefill", "prefill_batch", "prefill_chunk", "prefill_prompt"]
 
@@ -48,14 +49,13 @@ class PromptPrefill:
 
     Args:
         gen: the request's Generation (prompt, cache, ``options.prefill_chunk``).
+        on_progress: takes each ``PrefillProgress``; None: nobody listens.
     """
 
-    def __init__(self, gen: Any):
+    def __init__(self, gen: Any, on_progress: ProgressListener | None = None):
         self.gen = gen
         self.prefilled = 0
-        self.meter = gen.prefill_meter()
-        if self.meter is not None:
-            self.meter(0)
+        self.meter = meter_for(gen, on_progress)
 
     @property
     def prefill_left(self) -> int:
@@ -63,19 +63,20 @@ class PromptPrefill:
         return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
 
 
-def prefill_prompt(model: Any, gen: Any) -> int:
+def prefill_prompt(model: Any, gen: Any, on_progress: ProgressListener | None = None) -> int:
     """Run all of ``gen.prompt`` but its last token into ``gen.cache``, in chunks of
     ``options.prefill_chunk``, then the caches' ``prepare_decode``; progress goes to
-    ``gen.prefill_meter()``.
+    ``on_progress``.
 
     Args:
         model: the model's runner (a bare model runs plainly).
         gen: the request (a ``Generation``).
+        on_progress: takes each ``PrefillProgress``; None (default): nobody listens.
 
     Returns:
         Tokens prefilled.
     """
-    state = PromptPrefill(gen)
+    state = PromptPrefill(gen, on_progress)
     while prefill_chunk(model, state):
         mx.clear_cache()
     if state.meter is not None:

@@ -33,7 +33,7 @@ class Request:
     """A submitted request as the scheduler holds it."""
 
     generation: Generation
-    handle: Any  # RequestHandle
+    handle: Any  # RequestHandle: how the engine thread reaches the caller (emit, progressed, finish)
     priority: int = 0
     on_finish: Callable[[Generation], None] | None = None
     owns_cache: bool = True  # the engine made the cache, so it may drop it on cancel

@@ -369,10 +369,10 @@ class Scheduler:
                 heapq.heappop(self._queue)
             r.generation.stats.extra["queue_s"] = round(time.perf_counter() - r.submitted_at, 4)
             if not self.batching or getattr(r.generation, "own_loop", False):
-                r.stepper = iter(r.generation)
+                r.stepper = r.generation.pieces(r.handle.progressed)
                 self._solo.append(r)
             else:
-                r.state = SequenceState(r.generation, self.eos)
+                r.state = SequenceState(r.generation, self.eos, r.handle.progressed)
                 self._prefilling.append(r)
                 try:
                     self.mirror.joined(r)
@@ -463,7 +463,7 @@ class Scheduler:
                 self._queue = [(k, r) for k, r in self._queue if not r.generation.cancel.is_set()]
                 heapq.heapify(self._queue)
         for r in queued:
-            r.state = SequenceState(r.generation, self.eos)
+            r.state = SequenceState(r.generation, self.eos, r.handle.progressed)
             self._finish(r, "cancelled")
         for group in (self._prefilling, self._running):
             for r in [r for r in group if r.generation.cancel.is_set()]:
