@@ -1,7 +1,7 @@
 """What the decoding strategies drive: a request, as a Protocol.
 
 ``select_step`` and ``beam.run_sequences`` run a request that lives in the runtime
-above them (``runtime.generation.Generation`` implements this; checked in
+above them (``runtime.sequence.Sequence`` implements this; checked in
 tests/test_engine_api.py); naming what they use here keeps ``decoding`` from
 importing ``runtime``.
 """

@@ -35,7 +35,7 @@ class RequestHandle:
 
     Args:
         generation: the request's Generation (prompt, cache, options; the engine
-            thread fills in ``tokens``, ``text``, ``fed_tokens`` and ``result``).
+            thread writes ``result`` and ``fed_tokens`` there when the request ends).
         wake: called after ``cancel()`` so the engine thread notices at once.
         on_progress: called with each ``PrefillProgress`` (on the engine thread).
         progress_events: also yield the ``PrefillProgress`` events when iterating,
