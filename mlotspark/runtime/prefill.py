@@ -1,9 +1,9 @@
 """Prefill on the engine thread: one request's chunk alone, or several requests' chunks at once.
 
-The one module that runs a prompt into a cache: batched requests chunk by chunk
-(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), and a request that decodes
-in its own loop (beams, speculation, several returns, mlx-lm's model classes) all at
-once before its loop starts (``prefill_prompt``).
+The one module that runs a prompt into a cache: every request chunk by chunk
+(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), whether it then decodes in
+the batch or in its own loop (beams, speculation, several returns), and a caller's record
+outside the engine all at once (``prefill_prompt``: tests, tools that fill a cache).
 
 Many short requests arriving together (an HTTP server under load) would otherwise
 each pay a forward pass of their own before they can join the decode batch. As

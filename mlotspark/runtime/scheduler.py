@@ -18,10 +18,10 @@ turn of the loop:
 6. runs one batched decode step (``batching.DecodeBatch``) over the running
    sequences; a request joins after its prefill and leaves when it finishes.
 
-Each admitted request is one ``sequence.Sequence``. Those that decode in their own loop
-(beam search, speculative decoding, several returns: ``Generation.own_loop``) run
-alone: one text piece of one of them per turn, between the batch's steps, so they share
-the thread. Every other request joins the batch, also for a model whose attention does
+Each admitted request is one ``sequence.Sequence`` and prefills as above. Those that
+then decode in their own loop (beam search, speculative decoding, several returns:
+``Generation.own_loop``) run alone: one text piece of one of them per turn, between the
+batch's steps, so they share the thread. Every other request joins the batch, also for a model whose attention does
 not go through ``cache.attend`` (mlx-lm's classes): its rows then each take a step of
 their own (``DecodeBatch``), and a lone request is a batch of one.
 
@@ -347,7 +347,11 @@ class Scheduler:
                 if r.state.meter is not None:
                     r.state.meter.finish()  # a one-token prompt had no chunk to report
                 self._prefilling.remove(r)
-                self._running.append(r)
+                if r.generation.own_loop:  # beams, speculation, several returns: decoded alone
+                    r.stepper = r.state.pieces()
+                    self._solo.append(r)
+                else:
+                    self._running.append(r)
 
     def _admit(self, cap: int) -> None:
         while True:
@@ -375,16 +379,12 @@ class Scheduler:
                 self._fail(r, e)
                 continue
             r.state.stats.extra["queue_s"] = round(time.perf_counter() - r.submitted_at, 4)
-            if r.generation.own_loop:
-                r.stepper = r.state.pieces()
-                self._solo.append(r)
-            else:
-                self._prefilling.append(r)
-                try:
-                    self.mirror.joined(r)
-                except MlotsparkError as e:  # e.g. another rank cannot hold its share: this request fails
-                    self._prefilling.remove(r)
-                    self._fail(r, e)
+            self._prefilling.append(r)
+            try:
+                self.mirror.joined(r)
+            except MlotsparkError as e:  # e.g. another rank cannot hold its share: this request fails
+                self._prefilling.remove(r)
+                self._fail(r, e)
 
     def _decode(self, state: str, cap: int) -> None:
         """Launch the next batched step, then take in the tokens of the one before
@@ -456,10 +456,7 @@ class Scheduler:
             r.handle.emit(piece)
             self._solo.append(r)
             return
-        self._completed += 1
-        if r.generation.result and r.generation.result.stats.finish_reason == "cancelled":
-            self._release(r)
-        self._deliver(r)
+        self._finish(r)  # its loop ended: the result is made
 
     # ----------------------------------------------------------- finishing
     def _sweep_cancelled(self) -> None:
@@ -471,33 +468,27 @@ class Scheduler:
         for r in queued:
             r.state = Sequence(r.generation, self.eos, r.handle.progressed)
             self._finish(r, "cancelled")
-        for group in (self._prefilling, self._running):
+        for group in (self._prefilling, self._running, self._solo):
             for r in [r for r in group if r.generation.cancel.is_set()]:
                 group.remove(r)
                 self._finish(r, "cancelled")
-        for r in [r for r in self._solo if r.generation.cancel.is_set()]:
-            self._solo.remove(r)
-            self._cancel_solo(r)
-
-    def _cancel_solo(self, r: Request) -> None:
-        """Stop a request's own loop now; the text so far is its result."""
-        r.stepper.close()  # type: ignore[union-attr]  # its loop ends at the current token
-        r.state.cut()  # type: ignore[union-attr]
-        self._release(r)
-        self._completed += 1
-        self._deliver(r)
 
     def _finish(self, r: Request, reason: str | None = None) -> None:
+        """End a request, however it ran: its result to the record, its text's tail and the
+        result to the handle; a cancelled request's KV is dropped unless the caller owns it."""
         seq = r.state
         assert seq is not None
-        cancelled = (reason or r.state.finish) == "cancelled"
-        # A cancelled request's KV is dropped, unless the caller owns the cache.
-        self._batch.release(r.state, write_back=not (cancelled and r.owns_cache))
-        if not seq.decoded:
-            seq.fed_prompt(seq.prefilled)  # what the cache really holds
-        piece = seq.close(reason)
-        if piece:
-            r.handle.emit(piece)
+        if r.stepper is not None:  # its own loop: ended, or stopped now at the current token
+            r.stepper.close()
+            seq.cut()  # the text so far, when the loop had not made its result
+        else:
+            cancelled = (reason or seq.finish) == "cancelled"
+            self._batch.release(seq, write_back=not (cancelled and r.owns_cache))
+            if not seq.decoded:
+                seq.fed_prompt(seq.prefilled)  # what the cache really holds
+            piece = seq.close(reason)
+            if piece:
+                r.handle.emit(piece)
         try:
             self.mirror.left(r)
         except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not

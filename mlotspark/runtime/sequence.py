@@ -5,11 +5,11 @@ options; its ``result`` once it ends). The engine thread makes a :class:`Sequenc
 when it admits the request, and the Sequence holds everything that changes while the
 request runs: the tokens, the text stream and its acceptance (EOS, stop strings, length,
 cancellation: ``decoding.acceptance``), the sampler and logits processors, the prefill and
-decode counters, the stats and the cache. The batched path (``prefill.py``,
-``batching.DecodeBatch``) steps it one token at a time; a request that decodes in its own
-loop (beams, speculation, several returns, a model without ``cache.attend``) runs
-``pieces``. Either way ``finalize`` makes the result and hands it to the record, the one
-write the caller sees.
+decode counters, the stats and the cache. Every request prefills through ``prefill.py``
+(the scheduler's chunks, ``prepare_decode`` at the end); then the batch
+(``batching.DecodeBatch``) steps it one token at a time, or, for beams, speculation and
+several returns, ``pieces`` decodes it in its own loop. Either way ``finalize`` makes the
+result and hands it to the record, the one write the caller sees.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from mlotspark.memory.cascade import is_cascade
 from mlotspark.platform.device import peak_memory_mb
 from mlotspark.results import GenerationResult, GenerationStats
 from mlotspark.runtime.batching import is_plain_kv
-from mlotspark.runtime.prefill import prefill_prompt
 from mlotspark.runtime.progress import ProgressListener, meter_for
 
 __all__ = ["Sequence"]
@@ -39,7 +38,8 @@ class Sequence:
     Args:
         request: the caller's record (``Generation``): model runner, tokenizer, prompt (the
             tokens not yet in ``cache``), cache, options, cancel event, cached tokens, context
-            limit, stats base, constraint. Only ``finalize`` and ``drop_cache`` write to it.
+            limit, stats base, constraint. Only ``end`` (``finalize``, ``cut``) and ``drop_cache``
+            write to it.
         eos: end-of-sequence token ids (default the tokenizer's).
         on_progress: takes each ``PrefillProgress`` of the prompt (the request handle's
             ``progressed``); None: nobody listens.
@@ -83,7 +83,6 @@ class Sequence:
         self.t_first: float | None = None
         self.steps = 0  # decode steps taken
         self.batch_sizes = 0  # sum of the batch sizes over those steps
-        self.on_progress = on_progress
         self.meter = meter_for(self, on_progress)  # None when nobody listens to prefill progress
 
     # ------------------------------------------------------------ the request
@@ -166,12 +165,11 @@ class Sequence:
         return piece
 
     def pieces(self) -> Iterator[str]:
-        """Run the request in its own loop (speculative, beams, several returns, a model
-        without ``cache.attend``): prefill, then decode, yielding text pieces."""
+        """Decode the prefilled request in its own loop (speculative, beams, several returns),
+        yielding text pieces: one per ``next``, so the engine thread steps it between the
+        batch's steps."""
         opts = self.options
-        mx.reset_peak_memory()
-        t0 = time.perf_counter()
-        prefill_prompt(self.model, self)  # the one prefill, prepare_decode included
+        t0 = self.t_start  # the prefill ran since (the scheduler's chunks): it counts in TTFT
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
             yield from run_sequences(self, t_start=t0)
             return
