@@ -175,38 +175,31 @@ class Sequence:
             return
         if opts.seed is not None:
             mx.random.seed(opts.seed)
-        max_tokens = self.max_new_tokens()
-        acc = self.acceptance = Acceptance.of(self.tokenizer, opts.stop, max_tokens=max_tokens, cancel=self.cancel,
-                                              tokens=self.tokens)
-        t_first = None
         sampler, processors = self.sampling()
         steps = select_step(self)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
-            max_tokens=max_tokens,
+            max_tokens=self.max_tokens,
             sampler=sampler,
             logits_processors=processors or None,
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
         )
         try:
-            for token, _ in steps:
-                if t_first is None:
-                    t_first = time.perf_counter()
+            for token, _ in steps:  # each token through the acceptance the batched path uses
                 self.feed(token)
-                piece = acc.accept(token)
-                self.text = acc.text
+                piece = self.accept(token)
                 if piece:
                     yield piece
-                if acc.finish is not None:
+                if self.finish is not None:
                     break
-            tail = acc.close()  # steps ran out: length
-            self.text = acc.text
+            tail = self.acceptance.close()  # steps ran out: length
+            self.text, self.finish = self.acceptance.text, self.acceptance.finish
         finally:
             steps.close()
         if tail:
             yield tail
-        self.finalize(acc.finish or "length", t0, t_first, stop_sequence=acc.stop_sequence)
+        self.finalize(self.finish or "length", t0, self.t_first, stop_sequence=self.acceptance.stop_sequence)
 
     def finalize(
         self,
