@@ -1,6 +1,6 @@
 """The declared interfaces: ``Engine`` and the test fakes implement ``EngineProtocol``
 (and conversations ``ConversationProtocol``), name by name and parameter by parameter,
-so a fake cannot drift from the engine it stands for; ``Generation`` implements the
+so a fake cannot drift from the engine it stands for; ``Sequence`` implements the
 ``DecodeRequest`` the decoding strategies drive."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import mlotspark
 from mlotspark import ConversationProtocol, EngineProtocol
 from mlotspark.decoding.request import DecodeRequest
-from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.sequence import Sequence
 
 from protocol_check import mismatches
 from test_tui_fakes import FakeConversation, FakeEngine
@@ -21,7 +21,7 @@ from test_tui_fakes import FakeConversation, FakeEngine
     (mlotspark.Conversation, ConversationProtocol),
     (FakeEngine, EngineProtocol),
     (FakeConversation, ConversationProtocol),
-    (Generation, DecodeRequest),
+    (Sequence, DecodeRequest),
 ])
 def test_implements_the_declared_interface(impl, protocol):
     assert mismatches(impl, protocol) == []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlotspark.caches.kv import KVCache
-from mlotspark.runtime.batching import SequenceState
+from mlotspark.runtime.sequence import Sequence
 from mlotspark.runtime.prefill import prefill_batch, prefill_chunk
 from test_scheduler import EOS, PROMPTS, RowKV, tiny_engine
 
@@ -33,11 +33,11 @@ def _state(engine, prefix, prompt, chunk):
         mx.eval([c.state for c in cache])
     gen = engine.new_generation(list(prompt), engine.defaults.merged(max_tokens=4, prefill_chunk=chunk),
                                 cache=cache, cached_tokens=len(prefix))
-    return SequenceState(gen, {EOS})
+    return Sequence(gen, {EOS})
 
 
 def _next_logits(model, s):
-    return model(mx.array([[s.next_token]]), cache=s.gen.cache)[0, -1]
+    return model(mx.array([[s.next_token]]), cache=s.cache)[0, -1]
 
 
 @pytest.mark.parametrize("chunk", [512, 5])
@@ -56,7 +56,7 @@ def test_batched_prefill_fills_each_cache_as_a_solo_prefill_does(chunk):
     assert passes == -(-longest // chunk)  # one pass per chunk, not one per request and chunk
     for a, b in zip(solo, batched):
         assert b.prefill_left == 0 and b.prefilled == a.prefilled
-        for ca, cb in zip(a.gen.cache, b.gen.cache):
+        for ca, cb in zip(a.cache, b.cache):
             assert cb.offset == ca.offset and type(cb) is KVCache
             n = ca.offset
             np.testing.assert_allclose(np.array(cb.keys[..., :n, :]), np.array(ca.keys[..., :n, :]), atol=1e-5)
@@ -70,7 +70,7 @@ def test_batched_prefill_fills_each_cache_as_a_solo_prefill_does(chunk):
 def test_batched_prefill_refuses_a_cache_that_is_not_plain_kv():
     engine = tiny_engine()
     rows = [_state(engine, [], [3, 4, 5], 512), _state(engine, [], [6, 7, 8], 512)]
-    rows[1].gen.cache = [RowKV() for _ in engine.loaded.model.layers]
+    rows[1].cache = [RowKV() for _ in engine.loaded.model.layers]
     rows[1].plain = False
     with pytest.raises(ValueError, match="plain KV"):
         prefill_batch(engine.loaded.runner, rows)

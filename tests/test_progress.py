@@ -70,6 +70,28 @@ def test_on_progress_callback_and_cascade_flag():
         engine.close()
 
 
+def test_a_finished_request_is_freed_without_the_cycle_collector():
+    """Progress reaches the handle through the engine's request record, so the generation
+    never points back at its handle: dropping the handle frees the pair (and its KV) at once."""
+    import gc
+    import weakref
+
+    engine = tiny_engine()
+    try:
+        handle = engine.submit(prompt_ids=PROMPT, progress=True, max_tokens=2)
+        assert list(handle) and handle.progress is not None and handle.progress.finished
+        gen = weakref.ref(handle.generation)
+        engine.scheduler.call(lambda: None)  # the engine thread's turn that ended it is over
+        gc.disable()
+        try:
+            del handle
+            assert gen() is None
+        finally:
+            gc.enable()
+    finally:
+        engine.close()
+
+
 def test_meter_drops_repeats_and_steps_back():
     got: list[PrefillProgress] = []
     clock = iter(range(100)).__next__

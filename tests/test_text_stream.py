@@ -1,8 +1,8 @@
 """One text stream, one token acceptance, one logits-processor loop (issue 25, Deliver 4).
 
 Unit tests feed hand-made token pieces and hand-written processors; the Engine tests
-run every decode path (batched, solo ``generate_step``, speculative, beams, sampled
-returns) with a detokenizer whose pieces straddle a stop string, and check that the
+run every decode path (batched, a model without ``cache.attend`` whose rows step one by one,
+speculative, beams, sampled returns) with a detokenizer whose pieces straddle a stop string, and check that the
 stop never reaches the streamed text on any of them. The real default model checks
 the same with its own byte-level tokenizer (slow).
 """
@@ -168,8 +168,8 @@ class PieceTokenizer:
 
 
 def _mlx_lm_twin(model: llama.Model):
-    """mlx-lm's llama holding the same weights: the batcher does not take it, so a request
-    runs mlx-lm's ``generate_step`` in ``Generation``'s own loop."""
+    """mlx-lm's llama holding the same weights: its attention does not go through
+    ``cache.attend``, so the batch steps each of its rows on its own (``runner.step``)."""
     from mlx_lm.models import llama as mlx_llama
 
     a = model.args
@@ -205,10 +205,14 @@ PATHS = {
 }
 
 
-@pytest.mark.parametrize("path", list(PATHS) + ["solo generate_step"])
+MLX_LM = "mlx-lm model, rows stepped one by one"
+
+
+@pytest.mark.parametrize("path", list(PATHS) + [MLX_LM])
 def test_a_stop_split_across_tokens_never_leaks_on_any_path(engines, path):
     batched, solo = engines
-    engine = solo if path == "solo generate_step" else batched
+    engine = solo if path == MLX_LM else batched
+    in_batch = path in ("batched", MLX_LM)
     opts = {"max_tokens": 12, "stop": ["of Fr"], **PATHS.get(path, {})}
     handles = [engine.submit(prompt_ids=p, **opts) for p in PROMPTS]  # several at once: a batch
     for h in handles:
@@ -218,8 +222,8 @@ def test_a_stop_split_across_tokens_never_leaks_on_any_path(engines, path):
         assert r.stats.finish_reason == "stop" and len(r.tokens) == 4  # the token that completed it counts
         for seq in r.sequences:
             assert seq.text == "The capital " and seq.finish_reason == "stop" and len(seq.tokens) == 4
-        assert ("mean_batch" in r.stats.extra) == (path == "batched")  # the batched step, or an own loop
-    if path == "batched":
+        assert ("mean_batch" in r.stats.extra) == in_batch  # the batch's steps, or an own loop
+    if in_batch:
         assert max(h.result().stats.extra["mean_batch"] for h in handles) > 1
 
 
@@ -250,14 +254,14 @@ def test_real_model_same_text_and_no_leaked_stop_on_every_path(real):
     solo = Engine(dataclasses.replace(real.loaded, model=mlx_lm_twin(real.loaded), supports_cascade=False),
                   real.defaults)
     try:
-        texts = {"solo generate_step": solo.generate(question, max_tokens=12)}
+        texts = {MLX_LM: solo.generate(question, max_tokens=12)}
         handles = [real.submit(question, max_tokens=12), real.submit("Name a fruit.", max_tokens=12)]
         texts["batched"] = handles[0].result()
         texts["speculative"] = real.generate(question, max_tokens=12, speculative="prompt_lookup")
         for name, r in texts.items():  # the same greedy tokens give the same text everywhere
             assert (r.tokens, r.text) == (plain.tokens, plain.text), name
         cut = plain.text.index("of Fr")
-        runs = {"solo generate_step": solo.submit(question, max_tokens=12, stop=["of Fr"])}
+        runs = {MLX_LM: solo.submit(question, max_tokens=12, stop=["of Fr"])}
         for name, opts in [("batched", {}), ("speculative", {"speculative": "prompt_lookup"}), ("beams", {"num_beams": 2})]:
             runs[name] = real.submit(question, max_tokens=12, stop=["of Fr"], **opts)
         real.submit("Name a fruit.", max_tokens=12)  # company for the batched one

@@ -11,13 +11,13 @@ sampled token per step.
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).
 - ``constrained``: JSON-schema replies (llguidance); ``tools``: the grammar that keeps tool
   calls valid; ``tool_calls``: call formats, where a call opens, one splitter for every API.
-- ``strategy``: ``Generation`` asks ``own_loop(options)`` whether a request needs its own
+- ``strategy``: the runtime asks ``own_loop(options)`` whether a request needs its own
   decode loop (the scheduler then runs it alone), and ``select_step`` for the token-step
   function (``decode_step``: mlx-lm's ``generate_step`` from the prompt's last token, or
   speculative decoding; same contract). None of them prefills: the runtime did
   (``runtime/prefill.py``, the one prefill, with the caches' ``prepare_decode``).
 
 May import: ``errors``, ``options``, ``results``, ``storage``, ``platform``, ``models``, ``caches``,
-``memory`` (to tell a cascade cache). Never ``runtime``: a ``Generation`` is passed in,
+``memory`` (to tell a cascade cache). Never ``runtime``: the runtime's ``Sequence`` is passed in,
 as a ``request.DecodeRequest``.
 """

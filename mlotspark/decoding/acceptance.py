@@ -36,7 +36,7 @@ class Acceptance:
         max_tokens: most tokens to keep.
         cancel: when set, the next token ends the sequence as ``cancelled``.
         tokens: the list kept tokens are appended to (pass the caller's, e.g.
-            ``Generation.tokens``, to fill it in place).
+            ``Sequence.tokens``, to fill it in place).
 
     Attributes:
         finish: None while running, then ``stop``, ``length`` or ``cancelled``.

@@ -238,7 +238,7 @@ def sample_sequences(
 
 
 def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[str]:
-    """Run a Generation whose options ask for beams or several returns, its prompt
+    """Run a request (the runtime's ``Sequence``) whose options ask for beams or several returns, its prompt
     prefilled (all but the last token) since ``t_start`` (default now).
 
     Fills ``gen.tokens``, ``gen.text``, ``gen.stats`` and ``gen.result`` (with every

@@ -1,7 +1,7 @@
 """What the decoding strategies drive: a request, as a Protocol.
 
 ``select_step`` and ``beam.run_sequences`` run a request that lives in the runtime
-above them (``runtime.generation.Generation`` implements this; checked in
+above them (``runtime.sequence.Sequence`` implements this; checked in
 tests/test_engine_api.py); naming what they use here keeps ``decoding`` from
 importing ``runtime``.
 """
@@ -32,7 +32,6 @@ class DecodeRequest(Protocol):
 
     def max_new_tokens(self) -> int: ...
     def sampling(self) -> tuple[Any, list]: ...  # the request's (sampler, logits processors), built once
-    def prefill_meter(self) -> Any: ...  # runtime.progress.PrefillMeter, or None
     def finalize(
         self,
         finish: str,

@@ -2,7 +2,7 @@
 
 ``speculative_generate_step`` keeps mlx-lm's ``generate_step`` contract (yield
 ``(token, logprobs)`` one token at a time, each token already fed to the cache when
-it is yielded), so ``Generation`` runs it in place of ``generate_step``. One target
+it is yielded), so the runtime's ``Sequence`` runs it in place of ``generate_step``. One target
 forward pass over ``[y, d1 .. dk]`` scores k drafts; the cache is trimmed back past
 the rejected ones.
 

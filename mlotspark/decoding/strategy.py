@@ -58,7 +58,7 @@ def _with_history(processor: Callable[[mx.array, mx.array], mx.array], before: m
 
 
 def select_step(gen: DecodeRequest) -> Callable[..., Any]:
-    """The token-step function for a Generation: ``generate_step``'s signature and
+    """The token-step function for a request (the runtime's ``Sequence``): ``generate_step``'s signature and
     contract (yield ``(token, logprobs)``), chosen from ``gen.options``.
 
     Speculative decoding on a cache that cannot be trimmed (the memory cascade) falls

@@ -23,9 +23,10 @@ from typing import Any
 from mlotspark.errors import DistributedError, MlotsparkError, SnapshotError
 from mlotspark.memory.cascade import CascadeConfig
 from mlotspark.options import GenerationOptions
-from mlotspark.runtime.batching import DecodeBatch, SequenceState, is_plain_kv
+from mlotspark.runtime.batching import DecodeBatch, is_plain_kv
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.prefill import prefill_batch, prefill_chunk
+from mlotspark.runtime.sequence import Sequence
 from mlotspark.distributed.group import RankGroup, is_rank_failure
 from mlotspark.distributed.protocol import cascade_from_message, fresh_cache, join_plan, replay
 from mlotspark.distributed.rank_memory import RankMemory
@@ -36,19 +37,22 @@ from mlotspark.distributed.rank_status import RankStatus
 MakeGeneration = Callable[[list[int], GenerationOptions, "CascadeConfig | None", "list | None", int], Generation]
 
 
-class FollowerSequence(SequenceState):
+class FollowerSequence(Sequence):
     """A follower's side of one request: what ``prefill_batch`` and ``DecodeBatch`` read.
 
-    ``SequenceState``'s own set-up (sampler, logits processors, detokenizer, stop
-    strings) is rank 0's work and is skipped: the rows decode greedily over the zero
-    logits a follower's share returns, and their tokens are never used.
+    ``Sequence``'s own set-up (sampler, logits processors, detokenizer, stop strings) is
+    rank 0's work and is skipped: the rows decode greedily over the zero logits a
+    follower's share returns, and their tokens are never used.
 
     Args:
         gen: the follower's Generation (prompt, this rank's cache, prefill chunk).
     """
 
     def __init__(self, gen: Generation):  # noqa: D107 - no super().__init__: see the class docstring
-        self.gen = gen
+        self.request = gen
+        self.prompt, self.cache, self.options = gen.prompt, gen.cache, gen.options
+        self.tokens: list[int] = []
+        self.fed_tokens: list[int] = list(gen.prompt)
         self.eos: set[int] = set()
         self.sampler = None
         self.greedy = True
@@ -58,7 +62,6 @@ class FollowerSequence(SequenceState):
         self.decoded = False
         self.plain = is_plain_kv(gen.cache)
         self.lazy_input = None
-        self.emitted = 0
         self.finish = None
         self.t_start, self.t_first = time.perf_counter(), None
         self.steps = 0
@@ -171,12 +174,12 @@ class Follower:
     def _leave(self, msg: dict) -> None:
         share = self.shares.pop(int(msg["id"]))
         self.batch.release(share.seq, write_back=True)
-        gen = share.seq.gen
+        seq = share.seq
         # What this rank's cache holds now: the same tokens as rank 0's (the same steps ran).
-        fed = (list(gen.prompt) + list(msg["extra"]))[: int(msg["fed"])]
+        fed = (list(seq.prompt) + list(msg["extra"]))[: int(msg["fed"])]
         saved = None
         if share.key is not None and self.memory is not None:
-            saved = self.memory.keep(share.key, share.context + fed, gen.cache, bool(msg["save"]))
+            saved = self.memory.keep(share.key, share.context + fed, seq.cache, bool(msg["save"]))
         self.group.gather_json({"saved": saved, "status": self.status.read()})
         self.done += 1
 

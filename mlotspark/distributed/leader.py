@@ -99,7 +99,7 @@ class RankLeader(StepMirror):
         if plan == "refuse":
             raise SnapshotError(error)
         if plan == "replay":
-            gen.stats.extra["rank_replayed"] = {"ranks": lacking, "tokens": len(context)}
+            request.state.stats.extra["rank_replayed"] = {"ranks": lacking, "tokens": len(context)}
         self._joined.add(request.seq_no)
 
     def prefill(self, requests: Sequence[Any], batched: bool) -> contextlib.AbstractContextManager[None]:
@@ -114,15 +114,15 @@ class RankLeader(StepMirror):
         if request.seq_no not in self._joined:
             return
         self._joined.discard(request.seq_no)
-        gen = request.generation
-        message = {"op": "leave", "id": request.seq_no, "fed": len(gen.fed_tokens),
-                   "extra": list(gen.fed_tokens[len(gen.prompt):]), "save": bool(request.meta.get("save"))}
+        seq = request.state
+        message = {"op": "leave", "id": request.seq_no, "fed": len(seq.fed_tokens),
+                   "extra": list(seq.fed_tokens[len(seq.prompt):]), "save": bool(request.meta.get("save"))}
         with self._op("ending a request"):
             self.group.broadcast_json(message)
             after = self.group.gather_json({"status": self.status.read()})
         self._took_status([a["status"] for a in after])
         if request.meta.get("key") is not None:
-            gen.stats.extra["rank_snapshots"] = [a.get("saved") for a in after[1:]]
+            seq.stats.extra["rank_snapshots"] = [a.get("saved") for a in after[1:]]
 
     def dropped(self, request: Any) -> None:
         if request.seq_no in self._joined:

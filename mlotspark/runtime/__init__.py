@@ -1,13 +1,16 @@
 """Running requests: one sequence's generation, continuous batching, the scheduler.
 
-- ``generation``: ``Generation``: a request that decodes in its own loop (mlx-lm's
-  ``generate_step``, speculation, beams) after its prefill, stop strings, cancellation,
-  the context limit, and the one stats finaliser (``Generation.finalize``) that solo,
-  batched and beam requests all use.
-- ``batching``: ``SequenceState`` and ``DecodeBatch``: many sequences, one step.
+- ``generation``: ``Generation``, a request as its caller made it (prompt, cache, options,
+  the context limit) and, once it ends, its result: a record the caller only reads.
+- ``sequence``: ``Sequence``, the one engine-side state of a running request (prefill
+  counters, tokens, text and acceptance, sampler, stats, cache), stepped by the batch or,
+  once prefilled, decoded in its own loop (speculation, beams, several returns), and the one stats
+  finaliser (``Sequence.finalize``) that solo, batched and beam requests all use.
+- ``batching``: ``DecodeBatch``: many sequences, one step.
 - ``prefill``: the one prefill: one prompt chunk of a request, the chunks of several
-  plain-KV requests in one padded forward pass (``prefill_batch``), or a whole prompt
-  before a request's own loop (``prefill_prompt``); each ends in ``prepare_decode``.
+  plain-KV requests in one padded forward pass (``prefill_batch``), for every request
+  (batched or own loop), or a whole prompt outside the engine (``prefill_prompt``); each
+  ends in ``prepare_decode``.
 - ``scheduler``: the engine thread, the priority queue, admission under the memory
   limit and the governor's batch cap.
 - ``scheduler_config``: ``SchedulerConfig`` (mode, max batch, memory limit), the

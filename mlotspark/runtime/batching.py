@@ -12,10 +12,8 @@ Steps are pipelined as in mlx-lm's ``generate_step``: a step is launched with th
 previous step's sampled tokens before they are read back, so building one step
 overlaps the compute of the one before.
 
-:class:`SequenceState` is one request's decode state (its ``decoding.acceptance``
-record: EOS, stop strings, text; sampler, counters); it writes into the request's
-:class:`~mlotspark.runtime.generation.Generation` so callers read ``text``, ``tokens``,
-``fed_tokens`` and ``result`` there as before.
+A row is a request's engine-side ``runtime.sequence.Sequence`` (its cache, sampler, counters
+and ``feed``); it is not imported here, as ``sequence.py`` imports this module.
 """
 
 from __future__ import annotations
@@ -29,12 +27,11 @@ import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 from mlx_lm.models.cache import KVCache as MlxKVCache
 
-from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.models.execution import runner_for
 from mlotspark.caches.kv import KVCache
 from mlotspark.decoding.sampling import process_logits, to_logprobs
 
-__all__ = ["BatchCache", "DecodeBatch", "Inflight", "SequenceState", "attend_packed", "is_plain_kv", "supports_batching"]
+__all__ = ["BatchCache", "DecodeBatch", "Inflight", "attend_packed", "is_plain_kv", "supports_batching"]
 
 
 class BatchCache:
@@ -132,85 +129,7 @@ def _seed_for(seed: int, step: int) -> int:
     return (seed * 0x9E3779B1 + step * 0x85EBCA77 + 1) & 0xFFFFFFFF
 
 
-class SequenceState:
-    """One request on the engine thread: prefill progress, then decode state.
-
-    Args:
-        gen: the request's ``runtime.generation.Generation`` (prompt, cache, options; results
-            go here; not imported: generation.py prefills through prefill.py, which imports this module).
-        eos: end-of-sequence token ids.
-    """
-
-    def __init__(self, gen: Any, eos: set[int]):
-        self.gen = gen
-        self.eos = eos
-        self.sampler, self.processors = gen.sampling()
-        self.greedy = gen.options.temperature == 0
-        self.max_tokens = gen.max_new_tokens()
-        self.acceptance = Acceptance.of(gen.tokenizer, gen.options.stop, eos=eos, max_tokens=self.max_tokens,
-                                        cancel=gen.cancel, tokens=gen.tokens)
-        self.prefilled = 0  # prompt tokens run so far (all but the last: it starts decode)
-        self.decoded = False  # True once the whole prompt is in the cache
-        self.plain = is_plain_kv(gen.cache)  # may be packed with other plain rows
-        self.lazy_input: mx.array | None = None  # (1,) this step's input, fed unread
-        self.finish: str | None = None
-        self.t_start = time.perf_counter()
-        self.t_first: float | None = None
-        self.steps = 0  # decode steps taken
-        self.batch_sizes = 0  # sum of the batch sizes over those steps
-        self.meter = gen.prefill_meter()  # None when nobody listens to prefill progress
-        if self.meter is not None:
-            self.meter(0)
-
-    # ---------------------------------------------------------------- prefill
-    @property
-    def prefill_left(self) -> int:
-        """Prompt tokens still to prefill before the sequence can join the batch."""
-        return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
-
-    @property
-    def next_token(self) -> int:
-        """The token this sequence feeds at its next decode step."""
-        g = self.gen
-        return g.tokens[-1] if g.tokens else g.prompt[-1]
-
-    def history(self) -> mx.array:
-        """Tokens the logits processors look back over (prompt + generated, fed)."""
-        known = mx.array(self.gen.fed_tokens)
-        return known if self.lazy_input is None else mx.concatenate([known, self.lazy_input])
-
-    # ---------------------------------------------------------------- decode
-    def accept(self, token: int) -> str:
-        """Take a sampled token; return the text that may be emitted now.
-
-        Sets ``finish`` when the sequence is done (stop, length or cancelled).
-        """
-        if self.t_first is None:
-            self.t_first = time.perf_counter()
-        piece = self.acceptance.accept(token)
-        self.gen.text = self.acceptance.text
-        self.finish = self.acceptance.finish
-        return piece
-
-    def close(self, reason: str | None = None) -> str:
-        """Finish the sequence: flush held-back text, fill stats and ``gen.result``.
-
-        Args:
-            reason: overrides ``finish`` (e.g. "cancelled" before any token).
-
-        Returns:
-            The last text piece to emit (may be empty).
-        """
-        g = self.gen
-        piece = self.acceptance.close(reason)
-        self.finish = self.acceptance.finish
-        g.text = self.acceptance.text
-        g.stats.extra["mean_batch"] = round(self.batch_sizes / self.steps, 2) if self.steps else 0.0
-        g.finalize(self.finish, self.t_start, self.t_first, stop_sequence=self.acceptance.stop_sequence)
-        return piece
-
-
-def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:
+def _sample_rows(seqs: Sequence[Any], logits: mx.array) -> mx.array:
     """Sample one token per row with each sequence's own options.
 
     Args:
@@ -228,9 +147,9 @@ def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:
         if s.processors:
             row = process_logits(row, [s.history()], [s.processors])
         logprobs = to_logprobs(row)
-        if s.gen.options.seed is not None and not s.greedy:
+        if s.options.seed is not None and not s.greedy:
             # The key is taken when the op is built, so the next row may reseed at once.
-            mx.random.seed(_seed_for(s.gen.options.seed, s.steps))
+            mx.random.seed(_seed_for(s.options.seed, s.steps))
         tok = s.sampler(logprobs)
         out.append(tok.reshape(1))
     return mx.concatenate(out)
@@ -240,7 +159,7 @@ def _sample_rows(seqs: Sequence[SequenceState], logits: mx.array) -> mx.array:
 class Inflight:
     """A launched decode step: its rows and their sampled tokens (not read back yet)."""
 
-    rows: list[SequenceState]
+    rows: list[Any]
     sampled: mx.array  # (B,)
     t_launch: float
     ids: set[int] = field(default_factory=set)
@@ -258,13 +177,17 @@ class DecodeBatch:
     caller finds an ordinary cache afterwards. Other caches (cascade, quantized)
     attend row by row and are never copied.
 
+    A model whose attention does not go through ``cache.attend`` (mlx-lm's classes) steps
+    each row on its own, through the runner's ``step``: a lone request is a batch of one.
+
     Args:
-        model: the runner of a ``models.llama.Model`` (``models/execution.py``; a bare model runs plainly).
+        model: the model's runner (``models/execution.py``; a bare model runs plainly).
     """
 
     def __init__(self, model: Any):
         self.runner = runner_for(model)
-        self.packed: list[SequenceState] = []
+        self.batchable = supports_batching(self.runner.model)  # rows may share one forward pass
+        self.packed: list[Any] = []
         self._kv: list[BatchKVCache] = []
         self._inflight: Inflight | None = None
         self._singles = False  # this step's rows go one by one through the NumPy step
@@ -274,7 +197,7 @@ class DecodeBatch:
         """The step launched last and not collected yet."""
         return self._inflight
 
-    def launch(self, seqs: Sequence[SequenceState]) -> Inflight | None:
+    def launch(self, seqs: Sequence[Any]) -> Inflight | None:
         """Start a decode step for ``seqs`` without waiting for it; return the previous one.
 
         Rows that were in the previous step feed its sampled token without reading
@@ -299,35 +222,35 @@ class DecodeBatch:
             else:
                 s.lazy_input = None
                 if s.decoded:  # the first step feeds the prompt's last token, already listed
-                    s.gen.feed(s.next_token)
+                    s.feed(s.next_token)
                 pieces.append(mx.array([s.next_token]))
             s.decoded = True
             s.steps += 1
             s.batch_sizes += len(rows)
         tokens = mx.concatenate(pieces)[:, None]  # (B, 1)
         if self._singles:
-            # Each row a step of its own through the runner (the NumPy step); each reads its
-            # input token, so no overlap with the step before, as for one row through that step.
-            logits = mx.concatenate([self.runner.step(tokens[i : i + 1], s.gen.cache)[:, -1, :]
+            # Each row a step of its own through the runner (the NumPy step, or a model without
+            # ``cache.attend``); the NumPy step reads its input token: no overlap with the step before.
+            logits = mx.concatenate([self.runner.step(tokens[i : i + 1], s.cache)[:, -1, :]
                                      for i, s in enumerate(rows)])
         else:
             n_layers = len(self.runner.layers)
             if self.packed:
                 mask = self._kv[0].make_mask(1)  # (P, 1, 1, T) hides each row's left padding
-                caches = [BatchCache([s.gen.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
+                caches = [BatchCache([s.cache[i] for s in others], self._kv[i], mask) for i in range(n_layers)]
             else:
-                caches = [BatchCache([s.gen.cache[i] for s in others]) for i in range(n_layers)]
+                caches = [BatchCache([s.cache[i] for s in others]) for i in range(n_layers)]
             logits = self.runner.forward(tokens, caches)[:, -1, :]  # (B, V)
         sampled = _sample_rows(rows, logits)
         mx.async_eval(sampled)
         self._inflight = Inflight(rows, sampled, t_launch, {id(r) for r in rows})
         return prev
 
-    def collect(self, step: Inflight | None) -> list[tuple[SequenceState, int]]:
+    def collect(self, step: Inflight | None) -> list[tuple[Any, int]]:
         """Wait for ``step`` and return each row's sampled token.
 
         A row that the step after it feeds straight from ``step`` gets the token
-        noted as fed (``gen.feed``) here, now that its value is known.
+        noted as fed (``feed``) here, now that its value is known.
         """
         if step is None:
             return []
@@ -335,32 +258,35 @@ class DecodeBatch:
         nxt = self._inflight
         for s, tok in zip(step.rows, values):
             if nxt is not None and nxt is not step and id(s) in nxt.ids and s.lazy_input is not None:
-                s.gen.feed(tok)
+                s.feed(tok)
         return list(zip(step.rows, values))
 
-    def drain(self) -> list[tuple[SequenceState, int]]:
+    def drain(self) -> list[tuple[Any, int]]:
         """Wait for the step in flight, if any, and return its tokens; none is left."""
         step, self._inflight = self._inflight, None
         return self.collect(step)
 
-    def step(self, seqs: Sequence[SequenceState]) -> list[int]:
+    def step(self, seqs: Sequence[Any]) -> list[int]:
         """One decode step, waited for (tests, benchmarks): tokens in the order of ``seqs``."""
         self.collect(self.launch(seqs))
         by_row = {id(s): t for s, t in self.drain()}
         return [by_row[id(s)] for s in seqs]
 
-    def release(self, seq: SequenceState, write_back: bool = True) -> None:
+    def release(self, seq: Any, write_back: bool = True) -> None:
         """Take ``seq`` out of the packed buffer (its KV back in its cache unless told not to)."""
         if seq in self.packed:
             self._remove([seq], write_back)
 
-    def _one_by_one(self, rows: Sequence[SequenceState]) -> bool:
+    def _one_by_one(self, rows: Sequence[Any]) -> bool:
         """Whether ``rows`` are better stepped one by one than packed: the runner says."""
-        return self.runner.prefers_unpacked([s.gen.cache for s in rows])
+        return self.runner.prefers_unpacked([s.cache for s in rows])
 
-    def _sync(self, seqs: Sequence[SequenceState]) -> None:
+    def _sync(self, seqs: Sequence[Any]) -> None:
         """Pack the plain rows of ``seqs`` (two or more, unless they go one by one through
         the NumPy step: ``_one_by_one``), unpack rows no longer wanted."""
+        if not self.batchable:  # the model's own attention: each row a step of its own
+            self._singles = True
+            return
         plain = [s for s in seqs if s.plain]
         self._singles = 0 < len(plain) == len(seqs) and self._one_by_one(plain)
         if len(plain) < 2 or self._singles:
@@ -372,21 +298,21 @@ class DecodeBatch:
         if not joining:
             return
         for i in range(len(self.runner.layers)):
-            merged = BatchKVCache.merge([s.gen.cache[i] for s in joining])
+            merged = BatchKVCache.merge([s.cache[i] for s in joining])
             if self.packed:
                 self._kv[i].extend(merged)
             else:
                 self._kv.append(merged)
         for s in joining:
-            for c in s.gen.cache:  # the packed buffer holds these now
+            for c in s.cache:  # the packed buffer holds these now
                 c.keys = c.values = None
         self.packed += joining
 
-    def _remove(self, seqs: Sequence[SequenceState], write_back: bool) -> None:
+    def _remove(self, seqs: Sequence[Any], write_back: bool) -> None:
         idx = [self.packed.index(s) for s in seqs]
         if write_back:
             for s, row in zip(seqs, idx):
-                for own, kv in zip(s.gen.cache, self._kv):
+                for own, kv in zip(s.cache, self._kv):
                     out = kv.extract(row)
                     own.keys, own.values, own.offset = out.keys, out.values, out.offset
         keep = [i for i in range(len(self.packed)) if i not in idx]

@@ -1,9 +1,9 @@
 """Prefill on the engine thread: one request's chunk alone, or several requests' chunks at once.
 
-The one module that runs a prompt into a cache: batched requests chunk by chunk
-(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), and a request that decodes
-in its own loop (beams, speculation, several returns, mlx-lm's model classes) all at
-once before its loop starts (``prefill_prompt``).
+The one module that runs a prompt into a cache: every request chunk by chunk
+(``prefill_chunk``, ``prefill_batch``, driven by the scheduler), whether it then decodes in
+the batch or in its own loop (beams, speculation, several returns), and a caller's record
+outside the engine all at once (``prefill_prompt``: tests, tools that fill a cache).
 
 Many short requests arriving together (an HTTP server under load) would otherwise
 each pay a forward pass of their own before they can join the decode batch. As
@@ -34,7 +34,8 @@ from mlx_lm.models.cache import BatchKVCache
 
 from mlotspark.caches.interface import prepare_decode
 from mlotspark.models.execution import runner_for
-from mlotspark.runtime.batching import SequenceState, attend_packed
+from mlotspark.runtime.batching import attend_packed
+from mlotspark.runtime.progress import ProgressListener, meter_for
 
 __all__ = ["MAX_PREFILL_BATCH", "PrefillCache", "PromptPrefill", "prefill_batch", "prefill_chunk", "prefill_prompt"]
 
@@ -43,64 +44,65 @@ MAX_PREFILL_BATCH = 8
 
 
 class PromptPrefill:
-    """Prefill progress of a request outside the batch: what ``prefill_chunk`` reads of a
-    ``SequenceState`` (``gen``, ``prefilled``, ``prefill_left``, ``meter``), no decode state.
+    """Prefill counters over a caller's record that has no engine-side ``Sequence`` (a test,
+    a tool that fills a cache): what ``prefill_chunk`` reads of a ``Sequence`` (``prompt``,
+    ``cache``, ``options``, ``prefilled``, ``prefill_left``, ``meter``), no decode state.
 
     Args:
-        gen: the request's Generation (prompt, cache, ``options.prefill_chunk``).
+        gen: the request's record (prompt, cache, ``options.prefill_chunk``).
+        on_progress: takes each ``PrefillProgress``; None: nobody listens.
     """
 
-    def __init__(self, gen: Any):
-        self.gen = gen
+    def __init__(self, gen: Any, on_progress: ProgressListener | None = None):
+        self.prompt, self.cache, self.options = gen.prompt, gen.cache, gen.options
         self.prefilled = 0
-        self.meter = gen.prefill_meter()
-        if self.meter is not None:
-            self.meter(0)
+        self.meter = meter_for(gen, on_progress)
 
     @property
     def prefill_left(self) -> int:
         """Prompt tokens still to prefill (all but the last: it starts decode)."""
-        return max(len(self.gen.prompt) - 1 - self.prefilled, 0)
+        return max(len(self.prompt) - 1 - self.prefilled, 0)
 
 
-def prefill_prompt(model: Any, gen: Any) -> int:
-    """Run all of ``gen.prompt`` but its last token into ``gen.cache``, in chunks of
+def prefill_prompt(model: Any, seq: Any) -> int:
+    """Run all of ``seq.prompt`` but its last token into ``seq.cache``, in chunks of
     ``options.prefill_chunk``, then the caches' ``prepare_decode``; progress goes to
-    ``gen.prefill_meter()``.
+    ``seq.meter``.
 
     Args:
         model: the model's runner (a bare model runs plainly).
-        gen: the request (a ``Generation``).
+        seq: the request: a ``Sequence`` (engine side), or a record (``Generation``),
+            prefilled through a ``PromptPrefill`` over it.
 
     Returns:
         Tokens prefilled.
     """
-    state = PromptPrefill(gen)
+    state = seq if hasattr(seq, "prefill_left") else PromptPrefill(seq)
     while prefill_chunk(model, state):
         mx.clear_cache()
     if state.meter is not None:
-        state.meter(len(gen.prompt))  # a one-token prompt: nothing ran, the prompt is in
+        state.meter(len(state.prompt))  # a one-token prompt: nothing ran, the prompt is in
     return state.prefilled
 
 
-def _advance(model: Any, seq: SequenceState, n: int) -> None:
+def _advance(model: Any, seq: Any, n: int) -> None:
     """Count ``n`` more prompt tokens of ``seq`` as prefilled and report progress; once
     the prefill is done, run the caches' lifecycle step before the first decode step
     (``prepare_decode``: the cascade's question pass)."""
     seq.prefilled += n
     if seq.prefill_left == 0:
-        prepare_decode(model, seq.gen.cache, seq.gen.prompt[: seq.prefilled])
+        prepare_decode(model, seq.cache, seq.prompt[: seq.prefilled])
     if seq.meter is not None:
         # The last prompt token runs in the first decode step: the prompt counts as
         # prefilled once nothing else is left, as in mlx-lm's generate_step.
-        seq.meter(len(seq.gen.prompt) if seq.prefill_left == 0 else seq.prefilled)
+        seq.meter(len(seq.prompt) if seq.prefill_left == 0 else seq.prefilled)
 
 
-def _chunk_len(seq: SequenceState) -> int:
-    return min(seq.gen.options.prefill_chunk, seq.prefill_left)
+def _chunk_len(seq: Any) -> int:
+    return min(seq.options.prefill_chunk, seq.prefill_left)
 
 
-def prefill_chunk(model: Any, seq: SequenceState) -> int:
+def prefill_chunk(model: Any, seq: Any) -> int:
     """Run one prefill chunk of ``seq`` alone through the model's runner (any cache kind).
 
     Returns:
@@ -111,9 +113,9 @@ def prefill_chunk(model: Any, seq: SequenceState) -> int:
         return 0
     model = runner_for(model)
     start = seq.prefilled
-    chunk = mx.array(seq.gen.prompt[start : start + n])[None]  # (1, n)
-    model.forward(chunk, seq.gen.cache)  # the logits are never evaluated: only the cache is
-    mx.eval([c.state for c in seq.gen.cache])
+    chunk = mx.array(seq.prompt[start : start + n])[None]  # (1, n)
+    model.forward(chunk, seq.cache)  # the logits are never evaluated: only the cache is
+    mx.eval([c.state for c in seq.cache])
     _advance(model, seq, n)
     return n
 
@@ -155,7 +157,7 @@ class PrefillCache:
         return attend_packed(self.kv, q, k, v, rope=rope, scale=scale, mask=self.mask)
 
 
-def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
+def prefill_batch(model: Any, seqs: Sequence[Any]) -> int:
     """Run one prefill chunk of each of ``seqs`` (plain-KV caches) in one forward pass.
 
     Each row takes its own chunk length (``options.prefill_chunk``, at most what it
@@ -164,7 +166,7 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
 
     Args:
         model: the runner of a ``models.llama.Model`` (attention through ``cache.attend``).
-        seqs: sequences whose caches are all plain KV (``SequenceState.plain``).
+        seqs: sequences whose caches are all plain KV (``runtime.sequence.Sequence.plain``).
 
     Returns:
         Tokens processed over all rows (0 when none had anything left).
@@ -177,19 +179,19 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
         return 0
     bad = [s for s in seqs if not s.plain]
     if bad:
-        raise ValueError(f"batched prefill needs plain KV caches, got {type(bad[0].gen.cache[0]).__name__}")
+        raise ValueError(f"batched prefill needs plain KV caches, got {type(bad[0].cache[0]).__name__}")
     if len(seqs) == 1:
         return prefill_chunk(model, seqs[0])
     model = runner_for(model)
     lengths = [_chunk_len(s) for s in seqs]
     L = max(lengths)
     right = [L - n for n in lengths]
-    rows = [s.gen.prompt[s.prefilled : s.prefilled + n] + [0] * (L - n) for s, n in zip(seqs, lengths)]
+    rows = [s.prompt[s.prefilled : s.prefilled + n] + [0] * (L - n) for s, n in zip(seqs, lengths)]
     tokens = mx.array(rows)  # (B, L), right-padded with token 0 (never attended by real tokens)
-    n_layers = len(seqs[0].gen.cache)
+    n_layers = len(seqs[0].cache)
     kvs = []
     for i in range(n_layers):
-        kv = BatchKVCache.merge([s.gen.cache[i] for s in seqs])
+        kv = BatchKVCache.merge([s.cache[i] for s in seqs])
         kv.prepare(right_padding=right)
         kvs.append(kv)
     # Every layer shares the padding, so one mask serves them all.
@@ -201,11 +203,11 @@ def prefill_batch(model: Any, seqs: Sequence[SequenceState]) -> int:
     # KVCache, with attend) and with one host read of the paddings, not one per row and layer.
     pads, end = kvs[0].left_padding.tolist(), kvs[0].size()  # the same in every layer
     for row, (s, pad) in enumerate(zip(seqs, pads)):
-        for own, kv in zip(s.gen.cache, kvs):
+        for own, kv in zip(s.cache, kvs):
             own.keys = mx.contiguous(kv.keys[row : row + 1, :, pad:end])
             own.values = mx.contiguous(kv.values[row : row + 1, :, pad:end])
             own.offset = end - pad
-    mx.eval([c.state for s in seqs for c in s.gen.cache])
+    mx.eval([c.state for s in seqs for c in s.cache])
     for s, n in zip(seqs, lengths):
         _advance(model, s, n)
     return sum(lengths)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["PrefillMeter", "PrefillProgress", "ProgressListener"]
+__all__ = ["PrefillMeter", "PrefillProgress", "ProgressListener", "meter_for"]
 
 
 @dataclass(frozen=True)
@@ -124,3 +124,18 @@ class PrefillMeter:
     def finish(self) -> None:
         """Report the whole prompt prefilled (once; later calls do nothing)."""
         self(self.total)
+
+
+def meter_for(request: Any, listener: ProgressListener | None) -> PrefillMeter | None:
+    """The meter of one request's prefill (None when nobody listens), reporting ``(0, total)`` at once.
+
+    Args:
+        request: the request (``prompt``: the tokens not yet in the cache, ``cached_tokens``,
+            ``cascaded``).
+        listener: whoever takes the events (the request handle's ``progressed``), or None.
+    """
+    if listener is None:
+        return None
+    meter = PrefillMeter(len(request.prompt), listener, cascade=request.cascaded, cached=request.cached_tokens)
+    meter(0)
+    return meter

@@ -28,9 +28,14 @@ class RequestHandle:
     (finish reason ``cancelled``, the text so far kept, its KV released).
     ``progress`` is the latest ``PrefillProgress`` of the prompt, for callers that poll.
 
+    The engine thread talks to the handle through three calls, and only these: ``emit``
+    (a text piece), ``progressed`` (a ``PrefillProgress``) and ``finish``; it reaches the
+    handle through the request record it holds (``scheduled.Request.handle``). The handle
+    sets nothing on the generation, so nothing the engine keeps points back at it.
+
     Args:
         generation: the request's Generation (prompt, cache, options; the engine
-            thread fills in ``tokens``, ``text``, ``fed_tokens`` and ``result``).
+            thread writes ``result`` and ``fed_tokens`` there when the request ends).
         wake: called after ``cancel()`` so the engine thread notices at once.
         on_progress: called with each ``PrefillProgress`` (on the engine thread).
         progress_events: also yield the ``PrefillProgress`` events when iterating,
@@ -43,7 +48,6 @@ class RequestHandle:
         self.progress: PrefillProgress | None = None
         self._on_progress = on_progress
         self._progress_events = progress_events
-        generation.on_progress = self._progressed
         self.cancel_event = generation.cancel
         self._wake = wake
         self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -61,14 +65,13 @@ class RequestHandle:
     def finish(self, result: GenerationResult | None, error: BaseException | None = None) -> None:
         """[engine thread] End the stream with ``result`` (or ``error``)."""
         self._result, self._error = result, error
-        # The generation points back at this handle (on_progress): unlinked, the pair is freed
-        # (with its KV) when the caller drops the handle, not at the next cyclic collection.
-        self.generation.on_progress = None
         self._put(_END)
         self._done.set()
 
-
-    def _progressed(self, event: PrefillProgress) -> None:
+    def progressed(self, event: PrefillProgress) -> None:
+        """[engine thread] Take a ``PrefillProgress`` of the prompt: kept in ``progress``,
+        queued for the reader when the handle was made with ``progress_events``, and
+        handed to ``on_progress``."""
         self.progress = event
         if self._progress_events:
             self._put(event)

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from mlotspark.runtime.batching import SequenceState
 from mlotspark.runtime.generation import Generation
+from mlotspark.runtime.sequence import Sequence
 
 __all__ = ["Job", "Request", "StepRecord", "cache_bytes"]
 
@@ -32,16 +32,16 @@ class StepRecord:
 class Request:
     """A submitted request as the scheduler holds it."""
 
-    generation: Generation
-    handle: Any  # RequestHandle
+    generation: Generation  # the caller's record: it reads the result there
+    handle: Any  # RequestHandle: how the engine thread reaches the caller (emit, progressed, finish)
     priority: int = 0
     on_finish: Callable[[Generation], None] | None = None
     owns_cache: bool = True  # the engine made the cache, so it may drop it on cancel
     projected_bytes: int = 0
     seq_no: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
-    state: SequenceState | None = None
-    stepper: Iterator[str] | None = None  # a request that runs alone: its own loop
+    state: Sequence | None = None  # the engine-side state, made when it is admitted
+    stepper: Iterator[str] | None = None  # a request that runs alone: its Sequence's own loop
     meta: dict = field(default_factory=dict)  # what the StepMirror needs (distributed: the conversation)
 
     @property

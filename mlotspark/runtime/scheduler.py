@@ -18,10 +18,12 @@ turn of the loop:
 6. runs one batched decode step (``batching.DecodeBatch``) over the running
    sequences; a request joins after its prefill and leaves when it finishes.
 
-Requests that decode in their own loop (beam search, speculative decoding, several
-returns: ``Generation.own_loop``), and every request of a model whose attention
-does not go through ``cache.attend`` (mlx-lm's classes), run alone: one text piece
-of one of them per turn, between the batch's steps, so they share the thread.
+Each admitted request is one ``sequence.Sequence`` and prefills as above. Those that
+then decode in their own loop (beam search, speculative decoding, several returns:
+``Generation.own_loop``) run alone: one text piece of one of them per turn, between the
+batch's steps, so they share the thread. Every other request joins the batch, also for a model whose attention does
+not go through ``cache.attend`` (mlx-lm's classes): its rows then each take a step of
+their own (``DecodeBatch``), and a lone request is a batch of one.
 
 One module past ~500 lines on purpose: the engine thread's loop, admission and
 cancellation share one lock and one queue; the batch step lives in ``batching.py``,
@@ -43,14 +45,14 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from mlotspark.models.execution import runner_for
-from mlotspark.runtime.batching import DecodeBatch, SequenceState, supports_batching
+from mlotspark.runtime.batching import DecodeBatch, supports_batching
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.runtime.prefill import MAX_PREFILL_BATCH, prefill_batch, prefill_chunk
 from mlotspark.platform import blas
 from mlotspark.platform.device import is_metal, release_idle_memory
 from mlotspark.errors import MlotsparkError, OptionError
-from mlotspark.results import GenerationResult
 from mlotspark.runtime.scheduled import Job, Request, StepRecord, cache_bytes
+from mlotspark.runtime.sequence import Sequence
 from mlotspark.runtime.scheduler_config import (
     SchedulerConfig,
     ThroughputMeter,
@@ -332,11 +334,11 @@ class Scheduler:
         next ones (up to ``MAX_PREFILL_BATCH``) when their caches are all plain KV;
         requests with nothing left to prefill join the decode batch."""
         first = self._prefilling[0]
-        if first.state.plain:
+        if first.state.plain and self.batching:
             group = [r for r in self._prefilling if r.state.plain][:MAX_PREFILL_BATCH]
             with self.mirror.prefill(group, batched=True):
                 prefill_batch(self.runner, [r.state for r in group])
-        else:  # a cascade or quantized cache: alone, through its own attend
+        else:  # a cascade or quantized cache, or a model without cache.attend: alone
             group = [first]
             with self.mirror.prefill(group, batched=False):
                 prefill_chunk(self.runner, first.state)
@@ -345,7 +347,11 @@ class Scheduler:
                 if r.state.meter is not None:
                     r.state.meter.finish()  # a one-token prompt had no chunk to report
                 self._prefilling.remove(r)
-                self._running.append(r)
+                if r.generation.own_loop:  # beams, speculation, several returns: decoded alone
+                    r.stepper = r.state.pieces()
+                    self._solo.append(r)
+                else:
+                    self._running.append(r)
 
     def _admit(self, cap: int) -> None:
         while True:
@@ -367,18 +373,18 @@ class Scheduler:
                         continue
                     return
                 heapq.heappop(self._queue)
-            r.generation.stats.extra["queue_s"] = round(time.perf_counter() - r.submitted_at, 4)
-            if not self.batching or getattr(r.generation, "own_loop", False):
-                r.stepper = iter(r.generation)
-                self._solo.append(r)
-            else:
-                r.state = SequenceState(r.generation, self.eos)
-                self._prefilling.append(r)
-                try:
-                    self.mirror.joined(r)
-                except MlotsparkError as e:  # e.g. another rank cannot hold its share: this request fails
-                    self._prefilling.remove(r)
-                    self._fail(r, e)
+            try:
+                r.state = Sequence(r.generation, self.eos, r.handle.progressed)
+            except Exception as e:  # noqa: BLE001  e.g. a grammar that cannot be built: that request fails
+                self._fail(r, e)
+                continue
+            r.state.stats.extra["queue_s"] = round(time.perf_counter() - r.submitted_at, 4)
+            self._prefilling.append(r)
+            try:
+                self.mirror.joined(r)
+            except MlotsparkError as e:  # e.g. another rank cannot hold its share: this request fails
+                self._prefilling.remove(r)
+                self._fail(r, e)
 
     def _decode(self, state: str, cap: int) -> None:
         """Launch the next batched step, then take in the tokens of the one before
@@ -450,10 +456,7 @@ class Scheduler:
             r.handle.emit(piece)
             self._solo.append(r)
             return
-        self._completed += 1
-        if r.generation.result and r.generation.result.stats.finish_reason == "cancelled":
-            self._release(r)
-        self._deliver(r)
+        self._finish(r)  # its loop ended: the result is made
 
     # ----------------------------------------------------------- finishing
     def _sweep_cancelled(self) -> None:
@@ -463,44 +466,34 @@ class Scheduler:
                 self._queue = [(k, r) for k, r in self._queue if not r.generation.cancel.is_set()]
                 heapq.heapify(self._queue)
         for r in queued:
-            r.state = SequenceState(r.generation, self.eos)
+            r.state = Sequence(r.generation, self.eos, r.handle.progressed)
             self._finish(r, "cancelled")
-        for group in (self._prefilling, self._running):
+        for group in (self._prefilling, self._running, self._solo):
             for r in [r for r in group if r.generation.cancel.is_set()]:
                 group.remove(r)
                 self._finish(r, "cancelled")
-        for r in [r for r in self._solo if r.generation.cancel.is_set()]:
-            self._solo.remove(r)
-            self._cancel_solo(r)
-
-    def _cancel_solo(self, r: Request) -> None:
-        """Stop a request's own loop now; the text so far is its result."""
-        g = r.generation
-        r.stepper.close()  # type: ignore[union-attr]  # its loop ends at the current token
-        if g.result is None:
-            g.stats.prompt_tokens = g.cached_tokens + len(g.prompt)
-            g.stats.generation_tokens = len(g.tokens)
-            g.stats.finish_reason = "cancelled"
-            g.result = GenerationResult(text=g.text, tokens=list(g.tokens), stats=g.stats)
-        self._release(r)
-        self._completed += 1
-        self._deliver(r)
 
     def _finish(self, r: Request, reason: str | None = None) -> None:
-        g = r.generation
-        cancelled = (reason or r.state.finish) == "cancelled"
-        # A cancelled request's KV is dropped, unless the caller owns the cache.
-        self._batch.release(r.state, write_back=not (cancelled and r.owns_cache))
-        if not r.state.decoded:
-            g.fed_prompt(r.state.prefilled)  # what the cache really holds
-        piece = r.state.close(reason)
-        if piece:
-            r.handle.emit(piece)
+        """End a request, however it ran: its result to the record, its text's tail and the
+        result to the handle; a cancelled request's KV is dropped unless the caller owns it."""
+        seq = r.state
+        assert seq is not None
+        if r.stepper is not None:  # its own loop: ended, or stopped now at the current token
+            r.stepper.close()
+            seq.cut()  # the text so far, when the loop had not made its result
+        else:
+            cancelled = (reason or seq.finish) == "cancelled"
+            self._batch.release(seq, write_back=not (cancelled and r.owns_cache))
+            if not seq.decoded:
+                seq.fed_prompt(seq.prefilled)  # what the cache really holds
+            piece = seq.close(reason)
+            if piece:
+                r.handle.emit(piece)
         try:
             self.mirror.left(r)
         except MlotsparkError as e:  # the reply is whole; only what the others kept of it is not
-            g.stats.extra["mirror_error"] = str(e)
-        if g.stats.finish_reason == "cancelled":
+            seq.stats.extra["mirror_error"] = str(e)
+        if seq.stats.finish_reason == "cancelled":
             self._release(r)
         self._completed += 1
         self._deliver(r)
@@ -508,8 +501,15 @@ class Scheduler:
     def _release(self, r: Request) -> None:
         """Drop the engine's references to a cancelled request's KV and return the memory."""
         if r.owns_cache:
-            r.generation.cache = []
+            self._drop_cache(r)
         mx.clear_cache()
+
+    @staticmethod
+    def _drop_cache(r: Request) -> None:
+        if r.state is not None:
+            r.state.drop_cache()
+        else:
+            r.generation.cache = []
 
     def _deliver(self, r: Request) -> None:
         error = None
@@ -523,7 +523,7 @@ class Scheduler:
     def _fail(self, r: Request, error: BaseException) -> None:
         self.mirror.dropped(r)
         if r.owns_cache:
-            r.generation.cache = []
+            self._drop_cache(r)
         self._completed += 1
         r.handle.finish(None, error)
 
