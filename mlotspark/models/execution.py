@@ -177,7 +177,7 @@ class CpuRunner(Runner):
     attention = staticmethod(prefill_ops.cpu_attention)
     #: A row stepped on its own runs through NumPy, ~2x mlx-lm's decode; packed rows stay on
     #: MLX. Packing pays only from this many rows: two packed rows gave 0.71x the tokens/s of
-    #: one NumPy row, four 1.22x (RESULTS "Issue 12, round 5", batched decode).
+    #: one NumPy row, four 1.22x (measured, batched decode).
     PACK_FROM = 4
 
     def __init__(self, fuse: bool = True, numpy_step: bool = True) -> None:
@@ -258,7 +258,7 @@ class GpuRunner(Runner):
     residual, the next layer's norm and q/k/v) is one compiled call, so ~60 small ops
     per layer cost one dispatch from Python and their elementwise work is fused. On
     this CPU they cut graph building per token (6.3 -> 5.5 ms) but not the step (16.2
-    vs 17.6 tok/s, benchmarks/RESULTS.md "Issue 12"), where the BLAS calls dominate.
+    vs 17.6 tok/s, measured), where the BLAS calls dominate.
     """
 
     name = "gpu"

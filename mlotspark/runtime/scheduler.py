@@ -120,7 +120,7 @@ class Scheduler:
         #: decode step's ~600 ops returns only when ~all of them have run (it bounds the
         #: tasks in flight), so there is nothing to overlap and the order would hand every
         #: token over one step late: the first one too (TTFT), and a finished request
-        #: would pay one wasted step (benchmarks/RESULTS.md "Issue 12, round 4").
+        #: would pay one wasted step.
         self.pipelined: bool | None = None
         self.kv_per_token = kv_bytes_per_token(model)
         self._batch = DecodeBatch(self.runner)
