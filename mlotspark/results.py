@@ -111,13 +111,15 @@ class GenerationResult:
     ``num_return_sequences`` > 1, every sequence in ``sequences`` (best first, as
     ``mlotspark.decoding.beam.Hypothesis``: ``text``, ``tokens``, ``score``, ``logprob``).
     With ``tools``, the calls the reply made are in ``tool_calls`` and ``text`` keeps
-    only the words outside them."""
+    only the words outside them. A reasoning model's thinking (``<think>…</think>``) is in
+    ``reasoning``, never in ``text``; empty when the model did not think."""
 
     text: str
     tokens: list[int]
     stats: GenerationStats
     sequences: list = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str = ""
 
     def __str__(self) -> str:
         return self.text
