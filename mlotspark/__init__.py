@@ -42,6 +42,11 @@ _LAZY = {
     "ToolCall": ".results",
     "CallSplitter": ".decoding.tool_calls",
     "tool_format": ".decoding.tool_calls",
+    # MCP servers' tools, run for the model (``chat --mcp``, ``serve --mcp``, Python).
+    "McpHub": ".tools.mcp_hub",
+    "load_mcp_config": ".tools.mcp_config",
+    "Approval": ".tools.loop",
+    "run_turn": ".tools.loop",
     # What a user can open by name: catalogue aliases and what `mlotspark list` shows.
     "available_models": ".models.hub.inventory",
 }
@@ -63,6 +68,7 @@ def __dir__() -> list[str]:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Approval",
     "CascadeConfig",
     "Conversation",
     "ConversationInfo",
@@ -72,6 +78,7 @@ __all__ = [
     "GenerationOptions",
     "GenerationResult",
     "GenerationStats",
+    "McpHub",
     "RequestHandle",
     "RequestOptions",
     "MlotsparkError",
@@ -95,5 +102,7 @@ __all__ = [
     "available_models",
     "blas_warning",
     "listen_steps",
+    "load_mcp_config",
+    "run_turn",
     "tool_format",
 ]

@@ -28,7 +28,7 @@ LAYERS = {
     "mlotspark.decoding": 3,
     "mlotspark.runtime": 4, "mlotspark.distributed": 4,
     "mlotspark.conversations": 5,
-    "mlotspark.engine": 6,
+    "mlotspark.engine": 6, "mlotspark.tools": 6,
     "mlotspark.bench": 7, "mlotspark.cli": 7, "mlotspark.server": 7, "mlotspark.__main__": 7,
 }
 

@@ -1,0 +1,275 @@
+"""MCP tools run for the model: the servers file, the hub (the real ``mcp-server-time`` and a
+server written with the ``mcp`` SDK, tests/mcp_test_server.py), the approval answers, the
+loop's bound, the Responses items, and one turn on the real Qwen through a named tool."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlotspark import OptionError
+from mlotspark.results import GenerationResult, GenerationStats, ToolCall
+from mlotspark.tools import Approval, McpHub, load_mcp_config, run_turn
+from mlotspark.tools.mcp_config import parse_mcp_config
+from mlotspark.tools.responses_items import mcp_request, run_mcp_tools
+
+TEST_SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
+TIME = {"command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+MINE = {"command": sys.executable, "args": [TEST_SERVER]}
+
+
+def _children() -> set[int]:
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def hub():
+    """The time server and two copies of the test server (their tool names clash)."""
+    before = _children()
+    h = McpHub(parse_mcp_config({"mcpServers": {"time": TIME, "a": MINE, "b": MINE}}),
+               call_timeout_s=1.0, max_result_chars=200).start()
+    yield h
+    h.close()
+    assert not (_children() - before), "a server's process outlived the hub"
+
+
+# -- the servers file -------------------------------------------------------------------
+def test_config_reads_the_shared_shape(tmp_path):
+    p = tmp_path / "mcp.json"
+    p.write_text(json.dumps({"mcpServers": {"time": {**TIME, "env": {"TZ": "UTC"}},
+                                            "web": {"url": "http://127.0.0.1:9000/mcp"},
+                                            "off": {"command": "x", "disabled": True}}}))
+    servers = load_mcp_config(p)
+    assert list(servers) == ["time", "web"]
+    assert servers["time"].args == tuple(TIME["args"]) and servers["time"].env == {"TZ": "UTC"}
+    assert servers["web"].transport == "http"
+
+
+@pytest.mark.parametrize("doc, named", [
+    ({"servers": {}}, "mcpServers"),
+    ({"mcpServers": {"t": {"args": []}}}, "mcpServers.t"),
+    ({"mcpServers": {"t": {"command": "x", "args": "-m y"}}}, "mcpServers.t.args"),
+    ({"mcpServers": {"t": {"command": "x", "env": {"A": 1}}}}, "mcpServers.t.env"),
+    ({"mcpServers": {"t": {"url": "https://example.com/mcp"}}}, "mcpServers.t.url"),
+    ({"mcpServers": {"bad name": {"command": "x"}}}, "'bad name'"),
+])
+def test_a_bad_config_names_the_key(doc, named, tmp_path):
+    p = tmp_path / "mcp.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(OptionError) as e:
+        load_mcp_config(p)
+    assert named in str(e.value) and str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_missing_or_broken_file_is_one_line(tmp_path):
+    with pytest.raises(OptionError, match="cannot read MCP config"):
+        load_mcp_config(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(OptionError, match="is not JSON"):
+        load_mcp_config(tmp_path / "bad.json")
+
+
+# -- the hub ------------------------------------------------------------------------------
+def test_tools_are_listed_and_clashing_names_prefixed(hub):
+    names = [t.name for t in hub.tools]
+    assert {"get_current_time", "convert_time"} <= set(names)  # unique: kept as the server names them
+    assert {"a__echo", "b__echo", "a__hang", "b__crash"} <= set(names) and "echo" not in names
+    echo = next(t for t in hub.tools if t.name == "a__echo")
+    assert (echo.server, echo.tool) == ("a", "echo")
+    assert echo.openai()["function"]["parameters"]["properties"]["text"]["type"] == "string"
+    assert [s["name"] for s in hub.describe()] == ["time", "a", "b"] and not hub.errors
+
+
+def test_the_real_time_server_answers(hub):
+    out = hub.call("get_current_time", {"timezone": "Asia/Tokyo"})
+    assert out.error is None and json.loads(out.output)["timezone"] == "Asia/Tokyo"
+
+
+def test_an_error_result_and_an_unknown_tool_are_one_line(hub):
+    out = hub.call("get_current_time", {"timezone": "Not/AZone"})
+    assert out.error and "Not/AZone" in out.error and "\n" not in out.error and out.text.startswith("error: ")
+    assert "no tool 'nope'" in hub.call("nope", {}).error
+
+
+def test_results_are_capped_and_say_so(hub):
+    out = hub.call("a__long", {"chars": 5000})
+    assert out.cut and out.full_chars == 5000
+    assert out.output.startswith("x" * 200) and "[result cut at 200 of 5,000 characters]" in out.output
+    assert not hub.call("a__long", {"chars": 50}).cut
+
+
+def test_a_hung_call_is_bounded_and_the_server_lives_on(hub):
+    out = hub.call("a__hang", {}, timeout_s=0.3)
+    assert out.error == "a: hang timed out after 0.3 s"
+    assert hub.call("a__echo", {"text": "still here"}).output == "echo: still here"
+
+
+def test_garbage_on_the_stream_does_not_break_the_server(hub):
+    assert hub.call("a__garbage", {}).output == "answered after garbage"
+    assert hub.call("a__echo", {"text": "ok"}).output == "echo: ok"
+
+
+def test_a_crash_mid_call_is_one_line_and_the_server_is_marked_gone(hub):
+    pid = int(hub.call("b__pid", {}).output)
+    out = hub.call("b__crash", {})
+    assert out.error.startswith("b: crash failed:") and "crashing on purpose" in out.error and "\n" not in out.error
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    after = hub.call("b__echo", {"text": "x"})
+    assert after.error and "exited" in after.error
+    assert {s["name"]: s["running"] for s in hub.describe()}["b"] is False
+    assert hub.call("a__echo", {"text": "a is fine"}).output == "echo: a is fine"
+
+
+def test_a_server_that_cannot_start_is_named_and_the_others_run(tmp_path):
+    cfg = parse_mcp_config({"mcpServers": {"gone": {"command": str(tmp_path / "no-such-program")}, "a": MINE}})
+    with McpHub(cfg, start_timeout_s=20) as h:
+        assert "gone" in h.errors and h.errors["gone"].startswith("did not start")
+        assert [t.name for t in h.tools if t.name == "echo"] == ["echo"]  # no clash with a server that is not running
+
+
+def test_a_server_that_never_answers_the_handshake_is_bounded(tmp_path):
+    silent = tmp_path / "silent.py"
+    silent.write_text("import time\ntime.sleep(600)\n")
+    before = _children()
+    h = McpHub(parse_mcp_config({"mcpServers": {"mute": {"command": sys.executable, "args": [str(silent)]}}}),
+               start_timeout_s=0.5).start()
+    try:
+        assert h.errors["mute"] == "did not start: timed out" and h.tools == []
+    finally:
+        h.close()
+    assert not (_children() - before)
+
+
+def test_close_ends_every_child(tmp_path):
+    before = _children()
+    h = McpHub(parse_mcp_config({"mcpServers": {"a": MINE}})).start()
+    pid = int(h.call("echo", {"text": "x"}) and h.call("pid", {}).output)
+    assert pid in _children()
+    h.close()
+    assert pid not in _children() and not (_children() - before)
+    assert h.call("echo", {"text": "x"}).error == "the MCP servers are closed"
+    h.close()  # idempotent
+
+
+# -- approval and the loop (a scripted engine: the loop's logic, not the model's) --------
+class ScriptedEngine:
+    """Answers each ``generate`` with the next scripted reply; records what it was given."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.seen = []
+
+    def generate(self, messages, **options):
+        self.seen.append((list(messages), options))
+        text, calls = self.replies.pop(0) if self.replies else ("done", [])
+        return GenerationResult(text, [], GenerationStats(), tool_calls=calls)
+
+
+def _call(name, i=0, **args):
+    return ToolCall(f"call_{i}", name, args)
+
+
+def test_approval_answers_are_remembered():
+    asked = []
+    answers = iter(["once", "always", "never"])
+    ap = Approval(lambda call: asked.append(call.name) or next(answers))
+    assert ap.allows(_call("t1"))  # once: runs, asks again next time
+    assert ap.allows(_call("t1"))  # always
+    assert ap.allows(_call("t1")) and asked == ["t1", "t1"]
+    assert not ap.allows(_call("t2")) and not ap.allows(_call("t2")) and asked == ["t1", "t1", "t2"]
+    with pytest.raises(OptionError, match="invalid approval 'maybe'"):
+        Approval(lambda call: "maybe").allows(_call("t3"))
+
+
+def test_the_loop_runs_calls_feeds_results_and_answers(hub):
+    eng = ScriptedEngine([("", [_call("a__echo", text="ping")]), ("The tool said ping.", [])])
+    events = []
+    turn = run_turn(eng, [{"role": "user", "content": "echo ping"}], hub, on_event=lambda e: events.append(e.kind),
+                    tool_choice={"type": "function", "function": {"name": "a__echo"}}, max_tokens=20)
+    assert turn.text == "The tool said ping." and not turn.bounded
+    assert [m["role"] for m in turn.messages] == ["assistant", "tool", "assistant"]
+    assert turn.messages[1]["content"] == "echo: ping" and turn.messages[1]["tool_call_id"] == "call_0"
+    second_messages, second_options = eng.seen[1]
+    assert second_messages[-1]["content"] == "echo: ping" and second_options["tool_choice"] == "auto"
+    assert eng.seen[0][1]["tool_choice"]["function"]["name"] == "a__echo"
+    assert {"a__echo", "get_current_time"} <= {t["function"]["name"] for t in eng.seen[0][1]["tools"]}
+    assert events == ["reply", "call", "result", "reply"]
+
+
+def test_a_declined_tool_is_not_run_and_the_model_is_told(hub):
+    eng = ScriptedEngine([("", [_call("a__pid")]), ("ok", [])])
+    turn = run_turn(eng, [{"role": "user", "content": "pid?"}], hub, approve=Approval(lambda c: "never"))
+    assert turn.outcomes[0].error == "the user declined to run a__pid"
+    assert turn.messages[1]["content"] == "error: the user declined to run a__pid"
+
+
+def test_the_loop_is_bounded(hub):
+    looping = [("", [_call("a__echo", i, text=str(i))]) for i in range(10)]
+    eng = ScriptedEngine(looping)
+    turn = run_turn(eng, [{"role": "user", "content": "loop"}], hub, max_calls=2)
+    assert turn.bounded and [o.output for o in turn.outcomes[:2]] == ["echo: 0", "echo: 1"]
+    assert turn.outcomes[2].error == "not run: this turn already ran 2 tool calls"
+    assert len(eng.seen) == 4 and "tools" not in eng.seen[-1][1]  # the last answer is given without tools
+    with pytest.raises(OptionError, match="max_calls"):
+        run_turn(eng, [], hub, max_calls=-1)
+
+
+# -- the Responses API's mcp tool -------------------------------------------------------
+def test_responses_items_have_openais_shapes(hub):
+    req = mcp_request(hub, [{"type": "mcp", "server_label": "time", "allowed_tools": ["get_current_time"]},
+                            {"type": "function", "name": "mine"}])
+    assert [t.name for t in req.tools] == ["get_current_time"] and req.other_tools == [{"type": "function",
+                                                                                         "name": "mine"}]
+    (listed,) = req.list_items
+    assert listed["type"] == "mcp_list_tools" and listed["server_label"] == "time" and listed["id"].startswith("mcpl_")
+    assert [t["name"] for t in listed["tools"]] == ["get_current_time"] and "input_schema" in listed["tools"][0]
+    eng = ScriptedEngine([("", [_call("get_current_time", timezone="UTC"), _call("get_current_time", 1,
+                                                                              timezone="Nope/Zone")]), ("It is now.", [])])
+    turn, items = run_mcp_tools(eng, [{"role": "user", "content": "time?"}], hub, req)
+    assert turn.text == "It is now." and [i["type"] for i in items] == ["mcp_list_tools", "mcp_call", "mcp_call"]
+    ok, bad = items[1], items[2]
+    assert ok["server_label"] == "time" and ok["name"] == "get_current_time" and ok["id"].startswith("mcp_")
+    assert json.loads(ok["arguments"]) == {"timezone": "UTC"} and json.loads(ok["output"])["timezone"] == "UTC"
+    assert ok["error"] is None and bad["output"] is None and "Nope/Zone" in bad["error"]
+
+
+def test_a_clashing_tool_is_named_as_its_server_names_it(hub):
+    req = mcp_request(hub, [{"type": "mcp", "server_label": "a", "allowed_tools": ["echo"]}])
+    eng = ScriptedEngine([("", [_call("a__echo", text="hi")]), ("hi", [])])
+    _, items = run_mcp_tools(eng, [{"role": "user", "content": "x"}], hub, req)
+    assert (items[1]["server_label"], items[1]["name"], items[1]["output"]) == ("a", "echo", "echo: hi")
+
+
+@pytest.mark.parametrize("tool, named", [
+    ({"type": "mcp", "server_label": "nope"}, "tools[0].server_label"),
+    ({"type": "mcp", "server_label": "time", "server_url": "https://x"}, "tools[0].server_url"),
+    ({"type": "mcp", "server_label": "time", "require_approval": "always"}, "tools[0].require_approval"),
+    ({"type": "mcp", "server_label": "time", "allowed_tools": ["rm"]}, "tools[0].allowed_tools"),
+])
+def test_a_bad_mcp_tool_is_refused_naming_the_field(hub, tool, named):
+    with pytest.raises(OptionError) as e:
+        mcp_request(hub, [tool])
+    assert named in str(e.value)
+
+
+def test_no_hub_refuses_an_mcp_tool():
+    with pytest.raises(OptionError, match="serve --mcp"):
+        mcp_request(None, [{"type": "mcp", "server_label": "time"}])
+    assert not mcp_request(None, [{"type": "function", "name": "f"}])
+
+
+# -- the real model -----------------------------------------------------------------------
+def test_a_real_turn_through_the_time_tool(qwen_engine):
+    with McpHub(parse_mcp_config({"mcpServers": {"time": TIME}})) as h:
+        turn = run_turn(qwen_engine, [{"role": "user", "content": "What time is it in Tokyo?"}], h,
+                        only=["get_current_time"], max_calls=1, max_tokens=40,
+                        tool_choice={"type": "function", "function": {"name": "get_current_time"}})
+    (out,) = turn.outcomes
+    assert out.tool == "get_current_time" and out.error is None, out
+    assert json.loads(out.output)["timezone"] == out.arguments["timezone"]
+    assert [m["role"] for m in turn.messages] == ["assistant", "tool", "assistant"]
+    assert turn.text.strip() and not turn.result.tool_calls
