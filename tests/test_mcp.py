@@ -268,8 +268,10 @@ def test_a_real_turn_through_the_time_tool(qwen_engine):
         turn = run_turn(qwen_engine, [{"role": "user", "content": "What time is it in Tokyo?"}], h,
                         only=["get_current_time"], max_calls=1, max_tokens=40,
                         tool_choice={"type": "function", "function": {"name": "get_current_time"}})
-    (out,) = turn.outcomes
+    out = turn.outcomes[0]
     assert out.tool == "get_current_time" and out.error is None, out
     assert json.loads(out.output)["timezone"] == out.arguments["timezone"]
-    assert [m["role"] for m in turn.messages] == ["assistant", "tool", "assistant"]
+    assert [m["role"] for m in turn.messages][:2] == ["assistant", "tool"] and turn.messages[-1]["role"] == "assistant"
+    # The model may call again under auto; past max_calls it answers without tools, so the turn ends in words.
+    assert all(o.error == "not run: this turn already ran 1 tool calls" for o in turn.outcomes[1:])
     assert turn.text.strip() and not turn.result.tool_calls

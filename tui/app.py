@@ -32,6 +32,7 @@ from mlotspark import MlotsparkError
 from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
+from tui.mcp_turns import MAX_CALLS, McpTurns
 from tui.messages import (
     EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
 )
@@ -65,7 +66,7 @@ class Turn:
 TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
 
 
-class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
+class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[None]):
     """Chat with a model; see the module docstring.
 
     Args:
@@ -77,6 +78,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         memory_probe: bytes of memory in use (default: this process's RSS).
         poll_s: seconds between reads of the scheduler for the side panel.
         tools: tools to give the model (``--tools FILE``); its calls are shown, never run.
+        mcp: a started ``McpHub`` (``--mcp FILE``): calls of its tools are run once the user
+            says so, and their results fed back (``mcp_turns.py``; ``tools`` holds them too).
         model_lister: the models the picker offers (``backend.list_models``; tests swap it).
     """
 
@@ -112,6 +115,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         poll_s: float = POLL_S,
         tools: ToolSpec | None = None,
         model_lister: Callable[[], list[backend.ModelRow]] = backend.list_models,
+        mcp: Any = None,
     ) -> None:
         super().__init__()
         self.engine = engine
@@ -123,6 +127,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         self.memory_probe = memory_probe
         self.poll_s = poll_s
         self.tools = tools
+        self.mcp = mcp
+        self.approvals: dict[str, Any] = {}  # conversation -> Approval (MCP tools' once / always / never)
         self.tool_fmt: Any = None  # the open model's tool-call format (None: no tool support)
         self.model_lister = model_lister
         self.current: str | None = None
@@ -265,7 +271,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
                 backend.create_conversation(engine, name)
             await self.open(name)
         if self.tools is not None:
-            await self.say(self.tools_notice(), error=self.tool_fmt is None)
+            mcp = self.mcp is not None and self.tool_fmt is not None
+            await self.say(self.mcp_notice() if mcp else self.tools_notice(), error=self.tool_fmt is None)
         self.poll()
 
     def refresh_settings(self) -> None:
@@ -327,23 +334,35 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         (``tools.ReplySplitter``) and posted as calls, never as markup.
         """
         name, stats = turn.conversation, None
-        splitter = ReplySplitter(fmt, [t["function"]["name"] for t in options.get("tools") or ()])
+        names = [t["function"]["name"] for t in options.get("tools") or ()]
+        runnable = {t.name for t in self.mcp.tools} if self.mcp is not None else set()
+        message, role, ran = text, "user", 0
         try:
             conv = engine.conversation(name)
             turn.conv = conv
-            stream = conv.stream(text, **options)
-            for item in stream:
-                if not isinstance(item, str):
-                    stats = item
-                    continue
-                if turn.first_piece is None:
-                    turn.first_piece = time.monotonic()
-                turn.pieces += 1
-                self.post_pieces(name, *splitter.feed(item))
-                # Escape may come before the request exists: ask again until it ends.
-                if turn.cancel_requested and not backend.cancel_turn(conv):
-                    stream.close()  # no cancel in this API: stop reading, the turn ends
+            while True:  # with MCP tools: a turn per round of tool results fed back
+                splitter, calls = ReplySplitter(fmt, names), []
+                stream = conv.stream(message, **({"role": role} if role != "user" else {}), **options)
+                for item in stream:
+                    if not isinstance(item, str):
+                        stats = item
+                        continue
+                    if turn.first_piece is None:
+                        turn.first_piece = time.monotonic()
+                    turn.pieces += 1
+                    calls += self.post_pieces(name, *splitter.feed(item))
+                    # Escape may come before the request exists: ask again until it ends.
+                    if turn.cancel_requested and not backend.cancel_turn(conv):
+                        stream.close()  # no cancel in this API: stop reading, the turn ends
+                        break
+                calls += self.post_pieces(name, *splitter.close())
+                calls = [c for c in calls if c.name in runnable]
+                if not calls or turn.cancel_requested:
                     break
+                message, ran, bounded = self.run_tools(turn, calls, ran)
+                role = "tool"
+                options = self.after_tools(options, bounded or ran >= MAX_CALLS)
+                names = [t["function"]["name"] for t in options.get("tools") or ()]
         except MlotsparkError as e:
             self.post_message(ReplyFailed(name, str(e)))
             return
@@ -351,21 +370,33 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
             log.exception("turn in %r failed", name)
             self.post_message(ReplyFailed(name, f"{type(e).__name__}: {e}"))
             return
-        self.post_pieces(name, *splitter.close())
         self.post_message(ReplyFinished(name, stats))
 
-    def post_pieces(self, name: str, text: str, calls: list) -> None:
+    def post_pieces(self, name: str, text: str, calls: list) -> list:
+        """Post a reply's text and calls to the app; returns the calls."""
         if text:
             self.post_message(ReplyPiece(name, text))
         for call in calls:
             self.post_message(ReplyToolCall(name, call))
+        return list(calls)
+
+    @staticmethod
+    def after_tools(options: dict, bounded: bool) -> dict:
+        """The options of the turn that reads tool results: a forced ``tool_choice`` is for
+        the first reply only (forcing it again never ends); past the bound, no tools."""
+        if bounded:
+            return {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
+        if options.get("tool_choice") not in (None, "auto", "none"):
+            return {**options, "tool_choice": "auto"}
+        return options
 
     async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
         if self.shutting_down:
             return
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
-            await chat.reply.add_call(message.call)
+            mcp = self.mcp is not None and any(t.name == message.call.name for t in self.mcp.tools)
+            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if mcp else "shown, not run")
         self.show_ttft(message.conversation)
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:

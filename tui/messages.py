@@ -40,6 +40,14 @@ class ReplyToolCall(Message):
 
 
 @dataclass
+class ReplyToolResult(Message):
+    """An MCP tool ran for the reply in ``conversation``; ``outcome`` is its ``ToolOutcome``."""
+
+    conversation: str
+    outcome: Any
+
+
+@dataclass
 class ReplyFinished(Message):
     """The reply in ``conversation`` ended; ``stats`` is its GenerationStats."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -119,4 +120,37 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-__all__ = ["Confirm", "HelpScreen", "KEYS", "TextPrompt"]
+class ToolApproval(ModalScreen[str]):
+    """May this MCP tool run? ``once`` (o), ``always`` for this tool in this conversation (a),
+    ``never`` in this conversation (n / Escape)."""
+
+    BINDINGS = [
+        Binding("escape", "answer('never')", "Never"),
+        Binding("n", "answer('never')", "Never", show=False),
+        Binding("o", "answer('once')", "Once", show=False),
+        Binding("a", "answer('always')", "Always", show=False),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Static(Text(self.question), classes="dialog-title")  # arguments may hold [markup]
+            with Horizontal(classes="buttons"):
+                yield Button("Once (o)", id="once", variant="primary")
+                yield Button("Always (a)", id="always", variant="warning")
+                yield Button("Never (n)", id="never", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#once", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(str(event.button.id))
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer)
+
+
+__all__ = ["Confirm", "HelpScreen", "KEYS", "TextPrompt", "ToolApproval"]

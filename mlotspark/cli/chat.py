@@ -10,7 +10,7 @@ from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.storage import safe_name
 from mlotspark.cli.common import (add_cascade_args, add_memory_args, add_model_args, add_sampling_args, cascade_kwargs,
-                                  cascade_shape, memory_kwargs, sampling_options)
+                                  cascade_shape, memory_kwargs, sampling_options, start_hub)
 
 
 #: Why the chat does not run across ranks: ``mlx.launch`` pipes every rank's stdin and
@@ -37,13 +37,30 @@ def run(args: argparse.Namespace) -> int:
         context = stated_context(args.model)
         if context:
             CascadeConfig.for_model(context, **shape)
-    from tui import ChatApp  # the CLI layer may import the UI; mlotspark itself never does
-    from tui.backend import load_engine
-    from tui.tools import load_tools
+    from tui.tools import ToolSpec, load_tools  # the CLI layer may import the UI; mlotspark itself never does
+
+    from mlotspark.tools import load_mcp_config
 
     tools = load_tools(args.tools) if args.tools else None
+    servers = load_mcp_config(args.mcp) if args.mcp else None  # a bad file fails before anything starts
     # A bad value (or a bad tool) fails before the app starts.
     GenerationOptions().merged(**options, **(tools.options() if tools else {}))
+    hub = None
+    if servers is not None:
+        hub = start_hub(servers)
+        if hub.tools:
+            given = (tools.tools if tools else []) + hub.openai_tools()
+            tools = ToolSpec(given, tools.choice if tools else "auto", args.mcp)
+    try:
+        return _run_app(args, options, cascade, tools, hub)
+    finally:
+        if hub is not None:
+            hub.close()  # the servers' processes end with the chat
+
+
+def _run_app(args: argparse.Namespace, options: dict, cascade: dict, tools: Any, hub: Any) -> int:
+    from tui import ChatApp
+    from tui.backend import load_engine
 
     app = ChatApp(
         model=args.model,
@@ -51,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         loader=functools.partial(load_engine, weights=args.weights, **cascade, **memory_kwargs(args)),  # a model /model opens too
         tools=tools,
+        mcp=hub,
     )
     try:
         app.run()
@@ -70,6 +88,9 @@ def register(sub: Any) -> None:
     p.add_argument("--tools", default=None, metavar="FILE",
                    help="give the model these tools (an OpenAI tools JSON file: a list, or {\"tools\": [...], "
                         "\"tool_choice\": ...}); its calls are shown in the chat, never run")
+    p.add_argument("--mcp", default=None, metavar="FILE",
+                   help="run MCP servers' tools for the model (a {\"mcpServers\": {NAME: {\"command\", \"args\", "
+                        "\"env\"}}} file, as Claude Desktop / LM Studio / llama.cpp read); each run is asked first")
     p.add_argument("--distributed", choices=("pipeline", "tensor"), default=None,
                    help="not supported: mlx.launch gives no rank a terminal; the error names the commands "
                         "that do run across ranks")

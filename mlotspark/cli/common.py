@@ -214,3 +214,15 @@ def cascade_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def cascade_shape(kw: dict[str, Any]) -> dict[str, Any]:
     """The shaping flags given in ``cascade_kwargs``' result (``{"window": 512}``; {} for none)."""
     return kw.get("cascade_settings") or (kw["cascade"] if isinstance(kw.get("cascade"), dict) else {})
+
+
+def start_hub(servers: dict) -> Any:
+    """Start the MCP servers (``chat --mcp``, ``serve --mcp``) and say on stderr which failed;
+    the chat starts them before its app takes the terminal."""
+    from mlotspark.tools import McpHub
+
+    print(f"starting MCP servers: {', '.join(servers)} …", file=sys.stderr, flush=True)
+    hub = McpHub(servers).start()
+    for name, why in hub.errors.items():
+        print(f"MCP server {name}: {why}", file=sys.stderr)
+    return hub

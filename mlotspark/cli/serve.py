@@ -71,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
             raise OptionError(f"invalid --allow-load {str(d)!r}: not a directory")
     kwargs = scheduler_kwargs(args)  # a bad value fails before the model loads
     cascade = cascade_kwargs(args)  # so does a bad or conflicting cascade flag
+    servers = None
+    if args.mcp:
+        from mlotspark.tools import load_mcp_config
+
+        servers = load_mcp_config(args.mcp)  # and a bad MCP servers file
     sock = bind_port(args.host, args.port)  # and a busy port, before seconds of loading
     load = engine_loader(args, kwargs, cascade)
     import uvicorn
@@ -97,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"cannot serve: {fit.line}")
     for spec in specs[1:]:  # loaded on first use
         pool.add(spec, spec)
+    hub = None
+    if servers is not None:
+        from mlotspark.cli.common import start_hub
+
+        hub = start_hub(servers)  # closed by the lifespan's exit (ServerState.close)
     state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=make_cache(engine),
-                        aliases=(specs[0],), pool=pool)
+                        aliases=(specs[0],), pool=pool, mcp=hub)
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=10, access_log=args.log_level in ("info", "debug"))
@@ -215,6 +225,10 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-load", action="append", default=None, metavar="DIR",
                    help="a folder whose .gguf files and model directories a request may name (loaded on demand); "
                         "repeatable; no other path is ever opened")
+    p.add_argument("--mcp", default=None, metavar="FILE",
+                   help="MCP servers ({\"mcpServers\": {NAME: {\"command\", \"args\", \"env\"}}}) whose tools a "
+                        "Responses request may run server-side with {\"type\": \"mcp\", \"server_label\": NAME}; "
+                        "named in /health")
     p.add_argument("--allow-pull", action="store_true",
                    help="pull catalogue aliases a request names that are not on disk yet")
     p.add_argument("--keep-alive", type=float, default=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",

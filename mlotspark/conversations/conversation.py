@@ -253,37 +253,42 @@ class Conversation:
         return False
 
     # -- turns ----------------------------------------------------------------------
-    def send(self, text: str, **options: Any) -> GenerationResult:
+    def send(self, text: str, *, role: str = "user", **options: Any) -> GenerationResult:
         """Take a turn and return the reply (``.text``, ``.tokens``, ``.stats``).
 
         Args:
             text: the user's message.
+            role: ``user``, or ``tool``: ``text`` is a tool's result the reply answers
+                (no memory lookup or learning; the chat's MCP tools feed results back so).
             **options: generation options, as ``engine.generate``.
 
         Raises:
             OptionError: bad options; StoreError: the messages could not be stored.
         """
-        turns = self._turns(text, options)
+        turns = self._turns(text, options, role)
         try:
             while True:
                 next(turns)
         except StopIteration as done:
             return done.value
 
-    def stream(self, text: str, **options: Any) -> Iterator[str | GenerationStats]:
-        """Yield the reply's text pieces as they decode, then the turn's ``GenerationStats``."""
-        result = yield from self._turns(text, options)
+    def stream(self, text: str, *, role: str = "user", **options: Any) -> Iterator[str | GenerationStats]:
+        """Yield the reply's text pieces as they decode, then the turn's ``GenerationStats``
+        (``role`` as ``send``'s)."""
+        result = yield from self._turns(text, options, role)
         yield result.stats
 
-    def _turns(self, text: str, options: dict) -> Iterator[str]:
+    def _turns(self, text: str, options: dict, role: str = "user") -> Iterator[str]:
         if not isinstance(text, str) or not text.strip():
             raise OptionError(f"invalid message {text!r}: use a non-empty string")
+        if role not in ("user", "tool"):
+            raise OptionError(f"invalid turn role {role!r}: a turn answers a user or a tool's result")
         check_text(text, "message")  # a lone surrogate: refused here, not as a TypeError in the embedder
         self._mutex.acquire()
         self.files.lock.__enter__()
         turn = None
         try:
-            turn = self._begin(text, options)
+            turn = self._begin(text, options, role)
             for piece in turn.handle:
                 if turn.first_piece is None:
                     turn.first_piece = time.perf_counter()
@@ -309,14 +314,14 @@ class Conversation:
             self.files.lock.__exit__(None, None, None)
             self._mutex.release()
 
-    def _begin(self, text: str, options: dict) -> _Turn:
+    def _begin(self, text: str, options: dict, role: str = "user") -> _Turn:
         started = time.perf_counter()
         merged = self.engine.defaults.merged(**options)  # a bad option fails before the warm cache is taken
         self._reload()
         p = self._p
-        user: dict = {"role": "user", "content": text, "time": time.time()}
+        user: dict = {"role": role, "content": text, "time": time.time()}
         extra: dict = {"conversation": self.name}
-        hits = p.retrieve(text) if self.record.memory else []
+        hits = p.retrieve(text) if self.record.memory and role == "user" else []
         # Entries already shown earlier in this conversation are in the context already.
         shown = {i for m in self.record.messages for i in m.get("memory_ids", ())}
         new = [h for h in hits if h.id not in shown]
@@ -455,7 +460,7 @@ class Conversation:
                 "role": "assistant", "content": result.text, "time": now,
                 "finish_reason": stats.finish_reason, "tokens": stats.generation_tokens,
             })
-            if not self.record.title:
+            if not self.record.title and turn.user["role"] == "user":
                 self.record.title = " ".join(turn.user["content"].split())[:TITLE_CHARS]
             self.record.tokens, self.record.updated = len(tokens), now
             self._save()
@@ -469,7 +474,8 @@ class Conversation:
             self._snapshot_revision = info.get("revision", "")
             p.save_prefix()
             p.note_warm(self)
-        learned = p.learn(turn.user["content"], self.name) if self.record.memory else Learned()
+        learned = (p.learn(turn.user["content"], self.name) if self.record.memory and turn.user["role"] == "user"
+                   else Learned())
         # Ids only: the text of what the user asked to forget is not kept in the turn's record.
         extra["memory"].update(learned=learned.remembered, forgotten=[e.id for e in learned.forgotten],
                                not_forgotten=learned.not_forgotten, updated=learned.updated,

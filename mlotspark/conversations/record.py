@@ -21,7 +21,7 @@ from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
 
 FORMAT = "mlotspark-conversation"
 TITLE_CHARS = 60
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")  # tool: a tool's result fed back (chat --mcp)
 
 
 @dataclass

@@ -55,8 +55,10 @@ class ServerState:
 
     def __init__(self, engine: Any, *, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  prompt_cache: PromptCache | None = None, aliases: tuple[str, ...] = (),
-                 pool: ModelPool | None = None):
+                 pool: ModelPool | None = None, mcp: Any = None):
         self.engine = engine
+        # ``serve --mcp``: the started McpHub whose tools a Responses request's ``mcp`` tool runs
+        self.mcp = mcp
         self.api_key = api_key or None
         self.max_queue = max_queue
         self.prompt_cache = prompt_cache
@@ -228,6 +230,9 @@ class ServerState:
         for slot in self.pool.resident():
             if slot is not self.pool.default:
                 self.pool.unload(slot)
+        if self.mcp is not None:
+            with contextlib.suppress(Exception):
+                self.mcp.close()  # the MCP servers' processes end with the server
         self.engine.close()
 
 

@@ -125,6 +125,8 @@ def build(state: Any) -> list[Route]:
         models = models_status(state)
         return JSONResponse({
             "status": "shutting_down" if state.closing else "ok",
+            # ``serve --mcp``: each server, whether it runs, its tools (run through a Responses ``mcp`` tool)
+            **({"mcp_servers": state.mcp.describe()} if state.mcp is not None else {}),
             "model": state.model_id,
             "device": engine.device,
             "weights": engine.loaded.weights,

@@ -78,16 +78,31 @@ class NoteLine(Static):
 
 class ToolCallBlock(Static):
     """A tool call the model made: the function's name and its arguments as JSON.
-    Shown, never run (the chat has no tools of its own to run)."""
+    Shown, not run, unless the tool is an MCP server's (``chat --mcp``): then ``note`` says so
+    and a ``ToolResultBlock`` follows."""
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, note: str = "shown, not run") -> None:
         head = Text("⚙ tool call ", style="bold")
         head.append(str(call.name), style="bold cyan")
-        head.append("  (shown, not run)", style="dim")
+        head.append(f"  ({note})", style="dim")
         body = json.dumps(call.arguments, ensure_ascii=False, indent=2)
         super().__init__(Group(head, JSON(body, indent=2)), classes="tool-call")
         self.call = call
         self.text = f"{head.plain}\n{body}"  # what it shows, as plain text
+
+
+class ToolResultBlock(Static):
+    """What an MCP tool answered (``ToolOutcome``): its text as the model is shown it, or
+    its one-line error; a cut result says so in its last line."""
+
+    def __init__(self, outcome: Any) -> None:
+        failed = outcome.error is not None
+        head = Text("↳ tool result " if not failed else "↳ tool error ", style="bold")
+        head.append(str(outcome.name), style="bold red" if failed else "bold green")
+        body = outcome.text
+        super().__init__(Group(head, Text(body)), classes="tool-call tool-result")
+        self.outcome = outcome
+        self.text = f"{head.plain}\n{body}"
 
 
 class Reply(Vertical):
@@ -121,13 +136,20 @@ class Reply(Vertical):
         yield from (ToolCallBlock(c) for c in self.calls)
         yield Static("", classes="mark")
 
-    async def add_call(self, call: Any) -> None:
+    async def add_call(self, call: Any, note: str = "shown, not run") -> None:
         """Show a tool call the model made (after the text so far)."""
         await self._flush()
         self.calls.append(call)
         if not self.text.strip() and self._body is not None:
             self._body.display = False  # only calls so far: no blank line above them
-        await self.mount(ToolCallBlock(call), before=self.query_one(".mark", Static))
+        await self.mount(ToolCallBlock(call, note), before=self.query_one(".mark", Static))
+        if isinstance(self.parent, ChatLog):
+            self.parent.follow()
+
+    async def add_result(self, outcome: Any) -> None:
+        """Show what an MCP tool answered, under its call."""
+        await self._flush()
+        await self.mount(ToolResultBlock(outcome), before=self.query_one(".mark", Static))
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
 

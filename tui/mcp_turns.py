@@ -1,0 +1,117 @@
+"""MCP tools in the chat (``chat --mcp FILE``): ask, run, show, feed back.
+
+A reply's calls of the hub's tools are run between the conversation's turns: each call is
+asked about first (``ToolApproval``: once / always for this tool / never, remembered per
+conversation in an ``mlotspark.Approval``), run on the hub from the turn's worker thread,
+shown as a result block under its call, and the results go back to the model as the next
+turn of the conversation (``role="tool"``), whose reply streams into the same reply. At
+most ``MAX_CALLS`` tools run per user message; the calls past it are answered "not run"
+and the model answers once more without tools.
+
+A mixin of ``ChatApp``: it reads ``self.mcp`` (a started ``mlotspark.McpHub``) and
+``self.approvals``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from mlotspark import Approval
+
+from tui.messages import ReplyToolResult
+from tui.screens import ToolApproval
+
+MAX_CALLS = 8  # tool runs per user message (the engine's run_turn default)
+_ASK_POLL_S = 0.2  # how often a waiting worker looks for Escape or quitting
+
+
+def feedback(outcomes: list) -> str:
+    """The results as one tool message: the text alone for one call, each named for several."""
+    if len(outcomes) == 1:
+        return outcomes[0].text or "(no output)"
+    return "\n\n".join(f"{o.name}: {o.text or '(no output)'}" for o in outcomes)
+
+
+class McpTurns:
+    """The ``ChatApp`` part that runs MCP tools (see the module docstring)."""
+
+    mcp: Any
+    approvals: dict[str, Approval]
+
+    def mcp_notice(self) -> str:
+        """What the chat says when it opens: the servers, their tools, the ones that failed."""
+        hub = self.mcp
+        lines = [f"MCP tools ({len(hub.tools)}): " + (", ".join(t.name for t in hub.tools) or "none") +
+                 f". Each run is asked first (once / always / never); at most {MAX_CALLS} per message."]
+        lines += [f"MCP server {name} is not running: {why}" for name, why in hub.errors.items()]
+        return "\n\n".join(lines)
+
+    def ask_tool(self, turn: Any, call: Any) -> str:
+        """[worker thread] Ask the user about ``call`` and wait for the answer (``never``
+        when the turn is stopped or the app quits first)."""
+        tool = next((t for t in self.mcp.tools if t.name == call.name), None)
+        where = f" on MCP server {tool.server}" if tool else ""
+        question = (f"Run tool {call.name}{where}?\n\n{json.dumps(call.arguments, ensure_ascii=False)[:600]}")
+        answered = threading.Event()
+        answer = ["never"]
+
+        def done(value: str | None) -> None:
+            answer[0] = value or "never"
+            answered.set()
+
+        self.call_from_thread(lambda: self.push_screen(ToolApproval(question), callback=done))  # type: ignore[attr-defined]
+        while not answered.wait(_ASK_POLL_S):
+            if turn.cancel_requested or self.shutting_down:  # type: ignore[attr-defined]
+                return "never"
+        return answer[0]
+
+    def run_tools(self, turn: Any, calls: list, ran: int) -> tuple[str, int, bool]:
+        """[worker thread] Ask about and run a reply's calls.
+
+        Returns:
+            ``(results, ran, bounded)``: the tool message to feed back, the calls run so far
+            this message, and whether ``MAX_CALLS`` was reached.
+        """
+        name = turn.conversation
+        approval = self.approvals.setdefault(name, Approval())
+        approval.ask = lambda call: self.ask_tool(turn, call)
+        outcomes, bounded = [], False
+        for call in calls:
+            if ran >= MAX_CALLS:
+                bounded = True
+                outcome = _refused(call, f"not run: this message already ran {MAX_CALLS} tool calls")
+            elif not approval.allows(call):
+                outcome = _refused(call, f"the user declined to run {call.name}")
+            else:
+                outcome = self.mcp.call(call.name, call.arguments)
+                ran += 1
+            outcomes.append(outcome)
+            self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
+        return feedback(outcomes), ran, bounded
+
+    async def on_reply_tool_result(self, message: ReplyToolResult) -> None:
+        if self.shutting_down:  # type: ignore[attr-defined]
+            return
+        chat = self.logs.get(message.conversation)  # type: ignore[attr-defined]
+        if chat is not None and chat.reply is not None:
+            await chat.reply.add_result(message.outcome)
+
+
+class _Refused:
+    """A call that did not run, shaped as a ``ToolOutcome`` for the block and the model."""
+
+    def __init__(self, name: str, arguments: dict, error: str):
+        self.name, self.arguments, self.error, self.output, self.cut = name, arguments, error, "", False
+
+    @property
+    def text(self) -> str:
+        return f"error: {self.error}"
+
+
+def _refused(call: Any, why: str) -> _Refused:
+    return _Refused(call.name, call.arguments, why)
+
+
+__all__ = ["MAX_CALLS", "McpTurns", "feedback"]
