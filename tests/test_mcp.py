@@ -207,12 +207,22 @@ def test_a_declined_tool_is_not_run_and_the_model_is_told(hub):
     assert turn.messages[1]["content"] == "error: the user declined to run a__pid"
 
 
+def test_a_model_that_keeps_calling_a_declined_tool_still_ends(hub):
+    asked = []
+    eng = ScriptedEngine([("", [_call("a__pid", i)]) for i in range(20)])
+    turn = run_turn(eng, [{"role": "user", "content": "pid?"}], hub, max_calls=3,
+                    approve=Approval(lambda c: asked.append(c.id) or "never"))
+    assert asked == ["call_0"] and turn.bounded and len(eng.seen) == 5  # asked once; 3 answered, 1 refused, 1 last
+    assert [o.error for o in turn.outcomes] == ["the user declined to run a__pid"] * 3 + [
+        "not run: this turn already made 3 tool calls"]
+
+
 def test_the_loop_is_bounded(hub):
     looping = [("", [_call("a__echo", i, text=str(i))]) for i in range(10)]
     eng = ScriptedEngine(looping)
     turn = run_turn(eng, [{"role": "user", "content": "loop"}], hub, max_calls=2)
     assert turn.bounded and [o.output for o in turn.outcomes[:2]] == ["echo: 0", "echo: 1"]
-    assert turn.outcomes[2].error == "not run: this turn already ran 2 tool calls"
+    assert turn.outcomes[2].error == "not run: this turn already made 2 tool calls"
     assert len(eng.seen) == 4 and "tools" not in eng.seen[-1][1]  # the last answer is given without tools
     with pytest.raises(OptionError, match="max_calls"):
         run_turn(eng, [], hub, max_calls=-1)
@@ -273,5 +283,5 @@ def test_a_real_turn_through_the_time_tool(qwen_engine):
     assert json.loads(out.output)["timezone"] == out.arguments["timezone"]
     assert [m["role"] for m in turn.messages][:2] == ["assistant", "tool"] and turn.messages[-1]["role"] == "assistant"
     # The model may call again under auto; past max_calls it answers without tools, so the turn ends in words.
-    assert all(o.error == "not run: this turn already ran 1 tool calls" for o in turn.outcomes[1:])
+    assert all(o.error == "not run: this turn already made 1 tool calls" for o in turn.outcomes[1:])
     assert turn.text.strip() and not turn.result.tool_calls

@@ -61,6 +61,7 @@ class Turn:
     sampled_at: float = 0.0
     cancel_requested: bool = False
     progress_seen: tuple[Any, float] | None = None  # the latest prefill event, when it was first shown
+    reading_tools: bool = False  # MCP tool results prefill before the reply goes on: show that prefill too
 
 
 TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
@@ -350,6 +351,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                     if turn.first_piece is None:
                         turn.first_piece = time.monotonic()
                     turn.pieces += 1
+                    turn.reading_tools = False
                     calls += self.post_pieces(name, *splitter.feed(item))
                     # Escape may come before the request exists: ask again until it ends.
                     if turn.cancel_requested and not backend.cancel_turn(conv):
@@ -360,7 +362,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                 if not calls or turn.cancel_requested:
                     break
                 message, ran, bounded = self.run_tools(turn, calls, ran)
-                role = "tool"
+                role, turn.reading_tools, turn.progress_seen = "tool", True, None
                 options = self.after_tools(options, bounded or ran >= MAX_CALLS)
                 names = [t["function"]["name"] for t in options.get("tools") or ()]
         except MlotsparkError as e:

@@ -5,8 +5,8 @@ asked about first (``ToolApproval``: once / always for this tool / never, rememb
 conversation in an ``mlotspark.Approval``), run on the hub from the turn's worker thread,
 shown as a result block under its call, and the results go back to the model as the next
 turn of the conversation (``role="tool"``), whose reply streams into the same reply. At
-most ``MAX_CALLS`` tools run per user message; the calls past it are answered "not run"
-and the model answers once more without tools.
+most ``MAX_CALLS`` calls are answered per user message (run or declined); the calls past it
+are answered "not run" and the model answers once more without tools.
 
 A mixin of ``ChatApp``: it reads ``self.mcp`` (a started ``mlotspark.McpHub``) and
 ``self.approvals``.
@@ -23,7 +23,7 @@ from mlotspark import Approval
 from tui.messages import ReplyToolResult
 from tui.screens import ToolApproval
 
-MAX_CALLS = 8  # tool runs per user message (the engine's run_turn default)
+MAX_CALLS = 8  # tool calls answered per user message (run_turn's default)
 _ASK_POLL_S = 0.2  # how often a waiting worker looks for Escape or quitting
 
 
@@ -81,8 +81,9 @@ class McpTurns:
         for call in calls:
             if ran >= MAX_CALLS:
                 bounded = True
-                outcome = _refused(call, f"not run: this message already ran {MAX_CALLS} tool calls")
-            elif not approval.allows(call):
+                outcome = _refused(call, f"not run: this message already made {MAX_CALLS} tool calls")
+            elif not approval.allows(call):  # counts too: a model that calls a refused tool again still ends
+                ran += 1
                 outcome = _refused(call, f"the user declined to run {call.name}")
             else:
                 outcome = self.mcp.call(call.name, call.arguments)

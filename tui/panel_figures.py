@@ -32,7 +32,7 @@ class PanelFigures:
                 + (f"\n{step}" if step else ""))
         panel = self.panel
         turn = self.turns.get(self.current or "")
-        if turn is not None and turn.first_piece is None:
+        if turn is not None and (turn.first_piece is None or turn.reading_tools):
             if turn.cancel_requested and turn.conv is not None:
                 backend.cancel_turn(turn.conv)  # Escape came before the request existed: ask again
             self.show_prefill(turn)

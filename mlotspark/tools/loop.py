@@ -4,8 +4,8 @@ The loop: generate with the hub's tools → the reply's ``tool_calls`` → ask `
 for each (once / always for this tool / never, remembered in the ``Approval`` the caller
 keeps per conversation) → run the allowed ones on the hub → append the assistant turn and
 one ``tool`` message per call → generate again, until a reply makes no call. At most
-``max_calls`` tools run in one turn; past that the calls are answered "not run" and the
-model answers once more without tools, so a model that keeps calling still ends its turn.
+``max_calls`` calls are answered in one turn (run or declined); past that they are
+answered "not run" and the model answers once more without tools, so a model that keeps calling still ends its turn.
 
 The engine is duck-typed (anything with ``generate(messages, **options)`` returning a
 ``GenerationResult``): the CLI, the server and a Python program share this one loop.
@@ -112,7 +112,7 @@ def run_turn(engine: Any, messages: list[dict], hub: McpHub, *, approve: Approva
         messages: the conversation so far (``{"role", "content"}`` dicts), not changed.
         hub: a started ``McpHub``.
         approve: who says yes (an ``Approval``); None runs every call without asking.
-        max_calls: tool runs allowed in this turn (default 8).
+        max_calls: tool calls answered in this turn, run or declined (default 8).
         on_event: called with each ``TurnEvent`` as it happens (a UI's progress).
         only: the hub's tool names the model is given (default all).
         client_tools: OpenAI function tools the caller runs itself: a reply calling one
@@ -152,9 +152,10 @@ def run_turn(engine: Any, messages: list[dict], hub: McpHub, *, approve: Approva
             if ran >= max_calls:
                 bounded = True
                 outcome = ToolOutcome(call.name, "", call.name, call.arguments,
-                                      error=f"not run: this turn already ran {max_calls} tool calls")
+                                      error=f"not run: this turn already made {max_calls} tool calls")
                 emit(TurnEvent("bound", call, outcome))
-            elif not approval.allows(call):
+            elif not approval.allows(call):  # counts too: a model that calls a refused tool again still ends
+                ran += 1
                 outcome = ToolOutcome(call.name, "", call.name, call.arguments,
                                       error=f"the user declined to run {call.name}")
                 emit(TurnEvent("declined", call, outcome))

@@ -139,6 +139,7 @@ class Reply(Vertical):
     async def add_call(self, call: Any, note: str = "shown, not run") -> None:
         """Show a tool call the model made (after the text so far)."""
         await self._flush()
+        self.hide_progress()
         self.calls.append(call)
         if not self.text.strip() and self._body is not None:
             self._body.display = False  # only calls so far: no blank line above them
@@ -149,6 +150,7 @@ class Reply(Vertical):
     async def add_result(self, outcome: Any) -> None:
         """Show what an MCP tool answered, under its call."""
         await self._flush()
+        self.hide_progress()
         await self.mount(ToolResultBlock(outcome), before=self.query_one(".mark", Static))
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
@@ -165,12 +167,16 @@ class Reply(Vertical):
         if isinstance(self.parent, ChatLog):  # the line grows the log: follow it once laid out
             self.call_after_refresh(self.parent.follow)
 
-    async def append(self, piece: str) -> None:
-        """Add a piece to the reply."""
+    def hide_progress(self) -> None:
+        """The prefill line goes once something of the reply arrives (text, a call, a result)."""
         if self.progress:
             self.progress = ""
             self.remove_class("progress")
             self.query_one(".mark", Static).update("")
+
+    async def append(self, piece: str) -> None:
+        """Add a piece to the reply."""
+        self.hide_progress()
         self.text += piece
         self.pieces += 1
         if piece.strip() and self._body is not None:
