@@ -165,13 +165,14 @@ class FakeConversation:
         """The scripted prefill progress (``FakeEngine.prefill``) until the first piece."""
         return self.engine.prefill
 
-    def stream(self, text: str, **options: Any) -> Iterator[Any]:
+    def stream(self, text: str, *, role: str = "user", **options: Any) -> Iterator[Any]:
         opts = self.engine.defaults.merged(**options)
         self.engine.calls.append((self.name, text, options))
+        self.engine.roles.append(role)
         if self.engine.fail_with is not None:
             raise self.engine.fail_with
         self._cancel.clear()
-        words = self.engine.reply.split(" ")
+        words = (self.engine.replies.pop(0) if self.engine.replies else self.engine.reply).split(" ")
         out, reason = [], "stop"
         for i, w in enumerate(words[: opts.max_tokens]):
             if self.engine.gate is not None:
@@ -187,7 +188,7 @@ class FakeConversation:
             if len(words) > opts.max_tokens:
                 reason = "length"
         rec = self._touch()
-        rec["messages"] += [{"role": "user", "content": text}, {"role": "assistant", "content": "".join(out),
+        rec["messages"] += [{"role": role, "content": text}, {"role": "assistant", "content": "".join(out),
                                                                     "finish_reason": reason}]
         rec["title"] = rec["title"] or text[:60]
         yield GenerationStats(prompt_tokens=27, generation_tokens=len(out), finish_reason=reason, ttft_s=0.25,
@@ -225,6 +226,8 @@ class FakeEngine:
     """``EngineProtocol`` with scripted replies (no model: ``loaded`` and ``tokenizer`` are None)."""
 
     reply: str = REPLY
+    replies: list = field(default_factory=list)  # the next turns' replies, in order (then ``reply``)
+    roles: list = field(default_factory=list)  # each turn's role: user, or tool (MCP results fed back)
     gate: threading.Semaphore | None = None
     fail_with: Exception | None = None
     model_name: str = "fake-135m"

@@ -358,8 +358,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                         stream.close()  # no cancel in this API: stop reading, the turn ends
                         break
                 calls += self.post_pieces(name, *splitter.close())
-                calls = [c for c in calls if c.name in runnable]
-                if not calls or turn.cancel_requested:
+                calls = [c for c in calls if c.name in runnable and c.name in names]
+                if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
                 message, ran, bounded = self.run_tools(turn, calls, ran)
                 role, turn.reading_tools, turn.progress_seen = "tool", True, None

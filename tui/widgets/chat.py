@@ -128,6 +128,7 @@ class Reply(Vertical):
         self._last_write = 0.0
         self._flush_timer: Timer | None = None
         self._body: Markdown | None = None  # set in compose
+        self._below = False  # a tool result was shown: the next text goes under it, in a body of its own
 
     def compose(self) -> ComposeResult:
         self._body = body = Markdown(self.text or None, classes="body")
@@ -152,8 +153,18 @@ class Reply(Vertical):
         await self._flush()
         self.hide_progress()
         await self.mount(ToolResultBlock(outcome), before=self.query_one(".mark", Static))
+        self._below = True
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
+
+    async def _body_below(self) -> None:
+        """The text after a tool result: a new Markdown under the blocks, streamed from here."""
+        self._below = False
+        if self._stream is not None:
+            await self._stream.stop()
+        self._body = body = Markdown(None, classes="body")
+        await self.mount(body, before=self.query_one(".mark", Static))
+        self._stream = Markdown.get_stream(body) if self._streaming else None
 
     def on_mount(self) -> None:
         if self._streaming:
@@ -177,6 +188,9 @@ class Reply(Vertical):
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
         self.hide_progress()
+        if self._below and piece.strip():
+            await self._flush()
+            await self._body_below()
         self.text += piece
         self.pieces += 1
         if piece.strip() and self._body is not None:

@@ -1,0 +1,82 @@
+"""``chat --mcp``: a call of an MCP tool is asked about (once / always / never, per
+conversation), run on a real hub (tests/mcp_test_server.py), shown as a result block, fed
+back as a tool turn whose reply goes on under it; a model that keeps calling ends at the bound."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_tui import drive, make_app, notes, type_line
+from test_tui_fakes import FakeEngine, until
+from tool_models import QWEN_TOOL_TEMPLATE
+
+from mlotspark.tools import McpHub
+from mlotspark.tools.mcp_config import parse_mcp_config
+from tui.mcp_turns import MAX_CALLS
+from tui.screens import ToolApproval
+from tui.tools import ToolSpec
+from tui.widgets import ToolCallBlock, ToolResultBlock
+
+SERVER = {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_test_server.py"))]}
+
+
+def call_reply(text: str) -> str:
+    return f'<tool_call>\n{{"name": "echo", "arguments": {{"text": "{text}"}}}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def hub():
+    h = McpHub(parse_mcp_config({"mcpServers": {"mine": SERVER}}), call_timeout_s=5).start()
+    yield h
+    h.close()
+
+
+def mcp_app(hub: Any, replies: list[str], reply: str = "Done.") -> tuple[Any, FakeEngine]:
+    engine = FakeEngine(reply=reply, replies=list(replies),
+                        tokenizer=SimpleNamespace(chat_template=QWEN_TOOL_TEMPLATE))
+    return make_app(engine, tools=ToolSpec(hub.openai_tools(), "auto", "mcp.json"), mcp=hub), engine
+
+
+def test_a_call_is_asked_run_shown_and_fed_back(hub):
+    app, engine = mcp_app(hub, [call_reply("hi"), "The tool said hi.", call_reply("again"), "Twice."])
+
+    async def script(pilot: Any) -> None:
+        assert notes(app)[-1].startswith("MCP tools (") and "echo" in notes(app)[-1]
+        await type_line(pilot, "Echo hi")
+        await until(pilot, lambda: isinstance(app.screen, ToolApproval), "the question")
+        assert "Run tool echo on MCP server mine?" in app.screen.question and '"text": "hi"' in app.screen.question
+        await pilot.press("a")  # always, for this conversation
+        await until(pilot, lambda: len(engine.calls) == 2 and app.chat.reply is None, "the turn ended")
+        reply = app.chat.query("Reply").last()
+        (block,) = reply.query(ToolResultBlock)
+        assert block.outcome.output == "echo: hi" and "tool result echo" in block.text
+        assert "asked before it runs" in reply.query_one(ToolCallBlock).text
+        assert engine.roles == ["user", "tool"] and engine.calls[1][1] == "echo: hi"  # the result, fed back
+        assert "The tool said hi." in reply.text and "<tool_call>" not in reply.text
+        await type_line(pilot, "Once more")  # "always": no question this time
+        await until(pilot, lambda: len(engine.calls) == 4 and app.chat.reply is None, "the second turn")
+        assert not isinstance(app.screen, ToolApproval) and engine.calls[3][1] == "echo: again"
+
+    drive(app, script)
+
+
+def test_never_is_remembered_and_a_looping_model_ends(hub):
+    app, engine = mcp_app(hub, [], reply=call_reply("loop"))  # every reply calls again
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "Loop")
+        await until(pilot, lambda: isinstance(app.screen, ToolApproval), "the question")
+        await pilot.press("n")
+        await until(pilot, lambda: app.chat.reply is None, "the turn ended", steps=6000)
+        results = app.chat.query("Reply").last().query(ToolResultBlock)
+        assert [b.outcome.error for b in results] == ["the user declined to run echo"] * MAX_CALLS
+        # asked once; past the bound the results are read without tools, and the turn ends
+        assert engine.roles == ["user"] + ["tool"] * MAX_CALLS and "tools" not in engine.calls[-1][2]
+        assert all("tools" in c[2] for c in engine.calls[:-1])
+
+    drive(app, script)
