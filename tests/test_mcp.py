@@ -274,14 +274,47 @@ def test_no_hub_refuses_an_mcp_tool():
 
 # -- the real model -----------------------------------------------------------------------
 def test_a_real_turn_through_the_time_tool(qwen_engine):
+    """Qwen2.5-Coder-0.5B through a named tool, as a Responses ``mcp`` tool runs it (run_turn inside)."""
     with McpHub(parse_mcp_config({"mcpServers": {"time": TIME}})) as h:
-        turn = run_turn(qwen_engine, [{"role": "user", "content": "What time is it in Tokyo?"}], h,
-                        only=["get_current_time"], max_calls=1, max_tokens=40,
-                        tool_choice={"type": "function", "function": {"name": "get_current_time"}})
+        req = mcp_request(h, [{"type": "mcp", "server_label": "time"}])
+        turn, items = run_mcp_tools(qwen_engine, [{"role": "user", "content": "What time is it in Tokyo?"}], h, req,
+                                    max_calls=1, max_tokens=40,
+                                    tool_choice={"type": "function", "function": {"name": "get_current_time"}})
     out = turn.outcomes[0]
     assert out.tool == "get_current_time" and out.error is None, out
     assert json.loads(out.output)["timezone"] == out.arguments["timezone"]
+    assert [i["type"] for i in items][:2] == ["mcp_list_tools", "mcp_call"] and items[1]["output"] == out.output
     assert [m["role"] for m in turn.messages][:2] == ["assistant", "tool"] and turn.messages[-1]["role"] == "assistant"
-    # The model may call again under auto; past max_calls it answers without tools, so the turn ends in words.
+    # The model may call again under auto (at 40 tokens a second call may be cut short and dropped);
+    # past max_calls it answers without tools: either way the turn ends with no call left to run.
     assert all(o.error == "not run: this turn already made 1 tool calls" for o in turn.outcomes[1:])
-    assert turn.text.strip() and not turn.result.tool_calls
+    assert not turn.result.tool_calls and not turn.pending
+
+
+# -- serve --mcp --------------------------------------------------------------------------
+def test_health_names_the_servers_and_shutdown_ends_them():
+    from starlette.testclient import TestClient
+    from test_server_unit import FakeEngine
+
+    from mlotspark.server import ServerState, create_app
+
+    before = _children()
+    h = McpHub(parse_mcp_config({"mcpServers": {"time": TIME}})).start()
+    state = ServerState(FakeEngine(), mcp=h)
+    with TestClient(create_app(state)) as c:
+        (server,) = c.get("/health").json()["mcp_servers"]
+        assert server == {"name": "time", "transport": "stdio", "running": True,
+                          "tools": ["get_current_time", "convert_time"]}
+    assert not (_children() - before)  # the lifespan's exit closed the hub
+    assert h.call("get_current_time", {}).error == "the MCP servers are closed"
+
+
+@pytest.mark.parametrize("command", ["serve", "chat"])
+def test_a_bad_mcp_file_is_refused_before_loading(command, tmp_path, capsys):
+    from mlotspark.cli.entry import main
+
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"mcpServers": {"t": {"args": ["x"]}}}')
+    assert main([command, "--mcp", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mcpServers.t" in err[0] and "command" in err[0]
