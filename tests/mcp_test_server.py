@@ -1,7 +1,8 @@
 """An MCP server written with the ``mcp`` SDK, for tests/test_mcp.py: echo, a tool that
 crashes the server mid-call, one that never answers, one that answers with a long text,
-and one that writes garbage to the protocol stream. ``--prefix`` renames nothing: two of
-these started under two names offer the same tool names (the clash to prefix)."""
+and one that writes garbage to the protocol stream. Two of these started under two names
+offer the same tool names (the clash to prefix). ``--http PORT`` serves streamable HTTP on
+127.0.0.1:PORT/mcp instead of stdio."""
 
 from __future__ import annotations
 
@@ -56,4 +57,7 @@ def pid() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))
+    else:
+        server.run("stdio")

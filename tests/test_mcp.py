@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -142,6 +143,32 @@ def test_a_server_that_never_answers_the_handshake_is_bounded(tmp_path):
     finally:
         h.close()
     assert not (_children() - before)
+
+
+def test_a_streamable_http_server_on_loopback(tmp_path):
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, TEST_SERVER, "--http", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):  # until it listens (bounded: 600 tries of 0.05 s)
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        cfg = parse_mcp_config({"mcpServers": {"web": {"url": f"http://127.0.0.1:{port}/mcp"}}})
+        with McpHub(cfg, start_timeout_s=20) as h:
+            assert h.describe()[0]["transport"] == "http" and not h.errors
+            assert h.call("echo", {"text": "over http"}).output == "echo: over http"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_close_ends_every_child(tmp_path):
