@@ -523,3 +523,17 @@ def test_a_kept_cascade_continues_with_the_engines_cascade_config(engines, tiny_
     with pytest.warns(SnapshotWarning, match="sinks"):
         fourth = engine(sinks=8).conversation("cfg").send("And now?", **OPTS)
     assert fourth.stats.extra["cache_source"] == "none" and config(fourth)["sinks"] == 8
+
+
+def test_a_tool_result_turn_is_stored_as_tool_and_neither_recalls_nor_learns(engines, tiny_loaded):
+    e = engines(tiny_loaded)
+    e.memory.remember("My favourite colour is green.")
+    c = e.conversation("tools")
+    c.send("What colour do I like?", **OPTS)
+    r = c.send("I live in Ghent. My favourite colour is green.", role="tool", **OPTS)  # a tool said it, not the user
+    assert [m["role"] for m in c.messages] == ["user", "assistant", "tool", "assistant"]
+    assert r.stats.extra["memory"]["used"] == [] and r.stats.extra["memory"]["learned"] == []
+    assert c.render()[-2] == {"role": "tool", "content": "I live in Ghent. My favourite colour is green."}
+    assert e.conversation("tools").info().title == "What colour do I like?"
+    with pytest.raises(OptionError, match="invalid turn role 'system'"):
+        c.send("x", role="system", **OPTS)

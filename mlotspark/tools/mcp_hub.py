@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import builtins
 import contextlib
 import logging
 import re
@@ -92,6 +93,9 @@ class ToolOutcome:
         return f"error: {self.error}" if self.error is not None else self.output
 
 
+_GROUP = getattr(builtins, "BaseExceptionGroup", None)  # Python 3.11+; anyio raises groups
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -99,7 +103,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 def _describe(e: BaseException) -> str:
     """A failure as one line, the innermost error of an exception group."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+    while _GROUP is not None and isinstance(e, _GROUP) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, (TimeoutError, asyncio.TimeoutError)):
         return "timed out"
