@@ -78,5 +78,8 @@ def test_never_is_remembered_and_a_looping_model_ends(hub):
         # asked once; past the bound the results are read without tools, and the turn ends
         assert engine.roles == ["user"] + ["tool"] * MAX_CALLS and "tools" not in engine.calls[-1][2]
         assert all("tools" in c[2] for c in engine.calls[:-1])
+        *asked, last = [b.text for b in app.chat.query("Reply").last().query(ToolCallBlock)]
+        assert len(asked) == MAX_CALLS and all("asked before it runs" in t for t in asked)
+        assert "shown, not run" in last  # the call of the round given no tools is not an MCP run
 
     drive(app, script)

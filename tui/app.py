@@ -352,12 +352,12 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                         turn.first_piece = time.monotonic()
                     turn.pieces += 1
                     turn.reading_tools = False
-                    calls += self.post_pieces(name, *splitter.feed(item))
+                    calls += self.post_pieces(name, *splitter.feed(item), runnable & set(names))
                     # Escape may come before the request exists: ask again until it ends.
                     if turn.cancel_requested and not backend.cancel_turn(conv):
                         stream.close()  # no cancel in this API: stop reading, the turn ends
                         break
-                calls += self.post_pieces(name, *splitter.close())
+                calls += self.post_pieces(name, *splitter.close(), runnable & set(names))
                 calls = [c for c in calls if c.name in runnable and c.name in names]
                 if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
@@ -374,12 +374,12 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
             return
         self.post_message(ReplyFinished(name, stats))
 
-    def post_pieces(self, name: str, text: str, calls: list) -> list:
-        """Post a reply's text and calls to the app; returns the calls."""
+    def post_pieces(self, name: str, text: str, calls: list, runs: set = frozenset()) -> list:
+        """Post a reply's text and calls (``runs``: the MCP tools given this round); returns the calls."""
         if text:
             self.post_message(ReplyPiece(name, text))
         for call in calls:
-            self.post_message(ReplyToolCall(name, call))
+            self.post_message(ReplyToolCall(name, call, call.name in runs))
         return list(calls)
 
     @staticmethod
@@ -397,8 +397,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
             return
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
-            mcp = self.mcp is not None and any(t.name == message.call.name for t in self.mcp.tools)
-            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if mcp else "shown, not run")
+            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if message.runs else "shown, not run")
         self.show_ttft(message.conversation)
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:

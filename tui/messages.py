@@ -33,10 +33,12 @@ class ReplyPiece(Message):
 
 @dataclass
 class ReplyToolCall(Message):
-    """The reply in ``conversation`` made a tool call (a ``ToolCall``): shown, never run."""
+    """The reply in ``conversation`` made a tool call (a ``ToolCall``); ``runs``: an MCP tool
+    given this round, asked about before it runs (else shown, never run)."""
 
     conversation: str
     call: Any
+    runs: bool = False
 
 
 @dataclass
