@@ -1,8 +1,8 @@
 """Tools in the chat: read an OpenAI tools file, and split a reply into text and calls.
 
-The chat never runs a tool: a call the model makes is shown as a block (the function's
-name and its arguments as JSON) and the conversation goes on with the user's next
-message. The calls are split from the reply's text with the engine's own splitter
+The chat never runs a tool of a tools file: a call the model makes is shown as a block (the
+function's name and its arguments as JSON) and the conversation goes on with the user's next
+message. (MCP servers' tools, ``--mcp``, are run once the user says so: ``mcp_turns.py``.) The calls are split from the reply's text with the engine's own splitter
 (``mlotspark.CallSplitter``, what the server uses), so no ``<tool_call>`` markup is
 ever shown, streamed or stored.
 """

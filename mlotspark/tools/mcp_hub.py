@@ -19,6 +19,7 @@ import asyncio
 import atexit
 import builtins
 import contextlib
+import json
 import logging
 import re
 import tempfile
@@ -132,8 +133,6 @@ def tool_text(result: Any) -> tuple[str, bool]:
         else:
             parts.append(f"[{kind} content not shown]")
     if not parts and getattr(result, "structured_content", None) is not None:
-        import json
-
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts), bool(getattr(result, "is_error", False))
 
