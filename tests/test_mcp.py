@@ -274,6 +274,16 @@ def test_responses_items_have_openais_shapes(hub):
     assert ok["error"] is None and bad["output"] is None and "Nope/Zone" in bad["error"]
 
 
+def test_a_call_of_a_client_function_ends_the_turn_for_the_client(hub):
+    req = mcp_request(hub, [{"type": "mcp", "server_label": "a", "allowed_tools": ["echo"]}])
+    mine = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+    eng = ScriptedEngine([("", [_call("a__echo", text="x")]), ("", [_call("lookup", 1)]), ("never reached", [])])
+    turn, items = run_mcp_tools(eng, [{"role": "user", "content": "x"}], hub, req, client_tools=[mine])
+    assert turn.pending and [c.name for c in turn.result.tool_calls] == ["lookup"] and len(turn.generations) == 2
+    assert [i["type"] for i in items] == ["mcp_list_tools", "mcp_call"]
+    assert {t["function"]["name"] for t in eng.seen[0][1]["tools"]} == {"a__echo", "lookup"}
+
+
 def test_a_clashing_tool_is_named_as_its_server_names_it(hub):
     req = mcp_request(hub, [{"type": "mcp", "server_label": "a", "allowed_tools": ["echo"]}])
     eng = ScriptedEngine([("", [_call("a__echo", text="hi")]), ("hi", [])])

@@ -82,6 +82,7 @@ class TurnResult:
             ``tool`` results, the final assistant reply), to append to a history.
         outcomes: every tool run (and refusal), in order.
         bounded: True when ``max_calls`` stopped the loop.
+        generations: every generation of the turn, in order (their stats sum to its usage).
     """
 
     result: GenerationResult
@@ -89,6 +90,7 @@ class TurnResult:
     outcomes: list[ToolOutcome] = field(default_factory=list)
     bounded: bool = False
     pending: bool = False  # the reply called a ``client_tools`` tool (in ``result.tool_calls``)
+    generations: list[GenerationResult] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -134,19 +136,20 @@ def run_turn(engine: Any, messages: list[dict], hub: McpHub, *, approve: Approva
     tools += list(client_tools or ())
     approval = approve or Approval()
     emit = on_event or (lambda event: None)
-    history, added, outcomes = list(messages), [], []
+    history, added, outcomes, generations = list(messages), [], [], []
     ran, bounded = 0, False
     step = dict(options)
     while True:
         result = engine.generate(history + added, **({"tools": tools, **step} if tools and not bounded else
                                                      {k: v for k, v in step.items() if k != "tool_choice"}))
         emit(TurnEvent("reply", result=result))
+        generations.append(result)
         if not result.tool_calls or bounded:
             added.append({"role": "assistant", "content": result.text})
-            return TurnResult(result, added, outcomes, bounded)
+            return TurnResult(result, added, outcomes, bounded, generations=generations)
         if any(c.name not in hub_names for c in result.tool_calls):  # the caller's tools: its turn to run them
             added.append(_assistant(result))
-            return TurnResult(result, added, outcomes, bounded, pending=True)
+            return TurnResult(result, added, outcomes, bounded, pending=True, generations=generations)
         added.append(_assistant(result))
         for call in result.tool_calls:
             if ran >= max_calls:

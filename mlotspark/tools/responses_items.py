@@ -29,7 +29,8 @@ class McpRequest:
     Attributes:
         tools: the hub's tools the model may call (their model-facing names).
         list_items: one ``mcp_list_tools`` output item per named server.
-        other_tools: the request's other tools (functions the client runs), untouched.
+        other_tools: the request's other tools (functions the client runs), untouched: the
+            caller converts them to the engine's shape and passes them as ``client_tools``.
     """
 
     tools: list[McpTool] = field(default_factory=list)
@@ -95,8 +96,14 @@ def mcp_request(hub: McpHub | None, tools: Any, where: str = "tools") -> McpRequ
 
 
 def run_mcp_tools(engine: Any, messages: list[dict], hub: McpHub, request: McpRequest, *,
-                  max_calls: int = MAX_CALLS, **options: Any) -> tuple[TurnResult, list[dict]]:
+                  client_tools: list[dict] | None = None, max_calls: int = MAX_CALLS,
+                  **options: Any) -> tuple[TurnResult, list[dict]]:
     """Answer ``messages`` running the request's MCP tools; the output items before the message.
+
+    Args:
+        client_tools: the request's function tools in the engine's shape (``{"type":
+            "function", "function": {...}}``); a reply calling one ends the turn (``pending``).
+        max_calls: tool calls answered in the turn; **options: generation options.
 
     Returns:
         ``(turn, items)``: ``turn.result`` is the final generation (its ``text`` the
@@ -117,5 +124,5 @@ def run_mcp_tools(engine: Any, messages: list[dict], hub: McpHub, request: McpRe
                       "output": o.output if o.error is None else None, "error": o.error})
 
     turn = run_turn(engine, messages, hub, max_calls=max_calls, on_event=record, only=list(by_name),
-                    client_tools=request.other_tools or None, **options)
+                    client_tools=client_tools, **options)
     return turn, [*request.list_items, *calls]
