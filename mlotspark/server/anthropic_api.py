@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.errors import OptionError
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
@@ -309,7 +310,27 @@ def build(state: Any) -> list[Route]:
         count(state, ENDPOINT, outcome, t0)
         return JSONResponse(message_response(mid, req.model, outcome))
 
-    return [Route(ENDPOINT, messages, methods=["POST"])]
+    async def count_tokens(request: Request) -> Response:
+        body = await read_json(request)
+        if isinstance(body, dict) and body.get("max_tokens") is None:
+            body = {**body, "max_tokens": 1}  # count_tokens takes a messages body without it
+        slot = await state.open_model(body)
+        try:
+            engine = (slot or state.pool.default).engine
+            req = parse_messages(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
+            tools = req.checked.tools if req.checked is not None else None
+            try:
+                ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
+            except OptionError as e:
+                raise APIError(400, str(e), param="tools" if tools else "messages") from None
+        finally:
+            if slot is not None:
+                state.pool.release(slot)
+        state.metrics.requests.labels(ENDPOINT + "/count_tokens", "200").inc()
+        return JSONResponse({"input_tokens": len(ids)})
+
+    return [Route(ENDPOINT, messages, methods=["POST"]),
+            Route(ENDPOINT + "/count_tokens", count_tokens, methods=["POST"])]
 
 
 __all__ = ["ENDPOINT", "anthropic_error", "build", "message_response", "parse_messages"]

@@ -144,6 +144,7 @@ def build(state: Any) -> list[Route]:
             "models": models,
             "loading": {m["name"]: m["load_progress"] for m in models if m["load_progress"] is not None},
             "memory_budget": state.pool.governance.status() if state.pool.governance is not None else None,
+            "response_store": await asyncio.to_thread(state.response_store.stats),
             "process": _process_memory(),
         })
 

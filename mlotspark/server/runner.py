@@ -152,16 +152,32 @@ class Job:
         ids = self._prompt_ids()
         self.prompt_tokens = len(ids)
         cache, cached = None, 0
-        if pc is not None and pc.enabled and opts.num_return_sequences == 1:
+        kv = req.kv
+        use_pc = pc is not None and pc.enabled and opts.num_return_sequences == 1
+
+        def lookup() -> tuple[list | None, int]:  # engine thread: the longer of the two hits
+            found, n = pc.take(ids, opts) if use_pc else (None, 0)
+            if kv is not None:
+                kept, m = kv.take(ids, opts, beyond=n)
+                if kept is not None:
+                    return kept, m
+            return found, n
+
+        if use_pc or kv is not None:
             # One engine call between decode steps; awaited on the loop's executor.
             loop = asyncio.get_running_loop()
-            cache, cached = await loop.run_in_executor(None, engine.scheduler.call, pc.take, ids, opts)
+            cache, cached = await loop.run_in_executor(None, engine.scheduler.call, lookup)
         if self._cancel.is_set():
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
 
         def on_finish(gen: Any) -> None:  # engine thread: keep what the model consumed
-            if pc is not None and gen.result is not None and gen.result.stats.finish_reason != "cancelled":
-                pc.add(ids[:cached] + list(gen.fed_tokens), gen.cache)
+            if gen.result is None or gen.result.stats.finish_reason == "cancelled":
+                return
+            consumed = ids[:cached] + list(gen.fed_tokens)
+            if pc is not None:
+                pc.add(consumed, gen.cache)
+            if kv is not None:
+                kv.keep(consumed, gen.cache)
 
         handle = engine.submit(prompt_ids=ids[cached:], cache=cache, cached_tokens=cached,
                                on_finish=on_finish, validated=opts, arrived_at=arrived)
@@ -188,7 +204,8 @@ class Job:
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
             choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence)]
             completion = stats.generation_tokens
-        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
+        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats,
+                              {"reasoning": getattr(result, "reasoning", "") or ""})
 
     # ------------------------------------------------------------- conversations
     async def _run_conversation(self) -> AsyncIterator[tuple[str, Any]]:

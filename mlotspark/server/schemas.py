@@ -74,6 +74,9 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False
     conversation: str | None = None
+    #: A KV source and sink of the request's own (the Responses API's stored chains):
+    #: ``take(ids, options, beyond) -> (cache, n)`` and ``keep(tokens, cache)``, on the engine thread.
+    kv: Any = None
 
 
 # ----------------------------------------------------------------- field checks
