@@ -218,3 +218,10 @@ def test_anthropic_count_tokens_matches_the_prompt_a_message_reads(live):
     with pytest.raises(anthropic.BadRequestError) as e:
         c.messages.count_tokens(model=live.model, messages=[])
     assert "'messages'" in e.value.body["error"]["message"]
+
+
+def test_the_serve_benchmarks_responses_chain_runs_against_the_api(live):
+    from mlotspark.bench.serve import responses_chain
+
+    got = responses_chain(live.url, live.model, seed=7, turns=2, words=60)
+    assert len(got["turns_s"]) == 2 and got["warm_s"] == got["turns_s"][-1] and got["cold_s"] > 0

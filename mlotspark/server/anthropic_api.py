@@ -8,6 +8,7 @@ grammar keeps every ``tool_use`` valid for its schema. Replies come back as cont
 blocks; a stream is Anthropic's event sequence (``message_start``,
 ``content_block_start/delta/stop``, ``message_delta``, ``message_stop``). Errors use
 Anthropic's shape ``{"type": "error", "error": {"type", "message"}}`` (``app.py``).
+``POST /v1/messages/count_tokens`` answers the prompt tokens the same body would read.
 
 ``stop_reason`` is Anthropic's: ``tool_use``, ``max_tokens``, ``stop_sequence`` (with the
 request's ``stop_sequences`` entry that ended the text in ``stop_sequence``), else ``end_turn``.

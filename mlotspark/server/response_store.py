@@ -47,7 +47,7 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, what: str = "size") -> int:
     """Bytes of a size written as ``4000000000``, ``4GB``, ``512 MiB`` (decimal or binary units).
 
     Raises:
@@ -55,7 +55,7 @@ def parse_size(text: str) -> int:
     """
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if m is None or m.group(2).lower() not in _UNITS:
-        raise OptionError(f"invalid size {text!r}: use bytes, or a number with KB, MB, GB, MiB, GiB")
+        raise OptionError(f"invalid {what} {text!r}: use bytes, or a number with KB, MB, GB, MiB, GiB")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
