@@ -53,6 +53,8 @@ def test_a_plain_response_is_stored_and_can_be_read_and_deleted(live):
         assert r.incomplete_details.reason == "max_output_tokens"
     again = c.responses.retrieve(r.id)
     assert again.id == r.id and again.output_text == r.output_text
+    items = c.responses.input_items.list(r.id)
+    assert [(i.role, i.content[0].text) for i in items.data] == [("user", "Hello there")]
     c.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(r.id)
@@ -225,3 +227,20 @@ def test_the_serve_benchmarks_responses_chain_runs_against_the_api(live):
 
     got = responses_chain(live.url, live.model, seed=7, turns=2, words=60)
     assert len(got["turns_s"]) == 2 and got["warm_s"] == got["turns_s"][-1] and got["cold_s"] > 0
+
+
+def test_a_reply_with_reasoning_has_a_reasoning_item_first():
+    import types
+
+    from mlotspark.results import ToolCall
+    from mlotspark.server.responses import Choice
+    from mlotspark.server.responses_routes import output_items
+    from mlotspark.server.runner import Outcome
+
+    call = ToolCall("call_1", "get_time", {"zone": "UTC"})
+    outcome = Outcome([Choice("", "stop", [call])], 10, 5, 0, types.SimpleNamespace(), {"reasoning": "UTC, then."})
+    reasoning, fc = output_items(outcome)
+    assert reasoning["type"] == "reasoning" and reasoning["content"] == [{"type": "reasoning_text", "text": "UTC, then."}]
+    assert (fc["type"], fc["call_id"], json.loads(fc["arguments"])) == ("function_call", "call_1", {"zone": "UTC"})
+    (msg,) = output_items(Outcome([Choice("Hi", "length")], 3, 1, 0, None, {}))
+    assert msg["type"] == "message" and msg["status"] == "incomplete" and msg["content"][0]["text"] == "Hi"
