@@ -353,7 +353,8 @@ class ChainKV:
             pending = SnapshotStore(directory).prepare(cache, tokens, fingerprint=loaded.fingerprint,
                                                        weights=loaded.weights)
         except Exception as e:  # noqa: BLE001  a snapshot not taken must not fail the reply
-            log.warning("responses: snapshot not taken: %s", e)
+            # Some caches cannot be saved (a sliding window's): each turn of such a model says so.
+            log.info("responses: snapshot not taken: %s", e)
             return
         self.saving = self.store.write_snapshot(directory, pending, list(tokens), self.engine)
 
