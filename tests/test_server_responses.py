@@ -244,3 +244,24 @@ def test_a_reply_with_reasoning_has_a_reasoning_item_first():
     assert (fc["type"], fc["call_id"], json.loads(fc["arguments"])) == ("function_call", "call_1", {"zone": "UTC"})
     (msg,) = output_items(Outcome([Choice("Hi", "length")], 3, 1, 0, None, {}))
     assert msg["type"] == "message" and msg["status"] == "incomplete" and msg["content"][0]["text"] == "Hi"
+
+
+def test_a_store_that_cannot_be_written_still_answers_and_says_it_was_not_kept(live, tmp_path):
+    from mlotspark.server.response_store import ResponseStore
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    kept, live.state.response_store = live.state.response_store, ResponseStore(blocker / "store")
+    try:
+        c = live.openai()
+        r = c.responses.create(model=live.model, input="Hi", max_output_tokens=2, extra_body=T0)
+        assert r.store is False and r.output[0].type == "message"
+        with c.responses.create(model=live.model, input="Hi", max_output_tokens=2, stream=True,
+                                extra_body=T0) as s:
+            last = list(s)[-1]
+        assert last.type in ("response.completed", "response.incomplete") and last.response.store is False
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(r.id)
+    finally:
+        live.state.response_store.close()
+        live.state.response_store = kept

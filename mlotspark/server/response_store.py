@@ -172,8 +172,8 @@ class ResponseStore:
 
     def put(self, record: Record) -> concurrent.futures.Future:
         """Write ``record`` atomically on the writer thread (await the future before answering)."""
-        path = self._record_path(record.id)
-        return self._writer.submit(write_json, path, record.to_json())
+        doc = record.to_json()
+        return self._writer.submit(lambda: write_json(self._record_path(record.id), doc))
 
     def delete(self, rid: str) -> bool:
         """Remove a stored response and its chain's KV snapshot (the snapshot holds its tokens:
@@ -306,12 +306,17 @@ class ChainKV:
         already found); else (None, 0). At least the last prompt token is left to run."""
         if not self.source or self.store.budget_bytes == 0:
             return None, 0
-        snap = SnapshotStore(self.store.chain_dir(self.engine, self.source))
         try:
-            meta = snap.read_meta()
-        except SnapshotError as e:
+            return self._take(ids, options, beyond)
+        except Exception as e:  # noqa: BLE001  a snapshot that cannot be read (evicted meanwhile, a
+            # read-only home, a corrupt file) is a miss: the turn prefills its whole prompt
+            log.warning("responses: chain %s's snapshot not used: %s", self.source, e)
             self.errors.append(str(e))
             return None, 0
+
+    def _take(self, ids: Sequence[int], options: Any, beyond: int) -> tuple[list | None, int]:
+        snap = SnapshotStore(self.store.chain_dir(self.engine, self.source or ""))
+        meta = snap.read_meta()
         if meta is None:
             return None, 0
         shared = common_prefix(meta.tokens, ids)
@@ -327,12 +332,8 @@ class ChainKV:
         if upto <= beyond or upto < 1:
             return None, 0
         loaded = self.engine.loaded
-        try:
-            _, cache = snap.load(fingerprint=loaded.fingerprint, weights=loaded.weights,
-                                 kind="kv" if cascade is None else "cascade", cascade=cascade)
-        except SnapshotError as e:
-            self.errors.append(str(e))
-            return None, 0
+        _, cache = snap.load(fingerprint=loaded.fingerprint, weights=loaded.weights,
+                             kind="kv" if cascade is None else "cascade", cascade=cascade)
         if not trim_to(cache, upto):
             return None, 0
         self.restored = upto
@@ -345,9 +346,9 @@ class ChainKV:
             return
         name = self.source if self.continues and self.source else self.chain
         self.chain = name
-        directory = self.store.chain_dir(self.engine, name)
         loaded = self.engine.loaded
         try:
+            directory = self.store.chain_dir(self.engine, name)
             if cache_kind(cache) not in ("kv", "cascade"):
                 return
             pending = SnapshotStore(directory).prepare(cache, tokens, fingerprint=loaded.fingerprint,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 import time
 from typing import Any, AsyncIterator
@@ -28,12 +29,15 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.errors import StoreError
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
 from mlotspark.server.responses import extension
 from mlotspark.server.responses_api import ResponsesRequest, parse_responses
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import EXTENSION_KEY, APIError
+
+log = logging.getLogger(__name__)
 
 ENDPOINT = "/v1/responses"
 
@@ -113,7 +117,11 @@ class _Stream:
 
 
 async def _save(store: ResponseStore, req: ResponsesRequest, obj: dict, text: str, calls: list) -> None:
-    """Write the response's record (after its snapshot, which the runner began) and wait for both."""
+    """Write the response's record (after its snapshot, which the runner began) and wait for both.
+
+    A record that cannot be written (a full disk, a read-only home) leaves the reply as it is,
+    with ``store`` false in it: the client gets its answer and is told it was not kept.
+    """
     kv = req.kv
     if kv is not None and kv.saving is not None:
         await asyncio.wrap_future(kv.saving)
@@ -121,7 +129,11 @@ async def _save(store: ResponseStore, req: ResponsesRequest, obj: dict, text: st
         return
     record = Record(req.rid, obj, req.added, reply_messages(text, calls), req.previous,
                     kv.chain if kv is not None else "")
-    await asyncio.wrap_future(store.put(record))
+    try:
+        await asyncio.wrap_future(store.put(record))
+    except (StoreError, OSError) as e:
+        log.warning("responses: %s not stored: %s", req.rid, e)
+        obj["store"] = False
 
 
 async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequest, created: int,
