@@ -94,6 +94,10 @@ def test_a_function_call_round_trip(live):
                                 input=[{"type": "function_call_output", "call_id": call.call_id,
                                         "output": "18 degrees, sunny"}], max_output_tokens=3, extra_body=T0)
     assert follow.previous_response_id == r.id and follow.output[0].type == "message"
+    counted = c.responses.input_tokens.count(model=live.model, previous_response_id=r.id, tools=TOOLS,
+                                             input=[{"type": "function_call_output", "call_id": call.call_id,
+                                                     "output": "18 degrees, sunny"}])
+    assert counted.input_tokens == follow.usage.input_tokens
     # The follow-up continued the stored chain: its history's KV came from the snapshot (or the prompt cache).
     assert follow.usage.input_tokens_details.cached_tokens > r.usage.input_tokens // 2
     # The same round trip with the whole history sent back as items, streamed.

@@ -12,7 +12,8 @@ error after the 200 is an ``error`` event, then ``response.failed``.
 
 A stored response (``store``, the default) is written before the client sees it whole
 (``response_store.py``), with its chain's KV snapshot; ``GET /v1/responses/{id}`` returns
-it and ``DELETE`` removes it.
+it and ``DELETE`` removes it. ``POST /v1/responses/input_tokens`` counts the prompt tokens
+a ``create`` body would read.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.errors import StoreError
+from mlotspark.errors import OptionError, StoreError
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
 from mlotspark.server.responses import extension
@@ -230,13 +231,30 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
         state.release(job, time.perf_counter() - t0)
 
 
+async def _count(state: Any, body: Any, parse: Any) -> Response:
+    """``POST /v1/responses/input_tokens``: the prompt tokens the same ``create`` body would read."""
+    slot = await state.open_model(body)
+    try:
+        engine = (slot or state.pool.default).engine
+        req = parse(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
+        tools = req.checked.tools if req.checked is not None else None
+        try:
+            ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
+        except OptionError as e:
+            raise APIError(400, str(e), param="tools" if tools else "input") from None
+    finally:
+        if slot is not None:
+            state.pool.release(slot)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(ids)})
+
+
 def build(state: Any) -> list[Route]:
     """The Responses routes for a :class:`~mlotspark.server.app.ServerState`."""
 
     def store() -> ResponseStore:
         return state.response_store
 
-    async def create(request: Request) -> Response:
+    async def create(request: Request, count_only: bool = False) -> Response:
         t0 = time.perf_counter()
         body = await read_json(request)
         rid = new_response_id()
@@ -261,6 +279,8 @@ def build(state: Any) -> list[Route]:
             req.kv = ChainKV(store(), slot.engine, chain=rid, source=chains.get("source"), span=spans.get("previous"))
             return req
 
+        if count_only:
+            return await _count(state, body, lambda b, s, o: parse_responses(b, s, o, rid=rid, history=history))
         job = await start_job(state, body, parse)
         req = job.request
         assert isinstance(req, ResponsesRequest)
@@ -279,6 +299,9 @@ def build(state: Any) -> list[Route]:
         choice = outcome.choices[0]
         await _save(store(), req, obj, choice.text, choice.calls)
         return JSONResponse(obj)
+
+    async def input_tokens(request: Request) -> Response:
+        return await create(request, count_only=True)
 
     def stored(request: Request) -> Record:
         rid = request.path_params["rid"]
@@ -308,6 +331,7 @@ def build(state: Any) -> list[Route]:
         return JSONResponse({"id": rid, "object": "response", "deleted": True})
 
     return [Route(ENDPOINT, create, methods=["POST"]),
+            Route(ENDPOINT + "/input_tokens", input_tokens, methods=["POST"]),
             Route(ENDPOINT + "/{rid}", get, methods=["GET"]),
             Route(ENDPOINT + "/{rid}", delete, methods=["DELETE"]),
             Route(ENDPOINT + "/{rid}/input_items", input_items, methods=["GET"])]
