@@ -60,9 +60,11 @@ def test_a_plain_response_is_stored_and_can_be_read_and_deleted(live):
         c.responses.retrieve(r.id)
     with pytest.raises(openai.NotFoundError):
         c.responses.delete(r.id)
+    chains = live.state.response_store.stats()["chains"]
     unstored = c.responses.create(model=live.model, input="Hi", max_output_tokens=2, store=False, extra_body=T0)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(unstored.id)
+    assert live.state.response_store.stats()["chains"] == chains  # nor is its KV kept
 
 
 def test_streaming_follows_the_responses_event_sequence(live):

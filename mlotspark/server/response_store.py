@@ -295,6 +295,7 @@ class ChainKV:
     #: The previous response's (prompt tokens, prompt + reply tokens): the source snapshot ends
     #: within that span while the previous response is its chain's last turn.
     span: tuple[int, int] | None = None
+    save: bool = True  # False for a response not stored: its KV would change no later turn
     continues: bool = False
     saving: concurrent.futures.Future | None = None
     restored: int = 0
@@ -342,7 +343,7 @@ class ChainKV:
     def keep(self, tokens: Sequence[int], cache: list) -> None:
         """[engine thread] Capture the turn's KV (only what the chain's snapshot lacks) and
         hand the write to the writer thread."""
-        if self.store.budget_bytes == 0 or not cache:
+        if not self.save or self.store.budget_bytes == 0 or not cache:
             return
         name = self.source if self.continues and self.source else self.chain
         self.chain = name

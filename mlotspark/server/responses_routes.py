@@ -276,7 +276,8 @@ def build(state: Any) -> list[Route]:
         def parse(body: Any, served: list[str], options: Any) -> ResponsesRequest:
             req = parse_responses(body, served, options, rid=rid, history=history)
             slot = state.find(req.model) or state.pool.default
-            req.kv = ChainKV(store(), slot.engine, chain=rid, source=chains.get("source"), span=spans.get("previous"))
+            req.kv = ChainKV(store(), slot.engine, chain=rid, source=chains.get("source"), span=spans.get("previous"),
+                             save=req.store)
             return req
 
         if count_only:
