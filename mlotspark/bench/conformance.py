@@ -262,7 +262,9 @@ class Matrix:
         return _brief(r.output_text)
 
     def responses_tools(self) -> str:
-        """A function call, then its output sent back with ``previous_response_id`` (stored, then deleted)."""
+        """A function call, then its output sent back with ``previous_response_id`` (stored, then
+        deleted): the next turn reads the call and its output, the chain's KV reused. Whether the
+        model makes sense of a result is ``tools_result``'s question; this one asks few tokens."""
         tools = [{"type": "function", **t["function"]} for t in TOOLS]
         r = self._respond(input=ASK[0]["content"], tools=tools, max_output_tokens=96, parallel_tool_calls=False,
                           tool_choice={"type": "function", "name": "get_weather"}, store=True)
@@ -270,13 +272,18 @@ class Matrix:
             calls = [o for o in r.output if o.type == "function_call"]
             _check(bool(calls), f"no call: {_brief(r.output_text)!r}")
             _check(all(_schema_ok(c.name, c.arguments) for c in calls), "a call that does not validate")
-            after = self._respond(previous_response_id=r.id, tools=tools, tool_choice="none", max_output_tokens=32,
+            after = self._respond(previous_response_id=r.id, tools=tools, max_output_tokens=4,
                                   input=[{"type": "function_call_output", "call_id": calls[0].call_id,
                                           "output": "18 degrees Celsius, sunny"}])
         finally:
             self.oa.responses.delete(r.id)
-        _check("18" in after.output_text, f"the function's output was not read: {_brief(after.output_text)!r}")
-        return f"{calls[0].name}({calls[0].arguments}) -> {_brief(after.output_text, 30)}"
+        held = r.usage.input_tokens + r.usage.output_tokens
+        _check(after.usage.input_tokens > held, f"the next turn read {after.usage.input_tokens} tokens, "
+                                                f"not the {held} of the call's turn and its output")
+        cached = after.usage.input_tokens_details.cached_tokens
+        _check(cached >= r.usage.input_tokens, f"{cached} tokens came from the stored chain, of "
+                                               f"{r.usage.input_tokens} it held")
+        return f"{calls[0].name}({calls[0].arguments}), then {after.usage.input_tokens} tokens ({cached} cached)"
 
     def responses_chain(self) -> str:
         """A fact carried by ``previous_response_id``, the history's KV read from the stored chain."""
