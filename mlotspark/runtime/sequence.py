@@ -8,8 +8,9 @@ cancellation: ``decoding.acceptance``), the sampler and logits processors, the p
 decode counters, the stats and the cache. Every request prefills through ``prefill.py``
 (the scheduler's chunks, ``prepare_decode`` at the end); then the batch
 (``batching.DecodeBatch``) steps it one token at a time, or, for beams, speculation and
-several returns, ``pieces`` decodes it in its own loop. Either way ``finalize`` makes the
-result and hands it to the record, the one write the caller sees.
+several returns, ``pieces`` steps its own loop, one step per turn of the engine thread.
+Either way its tokens pass the one ``Acceptance`` (a beam's is a fork of it), and
+``finalize`` makes the result and hands it to the record, the one write the caller sees.
 """
 
 from __future__ import annotations
@@ -148,6 +149,14 @@ class Sequence:
         self.finish = self.acceptance.finish
         return piece
 
+    def adopt(self, acceptance: Acceptance) -> None:
+        """Take ``acceptance`` (a fork of this one's that ran on: the best beam) as the
+        request's own: its tokens, text, finish and stop string become the reply's."""
+        self.tokens[:] = acceptance.tokens
+        acceptance.tokens = self.tokens
+        self.acceptance = acceptance
+        self.text, self.finish = acceptance.text, acceptance.finish
+
     def close(self, reason: str | None = None) -> str:
         """Finish a batched sequence: flush held-back text, fill stats and ``result``.
 
@@ -166,8 +175,9 @@ class Sequence:
 
     def pieces(self) -> Iterator[str]:
         """Decode the prefilled request in its own loop (speculative, beams, several returns),
-        yielding text pieces: one per ``next``, so the engine thread steps it between the
-        batch's steps."""
+        one step per ``next``: a token (speculation hands out a verified round's tokens one
+        at a time) or a decode step of every beam. Yields the text that step lets out (often
+        ``""``), so the engine thread steps it in the same turns as the batch."""
         opts = self.options
         t0 = self.t_start  # the prefill ran since (the scheduler's chunks): it counts in TTFT
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
@@ -189,17 +199,17 @@ class Sequence:
             for token, _ in steps:  # each token through the acceptance the batched path uses
                 self.feed(token)
                 piece = self.accept(token)
-                if piece:
-                    yield piece
                 if self.finish is not None:
+                    if piece:
+                        yield piece
                     break
+                yield piece
             tail = self.acceptance.close()  # steps ran out: length
             self.text, self.finish = self.acceptance.text, self.acceptance.finish
         finally:
             steps.close()
-        if tail:
-            yield tail
         self.finalize(self.finish or "length", t0, self.t_first, stop_sequence=self.acceptance.stop_sequence)
+        yield tail
 
     def finalize(
         self,
