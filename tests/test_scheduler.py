@@ -181,10 +181,14 @@ def test_a_request_with_its_own_loop_steps_with_the_batch_and_blocks_no_one(own)
     gate.set()
     blocker.join()
     assert plain.result().tokens == plain_alone
+    pieces = list(long)
     result = long.result()
     assert events == ["plain", "own"]  # the plain one did not wait for the whole of the other
     assert result.tokens == alone.tokens and len(result.tokens) == 16
     assert [s.tokens for s in result.sequences] == [s.tokens for s in alone.sequences]
+    assert "".join(pieces) == result.text
+    if "speculative" in own:  # a verified round per turn, not one token: it keeps its speed in company
+        assert result.stats.extra["speculative"]["accepted"] > 0 and len(pieces) < len(result.tokens)
 
 
 def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():

@@ -175,8 +175,8 @@ class Sequence:
 
     def pieces(self) -> Iterator[str]:
         """Decode the prefilled request in its own loop (speculative, beams, several returns),
-        one step per ``next``: a token (speculation hands out a verified round's tokens one
-        at a time) or a decode step of every beam. Yields the text that step lets out (often
+        one step per ``next``: a forward pass's tokens (one, or a speculative round's verified
+        run) or a decode step of every beam. Yields the text that step lets out (often
         ``""``), so the engine thread steps it in the same turns as the batch."""
         opts = self.options
         t0 = self.t_start  # the prefill ran since (the scheduler's chunks): it counts in TTFT
@@ -186,7 +186,12 @@ class Sequence:
         if opts.seed is not None:
             mx.random.seed(opts.seed)
         sampler, processors = self.sampling()
-        steps = select_step(self)(  # generate_step, or speculative decoding
+        left = [0]  # tokens this pass still hands out (speculation says; else one per pass)
+
+        def on_round(n: int) -> None:
+            left[0] = n
+
+        steps = select_step(self, on_round)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=self.max_tokens,
@@ -195,21 +200,23 @@ class Sequence:
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
         )
+        out = ""
         try:
             for token, _ in steps:  # each token through the acceptance the batched path uses
                 self.feed(token)
-                piece = self.accept(token)
+                out += self.accept(token)
                 if self.finish is not None:
-                    if piece:
-                        yield piece
                     break
-                yield piece
-            tail = self.acceptance.close()  # steps ran out: length
+                left[0] -= 1
+                if left[0] <= 0:  # the next token needs a forward pass: this step is done
+                    yield out
+                    out = ""
+            out += self.acceptance.close()  # steps ran out: length
             self.text, self.finish = self.acceptance.text, self.acceptance.finish
         finally:
             steps.close()
         self.finalize(self.finish or "length", t0, self.t_first, stop_sequence=self.acceptance.stop_sequence)
-        yield tail
+        yield out
 
     def finalize(
         self,
