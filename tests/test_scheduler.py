@@ -191,6 +191,22 @@ def test_a_request_with_its_own_loop_steps_with_the_batch_and_blocks_no_one(own)
         assert result.stats.extra["speculative"]["accepted"] > 0 and len(pieces) < len(result.tokens)
 
 
+@pytest.mark.parametrize("own", [{"num_beams": 3, "num_return_sequences": 2}, {"speculative": "prompt_lookup"}],
+                         ids=["beams", "speculative"])
+def test_a_request_with_its_own_loop_cancelled_midway_ends_with_what_it_has(own):
+    """Cancelled between two of its steps, a beam request's reply is its best beam so far (streamed,
+    like the text of a cancelled plain request), and a speculative one's is its text so far."""
+    engine = tiny_engine()
+    long = engine.submit(prompt_ids=PROMPTS[1], max_tokens=2000, **own)
+    plain = engine.submit(prompt_ids=PROMPTS[0], max_tokens=4)
+    assert len(plain.result().tokens) == 4  # the long one is still running: it has ~2000 steps to go
+    long.cancel()
+    streamed = "".join(long)
+    r = long.result()
+    assert r.stats.finish_reason == "cancelled" and streamed == r.text
+    assert 0 < len(r.tokens) < 2000 and len(r.sequences) == own.get("num_return_sequences", 0)
+
+
 def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():
     engine = tiny_engine()
     ids = [list(range(3, 20)), list(range(30, 40)), list(range(60, 75))]

@@ -173,6 +173,11 @@ class BeamSearch:
             return self._end("length")
         return True
 
+    def stop(self) -> None:
+        """End the search now, as cancelled: the hypotheses so far stand."""
+        if self.reason is None:
+            self._end("cancelled")
+
     def _end(self, reason: str) -> bool:
         self.reason = reason
         if reason != "stop":  # running beams compete with the finished ones
@@ -203,7 +208,7 @@ class SampledSequences:
         self.sums = [0.0] * n
         self.y = mx.array([[prompt[-1]]] * n)
         self.steps = 0
-        self.done = False
+        self.done = self.cancelled = False
         self.first_token_at: float | None = None
 
     def step(self) -> bool:
@@ -229,13 +234,18 @@ class SampledSequences:
         self.y = mx.array([[t] for t in toks_l])
         return True
 
+    def stop(self) -> None:
+        """End the rows now: the samples so far stand (``cancelled`` where unfinished)."""
+        self.cancelled = True
+        self._end()
+
     def _end(self) -> bool:
         self.done, self.rows = True, []
         return False
 
     def hypotheses(self) -> list[Hypothesis]:
         """Every sample, best score first (the rows ended)."""
-        reason = "cancelled" if self.cancel is not None and self.cancel.is_set() else "length"
+        reason = "cancelled" if self.cancelled or (self.cancel is not None and self.cancel.is_set()) else "length"
         out = []
         for a, total in zip(self.accs, self.sums):
             length = len(a.tokens) + a.ended_on_eos
@@ -328,8 +338,13 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     else:
         run = SampledSequences(gen.model, gen.prompt, gen.cache, n=opts.num_return_sequences, sampler=sampler,
                                **common)
-    while run.step():
-        yield ""  # one decode step done: the engine thread's turn goes to the others
+    stopped = False
+    try:
+        while run.step():
+            yield ""  # one decode step done: the engine thread's turn goes to the others
+    except GeneratorExit:  # cancelled between two steps: the best so far is the reply
+        run.stop()
+        stopped = True
     hyps = run.hypotheses()
     end = time.perf_counter()
     best = hyps[0]
@@ -345,4 +360,5 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     first = run.first_token_at or end
     gen.finalize(best.finish_reason, t0, first, end, decoded=sum(len(h.tokens) for h in hyps),
                  decode_s=end - first, sequences=hyps, stop_sequence=best.acceptance.stop_sequence)
-    yield best.text
+    if not stopped:  # a closed generator yields nothing more
+        yield best.text

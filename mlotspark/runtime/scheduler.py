@@ -399,6 +399,9 @@ class Scheduler(Stepping):
             self._finish(r, "cancelled")
         for group in (self._prefilling, self._running):
             for r in [r for r in group if r.generation.cancel.is_set()]:
+                if r.stepper is not None:  # its loop sees the cancel and ends with what it has
+                    self._step_own(r)
+                    continue
                 group.remove(r)
                 self._finish(r, "cancelled")
 

@@ -200,7 +200,7 @@ class Sequence:
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
         )
-        out = ""
+        out, cut = "", None
         try:
             for token, _ in steps:  # each token through the acceptance the batched path uses
                 self.feed(token)
@@ -211,7 +211,10 @@ class Sequence:
                 if left[0] <= 0:  # the next token needs a forward pass: this step is done
                     yield out
                     out = ""
-            out += self.acceptance.close()  # steps ran out: length
+                    if self.cancel.is_set():  # cancelled between steps: no pass for a token it drops
+                        cut = "cancelled"
+                        break
+            out += self.acceptance.close(cut)  # else: steps ran out (length), or it had finished
             self.text, self.finish = self.acceptance.text, self.acceptance.finish
         finally:
             steps.close()
