@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
@@ -55,7 +55,6 @@ class Hypothesis:
     score: float
     finish_reason: str
     text: str = ""
-    acceptance: Acceptance | None = field(default=None, repr=False, compare=False)  # its record (text, stop)
 
 
 def _score(logprob: float, length: int, length_penalty: float) -> float:
@@ -69,10 +68,17 @@ def _logprobs(logits: mx.array, prompt: list[int], rows: list[Acceptance], proce
     return to_logprobs(logits)
 
 
-def _hypothesis(acc: Acceptance, logprob: float, length: int, length_penalty: float, reason: str) -> Hypothesis:
-    """A finished sequence from its acceptance record (its text flushed)."""
+Ended = tuple[Hypothesis, Acceptance]  # a finished sequence and its acceptance record
+
+
+def _hypothesis(acc: Acceptance, logprob: float, length: int, length_penalty: float, reason: str) -> Ended:
+    """A finished sequence from its acceptance record (its text flushed), with the record."""
     acc.close(reason)
-    return Hypothesis(list(acc.tokens), logprob, _score(logprob, length, length_penalty), reason, acc.text, acc)
+    return Hypothesis(list(acc.tokens), logprob, _score(logprob, length, length_penalty), reason, acc.text), acc
+
+
+def _best_first(ended: list[Ended]) -> None:
+    ended.sort(key=lambda e: e[0].score, reverse=True)
 
 
 class BeamSearch:
@@ -114,7 +120,7 @@ class BeamSearch:
         self.accs = [root.fork()] * B  # a child is a copy
         self.sums = mx.array([0.0] + [-float("inf")] * (B - 1))  # only beam 0 is live at first
         self.sum_list = [0.0] * B
-        self.finished: list[Hypothesis] = []
+        self.finished: list[Ended] = []
         self.y = mx.array([[prompt[-1]]] * B)  # (B, 1)
         self.steps = 0
         self.reason: str | None = None  # set once the search ended
@@ -154,7 +160,7 @@ class BeamSearch:
             keep.append((b, tok, s, child))
             if len(keep) == B:
                 break
-        self.finished.sort(key=lambda h: h.score, reverse=True)
+        _best_first(self.finished)
         del self.finished[B:]
         if not keep:
             return self._end("stop")
@@ -167,7 +173,7 @@ class BeamSearch:
         self.y = mx.array([[tok] for _, tok, _, _ in keep])
         if len(self.finished) >= B:
             best_running = max(self.sum_list) / length**lp
-            if self.early_stopping or best_running <= min(h.score for h in self.finished):
+            if self.early_stopping or best_running <= min(h.score for h, _ in self.finished):
                 return self._end("stop")
         if self.steps >= self.max_tokens:
             return self._end("length")
@@ -184,13 +190,17 @@ class BeamSearch:
             for a, total in zip(self.accs, self.sum_list):
                 if total > -float("inf"):
                     self.finished.append(_hypothesis(a.fork(), total, len(a.tokens), self.length_penalty, reason))
-        self.finished.sort(key=lambda h: h.score, reverse=True)
+        _best_first(self.finished)
         self.beams = []  # the copies' KV goes now, not when the request is collected
         return False
 
     def hypotheses(self) -> list[Hypothesis]:
         """The ``num_return`` best hypotheses, best first (the search ended)."""
-        return self.finished[: self.num_return]
+        return [h for h, _ in self.finished[: self.num_return]]
+
+    def best_record(self) -> Acceptance:
+        """The best hypothesis' acceptance record (its text, finish and stop string)."""
+        return self.finished[0][1]
 
 
 class SampledSequences:
@@ -209,6 +219,7 @@ class SampledSequences:
         self.y = mx.array([[prompt[-1]]] * n)
         self.steps = 0
         self.done = self.cancelled = False
+        self.ended: list[Ended] | None = None  # the samples, best first, once made
         self.first_token_at: float | None = None
 
     def step(self) -> bool:
@@ -245,13 +256,21 @@ class SampledSequences:
 
     def hypotheses(self) -> list[Hypothesis]:
         """Every sample, best score first (the rows ended)."""
-        reason = "cancelled" if self.cancelled or (self.cancel is not None and self.cancel.is_set()) else "length"
-        out = []
-        for a, total in zip(self.accs, self.sums):
-            length = len(a.tokens) + a.ended_on_eos
-            out.append(_hypothesis(a, total, length, self.length_penalty, a.finish or reason))
-        out.sort(key=lambda h: h.score, reverse=True)
-        return out
+        return [h for h, _ in self._ended()]
+
+    def best_record(self) -> Acceptance:
+        """The best sample's acceptance record (its text, finish and stop string)."""
+        return self._ended()[0][1]
+
+    def _ended(self) -> list[Ended]:
+        if self.ended is None:
+            reason = "cancelled" if self.cancelled or (self.cancel is not None and self.cancel.is_set()) else "length"
+            self.ended = []
+            for a, total in zip(self.accs, self.sums):
+                length = len(a.tokens) + a.ended_on_eos
+                self.ended.append(_hypothesis(a, total, length, self.length_penalty, a.finish or reason))
+            _best_first(self.ended)
+        return self.ended
 
 
 def beam_search(
@@ -348,7 +367,8 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     hyps = run.hypotheses()
     end = time.perf_counter()
     best = hyps[0]
-    gen.adopt(best.acceptance)
+    record = run.best_record()
+    gen.adopt(record)
     gen.stats.extra["sequences"] = {
         "mode": "beam" if opts.num_beams > 1 else "sample",
         "num_beams": opts.num_beams,
@@ -359,6 +379,6 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     # shown whole, at the end). The cache holds the prompt only: the beams ran in copies.
     first = run.first_token_at or end
     gen.finalize(best.finish_reason, t0, first, end, decoded=sum(len(h.tokens) for h in hyps),
-                 decode_s=end - first, sequences=hyps, stop_sequence=best.acceptance.stop_sequence)
+                 decode_s=end - first, sequences=hyps, stop_sequence=record.stop_sequence)
     if not stopped:  # a closed generator yields nothing more
         yield best.text
