@@ -159,11 +159,14 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
 @pytest.mark.parametrize("own", [{"num_beams": 3, "num_return_sequences": 2},
                                  {"num_return_sequences": 2, "temperature": 1.0, "seed": 4},
                                  {"speculative": "prompt_lookup"}], ids=["beams", "returns", "speculative"])
-def test_a_request_with_its_own_loop_steps_with_the_batch_and_blocks_no_one(own):
+@pytest.mark.parametrize("pipelined", [False, True], ids=["in-step", "pipelined"])
+def test_a_request_with_its_own_loop_steps_with_the_batch_and_blocks_no_one(own, pipelined):
     """A beam (or speculative, or several-returns) request takes one step per turn of the
     engine thread: a plain request submitted with it streams and finishes while it runs,
-    and both replies are what each gives alone."""
+    and both replies are what each gives alone (with the batch's steps pipelined, as on a
+    GPU, or taken in at once, as on the CPU)."""
     engine = tiny_engine()
+    engine.scheduler.pipelined = pipelined
     alone = engine.submit(prompt_ids=PROMPTS[1], max_tokens=16, **own).result()
     plain_alone = engine.submit(prompt_ids=PROMPTS[0], max_tokens=4).result().tokens
     events: list[str] = []
