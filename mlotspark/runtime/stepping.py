@@ -61,6 +61,7 @@ class Stepping:
                 self._step_own(r)
 
     def _step_batch(self, batch: list[Request], state: str, cap: int) -> None:
+        """Launch the batch's next step over ``batch`` and take in the tokens that are ready."""
         c0 = self.cpu_clock()
         with self.mirror.decode(batch):
             prev = self._batch.launch([r.state for r in batch])
