@@ -179,11 +179,6 @@ class BeamSearch:
             return self._end("length")
         return True
 
-    def stop(self) -> None:
-        """End the search now, as cancelled: the hypotheses so far stand."""
-        if self.reason is None:
-            self._end("cancelled")
-
     def _end(self, reason: str) -> bool:
         self.reason = reason
         if reason != "stop":  # running beams compete with the finished ones
@@ -218,7 +213,7 @@ class SampledSequences:
         self.sums = [0.0] * n
         self.y = mx.array([[prompt[-1]]] * n)
         self.steps = 0
-        self.done = self.cancelled = False
+        self.done = False
         self.ended: list[Ended] | None = None  # the samples, best first, once made
         self.first_token_at: float | None = None
 
@@ -245,11 +240,6 @@ class SampledSequences:
         self.y = mx.array([[t] for t in toks_l])
         return True
 
-    def stop(self) -> None:
-        """End the rows now: the samples so far stand (``cancelled`` where unfinished)."""
-        self.cancelled = True
-        self._end()
-
     def _end(self) -> bool:
         self.done, self.rows = True, []
         return False
@@ -264,7 +254,7 @@ class SampledSequences:
 
     def _ended(self) -> list[Ended]:
         if self.ended is None:
-            reason = "cancelled" if self.cancelled or (self.cancel is not None and self.cancel.is_set()) else "length"
+            reason = "cancelled" if self.cancel is not None and self.cancel.is_set() else "length"
             self.ended = []
             for a, total in zip(self.accs, self.sums):
                 length = len(a.tokens) + a.ended_on_eos
@@ -357,13 +347,8 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     else:
         run = SampledSequences(gen.model, gen.prompt, gen.cache, n=opts.num_return_sequences, sampler=sampler,
                                **common)
-    stopped = False
-    try:
-        while run.step():
-            yield ""  # one decode step done: the engine thread's turn goes to the others
-    except GeneratorExit:  # cancelled between two steps: the best so far is the reply
-        run.stop()
-        stopped = True
+    while run.step():  # a cancel is seen by the next step, which ends it with the best so far
+        yield ""  # one decode step done: the engine thread's turn goes to the others
     hyps = run.hypotheses()
     end = time.perf_counter()
     best = hyps[0]
@@ -380,5 +365,4 @@ def run_sequences(gen: DecodeRequest, t_start: float | None = None) -> Iterator[
     first = run.first_token_at or end
     gen.finalize(best.finish_reason, t0, first, end, decoded=sum(len(h.tokens) for h in hyps),
                  decode_s=end - first, sequences=hyps, stop_sequence=record.stop_sequence)
-    if not stopped:  # a closed generator yields nothing more
-        yield best.text
+    yield best.text
