@@ -54,7 +54,7 @@ class Engine:
 
     Its public names are ``runtime.engine_api.EngineProtocol``, what code above it calls.
     Public members, counted (at most 15): the methods ``load``, ``submit``, ``generate``,
-    ``stream``, ``generate_batch``, ``encode``, ``new_generation``, ``conversation``,
+    ``stream``, ``generate_batch``, ``encode``, ``conversation``,
     ``conversations``, ``status``, ``info``, ``follow``, ``close``, and the properties that
     start or open something, ``scheduler`` and ``memory``. Plain data is not counted: the
     attributes set when it is made (``loaded``, ``defaults``, ``device``,
@@ -217,7 +217,7 @@ class Engine:
                 check_text(m["content"], f"{m['role']} message")
         return encode_chat(self.tokenizer, list(messages), tools=tools)
 
-    def new_generation(
+    def _new_generation(
         self,
         prompt_ids: list[int],
         options: GenerationOptions,
@@ -227,8 +227,8 @@ class Engine:
         cancel: threading.Event | None = None,
         constraint: JsonConstraint | None = None,
     ) -> Generation:
-        """A Generation over ``prompt_ids`` (not yet run). For conversation and
-        scheduler code that manage caches themselves. ``constraint``: the
+        """A Generation over ``prompt_ids`` (not yet run), its cache made or adopted: what
+        ``submit`` and a follower rank hand the engine thread. ``constraint``: the
         ``response_format``'s compiled grammar, when the caller built it already."""
         total = cached_tokens + len(prompt_ids)
         if not self.loaded.supports_cascade and total >= self.loaded.context_length:
@@ -288,7 +288,7 @@ class Engine:
             save = req.cache_key is not None and p.config.snapshots and not p.read_only
             meta = {"key": req.cache_key, "save": save,
                     "context": None if req.cached_ids is None else list(req.cached_ids)}
-        gen = self.new_generation(list(prompt_ids), opts, cache=req.cache, cached_tokens=req.cached_tokens,
+        gen = self._new_generation(list(prompt_ids), opts, cache=req.cache, cached_tokens=req.cached_tokens,
                                   constraint=constraint)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=req.on_progress, progress_events=req.progress)
@@ -440,7 +440,7 @@ class Engine:
                 cache = self.caches.kv_cache(opts, len(ids))
             else:
                 cache = self.caches.cascade_cache(cascade)
-        return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
+        return self._new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
 
     # ------------------------------------------------- persistent memory (persistence.py)
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":
