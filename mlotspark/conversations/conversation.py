@@ -325,7 +325,7 @@ class Conversation:
             user["memory_ids"] = [h.id for h in new]
         extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": [], "updated": []}
         # With tools the template shows them to the model (the calls come back as its reply's text).
-        prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
+        prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools, think=merged.think)
         # A conversation that passes the context moves from a KV cache to the cascade:
         # only caches of the kind this turn runs under can continue it.
         cascade = self.engine.caches.cascade_for(len(prompt_ids), merged)

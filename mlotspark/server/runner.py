@@ -139,7 +139,8 @@ class Job:
                                     f"of {vocab} tokens", param="prompt")
             return list(req.prompt_ids)
         if req.kind == "chat":
-            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None)
+            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None,
+                                 think=req.checked.think if req.checked else None)
         return engine.encode(req.prompt, raw=True)
 
     async def _submit(self) -> None:
