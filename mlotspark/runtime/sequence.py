@@ -248,16 +248,19 @@ class Sequence:
         if self.extra_stats is not None:
             s.extra["cascade"] = self.extra_stats(self.cache)
         text, reasoning = self.split_reasoning()
+        for h in sequences or ():
+            h.text, h.reasoning = self.split_reasoning(h.text)
         return self.end(GenerationResult(text=text, tokens=list(self.tokens), stats=s,
                                          sequences=list(sequences or []), reasoning=reasoning))
 
-    def split_reasoning(self) -> tuple[str, str]:
-        """The reply's ``(answer, reasoning)``: a reasoning model's thinking taken out of the
-        text (``decoding.reasoning``, the splitter the streamed pieces go through too)."""
+    def split_reasoning(self, text: str | None = None) -> tuple[str, str]:
+        """The reply's (or ``text``'s) ``(answer, reasoning)``: a reasoning model's thinking
+        taken out (``decoding.reasoning``, the splitter the streamed pieces go through too)."""
+        text = self.text if text is None else text
         splitter = splitter_of(self.tokenizer, self.prompt) if self.tokenizer is not None else None
         if splitter is None:
-            return self.text, ""
-        r1, a1 = splitter.feed(self.text)
+            return text, ""
+        r1, a1 = splitter.feed(text)
         r2, a2 = splitter.close()
         return a1 + a2, r1 + r2
 
