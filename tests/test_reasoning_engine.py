@@ -40,3 +40,28 @@ def test_thinking_off_on_a_template_without_a_switch_closes_the_block_at_once(r1
     assert result.reasoning == "" and result.text == R1_TINY_ANSWER
     low = r1_tiny_engine.generate("Two and two?", reasoning_effort="none")
     assert low.reasoning == "" and low.text == R1_TINY_ANSWER
+
+
+def test_a_conversation_keeps_the_thinking_out_of_history_and_memory(r1_tiny_engine):
+    """The thinking streams but is never stored: the next turn's prompt, re-rendered without
+    it, reuses the KV up to where it first differs (the end of the first turn's prompt), and
+    semantic memory learns only what the user said."""
+    from mlotspark import Engine, GenerationOptions
+
+    e = Engine(r1_tiny_engine.loaded, GenerationOptions(temperature=0.0, max_tokens=32))
+    try:
+        c = e.conversation("r1")
+        pieces = list(c.stream("I live in Ghent. Two and two?"))
+        first = pieces.pop()
+        assert "".join(p.text for p in pieces if isinstance(p, ReasoningPiece)) == R1_TINY_THOUGHT
+        assert "".join(p for p in pieces if isinstance(p, str)) == R1_TINY_ANSWER
+        assert c.messages[-1]["content"] == R1_TINY_ANSWER
+        prompt = e.tokenizer.decode(e.encode(c.render("And three and three?")))
+        assert R1_TINY_THOUGHT not in prompt and "<think>" not in prompt and R1_TINY_ANSWER in prompt
+        r = c.send("And three and three?")
+        assert (r.reasoning, r.text) == (R1_TINY_THOUGHT, R1_TINY_ANSWER)
+        assert r.stats.extra["cache_source"] == "warm" and r.stats.cached_tokens == first.prompt_tokens
+        texts = [x.text for x in e.memory.list()]
+        assert texts and not any("Okay" in t or "four" in t for t in texts), texts
+    finally:
+        e.close()
