@@ -27,13 +27,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, ReasoningPiece
 
 from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
 from tui.messages import (
-    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
+    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall,
 )
 from tui.panel_figures import PanelFigures
 from tui.screens import HelpScreen
@@ -94,6 +94,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
+        Binding("f6", "toggle_thinking", "Thinking", show=False, priority=True),
     ]
     # The list (28 cells) and the side panel (38) leave the chat 12 cells in an 80-column
     # terminal: under 110 columns the side panel is shown only on F4 (in the list's place), under
@@ -333,6 +334,11 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
             turn.conv = conv
             stream = conv.stream(text, **options)
             for item in stream:
+                if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
+                    if turn.first_piece is None:
+                        turn.first_piece = time.monotonic()
+                    self.post_message(ReplyThinking(name, item.text))
+                    continue
                 if not isinstance(item, str):
                     stats = item
                     continue
@@ -367,6 +373,21 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         if chat is not None and chat.reply is not None:
             await chat.reply.add_call(message.call)
         self.show_ttft(message.conversation)
+
+    async def on_reply_thinking(self, message: ReplyThinking) -> None:
+        if self.shutting_down:
+            return
+        chat = self.logs.get(message.conversation)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.add_thinking(message.text)
+        self.show_ttft(message.conversation)
+
+    def action_toggle_thinking(self) -> None:
+        """Open or fold the thinking of the open conversation's latest reply that has one."""
+        chat = self.chat
+        block = next((r.thinking for r in reversed(chat.replies) if r.thinking is not None), None) if chat else None
+        if block is not None:
+            block.collapsed = not block.collapsed
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:
