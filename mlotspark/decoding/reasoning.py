@@ -219,8 +219,10 @@ class ReasoningBudget:
     """Logits processor: once the thinking has taken ``budget`` tokens, the end tag's tokens
     are forced, one per step, and the model goes on to its answer.
 
-    It reads the history it is handed (prompt, then the generated tokens): the first call
-    sees the prompt, which tells whether the reply starts inside the block.
+    The first call sees the prompt (it tells whether the reply starts inside the block);
+    each later call reads the reply from the history it is handed, so beams, returned
+    samples and speculative verification (histories that branch or roll back) all count
+    their own thinking.
 
     Args:
         fmt: the model's format.
@@ -230,37 +232,28 @@ class ReasoningBudget:
     def __init__(self, fmt: ReasoningFormat, budget: int):
         self.fmt = fmt
         self.budget = budget
-        self._seen = -1  # history length read so far (-1: the prompt not yet read)
-        self._inside = False
-        self._used = 0  # thinking tokens so far
-        self._tail: list[int] = []  # the last tokens, to find a tag of several tokens
+        self._prompt: int | None = None  # the prompt's length (known at the first call)
+        self._opened = False  # the prompt left the block open
         self.forced = 0  # tokens forced (the end tag, when the budget ran out)
 
-    def _read(self, tokens: mx.array) -> None:
-        n = tokens.shape[-1]
-        if self._seen < 0:
-            self._inside = starts_thinking(self.fmt, tokens.tolist())
-            self._seen = n
-            return
-        width = max(len(self.fmt.start_ids), len(self.fmt.end_ids))
-        for t in tokens[self._seen:].tolist():
-            self._tail = (self._tail + [t])[-width:]
-            if self._inside:
-                if self._tail[-len(self.fmt.end_ids):] == list(self.fmt.end_ids):
-                    self._inside = False
-                else:
-                    self._used += 1
-            elif self._tail[-len(self.fmt.start_ids):] == list(self.fmt.start_ids):
-                self._inside, self._used = True, 0
-        self._seen = n
+    def _state(self, reply: list[int]) -> tuple[bool, int, int]:
+        """``(inside, thinking tokens so far, end-tag tokens already written)`` of a reply."""
+        start, end = _rfind(reply, self.fmt.start_ids), _rfind(reply, self.fmt.end_ids)
+        if start < 0 and not self._opened or end > start:
+            return False, 0, 0
+        begin = start + len(self.fmt.start_ids) if start >= 0 else 0
+        tag = list(self.fmt.end_ids)
+        partial = next((k for k in range(len(tag) - 1, 0, -1) if reply[len(reply) - k:] == tag[:k]), 0)
+        return True, len(reply) - begin, partial
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        self._read(tokens)
-        if not self._inside or self._used < self.budget:
+        if self._prompt is None:
+            self._prompt = tokens.shape[-1]
+            self._opened = starts_thinking(self.fmt, tokens.tolist())
+        inside, used, partial = self._state(tokens[self._prompt:].tolist())
+        if not inside or used < self.budget:
             return logits
-        end = list(self.fmt.end_ids)
-        k = next((k for k in range(len(end) - 1, 0, -1) if self._tail[-k:] == end[:k]), 0)
         self.forced += 1
-        force = end[k]  # the end tag's next token
+        force = self.fmt.end_ids[partial]  # the end tag's next token
         mask = mx.arange(logits.shape[-1]) == force
         return mx.where(mask, mx.zeros_like(logits), mx.full(logits.shape, -mx.inf, dtype=logits.dtype))
