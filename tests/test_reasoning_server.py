@@ -112,3 +112,13 @@ def test_ollama_generate_thinking_and_capabilities(r1_tiny_server):
     assert r.thinking == R1_TINY_THOUGHT
     _clean(r.response)
     assert "thinking" in c.show(r1_tiny_server.model).capabilities
+
+
+def test_a_text_completion_drops_the_thinking_from_its_text(r1_tiny_server):
+    c = r1_tiny_server.openai()
+    prompt = "<｜User｜>Two and two?<｜Assistant｜>"  # the R1 template's own turn markers, sent raw
+    whole = c.completions.create(model=r1_tiny_server.model, prompt=prompt, max_tokens=32)
+    _clean(whole.choices[0].text)
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(model=r1_tiny_server.model, prompt=prompt,
+                                                                           max_tokens=32, stream=True) if ch.choices)
+    _clean(streamed)
