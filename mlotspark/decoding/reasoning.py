@@ -76,9 +76,15 @@ def thinking_switch(template: str) -> str | None:
 
 
 def _rfind(ids: Sequence[int], pattern: Sequence[int]) -> int:
+    """Where ``pattern`` last starts in ``ids`` (-1: nowhere)."""
     n = len(pattern)
     if not n:
         return -1
+    if n == 1:  # one-token tags (most vocabularies): list.index runs in C
+        try:
+            return len(ids) - 1 - list(reversed(ids)).index(pattern[0])
+        except ValueError:
+            return -1
     for i in range(len(ids) - n, -1, -1):
         if ids[i] == pattern[0] and list(ids[i:i + n]) == list(pattern):
             return i
