@@ -122,3 +122,28 @@ def test_a_text_completion_drops_the_thinking_from_its_text(r1_tiny_server):
     streamed = "".join(ch.choices[0].text for ch in c.completions.create(model=r1_tiny_server.model, prompt=prompt,
                                                                            max_tokens=32, stream=True) if ch.choices)
     _clean(streamed)
+
+
+def test_a_resent_history_reuses_the_prompt_cache_up_to_the_dropped_thinking(r1_tiny_engine):
+    """The template drops the first answer's thinking from the resent history: the prompt
+    cache serves the KV up to where the two renderings part (the first prompt), no further."""
+    from live_server import LiveServer
+
+    from mlotspark import Engine, GenerationOptions
+    from mlotspark.server import PromptCache
+
+    engine = Engine(r1_tiny_engine.loaded, GenerationOptions(temperature=0.0, max_tokens=32))
+    srv = LiveServer(engine, prompt_cache=PromptCache(engine, budget_mb=64, persist=False))
+    try:
+        c = srv.openai()
+        ask = [{"role": "user", "content": "What do two and two make? Answer in one word, please."}]
+        first = c.chat.completions.create(model=srv.model, messages=ask, max_tokens=32)
+        history = ask + [{"role": "assistant", "content": first.choices[0].message.content,
+                          "reasoning_content": first.choices[0].message.model_extra["reasoning_content"]},
+                         {"role": "user", "content": "And three and three?"}]
+        second = c.chat.completions.create(model=srv.model, messages=history, max_tokens=32)
+        _clean(second.choices[0].message.content)
+        assert second.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens
+        assert second.usage.prompt_tokens > first.usage.prompt_tokens + 3
+    finally:
+        srv.stop()
