@@ -325,7 +325,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         """[worker thread] Run one turn, posting its pieces, its tool calls and its end to the app.
 
         ``fmt``: the model's tool-call format; calls in the reply are split from its text
-        (``tools.ReplySplitter``) and posted as calls, never as markup.
+        (``tools.ReplySplitter``) and posted as calls, never as markup. A reasoning model's
+        thinking (``ReasoningPiece``) is posted apart, for its folded block.
         """
         name, stats = turn.conversation, None
         splitter = ReplySplitter(fmt, [t["function"]["name"] for t in options.get("tools") or ()])
@@ -334,18 +335,16 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
             turn.conv = conv
             stream = conv.stream(text, **options)
             for item in stream:
-                if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
-                    if turn.first_piece is None:
-                        turn.first_piece = time.monotonic()
-                    self.post_message(ReplyThinking(name, item.text))
-                    continue
-                if not isinstance(item, str):
+                if not isinstance(item, (str, ReasoningPiece)):
                     stats = item
                     continue
                 if turn.first_piece is None:
                     turn.first_piece = time.monotonic()
-                turn.pieces += 1
-                self.post_pieces(name, *splitter.feed(item))
+                turn.pieces += 1  # thinking is decoded all the same: the live tok/s counts it
+                if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
+                    self.post_message(ReplyThinking(name, item.text))
+                else:
+                    self.post_pieces(name, *splitter.feed(item))
                 # Escape may come before the request exists: ask again until it ends.
                 if turn.cancel_requested and not backend.cancel_turn(conv):
                     stream.close()  # no cancel in this API: stop reading, the turn ends

@@ -90,8 +90,10 @@ class RequestHandle:
 
     # -------------------------------------------------------------- caller
     def _splitter(self) -> ReasoningSplitter | None:
-        gen = self.generation
-        return splitter_of(gen.tokenizer, gen.prompt) if gen.tokenizer is not None else None
+        """The reply's reasoning splitter; None for a model that does not think (or a
+        request with no tokenizer: bare token ids)."""
+        tokenizer = getattr(self.generation, "tokenizer", None)
+        return splitter_of(tokenizer, self.generation.prompt) if tokenizer is not None else None
 
     @staticmethod
     def _split(splitter: ReasoningSplitter | None, piece: Any) -> list[Any]:
