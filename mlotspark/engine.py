@@ -43,6 +43,7 @@ from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
+from mlotspark.decoding.reasoning import close_open_block
 from mlotspark.decoding.tool_calls import with_tool_calls
 from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument
 
@@ -282,6 +283,7 @@ class Engine:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
             prompt_ids = self.encode(prompt_or_messages, raw=req.raw, tools=opts.tools, think=opts.think)
+        prompt_ids = close_open_block(self.tokenizer, list(prompt_ids), opts)
         meta: dict = {}
         if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
             self.ranks.check_request(opts, req.cache, req.cache_key)

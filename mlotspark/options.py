@@ -106,7 +106,8 @@ class GenerationOptions:
         reasoning_effort: the budget by name: ``none`` | ``minimal`` (0), ``low`` (512),
             ``medium`` (2048), ``high`` (unbounded); ``reasoning_budget`` wins when both are set.
         think: False turns a reasoning model's thinking off (the template's ``enable_thinking``
-            switch where it has one, else a budget of 0); None/True = as the model does.
+            switch where it has one, else a budget of 0; a block the prompt opened is closed
+            there: ``decoding/reasoning.close_open_block``); None/True = as the model does.
     """
 
     max_tokens: int = 512

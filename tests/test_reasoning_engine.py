@@ -65,3 +65,29 @@ def test_a_conversation_keeps_the_thinking_out_of_history_and_memory(r1_tiny_eng
         assert texts and not any("Okay" in t or "four" in t for t in texts), texts
     finally:
         e.close()
+
+
+def _opened_prompt(engine) -> list[int]:
+    """The R1 template's prompt with the think block opened after the turn marker, as later
+    revisions of the template (and Qwen3's) write it: the reply starts inside the block."""
+    tok = engine.tokenizer
+    return engine.encode("Two and two?") + tok.encode("<think>\n", add_special_tokens=False)
+
+
+def test_a_prompt_that_opens_the_block_starts_the_reply_inside_it(r1_tiny_engine):
+    result = r1_tiny_engine.submit(prompt_ids=_opened_prompt(r1_tiny_engine)).result()
+    assert (result.reasoning, result.text) == (R1_TINY_THOUGHT, R1_TINY_ANSWER)
+
+
+def test_thinking_off_or_a_grammar_closes_a_block_the_prompt_opened(r1_tiny_engine):
+    """The answer (and a grammar's JSON) goes to ``text``, never into the thinking."""
+    import json
+
+    off = r1_tiny_engine.submit(prompt_ids=_opened_prompt(r1_tiny_engine), think=False).result()
+    assert (off.reasoning, off.text) == ("", R1_TINY_ANSWER)
+    constrained = r1_tiny_engine.submit(prompt_ids=_opened_prompt(r1_tiny_engine), max_tokens=24,
+                                        response_format={"type": "json_object"}).result()
+    assert constrained.reasoning == ""
+    if constrained.stats.finish_reason == "stop":
+        json.loads(constrained.text)
+    assert constrained.text.lstrip().startswith("{")

@@ -15,6 +15,8 @@ writes the close tag (the template is what taught the model the block).
   :func:`split_reasoning` is it run over a whole reply.
 - :class:`ReasoningBudget`: a logits processor that forces the close tag once the
   thinking has taken ``reasoning_budget`` tokens (0: at once, thinking off).
+- :func:`close_open_block`: a prompt that opened the block gets it closed when the reply
+  must not think (``think=False``; a grammar, which must hold the answer).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import mlx.core as mx
 
 from mlotspark.decoding.stops import StopMatcher
 
-__all__ = ["EFFORT_BUDGETS", "ReasoningBudget", "ReasoningFormat", "ReasoningSplitter", "budget_of",
+__all__ = ["EFFORT_BUDGETS", "ReasoningBudget", "ReasoningFormat", "ReasoningSplitter", "budget_of", "close_open_block",
            "reasoning_format", "splitter_of", "split_reasoning", "starts_thinking", "thinking_switch"]
 
 _WS = " \t\r\n"
@@ -203,6 +205,24 @@ def split_reasoning(fmt: ReasoningFormat, text: str, thinking: bool = False) -> 
     r1, a1 = s.feed(text)
     r2, a2 = s.close()
     return r1 + r2, a1 + a2
+
+
+def close_open_block(tokenizer: Any, prompt_ids: list[int], options: Any) -> list[int]:
+    """``prompt_ids``, with the think block the prompt opened closed (``end`` + a blank line,
+    as templates write an empty block) when the reply must not think in it: ``think=False``,
+    or a grammar (``response_format``, ``tools``) that must hold the answer, not the thinking.
+
+    Args:
+        tokenizer: the engine's tokenizer.
+        prompt_ids: the prompt's ids (the ones still to prefill are enough: the tail counts).
+        options: the request's ``GenerationOptions``.
+    """
+    fmt = reasoning_format(tokenizer)
+    if fmt is None or not starts_thinking(fmt, prompt_ids):
+        return prompt_ids
+    if options.think is False or options.response_format is not None or options.tools is not None:
+        return prompt_ids + list(tokenizer.encode(fmt.end + "\n\n", add_special_tokens=False))
+    return prompt_ids
 
 
 def budget_of(options: Any, fmt: ReasoningFormat | None) -> int | None:
