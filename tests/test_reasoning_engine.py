@@ -91,3 +91,23 @@ def test_thinking_off_or_a_grammar_closes_a_block_the_prompt_opened(r1_tiny_engi
     if constrained.stats.finish_reason == "stop":
         json.loads(constrained.text)
     assert constrained.text.lstrip().startswith("{")
+
+
+def test_every_returned_sequence_and_beam_keeps_its_thinking_apart(r1_tiny_engine):
+    several = r1_tiny_engine.generate("Two and two?", num_return_sequences=2, temperature=0.5, seed=1)
+    beams = r1_tiny_engine.generate("Two and two?", num_beams=2)
+    for h in several.sequences + beams.sequences:
+        assert (h.reasoning, h.text) == (R1_TINY_THOUGHT, R1_TINY_ANSWER)
+    assert (beams.reasoning, beams.text) == (R1_TINY_THOUGHT, R1_TINY_ANSWER)
+
+
+def test_the_cli_flags_become_the_options():
+    import argparse
+
+    from mlotspark.cli.common import add_sampling_args, sampling_options
+
+    p = argparse.ArgumentParser()
+    add_sampling_args(p)
+    got = sampling_options(p.parse_args(["--reasoning-budget", "64", "--reasoning-effort", "low", "--no-think"]))
+    assert got == {"reasoning_budget": 64, "reasoning_effort": "low", "think": False}
+    assert sampling_options(p.parse_args([])) == {}
