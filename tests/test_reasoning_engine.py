@@ -111,3 +111,19 @@ def test_the_cli_flags_become_the_options():
     got = sampling_options(p.parse_args(["--reasoning-budget", "64", "--reasoning-effort", "low", "--no-think"]))
     assert got == {"reasoning_budget": 64, "reasoning_effort": "low", "think": False}
     assert sampling_options(p.parse_args([])) == {}
+
+
+def test_generate_prints_the_answer_on_stdout_and_the_thinking_on_stderr(r1_tiny_engine, capsys):
+    import json
+
+    from mlotspark.cli.entry import build_parser
+    from mlotspark.cli.generate import _reply
+
+    args = build_parser().parse_args(["generate", "-p", "Two and two?"])
+    assert _reply(r1_tiny_engine, args, "Two and two?", {}) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == R1_TINY_ANSWER and R1_TINY_THOUGHT in err
+    args = build_parser().parse_args(["generate", "-p", "Two and two?", "--json"])
+    _reply(r1_tiny_engine, args, "Two and two?", {})
+    got = json.loads(capsys.readouterr().out)
+    assert (got["text"], got["reasoning"]) == (R1_TINY_ANSWER, R1_TINY_THOUGHT)
