@@ -44,3 +44,34 @@ def test_the_thinking_is_folded_above_the_reply_and_f6_opens_it(r1_tiny_engine):
         asyncio.run(main())
     finally:
         engine.close()
+
+
+def test_the_block_streams_folded_under_thinking_until_the_answer_begins():
+    """One ``Reply`` in a tiny host app: pieces of thinking grow the folded block, titled
+    "Thinking…"; the first piece of the answer renames it and the answer stays outside it."""
+    from textual.app import App, ComposeResult
+
+    from tui.widgets import Reply
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Reply(streaming=True)
+
+    async def main() -> None:
+        app = Host()
+        async with app.run_test(size=(80, 20)) as pilot:
+            reply = app.query_one(Reply)
+            await reply.add_thinking("Okay, the")
+            await reply.add_thinking(" sum is four")
+            await pilot.pause()
+            block = reply.thinking
+            assert block.collapsed and str(block.title) == "Thinking…" and block.text == "Okay, the sum is four"
+            assert reply.children[0] is block  # above the reply's text
+            await reply.append("Four.")
+            await reply.finish("stop")
+            await pilot.pause()
+            assert str(block.title) == "Thought (5 words)" and reply.text == "Four."
+            await pilot.click(block.query_one("CollapsibleTitle"))
+            assert not block.collapsed
+
+    asyncio.run(main())
