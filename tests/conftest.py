@@ -244,3 +244,54 @@ def qwen_server(qwen_engine):
     srv = LiveServer(qwen_engine)  # its lifespan closes the engine at the end of the run
     yield srv
     srv.stop()
+
+
+#: The tiny R1 engine's scripted reply (``r1_tiny_engine``): thinking, then the answer.
+R1_TINY_THOUGHT = "Okay, the sum is four"
+R1_TINY_ANSWER = "Four."
+
+
+@pytest.fixture(scope="session")
+def r1_tokenizer_real():
+    """DeepSeek-R1-Distill-Qwen-7B's tokenizer and chat template, from its GGUF header."""
+    import json
+
+    from model_cache import r1_distill_tokenizer_json
+
+    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+
+    folder = r1_distill_tokenizer_json()
+    return load_gguf_tokenizer(json.loads((folder / "metadata.json").read_text()), folder / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def r1_tiny_engine(r1_tokenizer_real):
+    """An engine on a tiny model with the R1 distill's real tokenizer and template, whose
+    greedy reply to any chat prompt is ``<think>\\n{R1_TINY_THOUGHT}</think>\\n\\n{R1_TINY_ANSWER}``
+    (``tiny.chain_model``), then EOS: the reasoning path of every API, in a blink."""
+    from types import SimpleNamespace
+
+    from tiny import chain_model
+
+    from mlotspark import Engine, GenerationOptions
+    from mlotspark.models.loader import LoadedModel
+
+    tok = r1_tokenizer_real
+    opener = tok.encode("<｜Assistant｜>", add_special_tokens=False)
+    reply = tok.encode(f"<think>\n{R1_TINY_THOUGHT}</think>\n\n{R1_TINY_ANSWER}", add_special_tokens=False)
+    model = chain_model(opener + reply + [tok.eos_token_id], vocab_size=152064)
+    loaded = LoadedModel(model=model, tokenizer=tok, config={}, source=SimpleNamespace(name="r1-tiny", path="r1-tiny"),
+                         weights="float32", fingerprint="r1-tiny", context_length=512, supports_cascade=False)
+    engine = Engine(loaded, GenerationOptions(temperature=0.0, max_tokens=32))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def r1_tiny_server(r1_tiny_engine):
+    """``mlotspark serve``'s app over ``r1_tiny_engine`` on a loopback port, for the real SDKs."""
+    from live_server import LiveServer
+
+    srv = LiveServer(r1_tiny_engine)
+    yield srv
+    srv.stop()

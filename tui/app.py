@@ -27,13 +27,13 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, ReasoningPiece
 
 from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
 from tui.messages import (
-    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
+    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall,
 )
 from tui.panel_figures import PanelFigures
 from tui.screens import HelpScreen
@@ -94,6 +94,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
+        Binding("f6", "toggle_thinking", "Thinking", show=False, priority=True),
     ]
     # The list (28 cells) and the side panel (38) leave the chat 12 cells in an 80-column
     # terminal: under 110 columns the side panel is shown only on F4 (in the list's place), under
@@ -324,7 +325,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         """[worker thread] Run one turn, posting its pieces, its tool calls and its end to the app.
 
         ``fmt``: the model's tool-call format; calls in the reply are split from its text
-        (``tools.ReplySplitter``) and posted as calls, never as markup.
+        (``tools.ReplySplitter``) and posted as calls, never as markup. A reasoning model's
+        thinking (``ReasoningPiece``) is posted apart, for its folded block.
         """
         name, stats = turn.conversation, None
         splitter = ReplySplitter(fmt, [t["function"]["name"] for t in options.get("tools") or ()])
@@ -333,13 +335,16 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
             turn.conv = conv
             stream = conv.stream(text, **options)
             for item in stream:
-                if not isinstance(item, str):
+                if not isinstance(item, (str, ReasoningPiece)):
                     stats = item
                     continue
                 if turn.first_piece is None:
                     turn.first_piece = time.monotonic()
-                turn.pieces += 1
-                self.post_pieces(name, *splitter.feed(item))
+                turn.pieces += 1  # thinking is decoded all the same: the live tok/s counts it
+                if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
+                    self.post_message(ReplyThinking(name, item.text))
+                else:
+                    self.post_pieces(name, *splitter.feed(item))
                 # Escape may come before the request exists: ask again until it ends.
                 if turn.cancel_requested and not backend.cancel_turn(conv):
                     stream.close()  # no cancel in this API: stop reading, the turn ends
@@ -367,6 +372,21 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, App[None]):
         if chat is not None and chat.reply is not None:
             await chat.reply.add_call(message.call)
         self.show_ttft(message.conversation)
+
+    async def on_reply_thinking(self, message: ReplyThinking) -> None:
+        if self.shutting_down:
+            return
+        chat = self.logs.get(message.conversation)
+        if chat is not None and chat.reply is not None:
+            await chat.reply.add_thinking(message.text)
+        self.show_ttft(message.conversation)
+
+    def action_toggle_thinking(self) -> None:
+        """Open or fold the thinking of the open conversation's latest reply that has one."""
+        chat = self.chat
+        block = next((r.thinking for r in reversed(chat.replies) if r.thinking is not None), None) if chat else None
+        if block is not None:
+            block.collapsed = not block.collapsed
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:

@@ -47,7 +47,8 @@ class Hypothesis:
         logprob: sum of the tokens' logprobs under the model (EOS included).
         score: ``logprob / length ** length_penalty`` (length counts the EOS).
         finish_reason: ``stop`` (EOS or a stop string), ``length`` or ``cancelled``.
-        text: the decoded text, cut before a stop string (empty without a tokenizer).
+        text: the decoded text, cut before a stop string (empty without a tokenizer); a
+            reasoning model's thinking is taken out into ``reasoning``.
     """
 
     tokens: list[int]
@@ -55,6 +56,7 @@ class Hypothesis:
     score: float
     finish_reason: str
     text: str = ""
+    reasoning: str = ""
 
 
 def _score(logprob: float, length: int, length_penalty: float) -> float:

@@ -22,6 +22,7 @@ import mlx.core as mx
 
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.decoding.beam import run_sequences
+from mlotspark.decoding.reasoning import splitter_of
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.strategy import select_step
 from mlotspark.memory.cascade import is_cascade
@@ -266,8 +267,22 @@ class Sequence:
         s.peak_memory_mb = peak_memory_mb()
         if self.extra_stats is not None:
             s.extra["cascade"] = self.extra_stats(self.cache)
-        return self.end(GenerationResult(text=self.text, tokens=list(self.tokens), stats=s,
-                                         sequences=list(sequences or [])))
+        text, reasoning = self.split_reasoning()
+        for h in sequences or ():
+            h.text, h.reasoning = self.split_reasoning(h.text)
+        return self.end(GenerationResult(text=text, tokens=list(self.tokens), stats=s,
+                                         sequences=list(sequences or []), reasoning=reasoning))
+
+    def split_reasoning(self, text: str | None = None) -> tuple[str, str]:
+        """The reply's (or ``text``'s) ``(answer, reasoning)``: a reasoning model's thinking
+        taken out (``decoding.reasoning``, the splitter the streamed pieces go through too)."""
+        text = self.text if text is None else text
+        splitter = splitter_of(self.tokenizer, self.prompt) if self.tokenizer is not None else None
+        if splitter is None:
+            return text, ""
+        r1, a1 = splitter.feed(text)
+        r2, a2 = splitter.close()
+        return a1 + a2, r1 + r2
 
     def cut(self) -> GenerationResult:
         """End a request's own loop at once (cancelled): the text so far is the result."""
@@ -276,7 +291,8 @@ class Sequence:
         self.stats.prompt_tokens = self.cached_tokens + len(self.prompt)
         self.stats.generation_tokens = len(self.tokens)
         self.stats.finish_reason = "cancelled"
-        return self.end(GenerationResult(text=self.text, tokens=list(self.tokens), stats=self.stats))
+        text, reasoning = self.split_reasoning()
+        return self.end(GenerationResult(text=text, tokens=list(self.tokens), stats=self.stats, reasoning=reasoning))
 
     def end(self, result: GenerationResult) -> GenerationResult:
         """Keep ``result`` and hand it, with what the cache holds, to the caller's record."""

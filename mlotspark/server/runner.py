@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
 from mlotspark.decoding.tool_calls import parse_calls, require_format, tool_names
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
 
@@ -139,7 +140,8 @@ class Job:
                                     f"of {vocab} tokens", param="prompt")
             return list(req.prompt_ids)
         if req.kind == "chat":
-            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None)
+            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None,
+                                 think=req.checked.think if req.checked else None)
         return engine.encode(req.prompt, raw=True)
 
     async def _submit(self) -> None:
@@ -195,14 +197,15 @@ class Job:
         result = handle.result()
         stats = result.stats
         if result.sequences:  # n > 1
-            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
+            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason),
+                              reasoning=getattr(h, "reasoning", "")) for h in result.sequences]
             completion = sum(len(h.tokens) for h in result.sequences)
         else:
             text, calls = result.text, []
             if opts.tools is not None:
                 text, calls = parse_calls(require_format(self.server.engine.tokenizer), text, tool_names(opts.tools))
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
-            choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence)]
+            choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence, result.reasoning)]
             completion = stats.generation_tokens
         yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats,
                               {"reasoning": getattr(result, "reasoning", "") or ""})
@@ -245,7 +248,7 @@ class Job:
                 stream = conv.stream(msgs[-1]["content"], **req.options)
                 try:
                     for piece in stream:
-                        if isinstance(piece, str):
+                        if isinstance(piece, (str, ReasoningPiece)):
                             put(("piece", piece))
                         else:
                             stats = piece
@@ -262,12 +265,15 @@ class Job:
         worker = threading.Thread(target=turn, name="mlotspark-http-conversation", daemon=True)
         worker.start()
         stats = None
+        thought: list[str] = []
         while True:
             item = await queue.get()
             if item is _END:
                 break
             kind, value = item
             if kind == "piece":
+                if isinstance(value, ReasoningPiece):
+                    thought.append(value.text)
                 yield "piece", value
             elif kind == "error":
                 raise value
@@ -276,7 +282,7 @@ class Job:
         if stats is None:
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
         text = conv.messages[-1]["content"] if conv.messages and conv.messages[-1]["role"] == "assistant" else ""
-        choice = Choice(text, stats.finish_reason, stop_sequence=stats.stop_sequence)
+        choice = Choice(text, stats.finish_reason, stop_sequence=stats.stop_sequence, reasoning="".join(thought))
         yield "done", Outcome([choice], stats.prompt_tokens, stats.generation_tokens,
                               stats.cached_tokens, stats)
 
