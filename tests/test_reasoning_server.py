@@ -147,3 +147,29 @@ def test_a_resent_history_reuses_the_prompt_cache_up_to_the_dropped_thinking(r1_
         assert second.usage.prompt_tokens > first.usage.prompt_tokens + 3
     finally:
         srv.stop()
+
+
+# ---------------------------------------------------------------------------- Responses
+def test_responses_reasoning_item_whole_and_streamed(r1_tiny_server):
+    c = r1_tiny_server.openai()
+    r = c.responses.create(model=r1_tiny_server.model, input=ASK[0]["content"], max_output_tokens=32, store=False)
+    kinds = [o.type for o in r.output]
+    assert kinds[0] == "reasoning" and "message" in kinds, kinds
+    assert r.output[0].content[0].text == R1_TINY_THOUGHT
+    _clean(r.output_text)
+    with c.responses.stream(model=r1_tiny_server.model, input=ASK[0]["content"], max_output_tokens=32,
+                            store=False) as s:
+        events = list(s)
+        final = s.get_final_response()
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    answer = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert thought == R1_TINY_THOUGHT and answer == final.output_text
+    _clean(answer)
+    assert [o.type for o in final.output] == kinds
+
+
+def test_responses_effort_minimal_turns_the_thinking_off(r1_tiny_server):
+    r = r1_tiny_server.openai().responses.create(model=r1_tiny_server.model, input=ASK[0]["content"],
+                                                 max_output_tokens=32, reasoning={"effort": "minimal"}, store=False)
+    assert [o.type for o in r.output] == ["message"]
+    _clean(r.output_text)

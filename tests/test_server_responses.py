@@ -244,11 +244,11 @@ def test_a_reply_with_reasoning_has_a_reasoning_item_first():
     from mlotspark.server.runner import Outcome
 
     call = ToolCall("call_1", "get_time", {"zone": "UTC"})
-    outcome = Outcome([Choice("", "stop", [call])], 10, 5, 0, types.SimpleNamespace(), {"reasoning": "UTC, then."})
+    outcome = Outcome([Choice("", "stop", [call], reasoning="UTC, then.")], 10, 5, 0, types.SimpleNamespace())
     reasoning, fc = output_items(outcome)
     assert reasoning["type"] == "reasoning" and reasoning["content"] == [{"type": "reasoning_text", "text": "UTC, then."}]
     assert (fc["type"], fc["call_id"], json.loads(fc["arguments"])) == ("function_call", "call_1", {"zone": "UTC"})
-    (msg,) = output_items(Outcome([Choice("Hi", "length")], 3, 1, 0, None, {}))
+    (msg,) = output_items(Outcome([Choice("Hi", "length")], 3, 1, 0, None))
     assert msg["type"] == "message" and msg["status"] == "incomplete" and msg["content"][0]["text"] == "Hi"
 
 

@@ -11,8 +11,8 @@ comes from the store (``response_store.py``) before them; function tools
 ``text.format`` becomes ``response_format``; ``max_output_tokens`` becomes
 ``max_completion_tokens``. An error names the Responses field, never the chat one.
 
-``reasoning`` (``effort``) is checked and echoed; the engine has no thinking budget to
-pass it to, so it changes nothing. Tool types are a table (:data:`TOOL_TYPES`): a
+``reasoning.effort`` becomes the engine's ``reasoning_effort`` (``xhigh`` as ``high``:
+unbounded), a budget of thinking tokens for a reasoning model; other models ignore it. Tool types are a table (:data:`TOOL_TYPES`): a
 type the table lacks is refused with a one-line 400 naming it.
 """
 
@@ -27,7 +27,8 @@ from mlotspark.server.schemas import APIError, ParsedRequest, bad, parse_chat
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 PASSED = ("temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p", "repetition_penalty")
 # Chat field -> the Responses field it came from (errors name the latter).
-RENAMED = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
+RENAMED = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input",
+           "reasoning_effort": "reasoning.effort"}
 
 
 @dataclass
@@ -254,6 +255,9 @@ def parse_responses(body: Any, served: list[str], options: Any, *, rid: str,
     for name in PASSED:
         if body.get(name) is not None:
             chat[name] = body[name]
+    effort = (reasoning or {}).get("effort")
+    if effort is not None:
+        chat["reasoning_effort"] = "high" if effort == "xhigh" else effort
     if body.get("tools") is not None:
         chat["tools"] = _tools(body["tools"])
     if body.get("tool_choice") is not None:

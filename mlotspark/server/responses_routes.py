@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.results import ReasoningPiece
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
@@ -81,7 +82,7 @@ def output_items(outcome: Outcome) -> list[dict]:
     """A finished request's ``output``: reasoning, message, function calls."""
     choice = outcome.choices[0]
     items: list[dict] = []
-    reasoning = outcome.extra.get("reasoning") or ""
+    reasoning = choice.reasoning
     if reasoning:
         items.append({"id": _item_id("rs"), "type": "reasoning", "status": "completed", "summary": [],
                       "content": [{"type": "reasoning_text", "text": reasoning}]})
@@ -144,8 +145,32 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
     splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     items: list[dict] = []  # output items, as they are finished
     text_item: dict | None = None
-    text, calls = "", []
+    thought_item: dict | None = None  # the reasoning item while the model thinks
+    text, thought, calls = "", "", []
     ended = False
+
+    def think(piece: str) -> list[str]:
+        nonlocal thought_item, thought
+        out: list[str] = []
+        if thought_item is None:
+            thought_item = {"id": _item_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [],
+                            "content": []}
+            out.append(ev("response.output_item.added", output_index=len(items), item=thought_item))
+        thought += piece
+        out.append(ev("response.reasoning_text.delta", item_id=thought_item["id"], output_index=len(items),
+                      content_index=0, delta=piece))
+        return out
+
+    def close_thought() -> list[str]:
+        nonlocal thought_item
+        if thought_item is None:
+            return []
+        done = dict(thought_item, status="completed", content=[{"type": "reasoning_text", "text": thought}])
+        at, thought_item = len(items), None
+        items.append(done)
+        return [ev("response.reasoning_text.done", item_id=done["id"], output_index=at, content_index=0,
+                   text=thought),
+                ev("response.output_item.done", output_index=at, item=done)]
 
     def open_text() -> list[str]:
         nonlocal text_item
@@ -171,7 +196,7 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
 
     def emit(piece: str, new_calls: list) -> list[str]:
         nonlocal text
-        out: list[str] = []
+        out: list[str] = close_thought() if piece or new_calls else []
         if piece:
             if text_item is None:
                 out += open_text()
@@ -198,6 +223,10 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
         yield ev("response.created", response=start)
         yield ev("response.in_progress", response=start)
         async for what, value in events:
+            if what == "piece" and isinstance(value, ReasoningPiece):
+                for e in think(value.text):
+                    yield e
+                continue
             if what == "piece":
                 for e in emit(*(splitter.feed(value) if splitter is not None else (value, []))):
                     yield e
@@ -205,6 +234,8 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
             ended = True
             count(state, ENDPOINT, value, t0)
             for e in emit(*(splitter.close() if splitter is not None else ("", []))):
+                yield e
+            for e in close_thought():  # a reply that only thought
                 yield e
             status = "incomplete" if value.choices[0].finish == "length" and not calls else "completed"
             if not items and text_item is None:  # an empty reply still has its (empty) message

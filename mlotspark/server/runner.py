@@ -21,7 +21,7 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
@@ -45,7 +45,6 @@ class Outcome:
     completion_tokens: int
     cached_tokens: int
     stats: Any  # GenerationStats of the (first) choice
-    extra: dict = field(default_factory=dict)
 
 
 class Job:
@@ -207,8 +206,7 @@ class Job:
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
             choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence, result.reasoning)]
             completion = stats.generation_tokens
-        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats,
-                              {"reasoning": getattr(result, "reasoning", "") or ""})
+        yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
 
     # ------------------------------------------------------------- conversations
     async def _run_conversation(self) -> AsyncIterator[tuple[str, Any]]:
