@@ -27,7 +27,7 @@ from mlotspark.platform.device import configure_metal_limits, device_info
 from mlotspark.distributed import DEFAULT_TIMEOUT_S, DistributedSession, check_distributed
 from mlotspark.distributed import load as distributed_load
 from mlotspark.errors import DistributedError, OptionError, PromptTooLongError
-from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.results import GenerationResult, GenerationStats, ReasoningPiece
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress
 from mlotspark.runtime.request_handle import RequestHandle
@@ -43,6 +43,7 @@ from mlotspark.memory.semantic import SemanticStore
 from mlotspark.models.tokenizer import encode_chat, encode_raw, vocab_size
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
+from mlotspark.decoding.reasoning import close_open_block
 from mlotspark.decoding.tool_calls import with_tool_calls
 from mlotspark.runtime.cache_choice import CacheChoice, check_cascade_argument
 
@@ -54,7 +55,7 @@ class Engine:
 
     Its public names are ``runtime.engine_api.EngineProtocol``, what code above it calls.
     Public members, counted (at most 15): the methods ``load``, ``submit``, ``generate``,
-    ``stream``, ``generate_batch``, ``encode``, ``new_generation``, ``conversation``,
+    ``stream``, ``generate_batch``, ``encode``, ``conversation``,
     ``conversations``, ``status``, ``info``, ``follow``, ``close``, and the properties that
     start or open something, ``scheduler`` and ``memory``. Plain data is not counted: the
     attributes set when it is made (``loaded``, ``defaults``, ``device``,
@@ -200,8 +201,9 @@ class Engine:
         return vocab_size(self.tokenizer)
 
     def encode(self, prompt_or_messages: str | Messages, raw: bool = False,
-               tools: Sequence[dict] | None = None) -> list[int]:
-        """Token ids of a prompt: the chat template applied unless ``raw`` (shown ``tools``)."""
+               tools: Sequence[dict] | None = None, think: bool | None = None) -> list[int]:
+        """Token ids of a prompt: the chat template applied unless ``raw`` (shown ``tools``;
+        ``think=False``: the template's switch that turns thinking off, where it has one)."""
         if isinstance(prompt_or_messages, str):
             check_text(prompt_or_messages)
             if raw:
@@ -215,9 +217,9 @@ class Engine:
                 if not isinstance(m, dict) or "role" not in m or "content" not in m:
                     raise OptionError(f"invalid message {m!r}: need a dict with 'role' and 'content'")
                 check_text(m["content"], f"{m['role']} message")
-        return encode_chat(self.tokenizer, list(messages), tools=tools)
+        return encode_chat(self.tokenizer, list(messages), tools=tools, think=think)
 
-    def new_generation(
+    def _new_generation(
         self,
         prompt_ids: list[int],
         options: GenerationOptions,
@@ -227,8 +229,8 @@ class Engine:
         cancel: threading.Event | None = None,
         constraint: JsonConstraint | None = None,
     ) -> Generation:
-        """A Generation over ``prompt_ids`` (not yet run). For conversation and
-        scheduler code that manage caches themselves. ``constraint``: the
+        """A Generation over ``prompt_ids`` (not yet run), its cache made or adopted: what
+        ``submit`` and a follower rank hand the engine thread. ``constraint``: the
         ``response_format``'s compiled grammar, when the caller built it already."""
         total = cached_tokens + len(prompt_ids)
         if not self.loaded.supports_cascade and total >= self.loaded.context_length:
@@ -280,7 +282,8 @@ class Engine:
         if prompt_ids is None:
             if prompt_or_messages is None:
                 raise OptionError("submit needs a prompt, messages or prompt_ids")
-            prompt_ids = self.encode(prompt_or_messages, raw=req.raw, tools=opts.tools)
+            prompt_ids = self.encode(prompt_or_messages, raw=req.raw, tools=opts.tools, think=opts.think)
+        prompt_ids = close_open_block(self.tokenizer, list(prompt_ids), opts)
         meta: dict = {}
         if self.ranks is not None:  # rank 0 batches; every other rank runs the same steps
             self.ranks.check_request(opts, req.cache, req.cache_key)
@@ -288,7 +291,7 @@ class Engine:
             save = req.cache_key is not None and p.config.snapshots and not p.read_only
             meta = {"key": req.cache_key, "save": save,
                     "context": None if req.cached_ids is None else list(req.cached_ids)}
-        gen = self.new_generation(list(prompt_ids), opts, cache=req.cache, cached_tokens=req.cached_tokens,
+        gen = self._new_generation(list(prompt_ids), opts, cache=req.cache, cached_tokens=req.cached_tokens,
                                   constraint=constraint)
         scheduler = self.scheduler
         handle = RequestHandle(gen, scheduler.wake, on_progress=req.on_progress, progress_events=req.progress)
@@ -298,8 +301,11 @@ class Engine:
         return handle
 
     def stream(self, prompt_or_messages: str | Messages, raw: bool = False, *, progress: bool = False,
-               **options: Any) -> Iterator[str | PrefillProgress | GenerationStats]:
+               **options: Any) -> Iterator[str | ReasoningPiece | PrefillProgress | GenerationStats]:
         """Yield the reply's text pieces as they decode, then its ``GenerationStats``.
+
+        A reasoning model's thinking comes as ``ReasoningPiece``s, its answer as ``str``:
+        joining the ``str`` pieces gives ``result.text``, never the thinking.
 
         Args:
             prompt_or_messages: a prompt string or messages (see ``generate``).
@@ -326,7 +332,9 @@ class Engine:
                 ``response_format`` (``{"type": "json_object"}`` or ``{"type": "json_schema",
                 "json_schema": {"schema": {...}}}``: the reply parses as JSON / validates),
                 ``tools`` / ``tool_choice`` / ``parallel_tool_calls`` (OpenAI's: the calls come back in
-                ``result.tool_calls``, each valid for its tool's schema).
+                ``result.tool_calls``, each valid for its tool's schema), ``reasoning_budget`` /
+                ``reasoning_effort`` / ``think`` (a reasoning model's thinking, which comes back
+                in ``result.reasoning``, never in ``text``).
 
         Returns:
             GenerationResult with ``.text``, ``.tokens`` and ``.stats``.
@@ -440,7 +448,7 @@ class Engine:
                 cache = self.caches.kv_cache(opts, len(ids))
             else:
                 cache = self.caches.cascade_cache(cascade)
-        return self.new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
+        return self._new_generation(ids, opts, cache=cache, cached_tokens=cached_tokens)
 
     # ------------------------------------------------- persistent memory (persistence.py)
     def conversation(self, name: str, *, system: str | None = None) -> "Conversation":

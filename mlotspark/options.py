@@ -67,6 +67,7 @@ CACHE_KINDS = (None, "float16", "q8", "q4", "auto")
 # What beam search does not use: it keeps the most likely beams, it never samples.
 SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")
 FORMAT_TYPES = ("text", "json_object", "json_schema")  # response_format types (OpenAI's)
+REASONING_EFFORTS = (None, "none", "minimal", "low", "medium", "high")  # decoding/reasoning.EFFORT_BUDGETS
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,13 @@ class GenerationOptions:
         parallel_tool_calls: allow several calls in one reply (default True).
         logprobs: record each generated token's log-probability and this many most likely
             alternatives (0-20); None = off (``decoding/logprobs.py``).
+        reasoning_budget: a reasoning model's thinking tokens before its close tag is forced
+            (0: closed as soon as it opens); None = unbounded (``decoding/reasoning.py``).
+        reasoning_effort: the budget by name: ``none`` | ``minimal`` (0), ``low`` (512),
+            ``medium`` (2048), ``high`` (unbounded); ``reasoning_budget`` wins when both are set.
+        think: False turns a reasoning model's thinking off (the template's ``enable_thinking``
+            switch where it has one, else a budget of 0; a block the prompt opened is closed
+            there: ``decoding/reasoning.close_open_block``); None/True = as the model does.
     """
 
     max_tokens: int = 512
@@ -122,6 +130,9 @@ class GenerationOptions:
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool = True
     logprobs: int | None = None
+    reasoning_budget: int | None = None
+    reasoning_effort: str | None = None
+    think: bool | None = None
 
     def __post_init__(self) -> None:
         given: dict[str, Any] = {}  # values as the caller wrote them, for messages
@@ -193,6 +204,12 @@ class GenerationOptions:
                 if on:
                     raise OptionError.about("{0} conflicts with {1}: log-probabilities are recorded along "
                                             "one sampled sequence", "logprobs", other)
+        if self.reasoning_budget is not None:
+            count("reasoning_budget", 0)
+        if self.reasoning_effort not in REASONING_EFFORTS:
+            raise bad("reasoning_effort", f"choose one of {', '.join(str(k) for k in REASONING_EFFORTS)}")
+        if self.think is not None and not isinstance(self.think, bool):
+            raise bad("think", "must be true or false")
         tools, choice = validate_tools(self.tools, self.tool_choice)
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "tool_choice", choice)
@@ -219,6 +236,13 @@ class GenerationOptions:
         if self.speculative and self.num_return_sequences > 1:
             raise OptionError.about("{0} conflicts with {1}: several returns decode together, "
                                     "without speculation", "num_return_sequences", "speculative")
+        budget = "reasoning_budget" if self.reasoning_budget is not None else "reasoning_effort" if self.reasoning_effort else None
+        if budget:  # the budget counts the thinking of one sequence, which beams and drafts branch
+            for other, on in (("num_beams", self.num_beams > 1), ("num_return_sequences", self.num_return_sequences > 1),
+                              ("speculative", bool(self.speculative))):
+                if on:
+                    raise OptionError.about("{0} conflicts with {1}: the budget counts the thinking of one "
+                                            "sequence, which beams, several returns and drafts branch", budget, other)
         if self.num_beams > 1 and self.num_return_sequences > self.num_beams:
             raise OptionError.about(f"invalid {{0}} {self.num_return_sequences}: at most {{1}} "
                                     f"({self.num_beams}) with beam search", "num_return_sequences", "num_beams")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["FINISH_REASONS", "GenerationResult", "GenerationStats", "ToolCall"]
+__all__ = ["FINISH_REASONS", "GenerationResult", "GenerationStats", "ReasoningPiece", "ToolCall"]
 
 FINISH_REASONS = ("stop", "length", "cancelled")
 
@@ -103,6 +103,18 @@ class ToolCall:
     def arguments_json(self) -> str:
         """The arguments as OpenAI sends them: a JSON string."""
         return json.dumps(self.arguments, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ReasoningPiece:
+    """A streamed piece of a reasoning model's thinking (``Engine.stream``, iterating a
+    ``RequestHandle``): the answer's pieces are ``str``, the thinking's are these, so a
+    caller that joins the ``str`` pieces gets the answer alone. The tags are never in it."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass

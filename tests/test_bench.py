@@ -434,6 +434,13 @@ def test_serve_record_has_throughput_ratio_and_ttft_per_server(capsys, tmp_path,
 
     monkeypatch.setattr(serve, "throughput", throughput)
     monkeypatch.setattr(serve, "warm_cold", lambda url, model, seed: (2.0, 0.5))
+    chained: list[tuple[str, int]] = []
+
+    def chain(url, model, seed, turns):
+        chained.append((url, turns))
+        return {"cold_s": 4.0, "warm_s": 0.1, "turns_s": [0.1] * turns}
+
+    monkeypatch.setattr(serve, "responses_chain", chain)
     out = tmp_path / "serve.json"
     code, _, err = bench(capsys, "--suite", "serve", "--model", "tiny", "--clients", "2,4", "--requests", "3",
                          "-g", "5", "-r", "2", "--histories", "1", "--format", "json", "--output", str(out))
@@ -449,3 +456,5 @@ def test_serve_record_has_throughput_ratio_and_ttft_per_server(capsys, tmp_path,
     assert record["ttft"]["mlotspark"]["cold_s"] == 2.0 and record["ttft"]["mlx_lm.server"]["warm_s"] == 0.5
     assert [u for u, c in calls if c == 2] == ["http://ours", "http://theirs", "http://theirs", "http://ours"]
     assert "| 2 |" in serve.render_markdown(record)  # the tables RESULTS quotes
+    assert chained == [("http://ours", 10)] and record["responses"]["warm_s"] == 0.1  # ours alone: theirs has none
+    assert "| chain of 11 turns | 4.000 s | 0.100 s | 0.025 |" in serve.render_markdown(record)

@@ -31,7 +31,7 @@ def _state(engine, prefix, prompt, chunk):
         cache = engine.loaded.runner.make_cache()
         engine.loaded.runner(mx.array(prefix)[None], cache=cache)
         mx.eval([c.state for c in cache])
-    gen = engine.new_generation(list(prompt), engine.defaults.merged(max_tokens=4, prefill_chunk=chunk),
+    gen = engine._new_generation(list(prompt), engine.defaults.merged(max_tokens=4, prefill_chunk=chunk),
                                 cache=cache, cached_tokens=len(prefix))
     return Sequence(gen, {EOS})
 

@@ -11,7 +11,7 @@ import mlotspark
 
 PUBLIC = {
     "Engine", "CascadeConfig", "Conversation", "ConversationInfo", "GenerationOptions",
-    "GenerationResult", "GenerationStats", "PersistenceConfig", "RequestHandle", "RequestOptions",
+    "GenerationResult", "GenerationStats", "PersistenceConfig", "ReasoningPiece", "RequestHandle", "RequestOptions",
     "MlotsparkError", "ModelError", "ModelFormatError", "ModelNotFoundError", "OfflineError",
     "OptionError", "PromptTooLongError", "SnapshotError", "SnapshotWarning", "StoreError",
     "DistributedError",

@@ -156,6 +156,60 @@ def test_few_plain_rows_take_numpy_steps_one_by_one_and_more_are_packed(rows, mo
         assert packed and set(packed) == {rows}  # one merge of all rows per layer
 
 
+@pytest.mark.parametrize("own", [{"num_beams": 3, "num_return_sequences": 2},
+                                 {"num_return_sequences": 2, "temperature": 1.0, "seed": 4},
+                                 {"speculative": "prompt_lookup"}], ids=["beams", "returns", "speculative"])
+@pytest.mark.parametrize("pipelined", [False, True], ids=["in-step", "pipelined"])
+def test_a_request_with_its_own_loop_steps_with_the_batch_and_blocks_no_one(own, pipelined):
+    """A beam (or speculative, or several-returns) request takes one step per turn of the
+    engine thread: a plain request submitted with it streams and finishes while it runs,
+    and both replies are what each gives alone (with the batch's steps pipelined, as on a
+    GPU, or taken in at once, as on the CPU)."""
+    engine = tiny_engine()
+    engine.scheduler.pipelined = pipelined
+    alone = engine.submit(prompt_ids=PROMPTS[1], max_tokens=16, **own).result()
+    plain_alone = engine.submit(prompt_ids=PROMPTS[0], max_tokens=4).result().tokens
+    events: list[str] = []
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        gate.wait()
+
+    blocker = threading.Thread(target=engine.scheduler.call, args=(hold,))
+    blocker.start()  # both queue up, then start in the same turn
+    holding.wait()
+    long = engine.submit(prompt_ids=PROMPTS[1], max_tokens=16, on_finish=lambda g: events.append("own"), **own)
+    plain = engine.submit(prompt_ids=PROMPTS[0], max_tokens=4, on_finish=lambda g: events.append("plain"))
+    gate.set()
+    blocker.join()
+    assert plain.result().tokens == plain_alone
+    pieces = list(long)
+    result = long.result()
+    assert events == ["plain", "own"]  # the plain one did not wait for the whole of the other
+    assert result.tokens == alone.tokens and len(result.tokens) == 16
+    assert [s.tokens for s in result.sequences] == [s.tokens for s in alone.sequences]
+    assert "".join(pieces) == result.text
+    if "speculative" in own:  # a verified round per turn, not one token: it keeps its speed in company
+        assert result.stats.extra["speculative"]["accepted"] > 0 and len(pieces) < len(result.tokens)
+
+
+@pytest.mark.parametrize("own", [{"num_beams": 3, "num_return_sequences": 2}, {"speculative": "prompt_lookup"}],
+                         ids=["beams", "speculative"])
+def test_a_request_with_its_own_loop_cancelled_midway_ends_with_what_it_has(own):
+    """Cancelled between two of its steps, a beam request's reply is its best beam so far (streamed,
+    like the text of a cancelled plain request), and a speculative one's is its text so far."""
+    engine = tiny_engine()
+    long = engine.submit(prompt_ids=PROMPTS[1], max_tokens=2000, **own)
+    plain = engine.submit(prompt_ids=PROMPTS[0], max_tokens=4)
+    assert len(plain.result().tokens) == 4  # the long one is still running: it has ~2000 steps to go
+    long.cancel()
+    streamed = "".join(long)
+    r = long.result()
+    assert r.stats.finish_reason == "cancelled" and streamed == r.text
+    assert 0 < len(r.tokens) < 2000 and len(r.sequences) == own.get("num_return_sequences", 0)
+
+
 def test_cancel_mid_stream_ends_that_stream_and_frees_its_kv_while_others_go_on():
     engine = tiny_engine()
     ids = [list(range(3, 20)), list(range(30, 40)), list(range(60, 75))]

@@ -220,6 +220,7 @@ def test_a_stop_split_across_tokens_never_leaks_on_any_path(engines, path):
         r = h.result()
         assert streamed == r.text == "The capital ", (path, streamed)
         assert r.stats.finish_reason == "stop" and len(r.tokens) == 4  # the token that completed it counts
+        assert r.stats.stop_sequence == "of Fr", path  # beams too: the best beam's acceptance is the reply's
         for seq in r.sequences:
             assert seq.text == "The capital " and seq.finish_reason == "stop" and len(seq.tokens) == 4
         assert ("mean_batch" in r.stats.extra) == in_batch  # the batch's steps, or an own loop

@@ -159,14 +159,15 @@ def test_anthropic_named_tool_returns_a_tool_use_block(qwen_server):
     # "any" is the conformance matrix's anthropic_tools cell; "auto" goes through the same
     # take-over as OpenAI's tools_auto cell.
     m = client.messages.create(model=qwen_server.model, max_tokens=120, messages=ASK, tools=tools,
-                               tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0})
+                               tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+                               extra_body={"temperature": 0})
     uses = [b for b in m.content if b.type == "tool_use"]
-    assert m.stop_reason == "tool_use" and uses and {u.name for u in uses} == {"get_weather"}, m
+    assert m.stop_reason == "tool_use" and [u.name for u in uses] == ["get_weather"], m
     assert all(_valid(u.name, u.input) for u in uses)
 
 
 def test_engine_generate_returns_the_forced_call_in_python(qwen_engine):
-    r = qwen_engine.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120)
-    assert r.tool_calls and r.text == "" and r.stats.finish_reason == "stop"
+    r = qwen_engine.generate(ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=120)
+    assert len(r.tool_calls) == 1 and r.text == "" and r.stats.finish_reason == "stop"
     assert r.tool_calls[0].name == "get_weather" and r.tool_calls[0].arguments["city"] == "Paris"
     assert all(_valid(c.name, c.arguments) for c in r.tool_calls)

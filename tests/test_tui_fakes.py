@@ -262,7 +262,7 @@ class FakeEngine:
         return SimpleNamespace(call=lambda fn, *args, **kwargs: fn(*args, **kwargs))
 
     # -- requests: the scripted reply, word by word (the TUI itself talks through conversations)
-    def encode(self, prompt_or_messages: Any, raw: bool = False, tools: Any = None) -> list[int]:
+    def encode(self, prompt_or_messages: Any, raw: bool = False, tools: Any = None, think: Any = None) -> list[int]:
         text = prompt_or_messages if isinstance(prompt_or_messages, str) else " ".join(
             m["content"] for m in prompt_or_messages)
         return list(range(len(text.split())))

@@ -134,3 +134,26 @@ def write_tiny_gguf(path: Path, model: Model, chat_template: str | None = None) 
     }
     mx.save_gguf(str(path), arrays, meta)
     return Path(path)
+
+
+def chain_model(chain: list[int], vocab_size: int, seed: int = 0) -> Model:
+    """A tiny llama (TINY's shapes, ``vocab_size`` wide) whose greedy next token after
+    ``chain[i]`` is ``chain[i + 1]``: its attention and MLP write nothing, so the last hidden
+    state is the input token's own embedding, and the output layer's row for ``chain[i + 1]``
+    is ``chain[i]``'s embedding. A scripted reply on a real vocabulary, to drive the engine's
+    text path (tags, splitting) without weights; the tokens before the last must differ.
+    """
+    if len(set(chain[:-1])) != len(chain) - 1:
+        raise ValueError("a chain's tokens (but the last) must all differ")
+    mx.random.seed(seed)
+    model = Model(ModelArgs.from_dict({**TINY, "vocab_size": vocab_size, "tie_word_embeddings": False}))
+    for layer in model.layers:
+        layer.self_attn.o_proj.weight = mx.zeros_like(layer.self_attn.o_proj.weight)
+        layer.mlp.down_proj.weight = mx.zeros_like(layer.mlp.down_proj.weight)
+    emb = np.array(model.model.embed_tokens.weight)
+    head = np.zeros_like(emb)
+    for prev, nxt in zip(chain, chain[1:]):
+        head[nxt] = emb[prev] / np.linalg.norm(emb[prev]) * 10.0
+    model.lm_head.weight = mx.array(head)
+    mx.eval(model.parameters())
+    return model

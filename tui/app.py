@@ -8,8 +8,8 @@ scrolling and switching conversations keep working while a reply streams. Every
 error from the engine becomes a notification; none ends the app.
 
 Conversation list actions (open, new, rename, delete) are in ``conversations.py``,
-slash commands in ``slash.py``, the side panel's polling in ``panel_figures.py``; all are
-mixins of ``ChatApp``.
+slash commands in ``slash.py``, the side panel's polling in ``panel_figures.py``, tool calls
+shown and MCP tools run in ``mcp_turns.py``; all are mixins of ``ChatApp``.
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer, Header, ProgressBar, Static
 
-from mlotspark import MlotsparkError
+from mlotspark import MlotsparkError, ReasoningPiece
 
 from tui import backend
 from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler
-from tui.mcp_turns import MAX_CALLS, McpTurns
+from tui.mcp_turns import McpTurns
 from tui.messages import (
-    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyToolCall,
+    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall,
 )
 from tui.panel_figures import PanelFigures
 from tui.screens import HelpScreen
@@ -98,6 +98,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
         Binding("f2", "rename", "Rename"),
         Binding("f8", "delete", "Delete"),
         Binding("f9", "undo_delete", "Undo delete", show=False),
+        Binding("f6", "toggle_thinking", "Thinking", show=False, priority=True),
     ]
     # The list (28 cells) and the side panel (38) leave the chat 12 cells in an 80-column
     # terminal: under 110 columns the side panel is shown only on F4 (in the list's place), under
@@ -332,7 +333,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
         """[worker thread] Run one turn, posting its pieces, its tool calls and its end to the app.
 
         ``fmt``: the model's tool-call format; calls in the reply are split from its text
-        (``tools.ReplySplitter``) and posted as calls, never as markup.
+        (``tools.ReplySplitter``) and posted as calls, never as markup. A reasoning model's
+        thinking (``ReasoningPiece``) is posted apart, for its folded block.
         """
         name, stats = turn.conversation, None
         names = [t["function"]["name"] for t in options.get("tools") or ()]
@@ -345,14 +347,17 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                 splitter, calls = ReplySplitter(fmt, names), []
                 stream = conv.stream(message, **({"role": role} if role != "user" else {}), **options)
                 for item in stream:
-                    if not isinstance(item, str):
+                    if not isinstance(item, (str, ReasoningPiece)):
                         stats = item
                         continue
                     if turn.first_piece is None:
                         turn.first_piece = time.monotonic()
-                    turn.pieces += 1
+                    turn.pieces += 1  # thinking is decoded all the same: the live tok/s counts it
                     turn.reading_tools = False
-                    calls += self.post_pieces(name, *splitter.feed(item), runnable & set(names))
+                    if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
+                        self.post_message(ReplyThinking(name, item.text))
+                    else:
+                        calls += self.post_pieces(name, *splitter.feed(item), runnable & set(names))
                     # Escape may come before the request exists: ask again until it ends.
                     if turn.cancel_requested and not backend.cancel_turn(conv):
                         stream.close()  # no cancel in this API: stop reading, the turn ends
@@ -361,10 +366,8 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                 calls = [c for c in calls if c.name in runnable and c.name in names]
                 if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
-                message, ran, bounded = self.run_tools(turn, calls, ran)
-                role, turn.reading_tools, turn.progress_seen = "tool", True, None
-                options = self.after_tools(options, bounded or ran >= MAX_CALLS)
-                names = [t["function"]["name"] for t in options.get("tools") or ()]
+                message, ran, options = self.run_tools(turn, calls, ran, options)
+                role, names = "tool", [t["function"]["name"] for t in options.get("tools") or ()]
         except MlotsparkError as e:
             self.post_message(ReplyFailed(name, str(e)))
             return
@@ -382,23 +385,21 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
             self.post_message(ReplyToolCall(name, call, call.name in runs))
         return list(calls)
 
-    @staticmethod
-    def after_tools(options: dict, bounded: bool) -> dict:
-        """The options of the turn that reads tool results: a forced ``tool_choice`` is for
-        the first reply only (forcing it again never ends); past the bound, no tools."""
-        if bounded:
-            return {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
-        if options.get("tool_choice") not in (None, "auto", "none"):
-            return {**options, "tool_choice": "auto"}
-        return options
 
-    async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
+    async def on_reply_thinking(self, message: ReplyThinking) -> None:
         if self.shutting_down:
             return
         chat = self.logs.get(message.conversation)
         if chat is not None and chat.reply is not None:
-            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if message.runs else "shown, not run")
+            await chat.reply.add_thinking(message.text)
         self.show_ttft(message.conversation)
+
+    def action_toggle_thinking(self) -> None:
+        """Open or fold the thinking of the open conversation's latest reply that has one."""
+        chat = self.chat
+        block = next((r.thinking for r in reversed(chat.replies) if r.thinking is not None), None) if chat else None
+        if block is not None:
+            block.collapsed = not block.collapsed
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:

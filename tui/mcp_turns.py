@@ -1,4 +1,5 @@
-"""MCP tools in the chat (``chat --mcp FILE``): ask, run, show, feed back.
+"""Tool calls in the chat: shown as blocks; MCP tools (``chat --mcp FILE``) asked about, run,
+shown and fed back.
 
 A reply's calls of the hub's tools are run between the conversation's turns: each call is
 asked about first (``ToolApproval``: once / always for this tool / never, remembered per
@@ -20,7 +21,7 @@ from typing import Any
 
 from mlotspark import Approval
 
-from tui.messages import ReplyToolResult
+from tui.messages import ReplyToolCall, ReplyToolResult
 from tui.screens import ToolApproval
 
 MAX_CALLS = 8  # tool calls answered per user message (run_turn's default)
@@ -32,6 +33,16 @@ def feedback(outcomes: list) -> str:
     if len(outcomes) == 1:
         return outcomes[0].text or "(no output)"
     return "\n\n".join(f"{o.name}: {o.text or '(no output)'}" for o in outcomes)
+
+
+def after_tools(options: dict, bounded: bool) -> dict:
+    """The options of the turn that reads tool results: a forced ``tool_choice`` is for the
+    first reply only (forcing it again never ends); past the bound, no tools."""
+    if bounded:
+        return {k: v for k, v in options.items() if k not in ("tools", "tool_choice")}
+    if options.get("tool_choice") not in (None, "auto", "none"):
+        return {**options, "tool_choice": "auto"}
+    return options
 
 
 class McpTurns:
@@ -67,12 +78,13 @@ class McpTurns:
                 return "never"
         return answer[0]
 
-    def run_tools(self, turn: Any, calls: list, ran: int) -> tuple[str, int, bool]:
-        """[worker thread] Ask about and run a reply's calls.
+    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[str, int, dict]:
+        """[worker thread] Ask about and run a reply's calls (``ran``: calls answered so far
+        this message; ``options``: the turn's).
 
         Returns:
-            ``(results, ran, bounded)``: the tool message to feed back, the calls run so far
-            this message, and whether ``MAX_CALLS`` was reached.
+            ``(results, ran, options)``: the tool message to feed back, the calls answered so
+            far, and the options of the turn that reads the results (``after_tools``).
         """
         name = turn.conversation
         approval = self.approvals.setdefault(name, Approval())
@@ -90,7 +102,17 @@ class McpTurns:
                 ran += 1
             outcomes.append(outcome)
             self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
-        return feedback(outcomes), ran, bounded
+        turn.reading_tools, turn.progress_seen = True, None  # the results' prefill shows in the reply
+        return feedback(outcomes), ran, after_tools(options, bounded or ran >= MAX_CALLS)
+
+    async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
+        """A call in a reply: a block, saying whether it is an MCP tool to be asked about."""
+        if self.shutting_down:  # type: ignore[attr-defined]
+            return
+        chat = self.logs.get(message.conversation)  # type: ignore[attr-defined]
+        if chat is not None and chat.reply is not None:
+            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if message.runs else "shown, not run")
+        self.show_ttft(message.conversation)  # type: ignore[attr-defined]
 
     async def on_reply_tool_result(self, message: ReplyToolResult) -> None:
         if self.shutting_down:  # type: ignore[attr-defined]
@@ -115,4 +137,4 @@ def _refused(call: Any, why: str) -> _Refused:
     return _Refused(call.name, call.arguments, why)
 
 
-__all__ = ["MAX_CALLS", "McpTurns", "feedback"]
+__all__ = ["MAX_CALLS", "McpTurns", "after_tools", "feedback"]

@@ -32,6 +32,14 @@ class ReplyPiece(Message):
 
 
 @dataclass
+class ReplyThinking(Message):
+    """A piece of a reasoning model's thinking in ``conversation`` (shown folded, apart from the reply)."""
+
+    conversation: str
+    text: str
+
+
+@dataclass
 class ReplyToolCall(Message):
     """The reply in ``conversation`` made a tool call (a ``ToolCall``); ``runs``: an MCP tool
     given this round, asked about before it runs (else shown, never run)."""
@@ -83,5 +91,5 @@ class EngineWarning(Message):
 
 __all__ = [
     "EngineFailed", "EngineLoaded", "EngineWarning", "FiguresReady", "ReplyFailed", "ReplyFinished", "ReplyPiece",
-    "ReplyToolCall",
+    "ReplyThinking", "ReplyToolCall",
 ]

@@ -22,6 +22,7 @@ KEYS = [
     ("F8", "delete the conversation (the highlighted one when the list has focus)"),
     ("F9", "bring back the conversation deleted last (for a few seconds)"),
     ("F4", "side panel, under 110 columns"),
+    ("F6", "open or fold the reply's thinking (a reasoning model's)"),
     ("Tab, Shift+Tab", "move between the list, the chat and the input"),
     ("Enter (list)", "open the highlighted conversation"),
     ("F1", "this help"),

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 CELLS = ("chat", "stream", "stop", "json_schema", "tools_required", "tools_named", "tools_auto", "tools_streamed",
-         "tools_result", "logprobs", "anthropic_tools", "ollama_tools", "embeddings", "conversation", "cascade", "memory_writer")
+         "tools_result", "logprobs", "anthropic_tools", "ollama_tools", "embeddings", "conversation", "cascade", "memory_writer",
+         "responses", "responses_stream", "responses_json", "responses_tools", "responses_chain", "count_tokens")
 
 WEATHER = {
     "type": "function",
@@ -223,6 +224,79 @@ class Matrix:
         _check(all(_schema_ok(c.function.name, dict(c.function.arguments)) for c in calls),
                "a call that does not validate")
         return ", ".join(c.function.name for c in calls)
+
+    def count_tokens(self) -> str:
+        a = self.server.anthropic()
+        counted = a.messages.count_tokens(model=self.model, messages=ASK).input_tokens
+        sent = a.messages.create(model=self.model, max_tokens=1, messages=ASK, extra_body={"temperature": 0}).usage
+        read = sent.input_tokens + (sent.cache_read_input_tokens or 0)
+        _check(counted == read > 0, f"count_tokens said {counted}, the message read {read}")
+        return f"{counted} tokens"
+
+    # -- OpenAI's Responses API ----------------------------------------------------------------
+    def _respond(self, **kw: Any) -> Any:
+        return self.oa.responses.create(model=self.model, temperature=0, store=kw.pop("store", False), **kw)
+
+    def responses(self) -> str:
+        r = self._respond(input="What is the capital of France?", max_output_tokens=12)
+        _check(bool(r.output_text.strip()), "an empty reply")
+        return _brief(r.output_text)
+
+    def responses_stream(self) -> str:
+        events = list(self._respond(input="What is the capital of France?", max_output_tokens=12, stream=True))
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        _check(bool(text.strip()), "an empty streamed reply")
+        _check(events[-1].type in ("response.completed", "response.incomplete"), f"the stream ended with {events[-1].type}")
+        _check(events[-1].response.output_text == text, "the final response differs from the streamed text")
+        return f"{len(events)} events"
+
+    def responses_json(self) -> str:
+        import jsonschema
+
+        r = self._respond(input="Describe Ada Lovelace, aged 36, as JSON.", max_output_tokens=40,
+                          text={"format": {"type": "json_schema", "name": "person", "schema": PERSON}})
+        try:
+            jsonschema.validate(json.loads(r.output_text), PERSON)
+        except (ValueError, jsonschema.ValidationError) as e:
+            raise Failed(f"not valid JSON for the schema ({_brief(e, 40)}): {_brief(r.output_text)!r}") from None
+        return _brief(r.output_text)
+
+    def responses_tools(self) -> str:
+        """A function call, then its output sent back with ``previous_response_id`` (stored, then
+        deleted): the next turn reads the call and its output, the chain's KV reused. Whether the
+        model makes sense of a result is ``tools_result``'s question; this one asks few tokens."""
+        tools = [{"type": "function", **t["function"]} for t in TOOLS]
+        r = self._respond(input=ASK[0]["content"], tools=tools, max_output_tokens=96, parallel_tool_calls=False,
+                          tool_choice={"type": "function", "name": "get_weather"}, store=True)
+        try:
+            calls = [o for o in r.output if o.type == "function_call"]
+            _check(bool(calls), f"no call: {_brief(r.output_text)!r}")
+            _check(all(_schema_ok(c.name, c.arguments) for c in calls), "a call that does not validate")
+            after = self._respond(previous_response_id=r.id, tools=tools, max_output_tokens=4,
+                                  input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                                          "output": "18 degrees Celsius, sunny"}])
+        finally:
+            self.oa.responses.delete(r.id)
+        held = r.usage.input_tokens + r.usage.output_tokens
+        _check(after.usage.input_tokens > held, f"the next turn read {after.usage.input_tokens} tokens, "
+                                                f"not the {held} of the call's turn and its output")
+        cached = after.usage.input_tokens_details.cached_tokens
+        _check(cached >= r.usage.input_tokens, f"{cached} tokens came from the stored chain, of "
+                                               f"{r.usage.input_tokens} it held")
+        return f"{calls[0].name}({calls[0].arguments}), then {after.usage.input_tokens} tokens ({cached} cached)"
+
+    def responses_chain(self) -> str:
+        """A fact carried by ``previous_response_id``, the history's KV read from the stored chain."""
+        first = self._respond(input="My sister's name is Ilse. Just say OK.", max_output_tokens=8, store=True)
+        try:
+            r = self._respond(input="What is my sister's name?", previous_response_id=first.id, max_output_tokens=16)
+        finally:
+            self.oa.responses.delete(first.id)
+        _check("Ilse" in r.output_text, f"the fact was not carried: {_brief(r.output_text)!r}")
+        cached = r.usage.input_tokens_details.cached_tokens
+        _check(cached >= first.usage.input_tokens, f"{cached} tokens came from the stored chain, of "
+                                                   f"{first.usage.input_tokens} it held")
+        return f"{_brief(r.output_text, 40)} ({cached} tokens cached)"
 
     def embeddings(self) -> str:
         r = self.oa.embeddings.create(model=self.model, input=["a cat", "a kitten"], encoding_format="float")

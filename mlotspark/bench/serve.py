@@ -12,6 +12,11 @@ count in turn, so drift in the machine's load hits both:
   *warm* = the same history plus the reply and one new user message (what a chat
   client sends next). Time to the first streamed content chunk, median of
   ``histories`` distinct histories.
+- the Responses API (ours alone: mlx_lm.server has none): a ~2k-token history sent once
+  to ``/v1/responses`` (*cold*), then ``responses_turns`` turns each sending only a new
+  message with ``previous_response_id``; *warm* = the last turn's TTFT (the stored
+  chain's KV snapshot makes its prefill the new message alone), median over ``histories``
+  chains, as the agent-workload benchmark measures warm against cold.
 
 mlx_lm.server needs an mlx-lm model directory: the model's GGUF is written out as one
 (float32 weights, as ``mlotspark serve`` runs them on the CPU; config; the tokenizer with
@@ -59,6 +64,7 @@ class ServeConfig:
         histories: distinct ~2k-token histories for the cold/warm TTFT (default 3; 0 = skip).
         repetitions: runs per client count and server, alternating (default 3); medians reported.
         max_batch: our server's ``--max-batch`` (default 16).
+        responses_turns: ``previous_response_id`` turns after a history's first (default 10; 0 = skip).
     """
 
     model: str | None = None
@@ -68,6 +74,7 @@ class ServeConfig:
     histories: int = 3
     repetitions: int = 3
     max_batch: int = 16
+    responses_turns: int = 10
 
     def __post_init__(self) -> None:
         def integer(name: str, value: Any, lo: int) -> None:
@@ -82,6 +89,7 @@ class ServeConfig:
         integer("histories", self.histories, 0)
         integer("repetitions", self.repetitions, 1)
         integer("max_batch", self.max_batch, 1)
+        integer("responses_turns", self.responses_turns, 0)
         if not self.clients and not self.histories:
             raise OptionError("serve has nothing to measure: give client counts or histories > 0")
 
@@ -256,6 +264,40 @@ def warm_cold(url: str, model: str, seed: int) -> tuple[float, float]:
     return cold, warm
 
 
+def response_ttft(url: str, model: str, body: dict) -> tuple[float, str]:
+    """Seconds from a streamed ``/v1/responses`` request to its first text delta, and the
+    response's id (read to the stream's end)."""
+    import httpx
+
+    t0 = time.perf_counter()
+    first, rid = None, ""
+    with httpx.stream("POST", url + "/v1/responses", timeout=900, json={
+            "model": model, "temperature": 0.0, "max_output_tokens": 8, "stream": True, **body}) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if event["type"] == "response.output_text.delta" and first is None:
+                first = time.perf_counter() - t0
+            elif event["type"] in ("response.completed", "response.incomplete"):
+                rid = event["response"]["id"]
+    return (first if first is not None else time.perf_counter() - t0), rid
+
+
+def responses_chain(url: str, model: str, seed: int, turns: int, words: int = 1500) -> dict:
+    """Cold TTFT of a new ~2k-token history sent to ``/v1/responses``, then ``turns`` turns of one
+    new message each with ``previous_response_id``; ``warm_s`` is the last turn's TTFT."""
+    system, user = history(seed, words)
+    cold, rid = response_ttft(url, model, {"instructions": system["content"], "input": user["content"]})
+    per_turn = []
+    for t in range(turns):
+        s, rid = response_ttft(url, model, {"instructions": system["content"], "previous_response_id": rid,
+                                            "input": f"Which day was note {t + 1} filed?"})
+        per_turn.append(s)
+    return {"cold_s": cold, "warm_s": per_turn[-1] if per_turn else float("nan"), "turns_s": per_turn}
+
+
 def run_serve(config: ServeConfig, *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start both servers, measure them turn about, stop them.
 
@@ -301,6 +343,15 @@ def run_serve(config: ServeConfig, *, log: Callable[[str], None] | None = None) 
             warm = statistics.median(p[1] for p in pairs)
             out["ttft"][name] = {"cold_s": cold, "warm_s": warm, "pairs": pairs}
             say(f"{name:14s} TTFT cold {cold:.3f} s  warm {warm:.3f} s  ratio {warm / cold:.3f}")
+        if config.responses_turns and config.histories:
+            url, model = servers["mlotspark"]
+            chains = [responses_chain(url, model, 2000 * (i + 1), config.responses_turns)
+                      for i in range(config.histories)]
+            cold = statistics.median(c["cold_s"] for c in chains)
+            warm = statistics.median(c["warm_s"] for c in chains)
+            out["responses"] = {"cold_s": cold, "warm_s": warm, "turns": config.responses_turns, "chains": chains}
+            say(f"mlotspark      /v1/responses TTFT cold {cold:.3f} s  turn {config.responses_turns + 1} "
+                f"{warm:.3f} s  ratio {warm / cold:.3f}")
     finally:
         stop(procs)
         shutil.rmtree(work, ignore_errors=True)
@@ -325,8 +376,14 @@ def render_markdown(record: dict[str, Any]) -> str:
                   "|---|---:|---:|---:|"]
     for name, t in record.get("ttft", {}).items():
         lines.append(f"| {name} | {t['cold_s']:.3f} s | {t['warm_s']:.3f} s | {t['warm_s'] / t['cold_s']:.3f} |")
+    resp = record.get("responses")
+    if resp:
+        lines += ["", f"| /v1/responses (mlotspark) | TTFT cold (2k history) | TTFT turn {resp['turns'] + 1} "
+                      "(previous_response_id) | warm / cold |", "|---|---:|---:|---:|",
+                  f"| chain of {resp['turns'] + 1} turns | {resp['cold_s']:.3f} s | {resp['warm_s']:.3f} s | "
+                  f"{resp['warm_s'] / resp['cold_s']:.3f} |"]
     return "\n".join(lines).strip() + "\n"
 
 
-__all__ = ["SERVERS", "ServeConfig", "chat", "render_markdown", "run_serve", "start_servers", "stop",
-           "write_mlx_lm_dir"]
+__all__ = ["SERVERS", "ServeConfig", "chat", "render_markdown", "responses_chain", "run_serve", "start_servers",
+           "stop", "write_mlx_lm_dir"]

@@ -40,7 +40,7 @@ def _command(args: argparse.Namespace) -> str:
             parts += ["--memory-writer", args.memory_writer]
     if args.suite.strip() == "serve":
         parts += ["--clients", args.clients, "--requests", str(args.requests), "--histories", str(args.histories),
-                  "--max-batch", str(args.max_batch)]
+                  "--max-batch", str(args.max_batch), "--responses-turns", str(args.responses_turns)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -143,7 +143,7 @@ def run_serve(args: argparse.Namespace) -> int:
     clients = parse_int_list(args.clients, "client count") if args.clients.strip() else ()
     config = ServeConfig(model=args.model or default_model(), clients=clients, requests=args.requests,
                          tokens=args.gen_tokens, histories=args.histories, repetitions=args.repetitions,
-                         max_batch=args.max_batch)
+                         max_batch=args.max_batch, responses_turns=args.responses_turns)
     output = _check_output(args.output, "--output") if args.output else None
     with _terminate_as_exit():
         figures = serve(config, log=lambda line: print(line, file=sys.stderr, flush=True))
@@ -286,4 +286,7 @@ def register(sub: Any) -> None:
                    help="with --suite serve: ~2k-token histories for cold vs warm TTFT (default 3; 0 = skip)")
     p.add_argument("--max-batch", type=positive_int, default=16,
                    help="with --suite serve: our server's --max-batch (default 16)")
+    p.add_argument("--responses-turns", type=non_negative_int, default=10,
+                   help="with --suite serve: /v1/responses turns chained by previous_response_id after each "
+                        "history's first; the last one's TTFT against the first's (default 10; 0 = skip)")
     p.set_defaults(func=run)

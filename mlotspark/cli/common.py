@@ -97,10 +97,17 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=None, help="random seed for sampling (default: not reseeded)")
     g.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    help="stop before this text (repeatable)")
+    g.add_argument("--reasoning-budget", type=int, default=None, metavar="TOKENS",
+                   help="a reasoning model's thinking tokens before its close tag is forced (0 = none)")
+    g.add_argument("--reasoning-effort", choices=("none", "minimal", "low", "medium", "high"), default=None,
+                   help="the thinking budget by name: none/minimal 0, low 512, medium 2048, high unbounded")
+    g.add_argument("--no-think", dest="think", action="store_const", const=False, default=None,
+                   help="turn a reasoning model's thinking off (its template's switch, else a budget of 0)")
 
 
 def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "stop")
+    keys = ("max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed", "stop",
+            "reasoning_budget", "reasoning_effort", "think")
     return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from mlotspark.errors import OptionError
 from mlotspark.options import GenerationOptions
 from mlotspark.runtime.progress import PrefillProgress
+from mlotspark.results import ReasoningPiece
 from mlotspark.cli import distributed
 from mlotspark.cli.batch import add_batch_args, add_scheduler_args, scheduler_kwargs
 from mlotspark.cli.progress import PrefillBar, StatusLine, announce_pull, step_lines
@@ -110,6 +111,8 @@ def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[s
     if args.json:
         result = _generate(engine, messages, args.raw, options)
         out = {"text": result.text, "tokens": result.tokens, **result.stats.to_dict()}
+        if result.reasoning:
+            out["reasoning"] = result.reasoning
         if result.sequences:
             out["sequences"] = [{"text": h.text, "tokens": h.tokens, "score": h.score,
                                  "logprob": h.logprob, "finish_reason": h.finish_reason}
@@ -126,9 +129,18 @@ def _reply(engine: Any, args: argparse.Namespace, messages: Any, options: dict[s
     stats = None
     bar = PrefillBar()  # on a terminal only, once the prefill has taken a second
     try:
+        thinking = False
         for piece in engine.stream(messages, raw=args.raw, progress=True, **options):
-            if isinstance(piece, str):
+            if isinstance(piece, ReasoningPiece):  # the thinking on stderr: stdout holds the answer alone
                 bar.close()
+                sys.stderr.write(piece.text)
+                sys.stderr.flush()
+                thinking = True
+            elif isinstance(piece, str):
+                bar.close()
+                if thinking:
+                    sys.stderr.write("\n")
+                    thinking = False
                 sys.stdout.write(piece)
                 sys.stdout.flush()
             elif isinstance(piece, PrefillProgress):

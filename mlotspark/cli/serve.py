@@ -61,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"invalid --max-queue {args.max_queue}: use an integer >= 0")
     if args.prompt_cache_mb < 0:
         raise OptionError(f"invalid --prompt-cache-mb {args.prompt_cache_mb}: use a number >= 0")
+    from mlotspark.server.response_store import parse_size
+
+    store_budget = parse_size(args.store_budget, "--store-budget")  # a bad size fails before the model loads
     if args.max_models < 1:
         raise OptionError(f"invalid --max-models {args.max_models}: use an integer >= 1")
     if args.keep_alive < 0 and args.keep_alive != -1:
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from mlotspark.engine import Engine
     from mlotspark.models.hub.catalogue import default_model
     from mlotspark.server import ModelPool, PromptCache, ServerState, create_app
+    from mlotspark.server.response_store import ResponseStore
 
     # One memory budget and one thermal governor for every model served (server/governance.py).
     governance = shared_governance(kwargs)
@@ -108,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
 
         hub = start_hub(servers)  # closed by the lifespan's exit (ServerState.close)
     state = ServerState(engine, api_key=api_key, max_queue=args.max_queue, prompt_cache=make_cache(engine),
-                        aliases=(specs[0],), pool=pool, mcp=hub)
+                        aliases=(specs[0],), pool=pool, response_store=ResponseStore(budget_bytes=store_budget),
+                        mcp=hub)
     app = create_app(state)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=10, access_log=args.log_level in ("info", "debug"))
@@ -247,6 +252,9 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt-cache-mb", type=float, default=1024.0,
                    help="MB (10^6 bytes) for the KV of recent histories, matched by token prefix; 0 = off "
                         "(default 1024)")
+    p.add_argument("--store-budget", default="4GB", metavar="SIZE",
+                   help="disk for the KV snapshots of stored /v1/responses chains (bytes, or 500MB, 4GB ...); "
+                        "past it the oldest chains' snapshots go first; 0 = none (default 4GB)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning; info and debug also log each request)")
     add_scheduler_args(p)

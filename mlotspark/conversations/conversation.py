@@ -37,7 +37,7 @@ from mlotspark.errors import OptionError, SnapshotError, StoreError
 from mlotspark.options import check_text
 from mlotspark.conversations.host import ConversationHost
 from mlotspark.runtime.generation import Generation
-from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.results import GenerationResult, GenerationStats, ReasoningPiece
 from mlotspark.memory.semantic.learning import Learned
 from mlotspark.memory.snapshots import SnapshotWarning, common_prefix
 from mlotspark.conversations.record import (
@@ -272,9 +272,10 @@ class Conversation:
         except StopIteration as done:
             return done.value
 
-    def stream(self, text: str, *, role: str = "user", **options: Any) -> Iterator[str | GenerationStats]:
-        """Yield the reply's text pieces as they decode, then the turn's ``GenerationStats``
-        (``role`` as ``send``'s)."""
+    def stream(self, text: str, *, role: str = "user", **options: Any) -> Iterator[str | ReasoningPiece | GenerationStats]:
+        """Yield the reply's text pieces as they decode (a reasoning model's thinking as
+        ``ReasoningPiece``s: it is shown, never stored in the history nor learned from),
+        then the turn's ``GenerationStats`` (``role`` as ``send``'s)."""
         result = yield from self._turns(text, options, role)
         yield result.stats
 
@@ -330,7 +331,7 @@ class Conversation:
             user["memory_ids"] = [h.id for h in new]
         extra["memory"] = {"used": [h.id for h in hits], "added": [h.id for h in new], "learned": [], "updated": []}
         # With tools the template shows them to the model (the calls come back as its reply's text).
-        prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools)
+        prompt_ids = self.engine.encode(render(self.record, user), tools=merged.tools, think=merged.think)
         # A conversation that passes the context moves from a KV cache to the cascade:
         # only caches of the kind this turn runs under can continue it.
         cascade = self.engine.caches.cascade_for(len(prompt_ids), merged)

@@ -57,7 +57,8 @@ def model_writer(engine: Any) -> ModelWriter:
     """The ``ModelWriter`` whose calls run on ``engine`` at ``MEMORY_PRIORITY`` (a reply a user
     submits meanwhile is served first), greedy, JSON-schema constrained."""
     def generate(messages: list[dict], schema: dict) -> str:
-        return engine.generate(messages, temperature=0.0, max_tokens=REPLY_TOKENS, priority=MEMORY_PRIORITY,
+        # think=False: a reasoning model answers the JSON at once (its thinking is never learned from)
+        return engine.generate(messages, temperature=0.0, max_tokens=REPLY_TOKENS, priority=MEMORY_PRIORITY, think=False,
                                response_format={"type": "json_schema",
                                                 "json_schema": {"name": "memory", "schema": schema}}).text
 

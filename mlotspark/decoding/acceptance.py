@@ -1,9 +1,9 @@
 """What a sampled token does to its sequence: the one acceptance rule of every path.
 
-Solo decoding (mlx-lm's ``generate_step`` or speculative decoding, in
-``runtime/generation.py``), the batched step (``runtime/batching.py``) and each beam or
-returned sample (``decoding/beam.py``) hand every token they pick to
-:meth:`Acceptance.accept`, which decides in this order:
+A request's own loop (mlx-lm's ``generate_step`` or speculative decoding, in
+``runtime/sequence.py``), the batched step (``runtime/batching.py``) and each beam or
+returned sample (``decoding/beam.py``, each a fork of the request's acceptance) hand
+every token they pick to :meth:`Acceptance.accept`, which decides in this order:
 
 1. the request was cancelled: ``cancelled``, the token is dropped;
 2. an end-of-sequence token: ``stop``, not kept in the tokens or the text;

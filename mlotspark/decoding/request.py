@@ -29,6 +29,9 @@ class DecodeRequest(Protocol):
     stats: GenerationStats  # ``extra`` takes a strategy's notes
     tokens: list[int]  # filled: the reply's tokens
     text: str  # filled: the reply's text
+    acceptance: Any  # its ``decoding.acceptance.Acceptance``: EOS ids, stop strings, max_tokens
+
+    def adopt(self, acceptance: Any) -> None: ...  # a fork of ``acceptance`` that ran on becomes the reply's
 
     def max_new_tokens(self) -> int: ...
     def sampling(self) -> tuple[Any, list]: ...  # the request's (sampler, logits processors), built once

@@ -11,6 +11,7 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlotspark.decoding.constrained import JsonConstraint
 from mlotspark.decoding.processors import constraint_for
+from mlotspark.decoding.reasoning import ReasoningBudget, budget_of, reasoning_format
 from mlotspark.options import GenerationOptions
 
 # Tokens the repetition penalty looks back over.
@@ -63,6 +64,10 @@ def build_logits_processors(options: GenerationOptions, tokenizer: Any = None,
             repetition_penalty=options.repetition_penalty,
             repetition_context_size=REPETITION_CONTEXT,
         )
+    fmt = reasoning_format(tokenizer) if tokenizer is not None else None
+    budget = budget_of(options, fmt)
+    if budget is not None:  # before the grammar: it forces the close tag; the grammar still masks last
+        out.append(ReasoningBudget(fmt, budget))
     if constraint is None and (options.response_format is not None or options.tools is not None
                                or options.logprobs is not None):
         if tokenizer is None:

@@ -198,6 +198,7 @@ def speculative_generate_step(
     stats: dict | None = None,
     config: SpeculativeConfig | None = None,
     prompt_progress_callback: Callable[[int, int], None] | None = None,
+    on_round: Callable[[int], None] | None = None,
 ) -> Generator[tuple[int, mx.array], None, None]:
     """Speculative decoding with ``generate_step``'s contract.
 
@@ -217,6 +218,8 @@ def speculative_generate_step(
             ``pauses`` and ``speedup_est`` (updated as decoding goes).
         config: draft-length policy (default ``SpeculativeConfig()``).
         prompt_progress_callback: unused (the prefill reports its own progress).
+        on_round: called after each target pass, before its tokens are yielded, with how
+            many it yields before the next pass (the engine thread hands out a round per turn).
 
     Yields:
         (token, logprobs (V,)) one token at a time.
@@ -267,10 +270,10 @@ def speculative_generate_step(
             mx.async_eval(logprobs)
             counters["target_calls"] += 1
             dt = time.perf_counter() - t0
-            if pending:  # y is in the cache now: hand it out (as generate_step does)
+            if room <= 0:  # y alone was fed: the last token
+                if on_round is not None:
+                    on_round(1)
                 yield y, last_row
-                n_out += 1
-            if room <= 0:
                 break
             t0 = time.perf_counter()
             m, token = verify(logprobs, drafts, q, dist)
@@ -289,6 +292,11 @@ def speculative_generate_step(
             length.update(len(drafts), m)
             report()
             unyielded = m
+            if on_round is not None:
+                on_round(m + pending)
+            if pending:  # y is in the cache now: hand it out (as generate_step does)
+                yield y, last_row
+                n_out += 1
             for i in range(m):
                 context.append(drafts[i])
                 unyielded -= 1

@@ -57,12 +57,18 @@ def _with_history(processor: Callable[[mx.array, mx.array], mx.array], before: m
     return run
 
 
-def select_step(gen: DecodeRequest) -> Callable[..., Any]:
+def select_step(gen: DecodeRequest, on_round: Callable[[int], None] | None = None) -> Callable[..., Any]:
     """The token-step function for a request (the runtime's ``Sequence``): ``generate_step``'s signature and
     contract (yield ``(token, logprobs)``), chosen from ``gen.options``.
 
     Speculative decoding on a cache that cannot be trimmed (the memory cascade) falls
     back to plain decoding, noted in ``stats.extra["speculative"]``.
+
+    Args:
+        gen: the request.
+        on_round: speculative decoding calls it after each target pass with how many tokens
+            it yields before the next one (``speculative_generate_step``); plain steps yield
+            one token per pass and never call it.
     """
     generate_step = decode_step  # mlx-lm's, from the prompt's last token
 
@@ -84,4 +90,5 @@ def select_step(gen: DecodeRequest) -> Callable[..., Any]:
         drafter: Any = DraftModelDrafter(draft, prefill_step_size=opts.prefill_chunk)
     else:
         drafter = PromptLookupDrafter()
-    return partial(speculative_generate_step, drafter=drafter, options=opts, stats=gen.stats.extra)
+    return partial(speculative_generate_step, drafter=drafter, options=opts, stats=gen.stats.extra,
+                   on_round=on_round)

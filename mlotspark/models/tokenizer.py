@@ -78,7 +78,7 @@ def load_hf_tokenizer(path: Path) -> TokenizerWrapper:
 
 
 def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: bool = True,
-                tools: Any = None) -> list[int]:
+                tools: Any = None, think: bool | None = None) -> list[int]:
     """Token ids of a conversation rendered with the model's chat template.
 
     Args:
@@ -86,6 +86,8 @@ def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
         messages: ``[{"role": ..., "content": ...}, ...]``.
         add_generation_prompt: end with the assistant's turn opener (default True).
         tools: OpenAI-shaped tools the template shows the model (None: none).
+        think: False turns thinking off through the template's ``enable_thinking`` switch,
+            when it reads one (None/True: the template's default).
 
     Returns:
         The prompt's token ids, BOS first if the model wants it.
@@ -93,6 +95,8 @@ def encode_chat(tokenizer: Any, messages: list[dict], add_generation_prompt: boo
     kwargs: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "tokenize": False}
     if tools:
         kwargs["tools"] = list(tools)
+    if think is False:  # mlx-lm's wrapper passes it under the template's own name for it
+        kwargs["enable_thinking"] = False
     has_template = getattr(tokenizer, "has_chat_template", None)  # a TokenizerWrapper knows
     if has_template is None:
         has_template = getattr(tokenizer, "chat_template", None) is not None

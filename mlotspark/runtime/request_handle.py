@@ -4,6 +4,9 @@ The engine thread hands pieces over through a queue. A thread iterates the handl
 (``for piece in handle``); an asyncio caller iterates it without a thread of its own
 (``async for piece in handle.aiter()``): the engine thread then also schedules a
 wake-up on the caller's loop with ``call_soon_threadsafe`` after each piece.
+
+A reasoning model's reply is split as it is read (``decoding.reasoning``): its thinking
+comes as ``ReasoningPiece``s, its answer as ``str``, and no tag in either.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import queue
 import threading
 from typing import Any, AsyncIterator, Callable, Iterator
 
-from mlotspark.results import GenerationResult, GenerationStats
+from mlotspark.decoding.reasoning import ReasoningSplitter, splitter_of
+from mlotspark.results import GenerationResult, GenerationStats, ReasoningPiece
 from mlotspark.runtime.generation import Generation
 from mlotspark.runtime.progress import PrefillProgress, ProgressListener
 
@@ -85,17 +89,39 @@ class RequestHandle:
             waker()
 
     # -------------------------------------------------------------- caller
+    def _splitter(self) -> ReasoningSplitter | None:
+        """The reply's reasoning splitter; None for a model that does not think (or a
+        request with no tokenizer: bare token ids)."""
+        tokenizer = getattr(self.generation, "tokenizer", None)
+        return splitter_of(tokenizer, self.generation.prompt) if tokenizer is not None else None
+
+    @staticmethod
+    def _split(splitter: ReasoningSplitter | None, piece: Any) -> list[Any]:
+        """What the reader sees of one queued item: a text piece split into its thinking
+        and its answer (``_END``: what the splitter held back), anything else as it is."""
+        if splitter is None:
+            return [] if piece is _END else [piece]
+        if piece is _END:
+            reasoning, answer = splitter.close()
+        elif isinstance(piece, str):
+            reasoning, answer = splitter.feed(piece)
+        else:
+            return [piece]
+        return ([ReasoningPiece(reasoning)] if reasoning else []) + ([answer] if answer else [])
+
     def __iter__(self) -> Iterator[Any]:
-        """Text pieces (``str``), and ``PrefillProgress`` events if the handle was
-        made with ``progress_events``."""
+        """Text pieces of the answer (``str``), of a reasoning model's thinking
+        (``ReasoningPiece``), and ``PrefillProgress`` events if the handle was made with
+        ``progress_events``."""
         if self._started:
             raise RuntimeError("a request handle can be iterated only once")
         self._started = True
+        splitter = self._splitter()
         while True:
             piece = self._pieces.get()
+            yield from self._split(splitter, piece)
             if piece is _END:
                 break
-            yield piece
         if self._error is not None:
             raise self._error
 
@@ -108,6 +134,7 @@ class RequestHandle:
         if self._started:
             raise RuntimeError("a request handle can be iterated only once")
         self._started = True
+        splitter = self._splitter()
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
 
@@ -127,9 +154,10 @@ class RequestHandle:
                     if self._pieces.empty():  # a put after the clear sets it again
                         await ready.wait()
                     continue
+                for item in self._split(splitter, piece):
+                    yield item
                 if piece is _END:
                     break
-                yield piece
         finally:
             self._waker = None
         if self._error is not None:

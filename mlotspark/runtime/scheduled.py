@@ -41,7 +41,7 @@ class Request:
     seq_no: int = 0
     submitted_at: float = field(default_factory=time.perf_counter)
     state: Sequence | None = None  # the engine-side state, made when it is admitted
-    stepper: Iterator[str] | None = None  # a request that runs alone: its Sequence's own loop
+    stepper: Iterator[str] | None = None  # its Sequence's own loop (beams, speculation): one step per turn
     meta: dict = field(default_factory=dict)  # what the StepMirror needs (distributed: the conversation)
 
     @property

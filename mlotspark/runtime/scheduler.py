@@ -15,19 +15,24 @@ turn of the loop:
    the chunks of the next admitted ones when their caches are plain KV
    (``runtime/prefill.py``, as mlx-lm's ``BatchGenerator`` prefills), so a burst of
    requests joins the batch together and a long prompt stalls the streams briefly;
-6. runs one batched decode step (``batching.DecodeBatch``) over the running
-   sequences; a request joins after its prefill and leaves when it finishes.
+6. runs one decode step of every running request: one batched step
+   (``batching.DecodeBatch``) over those that decode a token at a time, then one step of
+   each that decodes in its own loop; a request joins after its prefill and leaves when
+   it finishes.
 
-Each admitted request is one ``sequence.Sequence`` and prefills as above. Those that
-then decode in their own loop (beam search, speculative decoding, several returns:
-``Generation.own_loop``) run alone: one text piece of one of them per turn, between the
-batch's steps, so they share the thread. Every other request joins the batch, also for a model whose attention does
-not go through ``cache.attend`` (mlx-lm's classes): its rows then each take a step of
-their own (``DecodeBatch``), and a lone request is a batch of one.
+Each admitted request is one ``sequence.Sequence`` and prefills as above, then runs in
+the one list of running requests. Beam search, speculative decoding and several returns
+(``Generation.own_loop``) are steppers there: each turn takes one step of their loop
+(``Sequence.pieces``: a decode step of every beam, or one token), right after the
+batch's step, so a beam request never holds the thread for its whole length. Every other
+request joins the batch, also for a model whose attention does not go through
+``cache.attend`` (mlx-lm's classes): its rows then each take a step of their own
+(``DecodeBatch``), and a lone request is a batch of one.
 
-One module past ~500 lines on purpose: the engine thread's loop, admission and
-cancellation share one lock and one queue; the batch step lives in ``batching.py``,
-what the thread holds (requests, jobs, step records) in ``scheduled.py``.
+The engine thread's loop, admission and cancellation share one lock and one queue here;
+how the running requests step each turn is ``stepping.py`` (a mixin of ``Scheduler``), the
+batch step ``batching.py``, what the thread holds (requests, jobs, step records)
+``scheduled.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from mlotspark.platform.device import is_metal, release_idle_memory
 from mlotspark.errors import MlotsparkError, OptionError
 from mlotspark.runtime.scheduled import Job, Request, StepRecord, cache_bytes
 from mlotspark.runtime.sequence import Sequence
+from mlotspark.runtime.stepping import Stepping
 from mlotspark.runtime.scheduler_config import (
     SchedulerConfig,
     ThroughputMeter,
@@ -81,7 +87,7 @@ def _stop_engine_threads() -> None:
         scheduler.close(timeout=2.0)
 
 
-class Scheduler:
+class Scheduler(Stepping):
     """Runs requests on one engine thread, batching their decode steps.
 
     Args:
@@ -129,8 +135,7 @@ class Scheduler:
         self._queue: list[tuple[tuple[int, int], Request]] = []  # heap by (priority, seq_no)
         self._jobs: list[Job] = []
         self._prefilling: list[Request] = []
-        self._running: list[Request] = []
-        self._solo: list[Request] = []  # requests that decode in their own loop
+        self._running: list[Request] = []  # batched rows and steppers (``Request.stepper``) alike
         self._counter = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -206,7 +211,7 @@ class Scheduler:
             self._closed = True
             for _, r in self._queue:
                 r.generation.cancel.set()
-            for r in self._prefilling + self._running + self._solo:
+            for r in self._prefilling + self._running:
                 r.generation.cancel.set()
             self._cond.notify_all()
         t = self._thread
@@ -227,13 +232,13 @@ class Scheduler:
         """
         gov = self.governor.status(last=5)
         with self._cond:
-            in_flight = self._prefilling + self._running + self._solo
+            in_flight = self._prefilling + self._running
             out = {
                 "state": gov["state"],
                 "cap": gov["cap"],
                 "mode": gov["effective_mode"],
                 "batch_size": self._batch_size,
-                "running": len(self._running) + len(self._solo),
+                "running": len(self._running),
                 "prefilling": len(self._prefilling),
                 "queued": len(self._queue),
                 "paused_s": max(0.0, self._paused_until - self._clock()),
@@ -256,7 +261,7 @@ class Scheduler:
             _LIVE.add(self)
 
     def _idle(self) -> bool:
-        return not (self._queue or self._jobs or self._prefilling or self._running or self._solo)
+        return not (self._queue or self._jobs or self._prefilling or self._running)
 
     def _loop(self) -> None:
         try:
@@ -317,8 +322,6 @@ class Scheduler:
             return
         cap = max(1, decision.cap)
         self._admit(cap)
-        if self._solo:
-            self._step_solo()
         if self._prefilling:
             self._prefill()
             if not self._running:
@@ -327,7 +330,7 @@ class Scheduler:
             self._decode(decision.state, cap)
         if not self._running:
             self._drain()  # its rows all finished: discard the extra step
-            self._batch_size = 1 if self._solo else 0
+            self._batch_size = 0
 
     def _prefill(self) -> None:
         """Run one prefill chunk: of the oldest admitted request, together with the
@@ -347,18 +350,16 @@ class Scheduler:
                 if r.state.meter is not None:
                     r.state.meter.finish()  # a one-token prompt had no chunk to report
                 self._prefilling.remove(r)
-                if r.generation.own_loop:  # beams, speculation, several returns: decoded alone
+                if r.generation.own_loop:  # beams, speculation, several returns: a stepper
                     r.stepper = r.state.pieces()
-                    self._solo.append(r)
-                else:
-                    self._running.append(r)
+                self._running.append(r)
 
     def _admit(self, cap: int) -> None:
         while True:
             with self._cond:
                 if not self._queue:
                     return
-                in_flight = self._prefilling + self._running + self._solo
+                in_flight = self._prefilling + self._running
                 active = len(in_flight)
                 if active >= cap:
                     return
@@ -386,78 +387,6 @@ class Scheduler:
                 self._prefilling.remove(r)
                 self._fail(r, e)
 
-    def _decode(self, state: str, cap: int) -> None:
-        """Launch the next batched step, then take in the tokens of the one before
-        (pipelined, on a GPU) or of this one (on the CPU: see ``pipelined``).
-
-        The batch is the running requests in priority order up to the cap; those
-        beyond it keep their KV and wait. Pipelined, a request that finishes was also
-        fed to the step just launched (as in mlx-lm's loop): one wasted row, no stall.
-        """
-        self._running.sort(key=lambda r: r.sort_key)
-        batch = self._running[:cap]
-        self._batch_size = len(batch)
-        c0 = self.cpu_clock()
-        with self.mirror.decode(batch):
-            prev = self._batch.launch([r.state for r in batch])
-        step = self._batch.inflight
-        step.tag = (state, cap)  # type: ignore[union-attr]  # what it ran under
-        self._take(self._batch.collect(prev), prev, c0)
-        pipelined = self.pipelined
-        if pipelined is None:
-            pipelined = mx.default_device().type == mx.DeviceType.gpu
-        if not pipelined:  # take this step's tokens now (prev was None: drained last turn)
-            self._take(self._batch.drain(), step, c0)
-
-    def _drain(self) -> None:
-        """Take in the step in flight, if any (before a pause, or with no one left)."""
-        prev = self._batch.inflight
-        if prev is not None:
-            self._take(self._batch.drain(), prev, self.cpu_clock())
-
-    def _take(self, results: list, step: Any, c0: float) -> None:
-        """Account a collected step and hand each running request its token."""
-        if step is None:
-            return
-        now = self._clock()
-        owners = {id(r.state): r for r in self._running}
-        b = sum(id(seq) in owners for seq, _ in results)  # rows still wanted: real tokens
-        if b:
-            # The stream ran this step from its launch or from the previous step's end.
-            step_s = now - max(step.t_launch, self._last_collect)
-            cpu_s = self.cpu_clock() - c0
-            state, cap = step.tag
-            self._meter.add(b, step_s, cpu_s, context=max(  # a longer context is slower, not hotter
-                (r.generation.cached_tokens + len(r.generation.prompt) + r.state.steps for r in self._running), default=0))
-            self.timeline.append(StepRecord(now, state, cap, b, step_s, len(self._queue), cpu_s=cpu_s))
-            self._tokens += b
-        self._last_collect = now
-        for seq, tok in results:
-            r = owners.get(id(seq))
-            if r is None:  # finished or cancelled meanwhile: nothing to hand over
-                continue
-            piece = r.state.accept(tok)
-            if piece:
-                r.handle.emit(piece)
-            if r.state.finish is not None:
-                self._running.remove(r)
-                self._finish(r)
-
-    def _step_solo(self) -> None:
-        """Advance one request that runs alone by one text piece (round robin)."""
-        r = self._solo.pop(0)
-        self._batch_size = max(self._batch_size, 1)
-        try:
-            piece = next(r.stepper, None)  # type: ignore[arg-type]
-        except Exception as e:  # noqa: BLE001  that request fails, the others go on
-            self._fail(r, e)
-            return
-        if piece is not None:
-            r.handle.emit(piece)
-            self._solo.append(r)
-            return
-        self._finish(r)  # its loop ended: the result is made
-
     # ----------------------------------------------------------- finishing
     def _sweep_cancelled(self) -> None:
         with self._cond:
@@ -468,8 +397,11 @@ class Scheduler:
         for r in queued:
             r.state = Sequence(r.generation, self.eos, r.handle.progressed)
             self._finish(r, "cancelled")
-        for group in (self._prefilling, self._running, self._solo):
+        for group in (self._prefilling, self._running):
             for r in [r for r in group if r.generation.cancel.is_set()]:
+                if r.stepper is not None:  # its loop sees the cancel and ends with what it has
+                    self._step_own(r)
+                    continue
                 group.remove(r)
                 self._finish(r, "cancelled")
 
@@ -529,8 +461,8 @@ class Scheduler:
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:
-            failed = self._prefilling + self._running + self._solo
-            self._prefilling, self._running, self._solo = [], [], []
+            failed = self._prefilling + self._running
+            self._prefilling, self._running = [], []
         self._batch = DecodeBatch(self.runner)  # whatever it packed is gone with them
         self.mirror.reset()
         for r in failed:
@@ -542,8 +474,8 @@ class Scheduler:
         on a distributed rank that stalled). Callable from any thread."""
         with self._cond:
             self._aborted, self._closed = error, True
-            failed = [r for _, r in self._queue] + self._prefilling + self._running + self._solo
-            self._queue, self._prefilling, self._running, self._solo = [], [], [], []
+            failed = [r for _, r in self._queue] + self._prefilling + self._running
+            self._queue, self._prefilling, self._running = [], [], []
             jobs, self._jobs = self._jobs + self._running_jobs, []
             self._cond.notify_all()
         for r in failed:

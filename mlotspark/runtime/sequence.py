@@ -8,8 +8,9 @@ cancellation: ``decoding.acceptance``), the sampler and logits processors, the p
 decode counters, the stats and the cache. Every request prefills through ``prefill.py``
 (the scheduler's chunks, ``prepare_decode`` at the end); then the batch
 (``batching.DecodeBatch``) steps it one token at a time, or, for beams, speculation and
-several returns, ``pieces`` decodes it in its own loop. Either way ``finalize`` makes the
-result and hands it to the record, the one write the caller sees.
+several returns, ``pieces`` steps its own loop, one step per turn of the engine thread.
+Either way its tokens pass the one ``Acceptance`` (a beam's is a fork of it), and
+``finalize`` makes the result and hands it to the record, the one write the caller sees.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import mlx.core as mx
 
 from mlotspark.decoding.acceptance import Acceptance
 from mlotspark.decoding.beam import run_sequences
+from mlotspark.decoding.reasoning import splitter_of
 from mlotspark.decoding.sampling import build_logits_processors, build_sampler
 from mlotspark.decoding.strategy import select_step
 from mlotspark.memory.cascade import is_cascade
@@ -148,6 +150,14 @@ class Sequence:
         self.finish = self.acceptance.finish
         return piece
 
+    def adopt(self, acceptance: Acceptance) -> None:
+        """Take ``acceptance`` (a fork of this one's that ran on: the best beam) as the
+        request's own: its tokens, text, finish and stop string become the reply's."""
+        self.tokens[:] = acceptance.tokens
+        acceptance.tokens = self.tokens
+        self.acceptance = acceptance
+        self.text, self.finish = acceptance.text, acceptance.finish
+
     def close(self, reason: str | None = None) -> str:
         """Finish a batched sequence: flush held-back text, fill stats and ``result``.
 
@@ -166,8 +176,9 @@ class Sequence:
 
     def pieces(self) -> Iterator[str]:
         """Decode the prefilled request in its own loop (speculative, beams, several returns),
-        yielding text pieces: one per ``next``, so the engine thread steps it between the
-        batch's steps."""
+        one step per ``next``: a forward pass's tokens (one, or a speculative round's verified
+        run) or a decode step of every beam. Yields the text that step lets out (often
+        ``""``), so the engine thread steps it in the same turns as the batch."""
         opts = self.options
         t0 = self.t_start  # the prefill ran since (the scheduler's chunks): it counts in TTFT
         if opts.num_beams > 1 or opts.num_return_sequences > 1:
@@ -176,7 +187,12 @@ class Sequence:
         if opts.seed is not None:
             mx.random.seed(opts.seed)
         sampler, processors = self.sampling()
-        steps = select_step(self)(  # generate_step, or speculative decoding
+        left = [0]  # tokens this pass still hands out (speculation says; else one per pass)
+
+        def on_round(n: int) -> None:
+            left[0] = n
+
+        steps = select_step(self, on_round)(  # generate_step, or speculative decoding
             mx.array(self.prompt),
             self.model,
             max_tokens=self.max_tokens,
@@ -185,21 +201,26 @@ class Sequence:
             prompt_cache=self.cache,
             prefill_step_size=opts.prefill_chunk,
         )
+        out, cut = "", None
         try:
             for token, _ in steps:  # each token through the acceptance the batched path uses
                 self.feed(token)
-                piece = self.accept(token)
-                if piece:
-                    yield piece
+                out += self.accept(token)
                 if self.finish is not None:
                     break
-            tail = self.acceptance.close()  # steps ran out: length
+                left[0] -= 1
+                if left[0] <= 0:  # the next token needs a forward pass: this step is done
+                    yield out
+                    out = ""
+                    if self.cancel.is_set():  # cancelled between steps: no pass for a token it drops
+                        cut = "cancelled"
+                        break
+            out += self.acceptance.close(cut)  # else: steps ran out (length), or it had finished
             self.text, self.finish = self.acceptance.text, self.acceptance.finish
         finally:
             steps.close()
-        if tail:
-            yield tail
         self.finalize(self.finish or "length", t0, self.t_first, stop_sequence=self.acceptance.stop_sequence)
+        yield out
 
     def finalize(
         self,
@@ -246,8 +267,22 @@ class Sequence:
         s.peak_memory_mb = peak_memory_mb()
         if self.extra_stats is not None:
             s.extra["cascade"] = self.extra_stats(self.cache)
-        return self.end(GenerationResult(text=self.text, tokens=list(self.tokens), stats=s,
-                                         sequences=list(sequences or [])))
+        text, reasoning = self.split_reasoning()
+        for h in sequences or ():
+            h.text, h.reasoning = self.split_reasoning(h.text)
+        return self.end(GenerationResult(text=text, tokens=list(self.tokens), stats=s,
+                                         sequences=list(sequences or []), reasoning=reasoning))
+
+    def split_reasoning(self, text: str | None = None) -> tuple[str, str]:
+        """The reply's (or ``text``'s) ``(answer, reasoning)``: a reasoning model's thinking
+        taken out (``decoding.reasoning``, the splitter the streamed pieces go through too)."""
+        text = self.text if text is None else text
+        splitter = splitter_of(self.tokenizer, self.prompt) if self.tokenizer is not None else None
+        if splitter is None:
+            return text, ""
+        r1, a1 = splitter.feed(text)
+        r2, a2 = splitter.close()
+        return a1 + a2, r1 + r2
 
     def cut(self) -> GenerationResult:
         """End a request's own loop at once (cancelled): the text so far is the result."""
@@ -256,7 +291,8 @@ class Sequence:
         self.stats.prompt_tokens = self.cached_tokens + len(self.prompt)
         self.stats.generation_tokens = len(self.tokens)
         self.stats.finish_reason = "cancelled"
-        return self.end(GenerationResult(text=self.text, tokens=list(self.tokens), stats=self.stats))
+        text, reasoning = self.split_reasoning()
+        return self.end(GenerationResult(text=text, tokens=list(self.tokens), stats=self.stats, reasoning=reasoning))
 
     def end(self, result: GenerationResult) -> GenerationResult:
         """Keep ``result`` and hand it, with what the cache holds, to the caller's record."""

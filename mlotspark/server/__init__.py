@@ -2,7 +2,10 @@
 
 - ``app``: the Starlette app, shared state, API-key check, errors (each API's shape), shutdown.
 - ``routes``: OpenAI's chat/completions, completions, embeddings, models; health, metrics.
-- ``anthropic_api``: Anthropic's ``/v1/messages``.
+- ``responses_api``: OpenAI's ``/v1/responses`` requests, translated into chat requests.
+- ``responses_routes``: its routes, response objects and streamed events.
+- ``response_store``: stored responses and their chains' KV snapshots (disk budget).
+- ``anthropic_api``: Anthropic's ``/v1/messages`` and ``/v1/messages/count_tokens``.
 - ``ollama_api``: Ollama's ``/api/*``.
 - ``embeddings``: embeddings requests and replies (OpenAI's, reused by Ollama's).
 - ``exchange``: what every API's routes share (body, awaited outcome, disconnects, figures).

@@ -8,6 +8,13 @@ grammar keeps every ``tool_use`` valid for its schema. Replies come back as cont
 blocks; a stream is Anthropic's event sequence (``message_start``,
 ``content_block_start/delta/stop``, ``message_delta``, ``message_stop``). Errors use
 Anthropic's shape ``{"type": "error", "error": {"type", "message"}}`` (``app.py``).
+``POST /v1/messages/count_tokens`` answers the prompt tokens the same body would read.
+
+A reasoning model's thinking comes back as a ``thinking`` block before the text (streamed as
+``thinking_delta``s; its ``signature`` is empty: nothing here signs it); ``thinking``
+``{"type": "enabled", "budget_tokens": n}`` sets the budget, ``{"type": "disabled"}`` turns it
+off. Thinking blocks sent back in the history are dropped, as the chat templates drop past
+thinking.
 
 ``stop_reason`` is Anthropic's: ``tool_use``, ``max_tokens``, ``stop_sequence`` (with the
 request's ``stop_sequences`` entry that ended the text in ``stop_sequence``), else ``end_turn``.
@@ -26,6 +33,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.errors import OptionError
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
@@ -78,6 +87,8 @@ def _messages(body: dict) -> list[dict]:
                     raise bad(at, "a tool_use block needs 'id', 'name' and an 'input' object")
                 calls.append({"id": b.get("id"), "type": "function",
                               "function": {"name": b["name"], "arguments": b.get("input", {})}})
+            elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+                continue  # past thinking: the templates leave it out of the history
             elif kind == "tool_result" and role == "user":
                 result = _text_of(b.get("content", ""), f"{at}.content")
                 if b.get("is_error"):
@@ -156,9 +167,27 @@ def parse_messages(body: Any, served: list[str], options: Any) -> ParsedRequest:
             raise bad("tool_choice", "expected {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}")
         if choice.get("disable_parallel_tool_use"):
             opts["parallel_tool_calls"] = False
+    _thinking(body, req)
     req.messages = _messages(body)
     check_options(req, options)
     return req
+
+
+def _thinking(body: dict, req: ParsedRequest) -> None:
+    """Anthropic's ``thinking``: ``enabled`` with ``budget_tokens``, ``disabled``, ``adaptive``."""
+    thinking = body.get("thinking")
+    if thinking is None:
+        return
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "disabled":
+        req.options["think"], req.fields["think"] = False, "thinking"
+    elif kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise bad("thinking.budget_tokens", f"expected a number of tokens, got {json.dumps(budget)[:40]}")
+        req.options["reasoning_budget"], req.fields["reasoning_budget"] = budget, "thinking.budget_tokens"
+    elif kind != "adaptive":
+        raise bad("thinking.type", "expected \"enabled\" (with budget_tokens), \"disabled\" or \"adaptive\"")
 
 
 def new_message_id() -> str:
@@ -183,6 +212,8 @@ def message_response(mid: str, model: str, outcome: Outcome) -> dict:
     """The whole ``message`` object of a finished request."""
     choice = outcome.choices[0]
     content: list[dict] = []
+    if choice.reasoning:
+        content.append({"type": "thinking", "thinking": choice.reasoning, "signature": ""})
     if choice.text or not choice.calls:
         content.append({"type": "text", "text": choice.text})
     content += [tool_use_block(c) for c in choice.calls]
@@ -204,21 +235,45 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
     splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     index = -1  # the open content block, if any
     text_open = False
+    thinking_open = False
     calls_sent = 0
     ended = False
+
+    def close_thinking() -> list[str]:
+        nonlocal thinking_open
+        if not thinking_open:
+            return []
+        thinking_open = False
+        return [_sse("content_block_stop", {"type": "content_block_stop", "index": index})]
+
+    def thinking(text: str) -> list[str]:
+        nonlocal index, thinking_open
+        out: list[str] = []
+        if not thinking_open:
+            index += 1
+            thinking_open = True
+            out.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
+                                                    "content_block": {"type": "thinking", "thinking": "",
+                                                                      "signature": ""}}))
+        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": {"type": "thinking_delta", "thinking": text}}))
+        return out
 
     def open_text() -> list[str]:
         nonlocal index, text_open
         if text_open:
             return []
+        out = close_thinking()
         index += 1
         text_open = True
-        return [_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                             "content_block": {"type": "text", "text": ""}})]
+        return out + [_sse("content_block_start", {"type": "content_block_start", "index": index,
+                                                   "content_block": {"type": "text", "text": ""}})]
 
     def blocks(text: str, calls: list) -> list[str]:
         nonlocal index, text_open, calls_sent
         out: list[str] = []
+        if calls:
+            out += close_thinking()
         if text:
             out += open_text()
             out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
@@ -244,6 +299,10 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
     try:
         yield _sse("message_start", {"type": "message_start", "message": start})
         async for what, value in events:
+            if what == "piece" and isinstance(value, ReasoningPiece):
+                for e in thinking(value.text):
+                    yield e
+                continue
             if what == "piece":
                 text, calls = splitter.feed(value) if splitter is not None else (value, [])
                 for e in blocks(text, calls):
@@ -255,7 +314,7 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
             text, calls = splitter.close() if splitter is not None else ("", [])
             for e in blocks(text, calls):
                 yield e
-            if index < 0:  # an empty reply still has its (empty) text block
+            if not calls_sent and not text_open:  # an empty reply still has its (empty) text block
                 for e in open_text():
                     yield e
             if text_open:
@@ -309,7 +368,27 @@ def build(state: Any) -> list[Route]:
         count(state, ENDPOINT, outcome, t0)
         return JSONResponse(message_response(mid, req.model, outcome))
 
-    return [Route(ENDPOINT, messages, methods=["POST"])]
+    async def count_tokens(request: Request) -> Response:
+        body = await read_json(request)
+        if isinstance(body, dict) and body.get("max_tokens") is None:
+            body = {**body, "max_tokens": 1}  # count_tokens takes a messages body without it
+        slot = await state.open_model(body)
+        try:
+            engine = (slot or state.pool.default).engine
+            req = parse_messages(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
+            tools = req.checked.tools if req.checked is not None else None
+            try:
+                ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
+            except OptionError as e:
+                raise APIError(400, str(e), param="tools" if tools else "messages") from None
+        finally:
+            if slot is not None:
+                state.pool.release(slot)
+        state.metrics.requests.labels(ENDPOINT + "/count_tokens", "200").inc()
+        return JSONResponse({"input_tokens": len(ids)})
+
+    return [Route(ENDPOINT, messages, methods=["POST"]),
+            Route(ENDPOINT + "/count_tokens", count_tokens, methods=["POST"])]
 
 
 __all__ = ["ENDPOINT", "anthropic_error", "build", "message_response", "parse_messages"]

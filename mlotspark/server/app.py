@@ -33,6 +33,7 @@ from mlotspark.platform.device import release_idle_memory
 from mlotspark.server.metrics import Metrics
 from mlotspark.server.models import ModelPool, Slot
 from mlotspark.server.prompt_cache import PromptCache
+from mlotspark.server.response_store import ResponseStore
 from mlotspark.server.schemas import APIError
 
 log = logging.getLogger(__name__)
@@ -51,12 +52,15 @@ class ServerState:
         prompt_cache: the token-prefix KV cache for resent histories (None = off).
         aliases: other model ids this server answers to (e.g. the ``--model`` argument);
             ``default`` always names the loaded model.
+        response_store: stored ``/v1/responses`` and their KV snapshots (default: under the
+            home directory, ``DEFAULT_STORE_BUDGET``).
     """
 
     def __init__(self, engine: Any, *, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                  prompt_cache: PromptCache | None = None, aliases: tuple[str, ...] = (),
-                 pool: ModelPool | None = None, mcp: Any = None):
+                 pool: ModelPool | None = None, response_store: ResponseStore | None = None, mcp: Any = None):
         self.engine = engine
+        self.response_store = response_store if response_store is not None else ResponseStore()
         # ``serve --mcp``: the started McpHub whose tools a Responses request's ``mcp`` tool runs
         self.mcp = mcp
         self.api_key = api_key or None
@@ -227,6 +231,7 @@ class ServerState:
             with contextlib.suppress(Exception):
                 self.engine.scheduler.call(self.prompt_cache.save)
         self.pool.default.prompt_cache = None  # saved just now
+        self.response_store.close()  # its writes in flight end first
         for slot in self.pool.resident():
             if slot is not self.pool.default:
                 self.pool.unload(slot)
@@ -268,7 +273,7 @@ def _error_response(e: APIError, path: str = "") -> JSONResponse:
 
 def create_app(state: ServerState) -> Starlette:
     """The Starlette app serving ``state``'s engine (routes in ``routes.py``)."""
-    from mlotspark.server import anthropic_api, ollama_api, routes
+    from mlotspark.server import anthropic_api, ollama_api, responses_routes, routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -301,7 +306,8 @@ def create_app(state: ServerState) -> Starlette:
                                request.url.path)
 
     app = Starlette(
-        routes=routes.build(state) + anthropic_api.build(state) + ollama_api.build(state),
+        routes=routes.build(state) + responses_routes.build(state) + anthropic_api.build(state)
+        + ollama_api.build(state),
         lifespan=lifespan,
         middleware=[Middleware(KeyCheck, state=state)],
         exception_handlers={APIError: api_error, HTTPException: http_error, Exception: server_error},
@@ -344,6 +350,7 @@ def _endpoint(request: Request) -> str:
 
 def _endpoint_of(path: str) -> str:
     known = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/messages", "/v1/models", "/health",
+             "/v1/responses", "/v1/messages/count_tokens",
              "/metrics", "/api/chat", "/api/generate", "/api/embed", "/api/tags", "/api/show", "/api/ps", "/api/version")
     return path if path in known else "other"
 

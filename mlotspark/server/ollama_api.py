@@ -8,6 +8,9 @@ are ignored) map to generation options, ``format`` (``"json"`` or a JSON schema)
 ``response_format``, ``tools`` to OpenAI's. Replies stream as NDJSON by default (one
 object per line, the last with ``done: true`` and the counts and durations in
 nanoseconds), or come whole with ``"stream": false``. Errors are ``{"error": "..."}``.
+A reasoning model's thinking comes in ``message.thinking`` (``/api/chat``) or ``thinking``
+(``/api/generate``), never in the content; ``think`` (true / false, or ``"low"`` |
+``"medium"`` | ``"high"``) turns it off or sets its effort.
 
 Models load on first use and unload after the server's ``--keep-alive`` (``models.py``), or
 after a request's own ``keep_alive`` (seconds or ``"5m"``; negative = never), which then holds
@@ -27,7 +30,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from mlotspark.decoding.reasoning import reasoning_format
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.embeddings import parse_embeddings
 from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.models import model_capabilities, parse_keep_alive
@@ -88,6 +93,14 @@ def _options(body: dict, req: ParsedRequest) -> None:
     if not isinstance(stream, bool):
         raise bad("stream", "expected true or false")
     req.stream = stream
+    think = body.get("think")
+    if think is not None:
+        if isinstance(think, bool):
+            opts["think"], fields["think"] = think, "think"
+        elif think in ("low", "medium", "high"):
+            opts["reasoning_effort"], fields["reasoning_effort"] = think, "think"
+        else:
+            raise bad("think", f"expected true, false, \"low\", \"medium\" or \"high\", got {json.dumps(think)[:40]}")
 
 
 def _messages(body: dict) -> list[dict]:
@@ -172,13 +185,18 @@ def _calls_json(calls: list) -> list[dict]:
     return [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
-def _piece(kind: str, model: str, text: str, calls: list | None = None) -> dict:
+def _piece(kind: str, model: str, text: str, calls: list | None = None, thinking: str = "") -> dict:
     if kind == "chat":
         message: dict = {"role": "assistant", "content": text}
+        if thinking:
+            message["thinking"] = thinking
         if calls:
             message["tool_calls"] = _calls_json(calls)
         return {"model": model, "created_at": _now(), "message": message, "done": False}
-    return {"model": model, "created_at": _now(), "response": text, "done": False}
+    out = {"model": model, "created_at": _now(), "response": text, "done": False}
+    if thinking:
+        out["thinking"] = thinking
+    return out
 
 
 async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint: str, t0: float) -> AsyncIterator[str]:
@@ -187,6 +205,9 @@ async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint:
     events = job.events()
     try:
         async for what, value in events:
+            if what == "piece" and isinstance(value, ReasoningPiece):
+                yield json.dumps(_piece(kind, req.model, "", thinking=value.text), ensure_ascii=False) + "\n"
+                continue
             if what == "piece":
                 text, calls = splitter.feed(value) if splitter is not None else (value, [])
                 if text or calls:
@@ -283,7 +304,8 @@ def build(state: Any) -> list[Route]:
             state.release(job, time.perf_counter() - t0)
         count(state, endpoint, outcome, t0)
         choice = outcome.choices[0]
-        return JSONResponse({**_piece(shape, req.model, choice.text, choice.calls), **_final(req.model, outcome, t0)})
+        return JSONResponse({**_piece(shape, req.model, choice.text, choice.calls, choice.reasoning),
+                             **_final(req.model, outcome, t0)})
 
     async def chat(request: Request) -> Response:
         return await run(request, "chat")
@@ -322,6 +344,8 @@ def build(state: Any) -> list[Route]:
             template = getattr(tokenizer, "chat_template", None) or ""
             features = model_capabilities(slot.name, engine).features  # measured for the catalogue
             caps = ["completion"] + (["tools"] if "tools" in features else []) + ["embedding"]
+            if reasoning_format(tokenizer) is not None:
+                caps.append("thinking")
             loaded = engine.loaded
             return JSONResponse({"modelfile": f"FROM {loaded.source.path}\n", "parameters": "", "template": template,
                                  "details": _details(engine, slot.spec), "capabilities": caps,

@@ -60,6 +60,13 @@ class Choice:
     calls: list = field(default_factory=list)  # ToolCall
     logprobs: list | None = None  # TokenLogprob, when asked for
     stop_sequence: str | None = None  # the request's stop string that ended the text, if one did
+    reasoning: str = ""  # a reasoning model's thinking, never in ``text``
+
+
+def reasoning_fields(text: str) -> dict:
+    """A message's (or delta's) thinking under both names clients read: ``reasoning_content``
+    (DeepSeek's, llama.cpp's, most OpenAI-compatible clients) and ``reasoning`` (mlx-lm's server)."""
+    return {"reasoning_content": text, "reasoning": text}
 
 
 def tool_call_json(call: Any, index: int | None = None) -> dict:
@@ -110,6 +117,8 @@ def chat_response(rid: str, model: str, choices: list[Choice], use: dict, ext: d
             message = {"role": "assistant", "content": c.text or None,
                        "tool_calls": [tool_call_json(call) for call in c.calls]}
             reason = "tool_calls"
+        if c.reasoning:
+            message.update(reasoning_fields(c.reasoning))
         out.append({"index": i, "message": message, "logprobs": chat_logprobs(c.logprobs, token_text),
                     "finish_reason": reason})
     return {
@@ -132,13 +141,17 @@ def completion_response(rid: str, model: str, choices: list[Choice], use: dict, 
 
 def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = None, role: bool = False,
           finish: str | None = None, use: dict | None = None, ext: dict | None = None,
-          no_choices: bool = False, calls: list[dict] | None = None, logprobs: dict | None = None) -> dict:
+          no_choices: bool = False, calls: list[dict] | None = None, logprobs: dict | None = None,
+          reasoning: str | None = None) -> dict:
     """One streamed chunk (``chat.completion.chunk`` or ``text_completion``); ``calls``
-    are ``tool_calls`` delta entries (:func:`tool_call_json` with an index)."""
+    are ``tool_calls`` delta entries (:func:`tool_call_json` with an index); ``reasoning``
+    a piece of the thinking (chat only: a text completion's thinking is not sent)."""
     if kind == "chat":
         delta: dict = {}
         if role:
             delta["role"] = "assistant"
+        if reasoning:
+            delta.update(reasoning_fields(reasoning))
         if text is not None:
             delta["content"] = text
         if calls:
@@ -158,4 +171,4 @@ def chunk(kind: str, rid: str, model: str, created: int, *, text: str | None = N
 
 
 __all__ = ["Choice", "chat_logprobs", "chat_response", "chunk", "completion_logprobs", "completion_response",
-           "extension", "finish_reason", "new_id", "tool_call_json", "usage"]
+           "extension", "finish_reason", "new_id", "reasoning_fields", "tool_call_json", "usage"]

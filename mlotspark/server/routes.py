@@ -34,6 +34,7 @@ from mlotspark.server.exchange import (
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
 from mlotspark.decoding.tool_calls import splitter_for
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.models import model_capabilities
 from mlotspark.server.responses import (
     chat_logprobs,
@@ -146,6 +147,7 @@ def build(state: Any) -> list[Route]:
             "models": models,
             "loading": {m["name"]: m["load_progress"] for m in models if m["load_progress"] is not None},
             "memory_budget": state.pool.governance.status() if state.pool.governance is not None else None,
+            "response_store": await asyncio.to_thread(state.response_store.stats),
             "process": _process_memory(),
         })
 
@@ -240,6 +242,10 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
         events = job.events()
         try:
             async for what, value in events:
+                if what == "piece" and isinstance(value, ReasoningPiece):
+                    if kind == "chat":  # a text completion has nowhere to put the thinking
+                        yield _event(chunk(kind, rid, model, created, reasoning=value.text))
+                    continue
                 if what == "piece":
                     text, calls = splitter.feed(value) if splitter is not None else (value, [])
                     out = piece_chunk(text, calls, new_entries())

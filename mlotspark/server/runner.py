@@ -21,12 +21,13 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from mlotspark.decoding.logprobs import LogprobRecorder, recorder_of
 from mlotspark.decoding.tool_calls import parse_calls, require_format, tool_names
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.responses import Choice
 from mlotspark.server.schemas import APIError, ParsedRequest
 
@@ -44,7 +45,6 @@ class Outcome:
     completion_tokens: int
     cached_tokens: int
     stats: Any  # GenerationStats of the (first) choice
-    extra: dict = field(default_factory=dict)
 
 
 class Job:
@@ -139,7 +139,8 @@ class Job:
                                     f"of {vocab} tokens", param="prompt")
             return list(req.prompt_ids)
         if req.kind == "chat":
-            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None)
+            return engine.encode(req.messages, tools=req.checked.tools if req.checked else None,
+                                 think=req.checked.think if req.checked else None)
         return engine.encode(req.prompt, raw=True)
 
     async def _submit(self) -> None:
@@ -152,16 +153,32 @@ class Job:
         ids = self._prompt_ids()
         self.prompt_tokens = len(ids)
         cache, cached = None, 0
-        if pc is not None and pc.enabled and opts.num_return_sequences == 1:
+        kv = req.kv
+        use_pc = pc is not None and pc.enabled and opts.num_return_sequences == 1
+
+        def lookup() -> tuple[list | None, int]:  # engine thread: the longer of the two hits
+            found, n = pc.take(ids, opts) if use_pc else (None, 0)
+            if kv is not None:
+                kept, m = kv.take(ids, opts, beyond=n)
+                if kept is not None:
+                    return kept, m
+            return found, n
+
+        if use_pc or kv is not None:
             # One engine call between decode steps; awaited on the loop's executor.
             loop = asyncio.get_running_loop()
-            cache, cached = await loop.run_in_executor(None, engine.scheduler.call, pc.take, ids, opts)
+            cache, cached = await loop.run_in_executor(None, engine.scheduler.call, lookup)
         if self._cancel.is_set():
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
 
         def on_finish(gen: Any) -> None:  # engine thread: keep what the model consumed
-            if pc is not None and gen.result is not None and gen.result.stats.finish_reason != "cancelled":
-                pc.add(ids[:cached] + list(gen.fed_tokens), gen.cache)
+            if gen.result is None or gen.result.stats.finish_reason == "cancelled":
+                return
+            consumed = ids[:cached] + list(gen.fed_tokens)
+            if pc is not None:
+                pc.add(consumed, gen.cache)
+            if kv is not None:
+                kv.keep(consumed, gen.cache)
 
         handle = engine.submit(prompt_ids=ids[cached:], cache=cache, cached_tokens=cached,
                                on_finish=on_finish, validated=opts, arrived_at=arrived)
@@ -179,14 +196,15 @@ class Job:
         result = handle.result()
         stats = result.stats
         if result.sequences:  # n > 1
-            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason)) for h in result.sequences]
+            choices = [Choice(h.text, getattr(h, "finish_reason", stats.finish_reason),
+                              reasoning=getattr(h, "reasoning", "")) for h in result.sequences]
             completion = sum(len(h.tokens) for h in result.sequences)
         else:
             text, calls = result.text, []
             if opts.tools is not None:
                 text, calls = parse_calls(require_format(self.server.engine.tokenizer), text, tool_names(opts.tools))
             entries = self.recorder.finish(result.tokens) if self.recorder is not None else None
-            choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence)]
+            choices = [Choice(text, stats.finish_reason, calls, entries, stats.stop_sequence, result.reasoning)]
             completion = stats.generation_tokens
         yield "done", Outcome(choices, stats.prompt_tokens, completion, stats.cached_tokens, stats)
 
@@ -228,7 +246,7 @@ class Job:
                 stream = conv.stream(msgs[-1]["content"], **req.options)
                 try:
                     for piece in stream:
-                        if isinstance(piece, str):
+                        if isinstance(piece, (str, ReasoningPiece)):
                             put(("piece", piece))
                         else:
                             stats = piece
@@ -245,12 +263,15 @@ class Job:
         worker = threading.Thread(target=turn, name="mlotspark-http-conversation", daemon=True)
         worker.start()
         stats = None
+        thought: list[str] = []
         while True:
             item = await queue.get()
             if item is _END:
                 break
             kind, value = item
             if kind == "piece":
+                if isinstance(value, ReasoningPiece):
+                    thought.append(value.text)
                 yield "piece", value
             elif kind == "error":
                 raise value
@@ -259,7 +280,7 @@ class Job:
         if stats is None:
             raise self.failure or APIError(499, "client closed the request", code="cancelled")
         text = conv.messages[-1]["content"] if conv.messages and conv.messages[-1]["role"] == "assistant" else ""
-        choice = Choice(text, stats.finish_reason, stop_sequence=stats.stop_sequence)
+        choice = Choice(text, stats.finish_reason, stop_sequence=stats.stop_sequence, reasoning="".join(thought))
         yield "done", Outcome([choice], stats.prompt_tokens, stats.generation_tokens,
                               stats.cached_tokens, stats)
 

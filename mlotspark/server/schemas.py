@@ -74,6 +74,9 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False
     conversation: str | None = None
+    #: A KV source and sink of the request's own (the Responses API's stored chains):
+    #: ``take(ids, options, beyond) -> (cache, n)`` and ``keep(tokens, cache)``, on the engine thread.
+    kv: Any = None
 
 
 # ----------------------------------------------------------------- field checks
@@ -242,12 +245,31 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
     rf = body.get("response_format")
     if rf is not None:
         opts["response_format"] = rf
+    _reasoning(body, req)
     conv = body.get("conversation")
     if conv is not None:
         if not isinstance(conv, str) or not conv:
             raise bad("conversation", f"expected a conversation name (a non-empty string), got {conv!r:.60}")
         req.conversation = conv
     return req
+
+
+def _reasoning(body: dict, req: ParsedRequest) -> None:
+    """A reasoning model's thinking: OpenAI's ``reasoning_effort``, the ``reasoning_budget``
+    (tokens) and ``think`` extensions, and ``chat_template_kwargs.enable_thinking`` (as
+    llama.cpp's and vLLM's servers take it). Their values are the engine's to check."""
+    for name in ("reasoning_effort", "reasoning_budget", "think"):
+        if body.get(name) is not None:
+            req.options[name] = body[name]
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None:
+        if not isinstance(kwargs, dict):
+            raise bad("chat_template_kwargs", "expected an object such as {\"enable_thinking\": false}")
+        on = kwargs.get("enable_thinking")
+        if on is not None:
+            if not isinstance(on, bool):
+                raise bad("chat_template_kwargs.enable_thinking", "expected true or false")
+            req.options["think"], req.fields["think"] = on, "chat_template_kwargs.enable_thinking"
 
 
 def _logprobs(body: dict, kind: str, req: ParsedRequest) -> None:

@@ -16,7 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import Markdown, Static, TextArea
+from textual.widgets import Collapsible, Markdown, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 # Keys that put a newline into the prompt. Shift+Enter only reaches us on terminals
@@ -103,11 +103,29 @@ class ToolResultBlock(Static):
         super().__init__(Group(head, Text(body)), classes="tool-call tool-result")
         self.outcome = outcome
         self.text = f"{head.plain}\n{body}"
+class ThinkingBlock(Collapsible):
+    """A reasoning model's thinking, above its reply: folded under "Thinking…" while it
+    streams, "Thought" once the answer began; Enter or a click on the title (or the app's
+    F6) opens it. It is shown for the turn only: the history keeps the answer alone."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self._shown = Static("", classes="thinking-text")
+        super().__init__(self._shown, title="Thinking…", collapsed=True, classes="thinking")
+
+    def append(self, piece: str) -> None:
+        self.text += piece
+        self._shown.update(Text(self.text, style="dim italic"))
+
+    def done(self) -> None:
+        """The thinking ended (the answer began, or the reply did)."""
+        words = len(self.text.split())
+        self.title = f"Thought ({words} word{'s' if words != 1 else ''})"
 
 
 class Reply(Vertical):
     """The assistant's reply; streams in piece by piece as Markdown, with the tool calls it
-    made as blocks under its text.
+    made as blocks under its text, and a reasoning model's thinking in a folded block above it.
 
     Args:
         text: the reply so far (a stored reply is complete), without call markup.
@@ -129,6 +147,7 @@ class Reply(Vertical):
         self._flush_timer: Timer | None = None
         self._body: Markdown | None = None  # set in compose
         self._below = False  # a tool result was shown: the next text goes under it, in a body of its own
+        self.thinking: ThinkingBlock | None = None  # mounted with the first piece of thinking
 
     def compose(self) -> ComposeResult:
         self._body = body = Markdown(self.text or None, classes="body")
@@ -140,7 +159,7 @@ class Reply(Vertical):
     async def add_call(self, call: Any, note: str = "shown, not run") -> None:
         """Show a tool call the model made (after the text so far)."""
         await self._flush()
-        self.hide_progress()
+        self._clear_progress()
         self.calls.append(call)
         if not self.text.strip() and self._body is not None:
             self._body.display = False  # only calls so far: no blank line above them
@@ -151,7 +170,7 @@ class Reply(Vertical):
     async def add_result(self, outcome: Any) -> None:
         """Show what an MCP tool answered, under its call."""
         await self._flush()
-        self.hide_progress()
+        self._clear_progress()
         await self.mount(ToolResultBlock(outcome), before=self.query_one(".mark", Static))
         self._below = True
         if isinstance(self.parent, ChatLog):
@@ -165,6 +184,22 @@ class Reply(Vertical):
         self._body = body = Markdown(None, classes="body")
         await self.mount(body, before=self.query_one(".mark", Static))
         self._stream = Markdown.get_stream(body) if self._streaming else None
+    async def add_thinking(self, piece: str) -> None:
+        """Add a piece of the model's thinking (into its folded block, made on the first)."""
+        self._clear_progress()
+        if self.thinking is None:
+            self.thinking = ThinkingBlock()
+            await self.mount(self.thinking, before=0)
+            if isinstance(self.parent, ChatLog):
+                self.parent.follow()
+        self.thinking.append(piece)
+
+    def _clear_progress(self) -> None:
+        """The prefill line goes once something of the reply arrives (text, thinking, a call, a result)."""
+        if self.progress:
+            self.progress = ""
+            self.remove_class("progress")
+            self.query_one(".mark", Static).update("")
 
     def on_mount(self) -> None:
         if self._streaming:
@@ -178,16 +213,11 @@ class Reply(Vertical):
         if isinstance(self.parent, ChatLog):  # the line grows the log: follow it once laid out
             self.call_after_refresh(self.parent.follow)
 
-    def hide_progress(self) -> None:
-        """The prefill line goes once something of the reply arrives (text, a call, a result)."""
-        if self.progress:
-            self.progress = ""
-            self.remove_class("progress")
-            self.query_one(".mark", Static).update("")
-
     async def append(self, piece: str) -> None:
         """Add a piece to the reply."""
-        self.hide_progress()
+        self._clear_progress()
+        if self.thinking is not None and self.pieces == 0:
+            self.thinking.done()
         if self._below and piece.strip():
             await self._flush()
             await self._body_below()
@@ -226,6 +256,8 @@ class Reply(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        if self.thinking is not None:
+            self.thinking.done()
         self.finish_reason = reason if error is None else "error"
         self.remove_class("streaming")
         mark = f"✖ failed: {error}" if error is not None else MARKS.get(reason or "", "")
@@ -330,4 +362,5 @@ class ChatLog(VerticalScroll):
         return list(self.query(NoteLine))
 
 
-__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "ToolCallBlock", "UserMessage"]
+__all__ = ["ChatLog", "HINT", "MARKS", "NEWLINE_KEYS", "NoteLine", "PromptInput", "Reply", "ThinkingBlock", "ToolCallBlock",
+           "UserMessage"]
