@@ -286,6 +286,11 @@ def test_a_call_of_a_client_function_ends_the_turn_for_the_client(hub):
 
 def test_a_clashing_tool_is_named_as_its_server_names_it(hub):
     req = mcp_request(hub, [{"type": "mcp", "server_label": "a", "allowed_tools": ["echo"]}])
+    assert req.tool_choice({"type": "mcp", "server_label": "a", "name": "echo"}) == {
+        "type": "function", "function": {"name": "a__echo"}}
+    assert req.tool_choice("auto") == "auto"
+    with pytest.raises(OptionError, match="tool_choice names b.echo"):
+        req.tool_choice({"type": "mcp", "server_label": "b", "name": "echo"})
     eng = ScriptedEngine([("", [_call("a__echo", text="hi")]), ("hi", [])])
     _, items = run_mcp_tools(eng, [{"role": "user", "content": "x"}], hub, req)
     assert (items[1]["server_label"], items[1]["name"], items[1]["output"]) == ("a", "echo", "echo: hi")

@@ -40,6 +40,22 @@ class McpRequest:
     def __bool__(self) -> bool:
         return bool(self.list_items)
 
+    def tool_choice(self, choice: Any) -> Any:
+        """A Responses ``tool_choice`` naming an MCP tool (``{"type": "mcp", "server_label",
+        "name"}``) as the engine's (the function the model sees); any other choice unchanged.
+
+        Raises:
+            OptionError: the named tool is not among this request's MCP tools.
+        """
+        if not (isinstance(choice, dict) and choice.get("type") == "mcp"):
+            return choice
+        server, name = choice.get("server_label"), choice.get("name")
+        for t in self.tools:
+            if t.server == server and (name is None or t.tool == name):
+                return {"type": "function", "function": {"name": t.name}} if name else "required"
+        raise OptionError(f"tool_choice names {server}.{name}, which is not among the request's MCP tools "
+                          f"({', '.join(f'{t.server}.{t.tool}' for t in self.tools) or 'none'})")
+
 
 def _item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
