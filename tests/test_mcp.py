@@ -315,22 +315,47 @@ def test_no_hub_refuses_an_mcp_tool():
 
 
 # -- the real model -----------------------------------------------------------------------
-def test_a_real_turn_through_the_time_tool(qwen_engine):
-    """Qwen2.5-Coder-0.5B through a named tool, as a Responses ``mcp`` tool runs it (run_turn inside)."""
+def test_a_real_turn_through_a_responses_mcp_tool(qwen_server):
+    """Qwen2.5-Coder-0.5B through ``serve``'s Responses API and the real ``openai`` client: an
+    ``mcp`` tool naming a configured server, the call run here, the items OpenAI's shape."""
     with McpHub(parse_mcp_config({"mcpServers": {"time": TIME}})) as h:
-        req = mcp_request(h, [{"type": "mcp", "server_label": "time"}])
-        turn, items = run_mcp_tools(qwen_engine, [{"role": "user", "content": "What time is it in Tokyo?"}], h, req,
-                                    max_calls=1, max_tokens=40,
-                                    tool_choice={"type": "function", "function": {"name": "get_current_time"}})
-    out = turn.outcomes[0]
-    assert out.tool == "get_current_time" and out.error is None, out
-    assert json.loads(out.output)["timezone"] == out.arguments["timezone"]
-    assert [i["type"] for i in items][:2] == ["mcp_list_tools", "mcp_call"] and items[1]["output"] == out.output
-    assert [m["role"] for m in turn.messages][:2] == ["assistant", "tool"] and turn.messages[-1]["role"] == "assistant"
-    # The model may call again under auto (at 40 tokens a second call may be cut short and dropped);
-    # past max_calls it answers without tools: either way the turn ends with no call left to run.
-    assert all(o.error == "not run: this turn already made 1 tool calls" for o in turn.outcomes[1:])
-    assert not turn.result.tool_calls and not turn.pending
+        qwen_server.state.mcp = h
+        try:
+            r = qwen_server.openai().responses.create(
+                model=qwen_server.model, input="What time is it in Tokyo?", max_output_tokens=24, store=False,
+                tools=[{"type": "mcp", "server_label": "time", "require_approval": "never",
+                        "allowed_tools": ["get_current_time"]}],
+                tool_choice={"type": "mcp", "server_label": "time", "name": "get_current_time"},
+                extra_body={"temperature": 0, "max_tool_calls": 1})
+        finally:
+            qwen_server.state.mcp = None
+    kinds = [o.type for o in r.output]
+    assert kinds[:2] == ["mcp_list_tools", "mcp_call"] and kinds[-1] == "message", kinds
+    listed, call = r.output[0], r.output[1]
+    assert listed.server_label == "time" and [t.name for t in listed.tools] == ["get_current_time"]
+    assert call.name == "get_current_time" and call.error is None, call
+    assert json.loads(call.output)["timezone"] == json.loads(call.arguments)["timezone"]
+    # Past max_tool_calls the model answers without running another: a further call is an error item.
+    assert all(o.error == "not run: this turn already made 1 tool calls" for o in r.output[2:-1])
+    assert r.usage.output_tokens > 0 and r.status in ("completed", "incomplete")
+
+
+@pytest.mark.parametrize("extra, named", [({"stream": True}, "stream"), ({"max_tool_calls": -1}, "max_tool_calls"),
+                                          ({"tool_choice": {"type": "mcp", "server_label": "time", "name": "rm"}},
+                                           "tool_choice")])
+def test_a_responses_mcp_request_it_cannot_serve_is_refused_naming_the_field(hub, extra, named):
+    from starlette.testclient import TestClient
+    from test_server_unit import FakeEngine
+
+    from mlotspark.server import ServerState, create_app
+
+    state = ServerState(FakeEngine())
+    state.mcp = hub  # the module's hub: this app's lifespan must not close it
+    with TestClient(create_app(state)) as c:
+        r = c.post("/v1/responses", json={"model": "default", "input": "time?",
+                                          "tools": [{"type": "mcp", "server_label": "time"}], **extra})
+        state.mcp = None
+    assert r.status_code == 400 and r.json()["error"]["param"] == named, r.json()
 
 
 # -- serve --mcp --------------------------------------------------------------------------

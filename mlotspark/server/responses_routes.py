@@ -34,10 +34,12 @@ from mlotspark.results import ReasoningPiece
 from mlotspark.errors import OptionError, StoreError
 from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
-from mlotspark.server.responses import extension
+from mlotspark.server.responses import Choice, extension
 from mlotspark.server.responses_api import ResponsesRequest, parse_responses
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import EXTENSION_KEY, APIError
+from mlotspark.tools.loop import MAX_CALLS
+from mlotspark.tools.responses_items import McpRequest, mcp_request, run_mcp_tools
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +281,64 @@ async def _count(state: Any, body: Any, parse: Any) -> Response:
     return JSONResponse({"object": "response.input_tokens", "input_tokens": len(ids)})
 
 
+async def _create_mcp(state: Any, store: ResponseStore, body: dict, mcp: McpRequest, parse: Any,
+                      created: int, t0: float) -> Response:
+    """A request naming ``mcp`` tools: the model calls the configured servers' tools here,
+    in a loop (``tools.run_mcp_tools``), and the reply holds an ``mcp_list_tools`` item per
+    server and an ``mcp_call`` item per call before the message. Not streamed: the loop
+    runs several generations, and this server sends the whole response at its end."""
+    if body.get("stream"):
+        raise APIError(400, "stream: a request with an mcp tool is answered whole on this server; "
+                            "ask without stream", param="stream")
+    bound = body.get("max_tool_calls", MAX_CALLS)
+    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 0:
+        raise APIError(400, f"max_tool_calls: expected a whole number >= 0, got {json.dumps(bound)[:40]}",
+                       param="max_tool_calls")
+    asked = body.get("tool_choice")
+    plain = {**body, "tools": mcp.other_tools or None}
+    plain.pop("max_tool_calls", None)
+    choice = None  # the engine's tool_choice when it names an mcp tool or there are no client tools
+    if (isinstance(asked, dict) and asked.get("type") == "mcp") or (asked is not None and not mcp.other_tools):
+        try:
+            choice = mcp.tool_choice(plain.pop("tool_choice"))
+        except OptionError as e:
+            raise APIError(400, str(e), param="tool_choice") from None
+    slot = await state.open_model(body)
+    try:
+        engine = (slot or state.pool.default).engine
+        req = parse(plain, state.served if slot is None else [body["model"]], engine.defaults.merged)
+        if req.model == "default" and slot is not None:
+            req.model = slot.name
+        job = Job(slot, req)
+        state.admit(job)
+    except BaseException:
+        if slot is not None:
+            state.pool.release(slot)
+        raise
+    options = {k: v for k, v in req.options.items() if k != "tools"}
+    if choice is not None:
+        options["tool_choice"] = choice
+    client = req.checked.tools if req.checked is not None else None
+    try:
+        turn, items = await asyncio.to_thread(run_mcp_tools, engine, req.messages, state.mcp, mcp,
+                                              client_tools=client, max_calls=bound, **options)
+    except OptionError as e:
+        raise APIError(400, str(e), param="tools") from None
+    finally:
+        state.release(job, time.perf_counter() - t0)
+    gens = turn.generations or [turn.result]
+    stats = turn.result.stats
+    outcome = Outcome([Choice(turn.text, stats.finish_reason, list(turn.result.tool_calls) if turn.pending else [],
+                              reasoning=turn.result.reasoning)],
+                      sum(g.stats.prompt_tokens for g in gens), sum(g.stats.generation_tokens for g in gens),
+                      sum(g.stats.cached_tokens for g in gens), stats)
+    count(state, ENDPOINT, outcome, t0)
+    obj = response_object(req, created, _status(outcome), items + output_items(outcome), outcome)
+    obj["tools"] = list(body.get("tools") or [])  # the echo names the mcp tools as asked
+    await _save(store, req, obj, turn.text, outcome.choices[0].calls)
+    return JSONResponse(obj)
+
+
 def build(state: Any) -> list[Route]:
     """The Responses routes for a :class:`~mlotspark.server.app.ServerState`."""
 
@@ -313,6 +373,12 @@ def build(state: Any) -> list[Route]:
 
         if count_only:
             return await _count(state, body, lambda b, s, o: parse_responses(b, s, o, rid=rid, history=history))
+        try:
+            mcp = mcp_request(state.mcp, body.get("tools") if isinstance(body, dict) else None)
+        except OptionError as e:
+            raise APIError(400, str(e), param="tools") from None
+        if mcp:
+            return await _create_mcp(state, store(), body, mcp, parse, created, t0)
         job = await start_job(state, body, parse)
         req = job.request
         assert isinstance(req, ResponsesRequest)
