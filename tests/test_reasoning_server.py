@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import R1_TINY_ANSWER, R1_TINY_THOUGHT
+from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT
 
 ASK = [{"role": "user", "content": "Two and two?"}]
 

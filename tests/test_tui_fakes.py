@@ -156,8 +156,8 @@ class FakeConversation:
     def add(self, role: str, content: str) -> None:
         self._touch()["messages"].append({"role": role, "content": content})
 
-    def send(self, text: str, **options: Any) -> GenerationResult:
-        *pieces, stats = list(self.stream(text, **options))
+    def send(self, text: str, *, role: str = "user", **options: Any) -> GenerationResult:
+        *pieces, stats = list(self.stream(text, role=role, **options))
         return GenerationResult(text="".join(pieces), tokens=[], stats=stats)
 
     @property

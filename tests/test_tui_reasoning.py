@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import R1_TINY_ANSWER, R1_TINY_THOUGHT
+from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT
 from test_tui_fakes import until
 
 from tui import ChatApp
