@@ -169,6 +169,9 @@ def run_turn(engine: Any, messages: list[dict], hub: McpHub, *, approve: Approva
                 emit(TurnEvent("result", call, outcome))
             outcomes.append(outcome)
             added.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.text})
+        # The budget spent: the next reply is the answer, given without tools (a reply whose
+        # calls would only be refused is a generation wasted).
+        bounded = ran >= max_calls
         # A forced choice (required, a named tool) is for the first step: forcing it again never ends.
         if step.get("tool_choice") not in (None, "auto", "none"):
             step["tool_choice"] = "auto"
