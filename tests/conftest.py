@@ -22,7 +22,7 @@ if _WORKERS > 1:
 
 import mlotspark  # noqa: E402,F401  (resolves OpenBLAS before any test imports mlx)
 
-from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT, catalogue_path  # noqa: E402  (a module of its own: see there)
+from model_cache import R1_TINY_ANSWER, R1_TINY_THOUGHT, catalogue_path, float32_cache_across_runs  # noqa: E402  (a module of its own: see there)
 
 
 def pytest_configure(config):
@@ -204,7 +204,8 @@ def qwen_engine(qwen_gguf):
     for tests that only read it: requests, never a change of its settings."""
     from mlotspark import Engine
 
-    engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0)
+    with float32_cache_across_runs(qwen_gguf):
+        engine = Engine.load(str(qwen_gguf), progress=False, temperature=0.0)
     yield engine
     engine.close()
 
@@ -221,7 +222,8 @@ def gemma_engine(gemma_gguf):
     tests that only read it."""
     from mlotspark import Engine
 
-    engine = Engine.load(str(gemma_gguf), weights="float32", progress=False, temperature=0.0)
+    with float32_cache_across_runs(gemma_gguf):
+        engine = Engine.load(str(gemma_gguf), weights="float32", progress=False, temperature=0.0)
     yield engine
     engine.close()
 

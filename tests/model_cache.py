@@ -28,6 +28,51 @@ def _in_test_cache() -> Iterator[None]:
             os.environ["MLOTSPARK_HOME"] = old
 
 
+@contextlib.contextmanager
+def float32_cache_across_runs(gguf: Path) -> Iterator[None]:
+    """A load of ``gguf`` inside this block reads and writes its float32 cache
+    (``models/formats/float32_cache.py``), kept across runs beside the pulled models: the
+    run's home is new each run, and widening Qwen's Q4_K weights took 43 s of every run
+    (Gemma's 37 s) where reading them back takes a few. The entry is hard-linked into the
+    run's home (copied across file systems); the loader checks it is fresh (the file's size
+    and mtime) and widens again when it is not. For the run's shared engines only: tests of
+    the cache itself (``test_float32_cache.py``) use homes of their own."""
+    import shutil
+
+    from mlotspark.models.formats import gguf_convert
+
+    def clone(src: Path, dst: Path) -> None:
+        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            shutil.copytree(src, tmp, copy_function=os.link)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+        try:
+            tmp.rename(dst)
+        except OSError:  # another worker got there first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    entry = gguf_convert.cache_dir(gguf)  # in the run's home
+    kept = MODEL_CACHE / "float32" / entry.name
+    if kept.is_dir() and not entry.exists():
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        clone(kept, entry)
+    before = os.environ.get("MLOTSPARK_FLOAT32_CACHE")
+    os.environ["MLOTSPARK_FLOAT32_CACHE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MLOTSPARK_FLOAT32_CACHE", None)
+        else:
+            os.environ["MLOTSPARK_FLOAT32_CACHE"] = before
+    if entry.is_dir() and not kept.exists():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        clone(entry, kept)
+
+
 def catalogue_path(name: str) -> Path:
     """A catalogue model's file, pulled once per machine into the shared test model cache."""
     from mlotspark.models.hub import catalogue
