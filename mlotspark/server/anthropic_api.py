@@ -22,7 +22,6 @@ request's ``stop_sequences`` entry that ended the text in ``stop_sequence``), el
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -33,9 +32,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.errors import OptionError
 from mlotspark.results import ReasoningPiece
-from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import count, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
 from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options
@@ -359,33 +357,16 @@ def build(state: Any) -> list[Route]:
             stream = keep_alive(_stream(state, job, req, mid, t0), _sse("ping", {"type": "ping"}))  # Anthropic's own
             return StreamingResponse(stream, media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        watcher = asyncio.create_task(watch_disconnect(request, job))
-        try:
-            outcome = await wait_outcome(job)
-        finally:
-            watcher.cancel()
-            state.release(job, time.perf_counter() - t0)
-        count(state, ENDPOINT, outcome, t0)
+        outcome = await whole_outcome(request, state, job, ENDPOINT, t0)
         return JSONResponse(message_response(mid, req.model, outcome))
 
     async def count_tokens(request: Request) -> Response:
         body = await read_json(request)
         if isinstance(body, dict) and body.get("max_tokens") is None:
             body = {**body, "max_tokens": 1}  # count_tokens takes a messages body without it
-        slot = await state.open_model(body)
-        try:
-            engine = (slot or state.pool.default).engine
-            req = parse_messages(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
-            tools = req.checked.tools if req.checked is not None else None
-            try:
-                ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
-            except OptionError as e:
-                raise APIError(400, str(e), param="tools" if tools else "messages") from None
-        finally:
-            if slot is not None:
-                state.pool.release(slot)
+        n = await prompt_tokens(state, body, parse_messages, "messages")
         state.metrics.requests.labels(ENDPOINT + "/count_tokens", "200").inc()
-        return JSONResponse({"input_tokens": len(ids)})
+        return JSONResponse({"input_tokens": n})
 
     return [Route(ENDPOINT, messages, methods=["POST"]),
             Route(ENDPOINT + "/count_tokens", count_tokens, methods=["POST"])]

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator, Callable
 from starlette.requests import Request
 
 from mlotspark.server.runner import Job, Outcome
+from mlotspark.errors import OptionError
 from mlotspark.server.schemas import APIError, ParsedRequest
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
@@ -67,8 +68,8 @@ async def read_json(request: Request) -> Any:
         raise APIError(400, f"the request body is not valid JSON: {e}", code="invalid_json") from None
 
 
-async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
-    """Parse a request for the model it names, admit it and begin it.
+async def admit_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
+    """Parse a request for the model it names and admit it, not begun (``start_job`` begins it).
 
     The model is made resident first (loaded on first use) and counted as in use until
     ``state.release(job)``; its engine validates the options, once.
@@ -79,7 +80,7 @@ async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any]
         parse: ``parse(body, served, options) -> ParsedRequest`` of the API.
 
     Raises:
-        APIError: a bad field, an unknown model, a full queue, a request that cannot run.
+        APIError: a bad field, an unknown model, a full queue.
     """
     slot = await state.open_model(body)
     try:
@@ -93,12 +94,54 @@ async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any]
         if slot is not None:
             state.pool.release(slot)
         raise
+    return job
+
+
+async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
+    """``admit_job``, then begin the request on its engine.
+
+    Raises:
+        APIError: as ``admit_job``; a request that cannot run (a 4xx, streamed or not).
+    """
+    job = await admit_job(state, body, parse)
     try:
         await job.begin()  # a request that cannot run is a 4xx, streamed or not
     except BaseException:
         state.release(job)
         raise
     return job
+
+
+async def whole_outcome(request: Any, state: Any, job: Job, endpoint: str, t0: float) -> Outcome:
+    """The outcome of a request answered whole: a client that hangs up cancels it; the job
+    is released and counted."""
+    watcher = asyncio.create_task(watch_disconnect(request, job))
+    try:
+        outcome = await wait_outcome(job)
+    finally:
+        watcher.cancel()
+        state.release(job, time.perf_counter() - t0)
+    count(state, endpoint, outcome, t0)
+    return outcome
+
+
+async def prompt_tokens(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest],
+                        field: str) -> int:
+    """The prompt tokens a body would read (Anthropic's ``count_tokens``, Responses'
+    ``input_tokens``); a bad tool is a 400 naming ``tools``, a bad prompt naming ``field``."""
+    slot = await state.open_model(body)
+    try:
+        engine = (slot or state.pool.default).engine
+        req = parse(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
+        tools = req.checked.tools if req.checked is not None else None
+        try:
+            ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
+        except OptionError as e:
+            raise APIError(400, str(e), param="tools" if tools else field) from None
+    finally:
+        if slot is not None:
+            state.pool.release(slot)
+    return len(ids)
 
 
 async def wait_outcome(job: Job) -> Outcome:
@@ -126,4 +169,5 @@ def count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
                            s.ttft_s + float(s.extra.get("queue_s") or 0.0), s.decode_tps, time.perf_counter() - t0)
 
 
-__all__ = ["MAX_BODY_BYTES", "count", "read_json", "start_job", "wait_outcome", "watch_disconnect"]
+__all__ = ["MAX_BODY_BYTES", "admit_job", "count", "prompt_tokens", "read_json", "start_job", "wait_outcome",
+           "watch_disconnect", "whole_outcome"]

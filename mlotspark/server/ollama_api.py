@@ -34,7 +34,7 @@ from mlotspark.decoding.reasoning import reasoning_format
 from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.results import ReasoningPiece
 from mlotspark.server.embeddings import parse_embeddings
-from mlotspark.server.exchange import count, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import count, read_json, start_job, whole_outcome
 from mlotspark.server.models import model_capabilities, parse_keep_alive
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
@@ -296,13 +296,7 @@ def build(state: Any) -> list[Route]:
         shape = "chat" if kind == "chat" else "generate"
         if req.stream:
             return StreamingResponse(_ndjson(state, job, req, shape, endpoint, t0), media_type="application/x-ndjson")
-        watcher = asyncio.create_task(watch_disconnect(request, job))
-        try:
-            outcome = await wait_outcome(job)
-        finally:
-            watcher.cancel()
-            state.release(job, time.perf_counter() - t0)
-        count(state, endpoint, outcome, t0)
+        outcome = await whole_outcome(request, state, job, endpoint, t0)
         choice = outcome.choices[0]
         return JSONResponse({**_piece(shape, req.model, choice.text, choice.calls, choice.reasoning),
                              **_final(req.model, outcome, t0)})

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.results import ReasoningPiece
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.server.exchange import count, keep_alive, read_json, start_job, wait_outcome, watch_disconnect
+from mlotspark.server.exchange import admit_job, count, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
 from mlotspark.server.responses import Choice, extension
 from mlotspark.server.responses_api import ResponsesRequest, parse_responses
@@ -266,19 +266,8 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
 
 async def _count(state: Any, body: Any, parse: Any) -> Response:
     """``POST /v1/responses/input_tokens``: the prompt tokens the same ``create`` body would read."""
-    slot = await state.open_model(body)
-    try:
-        engine = (slot or state.pool.default).engine
-        req = parse(body, state.served if slot is None else [body["model"]], engine.defaults.merged)
-        tools = req.checked.tools if req.checked is not None else None
-        try:
-            ids = await asyncio.to_thread(engine.encode, req.messages, tools=tools)
-        except OptionError as e:
-            raise APIError(400, str(e), param="tools" if tools else "input") from None
-    finally:
-        if slot is not None:
-            state.pool.release(slot)
-    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(ids)})
+    n = await prompt_tokens(state, body, parse, "input")
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": n})
 
 
 async def _create_mcp(state: Any, store: ResponseStore, body: dict, mcp: McpRequest, parse: Any,
@@ -303,18 +292,8 @@ async def _create_mcp(state: Any, store: ResponseStore, body: dict, mcp: McpRequ
             choice = mcp.tool_choice(plain.pop("tool_choice"))
         except OptionError as e:
             raise APIError(400, str(e), param="tool_choice") from None
-    slot = await state.open_model(body)
-    try:
-        engine = (slot or state.pool.default).engine
-        req = parse(plain, state.served if slot is None else [body["model"]], engine.defaults.merged)
-        if req.model == "default" and slot is not None:
-            req.model = slot.name
-        job = Job(slot, req)
-        state.admit(job)
-    except BaseException:
-        if slot is not None:
-            state.pool.release(slot)
-        raise
+    job = await admit_job(state, plain, parse)
+    req, engine = job.request, (job.server or state.pool.default).engine
     options = {k: v for k, v in req.options.items() if k != "tools"}
     if choice is not None:
         options["tool_choice"] = choice
@@ -386,13 +365,7 @@ def build(state: Any) -> list[Route]:
             return StreamingResponse(keep_alive(_events(state, store(), job, req, created, t0), ": keep-alive\n\n"),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        watcher = asyncio.create_task(watch_disconnect(request, job))
-        try:
-            outcome = await wait_outcome(job)
-        finally:
-            watcher.cancel()
-            state.release(job, time.perf_counter() - t0)
-        count(state, ENDPOINT, outcome, t0)
+        outcome = await whole_outcome(request, state, job, ENDPOINT, t0)
         obj = response_object(req, created, _status(outcome), output_items(outcome), outcome)
         choice = outcome.choices[0]
         await _save(store(), req, obj, choice.text, choice.calls)

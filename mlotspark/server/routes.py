@@ -28,8 +28,7 @@ from mlotspark.server.exchange import (
     keep_alive,
     read_json,
     start_job,
-    wait_outcome,
-    watch_disconnect,
+    whole_outcome,
 )
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
@@ -83,13 +82,7 @@ def build(state: Any) -> list[Route]:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        watcher = asyncio.create_task(watch_disconnect(request, job))
-        try:
-            outcome = await wait_outcome(job)
-        finally:
-            watcher.cancel()
-            state.release(job, time.perf_counter() - t0)
-        count(state, endpoint, outcome, t0)
+        outcome = await whole_outcome(request, state, job, endpoint, t0)
         use = usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
         make = chat_response if kind == "chat" else completion_response
         return JSONResponse(make(rid, parsed.model, outcome.choices, use, extension(outcome.stats),
