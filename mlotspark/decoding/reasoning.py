@@ -139,6 +139,12 @@ class ReasoningSplitter:
         """The reply ended: return what was held back (a tag cut short is dropped)."""
         return self._run(final=True)
 
+    def split(self, text: str) -> tuple[str, str]:
+        """A whole reply's ``(reasoning, answer)``: ``text`` fed, then closed."""
+        r1, a1 = self.feed(text)
+        r2, a2 = self.close()
+        return r1 + r2, a1 + a2
+
     def _run(self, final: bool) -> tuple[str, str]:
         r: list[str] = []
         a: list[str] = []
@@ -201,10 +207,7 @@ def splitter_of(tokenizer: Any, prompt_ids: Sequence[int]) -> ReasoningSplitter 
 
 def split_reasoning(fmt: ReasoningFormat, text: str, thinking: bool = False) -> tuple[str, str]:
     """A whole reply's ``(reasoning, answer)``: :class:`ReasoningSplitter` over all of it."""
-    s = ReasoningSplitter(fmt, thinking)
-    r1, a1 = s.feed(text)
-    r2, a2 = s.close()
-    return r1 + r2, a1 + a2
+    return ReasoningSplitter(fmt, thinking).split(text)
 
 
 def close_open_block(tokenizer: Any, prompt_ids: list[int], options: Any) -> list[int]:

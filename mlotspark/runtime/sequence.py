@@ -280,9 +280,8 @@ class Sequence:
         splitter = splitter_of(self.tokenizer, self.prompt) if self.tokenizer is not None else None
         if splitter is None:
             return text, ""
-        r1, a1 = splitter.feed(text)
-        r2, a2 = splitter.close()
-        return a1 + a2, r1 + r2
+        reasoning, answer = splitter.split(text)
+        return answer, reasoning
 
     def cut(self) -> GenerationResult:
         """End a request's own loop at once (cancelled): the text so far is the result."""
