@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.results import ReasoningPiece
-from mlotspark.server.exchange import count, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import count, end_stream, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
 from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options
@@ -328,11 +328,7 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
         yield _sse("error", anthropic_error(e))
     finally:
         await events.aclose()
-        if not ended:
-            job.cancel()
-            state.metrics.cancelled.inc()
-            state.metrics.requests.labels(ENDPOINT, "499").inc()
-        state.release(job, time.perf_counter() - t0)
+        end_stream(state, job, ENDPOINT, ended, t0)
 
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

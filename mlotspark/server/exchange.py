@@ -125,6 +125,17 @@ async def whole_outcome(request: Any, state: Any, job: Job, endpoint: str, t0: f
     return outcome
 
 
+def end_stream(state: Any, job: Job, endpoint: str, ended: bool, t0: float) -> None:
+    """A streamed reply is over: one that did not reach its end (the client went away, or
+    the server is closing the connection) is cancelled and counted as 499, nginx's "client
+    closed request"; the job is released either way."""
+    if not ended:
+        job.cancel()
+        state.metrics.cancelled.inc()
+        state.metrics.requests.labels(endpoint, "499").inc()
+    state.release(job, time.perf_counter() - t0)
+
+
 async def prompt_tokens(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest],
                         field: str) -> int:
     """The prompt tokens a body would read (Anthropic's ``count_tokens``, Responses'
@@ -169,5 +180,5 @@ def count(state: Any, endpoint: str, outcome: Outcome, t0: float) -> None:
                            s.ttft_s + float(s.extra.get("queue_s") or 0.0), s.decode_tps, time.perf_counter() - t0)
 
 
-__all__ = ["MAX_BODY_BYTES", "admit_job", "count", "prompt_tokens", "read_json", "start_job", "wait_outcome",
+__all__ = ["MAX_BODY_BYTES", "admit_job", "count", "end_stream", "prompt_tokens", "read_json", "start_job", "wait_outcome",
            "watch_disconnect", "whole_outcome"]

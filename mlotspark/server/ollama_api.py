@@ -34,7 +34,7 @@ from mlotspark.decoding.reasoning import reasoning_format
 from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.results import ReasoningPiece
 from mlotspark.server.embeddings import parse_embeddings
-from mlotspark.server.exchange import count, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import count, end_stream, read_json, start_job, whole_outcome
 from mlotspark.server.models import model_capabilities, parse_keep_alive
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
@@ -224,11 +224,7 @@ async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint:
         yield json.dumps({"error": e.message}) + "\n"
     finally:
         await events.aclose()
-        if not ended:
-            job.cancel()
-            state.metrics.cancelled.inc()
-            state.metrics.requests.labels(endpoint, "499").inc()
-        state.release(job, time.perf_counter() - t0)
+        end_stream(state, job, endpoint, ended, t0)
 
 
 def _details(engine: Any, spec: str) -> dict:

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.results import ReasoningPiece
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.server.exchange import admit_job, count, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import admit_job, count, end_stream, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
 from mlotspark.server.responses import Choice, extension
 from mlotspark.server.responses_api import ResponsesRequest, parse_responses
@@ -257,11 +257,7 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
         yield ev("response.failed", response=failed)
     finally:
         await events.aclose()
-        if not ended:
-            job.cancel()
-            state.metrics.cancelled.inc()
-            state.metrics.requests.labels(ENDPOINT, "499").inc()
-        state.release(job, time.perf_counter() - t0)
+        end_stream(state, job, ENDPOINT, ended, t0)
 
 
 async def _count(state: Any, body: Any, parse: Any) -> Response:

@@ -25,6 +25,7 @@ from mlotspark.server.embeddings import embeddings_response, parse_embeddings
 from mlotspark.server.exchange import (
     MAX_BODY_BYTES,
     count,
+    end_stream,
     keep_alive,
     read_json,
     start_job,
@@ -269,11 +270,7 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
         finally:
             await events.aclose()
     finally:
-        if not ended:  # the client went away (or the server is closing the connection)
-            job.cancel()
-            state.metrics.cancelled.inc()
-            state.metrics.requests.labels(endpoint, "499").inc()  # nginx's "client closed request"
-        state.release(job, time.perf_counter() - t0)
+        end_stream(state, job, endpoint, ended, t0)
 
 
 __all__ = ["CONVERSATION_HEADER", "MAX_BODY_BYTES", "build"]
