@@ -249,6 +249,16 @@ def qwen_server(qwen_engine):
 
 
 @pytest.fixture(scope="session")
+def qwen_tokenizer_real(qwen_gguf, tmp_path_factory):
+    """Qwen2.5-Coder-0.5B's tokenizer and chat template, read from its GGUF's metadata (no
+    weights: about a second)."""
+    from mlotspark.models.formats.gguf_convert import metadata_of, open_reader
+    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+
+    return load_gguf_tokenizer(metadata_of(open_reader(qwen_gguf)), tmp_path_factory.mktemp("qwen-tok") / "t.json")
+
+
+@pytest.fixture(scope="session")
 def r1_tokenizer_real():
     """DeepSeek-R1-Distill-Qwen-7B's tokenizer and chat template, from its GGUF header."""
     import json

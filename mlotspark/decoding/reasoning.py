@@ -10,8 +10,8 @@ writes the close tag (the template is what taught the model the block).
 - :func:`starts_thinking`: whether a prompt's last think block is still open (templates
   that open ``<think>\\n`` in the generation prompt), so the reply starts inside it.
 - :class:`ReasoningSplitter`: text pieces in, ``(reasoning, answer)`` out, streamed; the
-  tags are never shown, and a tag split across pieces is held back as a stop string is
-  (``stops.StopMatcher.safe_length``, the one hold-back of stop strings and tags).
+  tags are never shown, and a tag split across pieces is held back as stop strings and
+  tool-call openings are (``stops.Holdback``, the one hold-back of all three).
   :func:`split_reasoning` is it run over a whole reply.
 - :class:`ReasoningBudget`: a logits processor that forces the close tag once the
   thinking has taken ``reasoning_budget`` tokens (0: at once, thinking off).
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from mlotspark.decoding.stops import StopMatcher
+from mlotspark.decoding.stops import Holdback
 
 __all__ = ["EFFORT_BUDGETS", "ReasoningBudget", "ReasoningFormat", "ReasoningSplitter", "budget_of", "close_open_block",
            "reasoning_format", "splitter_of", "split_reasoning", "starts_thinking", "thinking_switch"]
@@ -121,7 +121,8 @@ class ReasoningSplitter:
         self._state = "thinking" if thinking else "start"
         self._buf = ""
         self._lead = True  # no reasoning text handed out yet (its leading white space is dropped)
-        self._close = StopMatcher([fmt.end])
+        self._open = Holdback.literal([fmt.start])
+        self._close = Holdback.literal([fmt.end])
         self.reasoning = ""
         self.answer = ""
 
@@ -163,8 +164,8 @@ class ReasoningSplitter:
             if s.startswith(start):
                 self._buf, self._state = s[len(start):], "thinking"
                 return True
-            if not final and (not s or start.startswith(s)):
-                return False  # may still open the block: held
+            if not final and self._open.safe_length(s) == 0:
+                return False  # may still open the block (nothing yet, or the tag's start): held
             self._state = "answer"  # the reply does not think: shown as written
             return True
         if self._state == "thinking":

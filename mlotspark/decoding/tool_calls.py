@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 import regex
 
+from mlotspark.decoding.stops import Holdback
 from mlotspark.errors import OptionError
 from mlotspark.results import ToolCall
 
@@ -156,14 +157,23 @@ class Opening:
 
 _OBJECT_RE = regex.compile(_OBJECT)
 _FENCE_RE = regex.compile(_FENCE)
+_BARE = Holdback([("bare", _OBJECT_RE)])  # matched at the reply's first non-space character
 
 
 @functools.lru_cache(maxsize=16)
-def _patterns(opener: str) -> tuple[tuple[str, Any], ...]:
+def _openings(opener: str) -> Holdback:
     """The forms a call opens in after the reply's start, compiled once per format (the
     auto-mode grammar looks for them at every decode step until a call opens)."""
     fence = ("fence", _FENCE_RE)
-    return (("tag", regex.compile(regex.escape(opener))), fence) if opener else (fence,)
+    return Holdback([("tag", regex.compile(regex.escape(opener))), fence] if opener else [fence])
+
+
+def _body(form: str, text: str, m: "regex.Match") -> int:
+    """Where the call's own text starts after its opening ``m``: after a tag, at a fence's
+    ``{`` (or the match's end while the ``{`` has not come)."""
+    if form == "tag" or (m.partial and "{" not in m.group()):
+        return m.end()
+    return text.index("{", m.start())
 
 
 def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = False,
@@ -175,19 +185,16 @@ def find_opening(fmt: ToolFormat, text: str, start: int = 0, partial: bool = Fal
             ``form`` then ends with ``?``), so a stream holds that text back.
         bare: ``text`` is the reply from its start, so it may itself be the call's object.
     """
-    best: Opening | None = None
     if bare and start == 0:  # the bare form: the reply itself starts with the call's object
         lead = len(text) - len(text.lstrip(_WS_ONLY))
-        m = _OBJECT_RE.match(text, lead, partial=partial)
-        if m and lead < len(text):
-            return Opening("bare?" if m.partial else "bare", lead, lead)
-    for form, pat in _patterns(fmt.opener):
-        m = pat.search(text, start, partial=partial)
-        if m is None or (best is not None and m.start() >= best.at):
-            continue
-        body = m.end() if form == "tag" else text.index("{", m.start()) if not m.partial or "{" in m.group() else m.end()
-        best = Opening(form + ("?" if m.partial else ""), m.start(), body)
-    return best
+        hit = _BARE.first(text, lead, partial=partial, anchored=True) if lead < len(text) else None
+        if hit is not None:
+            return Opening("bare?" if hit[1].partial else "bare", lead, lead)
+    hit = _openings(fmt.opener).first(text, start, partial=partial)
+    if hit is None:
+        return None
+    form, m = hit
+    return Opening(form + ("?" if m.partial else ""), m.start(), _body(form, text, m))
 
 
 class OpeningScanner:
@@ -231,22 +238,16 @@ class OpeningScanner:
         if self._bare:  # the whole reply is kept while its start is undecided
             lead = len(text) - len(text.lstrip(_WS_ONLY))
             self.scanned += len(text)
-            m = _OBJECT_RE.match(text, lead, partial=True) if lead < len(text) else None
-            if m is not None and not m.partial:
+            hit = _BARE.first(text, lead, partial=True, anchored=True) if lead < len(text) else None
+            if hit is not None and not hit[1].partial:
                 return Opening("bare", lead, lead)
-            self._bare = lead == len(text) or m is not None
-        best, resume = None, len(text)
-        for form, pat in _patterns(self.fmt.opener):
-            self.scanned += 2 * (len(text) - start)
-            m = pat.search(text, start)
-            if m is not None and (best is None or m.start() < best.at):
-                body = m.end() if form == "tag" else text.index("{", m.start())
-                best = Opening(form, base + m.start(), base + body)
-            cut = pat.search(text, start, partial=True)
-            if cut is not None and cut.partial:
-                resume = min(resume, cut.start())
-        if best is not None:
-            return best
+            self._bare = lead == len(text) or hit is not None
+        openings = _openings(self.fmt.opener)
+        self.scanned += 2 * len(openings.patterns) * (len(text) - start)
+        hit = openings.first(text, start)
+        if hit is not None:
+            return Opening(hit[0], base + hit[1].start(), base + _body(hit[0], text, hit[1]))
+        resume = openings.held_from(text, start)  # a partial opening the next pieces may complete
         self._resume = base + resume
         if not self._bare:
             self._tail, self._base = text[resume:], base + resume
