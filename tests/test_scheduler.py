@@ -308,6 +308,26 @@ def test_scheduler_config_and_memory_limit_parsing_name_the_bad_value():
     assert parse_memory_limit(4096) == 4096
     with pytest.raises(OptionError, match="'lots'"):
         parse_memory_limit("lots")
+    with pytest.raises(OptionError, match="memory limit '0'.*> 0"):
+        parse_memory_limit("0")
+
+
+@pytest.mark.parametrize("text, n", [("4GB", 4 << 30), ("4 GiB", 4 << 30), ("4g", 4 << 30), ("500MB", 500 << 20),
+                                     ("1.5k", 1536), ("4096", 4096), ("12b", 12), ("1TB", 1 << 40), ("0", 0)])
+def test_one_size_parser_reads_a_spelling_as_one_size_in_every_option(text, n):
+    from mlotspark.units import fmt_bytes, parse_bytes
+
+    assert parse_bytes(text, "--store-budget", allow_zero=True) == n
+    if n >= 1 << 30:
+        assert fmt_bytes(parse_bytes(text)) == f"{n / (1 << 30):.1f} GiB"
+
+
+@pytest.mark.parametrize("bad", ["lots", "4 GX", "-1GB", "", "1e9", True, 2.5])
+def test_a_bad_size_is_named_in_the_error(bad):
+    from mlotspark.units import parse_bytes
+
+    with pytest.raises(OptionError, match=r"invalid --store-budget .*8GB"):
+        parse_bytes(bad, "--store-budget", allow_zero=True)
     with pytest.raises(OptionError, match="'turbo'"):
         SchedulerConfig(mode="turbo")
     with pytest.raises(OptionError, match="0"):

@@ -61,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
         raise OptionError(f"invalid --max-queue {args.max_queue}: use an integer >= 0")
     if args.prompt_cache_mb < 0:
         raise OptionError(f"invalid --prompt-cache-mb {args.prompt_cache_mb}: use a number >= 0")
-    from mlotspark.server.response_store import parse_size
+    from mlotspark.units import parse_bytes
 
-    store_budget = parse_size(args.store_budget, "--store-budget")  # a bad size fails before the model loads
+    store_budget = parse_bytes(args.store_budget, "--store-budget", allow_zero=True)  # a bad size fails before the model loads
     if args.max_models < 1:
         raise OptionError(f"invalid --max-models {args.max_models}: use an integer >= 1")
     if args.keep_alive < 0 and args.keep_alive != -1:
@@ -253,7 +253,7 @@ def register(sub: Any) -> None:
                    help="MB (10^6 bytes) for the KV of recent histories, matched by token prefix; 0 = off "
                         "(default 1024)")
     p.add_argument("--store-budget", default="4GB", metavar="SIZE",
-                   help="disk for the KV snapshots of stored /v1/responses chains (bytes, or 500MB, 4GB ...); "
+                   help="disk for the KV snapshots of stored /v1/responses chains (bytes, or 500MB, 4GB ...; GB = GiB); "
                         "past it the oldest chains' snapshots go first; 0 = none (default 4GB)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning; info and debug also log each request)")

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,37 +17,23 @@ from mlotspark.errors import OptionError
 from mlotspark.platform.dtypes import activation_dtype
 from mlotspark.platform.memory import apply_memory_limit, memory_budget
 from mlotspark.thermal.governor import MODES, POLICIES, ThermalGovernor
+from mlotspark.units import parse_bytes
 
 __all__ = ["SchedulerConfig", "ThroughputMeter", "activation_dtype", "governor_snapshot", "kv_bytes_per_token",
            "memory_status", "parse_memory_limit"]
 
 WINDOW_S = 1.0  # decode time per throughput sample (ThroughputProbe wants ~1 s)
 FAIR_SHARE = 0.8  # a window with less CPU time than this share of the best is contention
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
 def parse_memory_limit(value: int | str | None) -> int | None:
-    """Bytes from ``4GB``, ``512MiB``, ``1.5g`` or an integer; None stays None.
-
-    Powers of 1024 for both ``GB`` and ``GiB`` (what memory sizes mean to users here).
+    """Bytes from ``4GB``, ``512MiB``, ``1.5g`` or an integer (``units.parse_bytes``);
+    None stays None.
 
     Raises:
         OptionError: an unparsable or non-positive size.
     """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise OptionError(f"invalid memory limit {value!r}: give bytes or a size like 8GB")
-    if isinstance(value, int):
-        n = value
-    else:
-        m = _SIZE.match(str(value))
-        if not m:
-            raise OptionError(f"invalid memory limit {value!r}: give bytes or a size like 8GB")
-        n = int(float(m.group(1)) * 1024 ** "bkmgt".index((m.group(2) or "b").lower()))
-    if n < 1:
-        raise OptionError(f"invalid memory limit {value!r}: must be > 0")
-    return n
+    return None if value is None else parse_bytes(value, "memory limit")
 
 
 def kv_bytes_per_token(model: Any) -> int:

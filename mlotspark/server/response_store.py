@@ -40,25 +40,9 @@ from mlotspark.storage import check_no_symlinks, ensure_dir, home, read_json, sa
 
 log = logging.getLogger(__name__)
 
-DEFAULT_STORE_BUDGET = 4 * 10**9  # bytes of KV snapshots: ~160k tokens of Qwen2.5-0.5B's float32 KV
+DEFAULT_STORE_BUDGET = 4 << 30  # bytes of KV snapshots (4GB): ~170k tokens of Qwen2.5-0.5B's float32 KV
 MAX_CHAIN = 100_000  # links followed back from a previous_response_id (a guard against loops)
 _ID = re.compile(r"^resp_[0-9a-f]{8,64}$")
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_size(text: str, what: str = "size") -> int:
-    """Bytes of a size written as ``4000000000``, ``4GB``, ``512 MiB`` (decimal or binary units).
-
-    Raises:
-        OptionError: not a size.
-    """
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if m is None or m.group(2).lower() not in _UNITS:
-        raise OptionError(f"invalid {what} {text!r}: use bytes, or a number with KB, MB, GB, MiB, GiB")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
 def new_response_id() -> str:
     return "resp_" + secrets.token_hex(24)
 
@@ -361,4 +345,4 @@ class ChainKV:
         self.saving = self.store.write_snapshot(directory, pending, list(tokens), self.engine)
 
 
-__all__ = ["ChainKV", "DEFAULT_STORE_BUDGET", "Record", "ResponseStore", "new_response_id", "parse_size"]
+__all__ = ["ChainKV", "DEFAULT_STORE_BUDGET", "Record", "ResponseStore", "new_response_id"]
