@@ -21,6 +21,7 @@ from tui.mcp_turns import MAX_CALLS
 from tui.screens import ToolApproval
 from tui.tools import ToolSpec
 from tui.widgets import ToolCallBlock, ToolResultBlock
+from tui.widgets.chat import StoredResult
 
 SERVER = {"command": sys.executable, "args": [str(Path(__file__).with_name("mcp_test_server.py"))]}
 
@@ -63,6 +64,22 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         assert not isinstance(app.screen, ToolApproval) and engine.calls[3][1] == "echo: again"
 
     drive(app, script)
+    # opened again (as after a restart): each reply shows its call, the result and the text after it
+    again = make_app(engine, conversation=app.current, tools=ToolSpec(hub.openai_tools(), "auto", "mcp.json"))
+
+    async def reopened(pilot: Any) -> None:
+        first, second = again.chat.replies
+        shown = [type(w).__name__ for w in first.children if w.display and not w.has_class("mark")]
+        assert shown == ["ToolCallBlock", "ToolResultBlock", "Markdown"]  # the call, its result, the text after
+        assert first.query_one(ToolCallBlock).call.arguments == {"text": "hi"}
+        (block,) = first.query(ToolResultBlock)
+        assert block.outcome.error is None and block.text == "↳ tool result echo\necho: hi"
+        assert "The tool said hi." in first.text and "<tool_call>" not in first.text
+        assert second.query_one(ToolResultBlock).text.endswith("echo: again") and "Twice." in second.text
+        shown = [type(w).__name__ for w in again.chat.children if type(w).__name__ in ("UserMessage", "Reply")]
+        assert shown == ["UserMessage", "Reply", "UserMessage", "Reply"]  # the tool turns are inside the replies
+
+    drive(again, reopened)
 
 
 def test_never_is_remembered_and_a_looping_model_ends(hub):
@@ -75,6 +92,8 @@ def test_never_is_remembered_and_a_looping_model_ends(hub):
         await until(pilot, lambda: app.chat.reply is None, "the turn ended", steps=6000)
         results = app.chat.query("Reply").last().query(ToolResultBlock)
         assert [b.outcome.error for b in results] == ["the user declined to run echo"] * MAX_CALLS
+        stored = StoredResult.of(list(app.chat.replies[-1].calls[:1]), engine.calls[1][1])
+        assert stored.error == "the user declined to run echo"  # as it is shown again after a restart
         # asked once; past the bound the results are read without tools, and the turn ends
         assert engine.roles == ["user"] + ["tool"] * MAX_CALLS and "tools" not in engine.calls[-1][2]
         assert all("tools" in c[2] for c in engine.calls[:-1])

@@ -175,7 +175,9 @@ def create_conversation(engine: "EngineProtocol", name: str) -> "ConversationPro
 
 
 def messages(conv: "ConversationProtocol") -> list[dict]:
-    return [m for m in conv.messages if m.get("role") in ("user", "assistant")]
+    """The messages a chat shows: the user's, the replies, and the tool results fed back
+    (an MCP tool's run, shown under the call that asked for it)."""
+    return [m for m in conv.messages if m.get("role") in ("user", "assistant", "tool")]
 
 
 def prefill_progress(conv: "ConversationProtocol | None") -> Any:

@@ -123,6 +123,22 @@ class ThinkingBlock(Collapsible):
         self.title = f"Thought ({words} word{'s' if words != 1 else ''})"
 
 
+@dataclass
+class StoredResult:
+    """A stored tool result, shaped as a ``ToolOutcome`` for its block: the tool message's
+    text, named by the calls it answers."""
+
+    name: str
+    text: str
+    error: str | None = None
+
+    @classmethod
+    def of(cls, calls: list, text: str) -> "StoredResult":
+        name = ", ".join(dict.fromkeys(c.name for c in calls)) or "tool"
+        failed = text.startswith("error: ") and len(calls) <= 1
+        return cls(name, text, text.removeprefix("error: ") if failed else None)
+
+
 class Reply(Vertical):
     """The assistant's reply; streams in piece by piece as Markdown, with the tool calls it
     made as blocks under its text, and a reasoning model's thinking in a folded block above it.
@@ -175,6 +191,16 @@ class Reply(Vertical):
         self._below = True
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
+
+    async def add_stored(self, text: str, calls: list) -> None:
+        """Show a stored reply that read tool results: its text under them, then its calls."""
+        if text.strip():
+            await self._flush()
+            self._below = False
+            self.text += text
+            await self.mount(Markdown(text, classes="body"), before=self.query_one(".mark", Static))
+        for call in calls:
+            await self.add_call(call)
 
     async def _body_below(self) -> None:
         """The text after a tool result: a new Markdown under the blocks, streamed from here."""
@@ -311,20 +337,39 @@ class ChatLog(VerticalScroll):
         """Show stored messages (replaces what is shown).
 
         Args:
-            messages: the conversation's user and assistant messages.
+            messages: the conversation's user and assistant messages, and tool results.
             split: a reply's text -> (text, tool calls), so stored calls show as blocks.
+
+        A tool result and the reply that read it go under the reply that made the calls,
+        as they were shown live: its call blocks, the result blocks, the text that followed.
         """
         await self.clear()
+        split = split or (lambda text: (text, []))
         widgets: list[Widget] = []
+        later: dict[int, list[dict]] = {}  # a reply's tool results, and the replies that read them
+        ends: list[dict] = []  # per widget, its last message (a reply's finish_reason is there)
         for m in messages:
-            if m["role"] == "user":
-                widgets.append(UserMessage(m["content"]))
-            else:
-                text, calls = split(m["content"]) if split is not None else (m["content"], [])
-                widgets.append(Reply(text, calls=calls))
+            at = len(widgets) - 1
+            if at >= 0 and isinstance(widgets[at], Reply) and (m["role"] == "tool" or m["role"] == "assistant" and at in later):
+                later.setdefault(at, []).append(m)
+                ends[at] = m
+            elif m["role"] in ("user", "assistant"):
+                text, calls = split(m["content"]) if m["role"] == "assistant" else (m["content"], [])
+                widgets.append(Reply(text, calls=calls) if m["role"] == "assistant" else UserMessage(text))
+                ends.append(m)
         if widgets:
             await self.mount_all(widgets)
-        for widget, m in zip(widgets, messages):  # a stopped or cut reply keeps its mark after a restart
+        for at, follow in later.items():
+            reply = widgets[at]
+            assert isinstance(reply, Reply)
+            calls = list(reply.calls)
+            for m in follow:
+                if m["role"] == "tool":
+                    await reply.add_result(StoredResult.of(calls, m["content"]))
+                else:
+                    text, calls = split(m["content"])
+                    await reply.add_stored(text, calls)
+        for widget, m in zip(widgets, ends):  # a stopped or cut reply keeps its mark after a restart
             if isinstance(widget, Reply) and m.get("finish_reason"):
                 await widget.finish(m["finish_reason"])
         self.scroll_end(animate=False)
