@@ -24,6 +24,9 @@ from mlotspark import Engine
 from mlotspark.platform import dtypes
 from mlotspark.runtime.scheduler_config import activation_dtype, kv_bytes_per_token
 
+# tests/distributed_ranks.py, imported at collection: benchmarks/ has a module of that name,
+# which a test run before these may have put first on sys.path.
+from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, free_port_pair, spawn_ranks
 from tiny import tiny_model, write_tiny_gguf
 
 TEXTS = ["the harbour at dawn", "three ships and a lighthouse keeper", "x", "a long quiet road"]
@@ -155,8 +158,6 @@ def quantized_default(default_gguf):
     """The default model's stored quantized weights as the CPU runs them (the CPU dtype
     rule: float32 activations), and its greedy reply to QUANT_MESSAGE (N tokens): the
     engine test's and the two-rank test's single-process reply, computed once."""
-    from distributed_ranks import QUANT_MESSAGE
-
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(dtypes.FORCE_ENV, "0")  # read at load
         engine = load(default_gguf, cascade=None)
@@ -170,8 +171,7 @@ def quantized_default(default_gguf):
 def test_real_model_quantized_through_the_engine_equals_mlx_lm(quantized_default):
     """The default model's stored Q4_1/Q8_0 weights, kept quantized on the CPU: the engine's
     greedy reply, alone and in a batch, is mlx-lm's on the same weights."""
-    from distributed_ranks import QUANT_MESSAGE as msg
-
+    msg = QUANT_MESSAGE
     engine, r = quantized_default
     assert engine.loaded.weights == "quantized"
     assert "Paris" in r.text
@@ -188,8 +188,6 @@ def test_a_two_rank_pipeline_over_quantized_weights_gives_the_single_process_tok
                                                                                     monkeypatch):
     import json
     import subprocess
-
-    from distributed_ranks import QUANT_TEXTS, free_port_pair, spawn_ranks
 
     out = tmp_path / "rank0.json"
     procs = spawn_ranks(["quantized", str(out), f"{tiny_path},{default_gguf}"], 2, free_port_pair(),
