@@ -39,6 +39,7 @@ def _gguf_py_layout(path) -> dict:
     found is kept beside the pulled models, keyed by the file's size and mtime (a changed
     file is parsed again), like the engines' float32 caches (``model_cache.py``)."""
     import json
+    import os
 
     from model_cache import MODEL_CACHE
 
@@ -54,7 +55,7 @@ def _gguf_py_layout(path) -> dict:
                      list(t.data.shape)] for t in reader.tensors],
     }
     kept.parent.mkdir(parents=True, exist_ok=True)
-    tmp = kept.with_name(f".{kept.name}.tmp")
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")  # runs beside each other write their own
     tmp.write_text(json.dumps(layout))
     tmp.replace(kept)
     return layout
