@@ -52,15 +52,26 @@ REAL_MODEL_FIXTURES = {"default_gguf", "qwen_gguf", "qwen_engine", "qwen_server"
 _GROUPS = {"qwen": {"qwen_gguf", "qwen_engine", "qwen_server"}, "gemma": {"gemma_engine", "gemma_server"}}
 
 
+def _shares_a_module_fixture(item) -> bool:
+    """Whether ``item`` uses a fixture set up once per module (or class): a model, two launched ranks."""
+    info = getattr(item, "_fixtureinfo", None)
+    return bool(info) and any(defs and defs[-1].scope in ("module", "class", "package")
+                              for defs in info.name2fixturedefs.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & REAL_MODEL_FIXTURES or item.path.name.endswith("_real.py"):
             item.add_marker(pytest.mark.slow)
-        for group, fixtures in _GROUPS.items():
-            if names & fixtures:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+        group = next((g for g, fixtures in _GROUPS.items() if names & fixtures), None)
+        if group is None and _shares_a_module_fixture(item):
+            # Otherwise each test is a work unit of its own, and a module fixture was set up on
+            # both workers when its tests landed on both (two 2-rank launches, two model loads).
+            group = item.nodeid.split("::")[0]
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 # ------------------------------------------------------------------ the suite's time budget

@@ -128,19 +128,34 @@ def test_caches_get_the_runners_attention_when_made(name):
     assert all(c.attention is want for c in restored)
 
 
+RIVERS = "Name three rivers of Europe."
+
+
+@pytest.fixture(scope="module")
+def default_strategy_tokens(default_gguf):
+    """The default model's greedy reply to RIVERS with the device's default strategy (once for both cases)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(execution.ENV, raising=False)
+        engine = Engine.load(str(default_gguf))
+        try:
+            return engine.generate(RIVERS, temperature=0, max_tokens=24).tokens
+        finally:
+            engine.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["gpu", "plain"])
-def test_real_model_forced_strategy_gives_the_default_tokens(strategy, default_gguf, monkeypatch):
+def test_real_model_forced_strategy_gives_the_default_tokens(strategy, default_gguf, default_strategy_tokens,
+                                                            monkeypatch):
     """The default model loaded with MLOTSPARK_EXECUTION forcing a strategy: the same greedy
     tokens as the device's default (the CPU strategy here)."""
-    prompt = "Name three rivers of Europe."
-    monkeypatch.delenv(execution.ENV, raising=False)
-    default = Engine.load(str(default_gguf))
-    want = default.generate(prompt, temperature=0, max_tokens=24).tokens
     monkeypatch.setenv(execution.ENV, strategy)
     forced = Engine.load(str(default_gguf))
-    assert forced.loaded.execution.name == strategy
-    assert forced.generate(prompt, temperature=0, max_tokens=24).tokens == want
+    try:
+        assert forced.loaded.execution.name == strategy
+        assert forced.generate(RIVERS, temperature=0, max_tokens=24).tokens == default_strategy_tokens
+    finally:
+        forced.close()
 
 
 @pytest.mark.parametrize("strategy", ["cpu", "gpu", "plain"])

@@ -140,7 +140,8 @@ def test_default_model_says_paris_with_the_chat_defaults(default_gguf):
     assert engine.sampling_sources["temperature"] == sd.SOURCE_BUILTIN
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     try:
-        answers = [engine.generate(messages, seed=seed, max_tokens=8).text for seed in range(10)]
+        handles = [engine.submit(messages, seed=seed, max_tokens=8) for seed in range(10)]  # decoded together
+        answers = [h.result().text for h in handles]
     finally:
         engine.close()
     assert sum("Paris" in a for a in answers) >= 9, answers

@@ -190,6 +190,17 @@ def test_the_real_model_matches_the_sentence_transformers_fixture():
     assert v[0] @ v[1] > 0.5 > 0.2 > v[0] @ v[2]
 
 
+def test_texts_are_batched_by_token_count_so_a_long_one_pads_no_short_one():
+    from mlotspark.models.sentence_embedders import BATCH, batches
+
+    lengths = json.loads(FIXTURE.read_text(encoding="utf-8"))["tokens"]  # 3 to 22 tokens, then 218 and 384
+    got = batches(lengths)
+    assert sorted(i for b in got for i in b) == list(range(len(lengths)))  # each text once
+    assert [[lengths[i] for i in b] for b in got] == [sorted(lengths)[:8], [218, 384]]
+    assert [len(b) for b in batches([5] * 70)] == [BATCH, BATCH, 70 - 2 * BATCH]
+    assert batches([]) == []
+
+
 # ------------------------------------------------------------ which embedder, and the bundle
 def _fake_pull(home: Path, name: str) -> None:
     d = home / "models" / name

@@ -13,6 +13,7 @@ import time
 from test_tui import SIZE, drive, make_app, type_line
 from test_tui_fakes import FakeEngine, until
 from tui import app as tui_app
+from tui import panel_figures
 
 
 class FakeClock:
@@ -34,9 +35,12 @@ def test_a_long_prefill_shows_its_progress_counts_down_and_escape_stops_it(monke
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate)
     engine.prefill = PrefillProgress(done=4096, total=12000, elapsed_s=48.0, cascade=True)
-    app = make_app(engine, poll_s=0.02)
+    app = make_app(engine, poll_s=0.1)
     clock = FakeClock()
-    monkeypatch.setattr(tui_app, "time", clock)  # the app's own reads of the clock only
+    # The app's own reads of the clock only: its turns' start (app.py) and the prefill line's
+    # countdown (panel_figures.py; unpatched, the check below waited 10 real seconds).
+    monkeypatch.setattr(tui_app, "time", clock)
+    monkeypatch.setattr(panel_figures, "time", clock)
 
     async def script(pilot: Any) -> None:
         await type_line(pilot, "Summarise this long document")
@@ -67,7 +71,7 @@ def test_the_prefill_line_scrolls_into_view_below_a_long_pasted_prompt():
 
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate)
-    app = make_app(engine, poll_s=0.02)
+    app = make_app(engine, poll_s=0.1)
 
     async def script(pilot: Any) -> None:
         try:
@@ -103,7 +107,7 @@ def test_quitting_mid_prefill_keeps_the_message_the_user_sent():
     # exits and the engine closes; a helper's audit lost the message of a new conversation.
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate)
-    app = make_app(engine, poll_s=0.02)
+    app = make_app(engine, poll_s=0.1)
     stored_at_exit: list = []
 
     async def main() -> None:
@@ -132,7 +136,7 @@ def test_a_first_time_step_before_the_prefill_shows_in_the_reply_and_the_loading
 
     gate = threading.Semaphore(0)
     engine = FakeEngine(gate=gate)
-    app = make_app(engine, poll_s=0.02)
+    app = make_app(engine, poll_s=0.1)
 
     async def script(pilot: Any) -> None:
         def line() -> str:

@@ -1,8 +1,8 @@
 """Sentence vectors from sentence-transformers checkpoints, computed in MLX.
 
 ``SentenceEmbedder`` reads the tokenizer, loads the weights on first use (a step the
-UI shows), sorts texts by length into batches and runs the MLX work through the
-engine's runner. Vectors are sentence-transformers' recipe: the checkpoint's
+UI shows), sorts texts by token count into batches of similar lengths and runs the
+MLX work through the engine's runner. Vectors are sentence-transformers' recipe: the checkpoint's
 tokenizer truncated at its ``max_seq_length``, the encoder (``sentence_encoder``),
 mean pooling over real tokens, L2 norm. Each checkpoint is a subclass naming its
 bundle, dimension, token limit and padding id: ``MPNetEmbedder``, ``MiniLMEmbedder``.
@@ -25,7 +25,10 @@ import numpy as np
 from mlotspark import steps
 from mlotspark.errors import ModelFormatError
 
-BATCH = 32  # texts per forward pass: padding waste stays small once sorted by length
+BATCH = 32  # texts per forward pass
+#: A batch's padding stays below twice its real tokens, or below this many tokens a row:
+#: one 384-token text beside nine short ones padded them all to 384 (5x the work).
+PAD_FLOOR = 32
 
 Runner = Callable[[Callable[[], Any]], Any]
 
@@ -106,13 +109,16 @@ class SentenceEmbedder:
         Returns:
             (ids (N, T) int32, mask (N, T) float32).
         """
-        encs = self._load_tokenizer().encode_batch(texts)
-        width = max(len(e.ids) for e in encs)
-        ids = np.full((len(texts), width), self.pad_id, dtype=np.int32)
-        mask = np.zeros((len(texts), width), dtype=np.float32)
-        for i, e in enumerate(encs):
-            ids[i, : len(e.ids)] = e.ids
-            mask[i, : len(e.ids)] = 1.0
+        return self._pad([e.ids for e in self._load_tokenizer().encode_batch(texts)])
+
+    def _pad(self, rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` of token ids right-padded to the longest: (ids (N, T) int32, mask (N, T) float32)."""
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), self.pad_id, dtype=np.int32)
+        mask = np.zeros((len(rows), width), dtype=np.float32)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = r
+            mask[i, : len(r)] = 1.0
         return ids, mask
 
     def _load_tokenizer(self) -> Any:
@@ -129,12 +135,12 @@ class SentenceEmbedder:
             self._tokenizer = tokenizer
         return self._tokenizer
 
-    def _forward(self, texts: list[str]) -> np.ndarray:
+    def _forward(self, rows: list[list[int]]) -> np.ndarray:
         import mlx.core as mx
 
         from mlotspark.models.sentence_encoder import mean_pool_normalize
 
-        ids, mask = self.tokenize(texts)
+        ids, mask = self._pad(rows)
         m = mx.array(mask)
         vecs = mean_pool_normalize(self._model(mx.array(ids), m), m)
         return np.array(vecs.astype(mx.float32))
@@ -154,13 +160,12 @@ class SentenceEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths share a batch
 
         def work() -> None:
             self._load()
-            for start in range(0, len(order), BATCH):
-                rows = order[start : start + BATCH]
-                out[rows] = self._forward([texts[i] for i in rows])
+            encs = self._load_tokenizer().encode_batch(list(texts))
+            for rows in batches([len(e.ids) for e in encs]):
+                out[rows] = self._forward([encs[i].ids for i in rows])
 
         if self._runner is not None:
             # The runner serialises MLX work itself; holding our lock while it waits for
@@ -170,6 +175,30 @@ class SentenceEmbedder:
             with self._lock:
                 work()
         return out
+
+
+def batches(lengths: list[int]) -> list[list[int]]:
+    """Indices of texts of ``lengths`` tokens, sorted by length, in batches of at most
+    ``BATCH`` whose padding to their longest stays below their real tokens (or ``PAD_FLOOR``
+    tokens a row): every text alike, the work grows with the tokens, not with the longest.
+
+    Args:
+        lengths: each text's token count.
+
+    Returns:
+        Lists of indices into ``lengths``, each batch's in ascending length.
+    """
+    out: list[list[int]] = []
+    total = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        n, rows = lengths[i], len(out[-1]) + 1 if out else 1
+        if out and rows <= BATCH and n * rows <= max(2 * (total + n), PAD_FLOOR * rows):  # n: the new longest
+            out[-1].append(i)
+            total += n
+        else:
+            out.append([i])
+            total = n
+    return out
 
 
 class MPNetEmbedder(SentenceEmbedder):
@@ -200,4 +229,4 @@ class MiniLMEmbedder(SentenceEmbedder):
     max_tokens = 256
 
 
-__all__ = ["BATCH", "MPNetEmbedder", "MiniLMEmbedder", "Runner", "SentenceEmbedder"]
+__all__ = ["BATCH", "MPNetEmbedder", "MiniLMEmbedder", "PAD_FLOOR", "Runner", "SentenceEmbedder", "batches"]
