@@ -72,6 +72,7 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         shown = [type(w).__name__ for w in first.children if w.display and not w.has_class("mark")]
         assert shown == ["ToolCallBlock", "ToolResultBlock", "Markdown"]  # the call, its result, the text after
         assert first.query_one(ToolCallBlock).call.arguments == {"text": "hi"}
+        assert "its result below" in first.query_one(ToolCallBlock).text
         (block,) = first.query(ToolResultBlock)
         assert block.outcome.error is None and block.text == "↳ tool result echo\necho: hi"
         assert "The tool said hi." in first.text and "<tool_call>" not in first.text

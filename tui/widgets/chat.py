@@ -76,6 +76,9 @@ class NoteLine(Static):
         self.error = error
 
 
+RAN = "MCP tool: its result below"  # a stored call that a tool result answered
+
+
 class ToolCallBlock(Static):
     """A tool call the model made: the function's name and its arguments as JSON.
     Shown, not run, unless the tool is an MCP server's (``chat --mcp``): then ``note`` says so
@@ -164,12 +167,13 @@ class Reply(Vertical):
         self._body: Markdown | None = None  # set in compose
         self._below = False  # a tool result was shown: the next text goes under it, in a body of its own
         self.thinking: ThinkingBlock | None = None  # mounted with the first piece of thinking
+        self.call_note = "shown, not run"  # what a stored reply's call blocks say
 
     def compose(self) -> ComposeResult:
         self._body = body = Markdown(self.text or None, classes="body")
         body.display = bool(self.text.strip()) or not self.calls  # a reply that is only calls: no blank line
         yield body
-        yield from (ToolCallBlock(c) for c in self.calls)
+        yield from (ToolCallBlock(c, self.call_note) for c in self.calls)
         yield Static("", classes="mark")
 
     async def add_call(self, call: Any, note: str = "shown, not run") -> None:
@@ -192,15 +196,16 @@ class Reply(Vertical):
         if isinstance(self.parent, ChatLog):
             self.parent.follow()
 
-    async def add_stored(self, text: str, calls: list) -> None:
-        """Show a stored reply that read tool results: its text under them, then its calls."""
+    async def add_stored(self, text: str, calls: list, note: str) -> None:
+        """Show a stored reply that read tool results: its text under them, then its calls
+        (``note``: what their blocks say)."""
         if text.strip():
             await self._flush()
             self._below = False
             self.text += text
             await self.mount(Markdown(text, classes="body"), before=self.query_one(".mark", Static))
         for call in calls:
-            await self.add_call(call)
+            await self.add_call(call, note)
 
     async def _body_below(self) -> None:
         """The text after a tool result: a new Markdown under the blocks, streamed from here."""
@@ -351,6 +356,8 @@ class ChatLog(VerticalScroll):
         for m in messages:
             at = len(widgets) - 1
             if at >= 0 and isinstance(widgets[at], Reply) and (m["role"] == "tool" or m["role"] == "assistant" and at in later):
+                if m["role"] == "tool" and at not in later:
+                    widgets[at].call_note = RAN  # type: ignore[attr-defined]
                 later.setdefault(at, []).append(m)
                 ends[at] = m
             elif m["role"] in ("user", "assistant"):
@@ -363,12 +370,13 @@ class ChatLog(VerticalScroll):
             reply = widgets[at]
             assert isinstance(reply, Reply)
             calls = list(reply.calls)
-            for m in follow:
+            for k, m in enumerate(follow):
                 if m["role"] == "tool":
                     await reply.add_result(StoredResult.of(calls, m["content"]))
                 else:
                     text, calls = split(m["content"])
-                    await reply.add_stored(text, calls)
+                    answered = k + 1 < len(follow) and follow[k + 1]["role"] == "tool"
+                    await reply.add_stored(text, calls, RAN if answered else "shown, not run")
         for widget, m in zip(widgets, ends):  # a stopped or cut reply keeps its mark after a restart
             if isinstance(widget, Reply) and m.get("finish_reason"):
                 await widget.finish(m["finish_reason"])
