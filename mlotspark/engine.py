@@ -182,6 +182,8 @@ class Engine:
                                               probes=governor.probes if governor is not None else None)
             # No prefix cache across ranks: the other ranks would not find a hit under its name.
             engine.persistence.config = replace(persistence, prefix_cache_mb=0)
+            if engine.ranks.leader is not None:
+                engine.scheduler.start()  # rank 0's idle beat from now on: the others sleep, not poll
         return engine
 
     # ------------------------------------------------------------------ public

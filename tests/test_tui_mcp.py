@@ -4,7 +4,6 @@ back as a tool turn whose reply goes on under it; a model that keeps calling end
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace

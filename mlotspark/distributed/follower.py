@@ -108,7 +108,7 @@ class Follower:
             DistributedError: rank 0 (or a neighbour) is gone, or sent what this rank cannot follow.
         """
         ops = {"join": self._join, "prefill": self._prefill, "decode": self._decode, "leave": self._leave,
-               "drop": self._drop, "reset": self._reset, "status": self._status}
+               "drop": self._drop, "reset": self._reset, "status": self._status, "idle": self._idle}
         while True:
             msg = self.group.broadcast_json(None)
             op = msg.get("op")
@@ -191,6 +191,10 @@ class Follower:
     def _reset(self, msg: dict) -> None:
         self.shares.clear()
         self.batch = DecodeBatch(self.model)
+
+    def _idle(self, msg: dict) -> None:
+        """Rank 0 has nothing to do: sleep its beat rather than poll for its next message."""
+        time.sleep(min(max(float(msg["sleep_s"]), 0.0), 1.0))
 
     def _status(self, msg: dict) -> None:
         self.group.gather_json(self.status.read())

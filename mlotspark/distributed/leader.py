@@ -25,8 +25,8 @@ from mlotspark.errors import DistributedError, SnapshotError
 from mlotspark.memory.kv_state import cache_kind
 from mlotspark.runtime.mirror import StepMirror
 from mlotspark.distributed.group import RankGroup, is_rank_failure
-from mlotspark.distributed.protocol import (DEFAULT_TIMEOUT_S, cascade_message, fresh_cache, join_plan,
-                                            replay)
+from mlotspark.distributed.protocol import (DEFAULT_TIMEOUT_S, IDLE_BEAT_S, cascade_message, fresh_cache,
+                                            join_plan, replay)
 from mlotspark.distributed.rank_status import RankStatus
 
 #: figures older than this are asked for again at the start of a turn (they feed the governor).
@@ -59,7 +59,16 @@ class RankLeader(StepMirror):
         self._watchdog = threading.Thread(target=self._watch, name="mlotspark-rank-watchdog", daemon=True)
         self._watchdog.start()
 
+    beat_s = IDLE_BEAT_S
+
     # ------------------------------------------------------------- the steps
+    def idle(self) -> None:
+        """While the engine is idle: let the others sleep a beat instead of polling for the
+        next step inside MLX (``protocol.IDLE_BEAT_S``). A rank lost meanwhile is found here,
+        before the next request. Never raises."""
+        if not self._closed:
+            self._quietly({"op": "idle", "sleep_s": self.beat_s})
+
     def turn(self) -> None:
         """Refresh every rank's figures when they are older than ``STATUS_INTERVAL_S``.
 

@@ -15,6 +15,7 @@ cross ranks as tensors (``pipeline.py``). Messages, by ``op``:
 | ``drop`` | a request failed | id | |
 | ``status`` | about once a second while busy, or when asked | | gather: every rank's figures |
 | ``reset`` | rank 0 dropped its batch after an error | | |
+| ``idle`` | every ``IDLE_BEAT_S`` while rank 0 has no work | sleep_s | the others sleep, not poll |
 | ``stop`` | rank 0 closes | | the others return from ``follow`` |
 
 Chunk lengths and the batch's packing are not sent: every rank runs the same
@@ -35,6 +36,11 @@ from mlotspark.models.execution import runner_for
 
 #: seconds without progress before rank 0 gives up on the other ranks.
 DEFAULT_TIMEOUT_S = 120.0
+#: While rank 0 is idle it sends an ``idle`` message this often, and the others sleep that
+#: long before they wait for the next one: MLX's ring backend polls inside a collective, so
+#: a rank waiting there for rank 0's next step kept a core busy for as long as it waited.
+#: The cost: a request that arrives while the others sleep starts up to this much later.
+IDLE_BEAT_S = 0.1
 
 
 def cascade_message(cache: list) -> dict | None:

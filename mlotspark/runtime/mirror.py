@@ -20,7 +20,16 @@ __all__ = ["StepMirror"]
 
 
 class StepMirror:
-    """The scheduler's hooks for followers (no-ops here). ``request``: a scheduler ``Request``."""
+    """The scheduler's hooks for followers (no-ops here). ``request``: a scheduler ``Request``.
+
+    Attributes:
+        beat_s: while the engine is idle, call :meth:`idle` about this often (None: never).
+    """
+
+    beat_s: float | None = None
+
+    def idle(self) -> None:
+        """About every ``beat_s`` while the engine has no work, outside its locks. Never raises."""
 
     def turn(self) -> None:
         """At the start of each engine-thread turn that has work (before the governor decides)."""

@@ -195,6 +195,12 @@ class Scheduler(Stepping):
             raise job.error
         return job.value
 
+    def start(self) -> None:
+        """Start the engine thread now, not at the first request (a mirror's idle beat)."""
+        with self._cond:
+            if not self._closed:
+                self._ensure_thread()
+
     def wake(self) -> None:
         """Make the engine thread look at its requests now (after a cancel)."""
         with self._cond:
@@ -266,13 +272,21 @@ class Scheduler(Stepping):
     def _loop(self) -> None:
         try:
             while True:
+                beat = self.mirror.beat_s
                 with self._cond:
                     while self._idle() and not self._closed:
-                        self._cond.wait(_IDLE_WAIT_S)
+                        self._cond.wait(beat or _IDLE_WAIT_S)
+                        if beat is not None and self._idle() and not self._closed:
+                            break  # the mirror's beat, below
                     if self._closed and self._idle():
                         return
+                    idle = self._idle()
                     jobs, self._jobs = self._jobs, []
                     self._running_jobs = jobs
+                if idle:
+                    with self.lock:
+                        self.mirror.idle()
+                    continue
                 try:
                     with self.lock:
                         for job in jobs:
