@@ -3,6 +3,7 @@ for messages, status lines and the size options (``--memory-limit``, ``--store-b
 
 from __future__ import annotations
 
+import numbers
 import re
 
 from mlotspark.errors import OptionError
@@ -10,7 +11,7 @@ from mlotspark.errors import OptionError
 __all__ = ["fmt_bytes", "parse_bytes"]
 
 # A number, then an optional unit: k/m/g/t, each with an optional "i" and "b" (case free).
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(?:([kmgt])(i?)b?|(b?))\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(?:([kmgt])i?b?|b?)\s*$", re.IGNORECASE)
 
 
 def fmt_bytes(n: float) -> str:
@@ -21,8 +22,9 @@ def fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def parse_bytes(value: int | str, what: str = "size", allow_zero: bool = False) -> int:
-    """Bytes of a size given as an integer or as ``4GB``, ``512 MiB``, ``1.5g``, ``4096``.
+def parse_bytes(value: int | float | str, what: str = "size", allow_zero: bool = False) -> int:
+    """Bytes of a size given as a whole number (``8e9`` too) or as ``4GB``, ``512 MiB``,
+    ``1.5g``, ``4096``.
 
     Every unit is a power of 1024 (``GB`` and ``GiB`` alike), as memory is counted and as
     ``fmt_bytes`` prints it, so one spelling means one size in every option.
@@ -35,10 +37,12 @@ def parse_bytes(value: int | str, what: str = "size", allow_zero: bool = False) 
         OptionError: not a size, or not positive (zero where ``allow_zero``), naming ``what``.
     """
     hint = "give bytes or a size like 8GB, 512MiB"
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        n = int(value)
+    elif not isinstance(value, str):
         raise OptionError(f"invalid {what} {value!r}: {hint}")
-    if isinstance(value, int):
-        n = value
     else:
         m = _SIZE.match(value)
         if m is None:

@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 RANKS = HERE / "distributed_ranks.py"
 LAUNCH = Path(sys.executable).with_name("mlx.launch")
 sys.path.insert(0, str(HERE))
-from distributed_ranks import HOT, MAX_TOKENS, PROMPTS, SHORT, free_port_pair, spawn_ranks  # noqa: E402
+from distributed_ranks import HOT, MAX_TOKENS, PROMPTS, SHORT, free_port_pair, rank_facts, spawn_ranks  # noqa: E402
 
 
 def _port() -> int:
@@ -121,7 +121,7 @@ def launched(tmp_path_factory, tiny_gguf, default_gguf) -> dict:
            sys.executable, str(RANKS), "suite", str(out), str(tiny_gguf)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0 and out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(out.read_text())
+    return {**json.loads(out.read_text()), "ranks": rank_facts(out)}
 
 
 @pytest.fixture(scope="module")

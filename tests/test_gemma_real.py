@@ -35,8 +35,8 @@ def _gguf_py_layout(path) -> dict:
     tokenizer's (and the vocabulary's size), and each tensor's name, type, shape and bytes
     (offset, dtype and shape of its view of the file).
 
-    Its parse of the 262k-token vocabulary took 25 s of every run on two cores, so what it
-    found is kept beside the pulled models, keyed by the file's size and mtime (a changed
+    Its parse of the 262k-token vocabulary takes tens of seconds on two cores, so what it
+    finds is kept beside the pulled models, keyed by the file's size and mtime (a changed
     file is parsed again), like the engines' float32 caches (``model_cache.py``)."""
     import json
     import os

@@ -125,3 +125,29 @@ def test_the_real_token_pieces_split_the_same(formats, r1_tokenizer_real):
     pieces.append(d.text[seen:])
     assert "".join(pieces) == REPLY
     _check(formats, pieces)
+
+
+def test_white_space_before_a_bare_call_is_held_and_never_shown_alone():
+    """A reply's leading white space waits until the reply decides: before a bare call it
+    is not shown at all (as ``parse_calls`` returns it), before text it comes with the text."""
+    from mlotspark.decoding.tool_calls import LLAMA3, CallSplitter, parse_calls
+
+    bare = '\n {"name": "get_time", "parameters": {"zone": "UTC"}}'
+    splitter = CallSplitter(LLAMA3)
+    shown = [splitter.feed(p)[0] for p in ("\n", " ", bare[2:])] + [splitter.close()[0]]
+    assert "".join(shown) == parse_calls(LLAMA3, bare)[0] == ""
+    splitter = CallSplitter(LLAMA3)
+    assert [splitter.feed(p)[0] for p in ("\n", "Hi")] == ["", "\nHi"]
+
+
+def test_the_scanner_finds_the_earlier_opening_after_it_dropped_old_text():
+    """Past a long reply, a tag followed by a fenced object opens at the tag."""
+    from mlotspark.decoding.tool_calls import HERMES, OpeningScanner, find_opening
+
+    text = "x" * 100 + '<tool_call>\n```json\n{"name": "f"'
+    scan = OpeningScanner(HERMES)
+    scan.feed(text[:100])
+    assert scan.next() is None
+    scan.feed(text[100:])
+    op = scan.next()
+    assert (op.form, op.at) == ("tag", 100) == (find_opening(HERMES, text).form, find_opening(HERMES, text).at)

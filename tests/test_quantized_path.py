@@ -26,7 +26,7 @@ from mlotspark.runtime.scheduler_config import activation_dtype, kv_bytes_per_to
 
 # tests/distributed_ranks.py, imported at collection: benchmarks/ has a module of that name,
 # which a test run before these may have put first on sys.path.
-from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, free_port_pair, spawn_ranks
+from distributed_ranks import QUANT_MESSAGE, QUANT_TEXTS, free_port_pair, rank_facts, spawn_ranks
 from tiny import tiny_model, write_tiny_gguf
 
 TEXTS = ["the harbour at dawn", "three ships and a lighthouse keeper", "x", "a long quiet road"]
@@ -202,6 +202,6 @@ def test_a_two_rank_pipeline_over_quantized_weights_gives_the_single_process_tok
         assert ranks["tiny"] == [tiny.generate(t, raw=True, max_tokens=8).tokens for t in QUANT_TEXTS]
     finally:
         tiny.close()
-    assert ranks["tiny_dtypes"] == ["mlx.core.float16", "mlx.core.float16"]  # each rank's share, half precision
+    assert [r["dtype"] for r in rank_facts(out)] == ["mlx.core.float16", "mlx.core.float16"]  # each rank's share, half precision
     assert ranks["weights"] == "quantized"
     assert ranks["model"] == quantized_default[1].tokens  # the CPU's float32 activations, as the ranks ran them

@@ -16,8 +16,6 @@ def r1_tokenizer(r1_tokenizer_real):
     return r1_tokenizer_real
 
 
-
-
 def test_the_r1_header_gives_its_vocabulary_and_template(r1_tokenizer):
     assert r1_tokenizer.vocab_size >= 151_000
     assert "<｜Assistant｜>" in r1_tokenizer.chat_template and "</think>" in r1_tokenizer.chat_template

@@ -18,8 +18,6 @@ def r1(r1_tokenizer_real):
     return r1_tokenizer_real
 
 
-
-
 @pytest.fixture(scope="module")
 def fmt(r1):
     from mlotspark.decoding.reasoning import reasoning_format

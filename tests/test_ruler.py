@@ -119,7 +119,7 @@ def multikey_past_the_window(default_gguf):
     """niah_multikey at 1024 tokens, four times a 256-token window (the conformance matrix's
     cascade cell's), needle at depth 0.25, on the default model's engine: ``(engine, case,
     ids, config)``. More than 512 tokens are evicted, and all of them fit the default top_k
-    blocks, as at twice the default window (2048 tokens), with half the prompt."""
+    blocks."""
     from mlotspark.engine import Engine
     from mlotspark.memory.cascade import CascadeConfig
 

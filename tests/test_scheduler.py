@@ -12,6 +12,7 @@ import threading
 from types import SimpleNamespace
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from mlotspark.engine import Engine
@@ -310,6 +311,11 @@ def test_scheduler_config_and_memory_limit_parsing_name_the_bad_value():
         parse_memory_limit("lots")
     with pytest.raises(OptionError, match="memory limit '0'.*> 0"):
         parse_memory_limit("0")
+    assert parse_memory_limit(8e9) == 8_000_000_000 and parse_memory_limit(np.int64(4096)) == 4096  # Python callers
+    with pytest.raises(OptionError, match="'turbo'"):
+        SchedulerConfig(mode="turbo")
+    with pytest.raises(OptionError, match="0"):
+        SchedulerConfig(max_batch=0)
 
 
 @pytest.mark.parametrize("text, n", [("4GB", 4 << 30), ("4 GiB", 4 << 30), ("4g", 4 << 30), ("500MB", 500 << 20),
@@ -328,10 +334,6 @@ def test_a_bad_size_is_named_in_the_error(bad):
 
     with pytest.raises(OptionError, match=r"invalid --store-budget .*8GB"):
         parse_bytes(bad, "--store-budget", allow_zero=True)
-    with pytest.raises(OptionError, match="'turbo'"):
-        SchedulerConfig(mode="turbo")
-    with pytest.raises(OptionError, match="0"):
-        SchedulerConfig(max_batch=0)
 
 
 def test_status_reports_state_cap_batch_queue_and_reason():

@@ -61,9 +61,10 @@ class Holdback:
                 best = (name, m)
         return best
 
-    def held_from(self, text: str, start: int = 0) -> int:
-        """Where the earliest match that the text's end may still complete begins, at or
-        after ``start`` (``len(text)`` when nothing needs holding)."""
+    def safe_length(self, text: str, start: int = 0) -> int:
+        """How much of ``text`` can be shown without risking a match cut by its end: where
+        the earliest match that the end may still complete begins, at or after ``start``
+        (``len(text)`` when nothing needs holding)."""
         if self.window is not None:
             start = max(start, len(text) - self.window)
         held = len(text)
@@ -78,10 +79,6 @@ class Holdback:
                     break
                 at = m.start() + 1  # a whole match: what may still follow it is asked next
         return held
-
-    def safe_length(self, text: str, start: int = 0) -> int:
-        """How much of ``text`` can be shown without risking a match cut by its end."""
-        return self.held_from(text, start)
 
 
 class StopMatcher:

@@ -247,7 +247,7 @@ class OpeningScanner:
         hit = openings.first(text, start)
         if hit is not None:
             return Opening(hit[0], base + hit[1].start(), base + _body(hit[0], text, hit[1]))
-        resume = openings.held_from(text, start)  # a partial opening the next pieces may complete
+        resume = openings.safe_length(text, start)  # a partial opening the next pieces may complete
         self._resume = base + resume
         if not self._bare:
             self._tail, self._base = text[resume:], base + resume

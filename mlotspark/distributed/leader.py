@@ -59,15 +59,18 @@ class RankLeader(StepMirror):
         self._watchdog = threading.Thread(target=self._watch, name="mlotspark-rank-watchdog", daemon=True)
         self._watchdog.start()
 
-    beat_s = IDLE_BEAT_S
-
     # ------------------------------------------------------------- the steps
+    @property
+    def beat_s(self) -> float | None:  # type: ignore[override]
+        """The idle beat (``protocol.IDLE_BEAT_S``); None once the group failed or closed."""
+        return IDLE_BEAT_S if self.failed is None and not self._closed else None
+
     def idle(self) -> None:
         """While the engine is idle: let the others sleep a beat instead of polling for the
         next step inside MLX (``protocol.IDLE_BEAT_S``). A rank lost meanwhile is found here,
         before the next request. Never raises."""
         if not self._closed:
-            self._quietly({"op": "idle", "sleep_s": self.beat_s})
+            self._quietly({"op": "idle", "sleep_s": IDLE_BEAT_S})
 
     def turn(self) -> None:
         """Refresh every rank's figures when they are older than ``STATUS_INTERVAL_S``.

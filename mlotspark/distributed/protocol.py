@@ -38,8 +38,10 @@ from mlotspark.models.execution import runner_for
 DEFAULT_TIMEOUT_S = 120.0
 #: While rank 0 is idle it sends an ``idle`` message this often, and the others sleep that
 #: long before they wait for the next one: MLX's ring backend polls inside a collective, so
-#: a rank waiting there for rank 0's next step kept a core busy for as long as it waited.
-#: The cost: a request that arrives while the others sleep starts up to this much later.
+#: a rank waiting there for rank 0's next step would keep a core busy for as long as it
+#: waited. The cost: a request that arrives while the others sleep starts up to this much
+#: later. After ``Engine.load``, the group is the engine's: rank 0's own code must not run
+#: collectives on it until ``close``, nor the others' before ``follow`` returns.
 IDLE_BEAT_S = 0.1
 
 

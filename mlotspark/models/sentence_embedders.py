@@ -26,8 +26,8 @@ from mlotspark import steps
 from mlotspark.errors import ModelFormatError
 
 BATCH = 32  # texts per forward pass
-#: A batch's padding stays below twice its real tokens, or below this many tokens a row:
-#: one 384-token text beside nine short ones padded them all to 384 (5x the work).
+#: A batch's padding stays below twice its real tokens, or below this many tokens a row,
+#: so one long text does not pad many short ones to its length.
 PAD_FLOOR = 32
 
 Runner = Callable[[Callable[[], Any]], Any]

@@ -29,7 +29,8 @@ class StepMirror:
     beat_s: float | None = None
 
     def idle(self) -> None:
-        """About every ``beat_s`` while the engine has no work, outside its locks. Never raises."""
+        """About every ``beat_s`` while the engine has no work (on the engine thread, under the
+        engine's lock, not its queue's). Never raises."""
 
     def turn(self) -> None:
         """At the start of each engine-thread turn that has work (before the governor decides)."""

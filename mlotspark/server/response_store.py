@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 DEFAULT_STORE_BUDGET = 4 << 30  # bytes of KV snapshots (4GB): ~170k tokens of Qwen2.5-0.5B's float32 KV
 MAX_CHAIN = 100_000  # links followed back from a previous_response_id (a guard against loops)
 _ID = re.compile(r"^resp_[0-9a-f]{8,64}$")
+
+
 def new_response_id() -> str:
     return "resp_" + secrets.token_hex(24)
 

@@ -76,7 +76,7 @@ class NoteLine(Static):
         self.error = error
 
 
-RAN = "MCP tool: its result below"  # a stored call that a tool result answered
+RAN_NOTE = "MCP tool: its result below"  # a stored call that a tool result answered
 
 
 class ToolCallBlock(Static):
@@ -357,7 +357,7 @@ class ChatLog(VerticalScroll):
             at = len(widgets) - 1
             if at >= 0 and isinstance(widgets[at], Reply) and (m["role"] == "tool" or m["role"] == "assistant" and at in later):
                 if m["role"] == "tool" and at not in later:
-                    widgets[at].call_note = RAN  # type: ignore[attr-defined]
+                    widgets[at].call_note = RAN_NOTE  # type: ignore[attr-defined]
                 later.setdefault(at, []).append(m)
                 ends[at] = m
             elif m["role"] in ("user", "assistant"):
@@ -376,7 +376,7 @@ class ChatLog(VerticalScroll):
                 else:
                     text, calls = split(m["content"])
                     answered = k + 1 < len(follow) and follow[k + 1]["role"] == "tool"
-                    await reply.add_stored(text, calls, RAN if answered else "shown, not run")
+                    await reply.add_stored(text, calls, RAN_NOTE if answered else "shown, not run")
         for widget, m in zip(widgets, ends):  # a stopped or cut reply keeps its mark after a restart
             if isinstance(widget, Reply) and m.get("finish_reason"):
                 await widget.finish(m["finish_reason"])
