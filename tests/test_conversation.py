@@ -1,3 +1,4 @@
+# Past 500 lines on purpose: one file for the conversation API's fixtures (engine, homes, snapshots) and every test that shares them.
 """Conversations: the API, snapshots across restarts, refusals, prefix cache, semantic
 memory in turns, budgets and stats, and two processes sharing one home."""
 

@@ -1,3 +1,4 @@
+# Past 500 lines on purpose: every macOS signal's parser and budget beside the one scripted platform they share.
 """macOS signals and budgets, driven by what macOS prints and returns, on Linux.
 
 No Mac here: ``sys.platform`` / the device are patched, and the macOS commands and

@@ -1,9 +1,9 @@
+# Past 500 lines on purpose: the store, its search and its safety rules share one temporary store fixture.
 """Semantic memory: the SQLite store, its search, its safety rules, and fact extraction."""
 
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import multiprocessing
 import os

@@ -1,3 +1,4 @@
+# Past 500 lines on purpose: the core TUI tests share make_app, drive and the fake engine's scripts; topics split off into test_tui_*.py.
 """The chat TUI with a scripted fake engine: keys, slash commands, conversations,
 streaming, cancelling and errors, as a user sees them (``App.run_test`` + Pilot).
 
