@@ -31,9 +31,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.results import ReasoningPiece
-from mlotspark.server.exchange import count, end_stream, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import (count, end_stream, keep_alive, prompt_tokens, read_json, reply_events, start_job,
+                                       whole_outcome)
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
 from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options
@@ -230,7 +229,6 @@ def _sse(event: str, data: dict) -> str:
 
 async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float) -> AsyncIterator[str]:
     """Anthropic's event sequence for one request; a client gone cancels it."""
-    splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     index = -1  # the open content block, if any
     text_open = False
     thinking_open = False
@@ -293,23 +291,22 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
     start = {"id": mid, "type": "message", "role": "assistant", "model": req.model, "content": [],
              "stop_reason": None, "stop_sequence": None,
              "usage": {"input_tokens": job.prompt_tokens, "output_tokens": 0}}
-    events = job.events()
+    events = reply_events(job, req.checked)
     try:
         yield _sse("message_start", {"type": "message_start", "message": start})
-        async for what, value in events:
-            if what == "piece" and isinstance(value, ReasoningPiece):
-                for e in thinking(value.text):
+        async for what, value, *split in events:
+            if what == "thinking":
+                for e in thinking(value):
                     yield e
                 continue
-            if what == "piece":
-                text, calls = splitter.feed(value) if splitter is not None else (value, [])
-                for e in blocks(text, calls):
+            if what == "answer":
+                for e in blocks(value, *split):
                     yield e
                 continue
             ended = True
             count(state, ENDPOINT, value, t0)
             choice = value.choices[0]
-            text, calls = splitter.close() if splitter is not None else ("", [])
+            text, calls = split
             for e in blocks(text, calls):
                 yield e
             if not calls_sent and not text_open:  # an empty reply still has its (empty) text block

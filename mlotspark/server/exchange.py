@@ -11,8 +11,10 @@ from typing import Any, AsyncIterator, Callable
 
 from starlette.requests import Request
 
+from mlotspark.decoding.tool_calls import splitter_for
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.errors import OptionError
+from mlotspark.results import ReasoningPiece
 from mlotspark.server.schemas import APIError, ParsedRequest
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a 128k-token history is ~0.5 MB of JSON; this is a guard, not a limit
@@ -123,6 +125,33 @@ async def whole_outcome(request: Any, state: Any, job: Job, endpoint: str, t0: f
         state.release(job, time.perf_counter() - t0)
     count(state, endpoint, outcome, t0)
     return outcome
+
+
+async def reply_events(job: Job, tools: Any) -> AsyncIterator[tuple]:
+    """A request's streamed reply as every API shows it: thinking apart, and the tool calls
+    split out of the answer (``tool_calls.splitter_for``, when the request gave tools).
+
+    Yields:
+        ``("thinking", text)`` per piece of a reasoning model's thinking;
+        ``("answer", text, calls)`` per answer piece: the text that may be shown now (may
+        be empty) and the calls finished in it; last ``("done", outcome, text, calls)``:
+        the ``Outcome``, and what the splitter held back until the end.
+
+    Raises:
+        APIError: the request failed (``Job.events``).
+    """
+    splitter = splitter_for(job.server.engine.tokenizer, tools)
+    events = job.events()
+    try:
+        async for what, value in events:
+            if what == "piece" and isinstance(value, ReasoningPiece):
+                yield "thinking", value.text
+            elif what == "piece":
+                yield ("answer", *(splitter.feed(value) if splitter is not None else (value, [])))
+            else:
+                yield ("done", value, *(splitter.close() if splitter is not None else ("", [])))
+    finally:
+        await events.aclose()
 
 
 def end_stream(state: Any, job: Job, endpoint: str, ended: bool, t0: float) -> None:

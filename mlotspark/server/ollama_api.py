@@ -31,10 +31,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from mlotspark.decoding.reasoning import reasoning_format
-from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.results import ReasoningPiece
 from mlotspark.server.embeddings import parse_embeddings
-from mlotspark.server.exchange import count, end_stream, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import count, end_stream, read_json, reply_events, start_job, whole_outcome
 from mlotspark.server.models import model_capabilities, parse_keep_alive
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.schemas import APIError, ParsedRequest, bad, check_options
@@ -200,22 +198,20 @@ def _piece(kind: str, model: str, text: str, calls: list | None = None, thinking
 
 
 async def _ndjson(state: Any, job: Job, req: ParsedRequest, kind: str, endpoint: str, t0: float) -> AsyncIterator[str]:
-    splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     ended = False
-    events = job.events()
+    events = reply_events(job, req.checked)
     try:
-        async for what, value in events:
-            if what == "piece" and isinstance(value, ReasoningPiece):
-                yield json.dumps(_piece(kind, req.model, "", thinking=value.text), ensure_ascii=False) + "\n"
+        async for what, value, *split in events:
+            if what == "thinking":
+                yield json.dumps(_piece(kind, req.model, "", thinking=value), ensure_ascii=False) + "\n"
                 continue
-            if what == "piece":
-                text, calls = splitter.feed(value) if splitter is not None else (value, [])
-                if text or calls:
-                    yield json.dumps(_piece(kind, req.model, text, calls), ensure_ascii=False) + "\n"
+            if what == "answer":
+                if value or split[0]:
+                    yield json.dumps(_piece(kind, req.model, value, *split), ensure_ascii=False) + "\n"
                 continue
             ended = True
             count(state, endpoint, value, t0)
-            text, calls = splitter.close() if splitter is not None else ("", [])
+            text, calls = split
             last = {**_piece(kind, req.model, text, calls), **_final(req.model, value, t0)}
             yield json.dumps(last, ensure_ascii=False) + "\n"
     except APIError as e:  # after the 200 went out: an error line ends the stream

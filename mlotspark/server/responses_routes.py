@@ -29,10 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.results import ReasoningPiece
 from mlotspark.errors import OptionError, StoreError
-from mlotspark.server.exchange import admit_job, count, end_stream, keep_alive, prompt_tokens, read_json, start_job, whole_outcome
+from mlotspark.server.exchange import (admit_job, count, end_stream, keep_alive, prompt_tokens, read_json, reply_events,
+                                       start_job, whole_outcome)
 from mlotspark.server.response_store import ChainKV, Record, ResponseStore, new_response_id
 from mlotspark.server.responses import Choice, extension
 from mlotspark.server.responses_api import ResponsesRequest, parse_responses
@@ -144,7 +143,6 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
                   t0: float) -> AsyncIterator[str]:
     """The Responses event sequence of one request; a client gone cancels it."""
     ev = _Stream()
-    splitter = splitter_for(job.server.engine.tokenizer, req.checked)
     items: list[dict] = []  # output items, as they are finished
     text_item: dict | None = None
     thought_item: dict | None = None  # the reasoning item while the model thinks
@@ -219,23 +217,23 @@ async def _events(state: Any, store: ResponseStore, job: Job, req: ResponsesRequ
             out.append(ev("response.output_item.done", output_index=at, item=done))
         return out
 
-    events = job.events()
+    events = reply_events(job, req.checked)
     try:
         start = response_object(req, created, "in_progress", [])
         yield ev("response.created", response=start)
         yield ev("response.in_progress", response=start)
-        async for what, value in events:
-            if what == "piece" and isinstance(value, ReasoningPiece):
-                for e in think(value.text):
+        async for what, value, *split in events:
+            if what == "thinking":
+                for e in think(value):
                     yield e
                 continue
-            if what == "piece":
-                for e in emit(*(splitter.feed(value) if splitter is not None else (value, []))):
+            if what == "answer":
+                for e in emit(value, *split):
                     yield e
                 continue
             ended = True
             count(state, ENDPOINT, value, t0)
-            for e in emit(*(splitter.close() if splitter is not None else ("", []))):
+            for e in emit(*split):
                 yield e
             for e in close_thought():  # a reply that only thought
                 yield e

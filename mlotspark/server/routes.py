@@ -28,13 +28,12 @@ from mlotspark.server.exchange import (
     end_stream,
     keep_alive,
     read_json,
+    reply_events,
     start_job,
     whole_outcome,
 )
 from mlotspark.server.metrics import CONTENT_TYPE
 from mlotspark.server.runner import Job
-from mlotspark.decoding.tool_calls import splitter_for
-from mlotspark.results import ReasoningPiece
 from mlotspark.server.models import model_capabilities
 from mlotspark.server.responses import (
     chat_logprobs,
@@ -204,7 +203,6 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     """The event stream of one request; a client gone cancels it (``finally``)."""
     kind, model = parsed.kind, parsed.model
     ended = False
-    splitter = splitter_for(job.server.engine.tokenizer, parsed.checked)
     calls_sent = 0
     logprobs_sent = 0
     offset = 0  # completions' text_offset
@@ -233,23 +231,22 @@ async def _sse(state: Any, job: Job, parsed: ParsedRequest, rid: str, created: i
     try:
         if kind == "chat":
             yield _event(chunk(kind, rid, model, created, text="", role=True))
-        events = job.events()
+        events = reply_events(job, parsed.checked)
         try:
-            async for what, value in events:
-                if what == "piece" and isinstance(value, ReasoningPiece):
+            async for what, value, *split in events:
+                if what == "thinking":
                     if kind == "chat":  # a text completion has nowhere to put the thinking
-                        yield _event(chunk(kind, rid, model, created, reasoning=value.text))
+                        yield _event(chunk(kind, rid, model, created, reasoning=value))
                     continue
-                if what == "piece":
-                    text, calls = splitter.feed(value) if splitter is not None else (value, [])
-                    out = piece_chunk(text, calls, new_entries())
+                if what == "answer":
+                    out = piece_chunk(value, *split, new_entries())
                     if out is not None:
                         yield out
                     continue
                 ended = True
                 count(state, endpoint, value, t0)
                 choice = value.choices[0]
-                text, calls = splitter.close() if splitter is not None else ("", [])
+                text, calls = split
                 entries = choice.logprobs[logprobs_sent:] if choice.logprobs is not None else None
                 out = piece_chunk(text, calls, entries)
                 if out is not None:
