@@ -58,6 +58,35 @@ def test_conversation_api_and_listing(engines, tiny_loaded, _isolated_home):
     assert [i.name for i in e.conversations()] == ["other"]
 
 
+def test_tool_approvals_are_kept_with_the_conversation_across_a_restart(engines, tiny_loaded, _isolated_home):
+    from mlotspark import Approval
+    from mlotspark.errors import StoreError
+    from mlotspark.results import ToolCall
+
+    e = engines(tiny_loaded)
+    c = e.conversation("tools")
+    asked: list[str] = []
+    answers = {"get_time": "always", "rm": "never", "echo": "once"}
+    approval = Approval(lambda call: asked.append(call.name) or answers[call.name],
+                        remembered=c.tool_approvals, remember=c.remember_tool)
+    assert [approval.allows(ToolCall(f"call_{n}", n, {})) for n in ("get_time", "rm", "echo")] == [True, False, True]
+    assert c.tool_approvals == {"get_time": "always", "rm": "never"}  # "once" is not a standing answer
+    again = engines(tiny_loaded).conversation("tools")  # a new engine: read from disk
+    assert again.tool_approvals == {"get_time": "always", "rm": "never"}
+    reopened = Approval(lambda call: asked.append(call.name) or "once", remembered=again.tool_approvals)
+    assert [reopened.allows(ToolCall(f"call_{n}", n, {})) for n in ("get_time", "rm", "echo")] == [True, False, True]
+    assert asked == ["get_time", "rm", "echo", "echo"]  # only the call with no standing answer asked again
+    with pytest.raises(OptionError, match="invalid tool approval 'x': 'once'"):
+        again.remember_tool("x", "once")
+    again.reset()
+    assert again.tool_approvals == {} and e.conversation("tools").tool_approvals == {}
+    path = conv_dir(_isolated_home, "tools") / "conversation.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "tool_approvals": {"rm": "sometimes"}}))
+    with pytest.raises(StoreError, match="tool_approvals must map tool names to always or never"):
+        engines(tiny_loaded).conversation("tools")
+
+
 def test_private_files_and_names_that_cannot_escape(engines, tiny_loaded, _isolated_home):
     e = engines(tiny_loaded)
     e.conversation("safe").send("Hi.", **OPTS)

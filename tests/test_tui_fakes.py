@@ -129,6 +129,13 @@ class FakeConversation:
     def title(self, text: str) -> None:
         self._touch()["title"] = text
 
+    @property
+    def tool_approvals(self) -> dict[str, str]:
+        return dict(self._rec.get("tool_approvals", {}))
+
+    def remember_tool(self, name: str, answer: str) -> None:
+        self._touch().setdefault("tool_approvals", {})[name] = answer
+
     def _touch(self) -> dict:
         rec = self._rec
         self.engine.clock += 1
@@ -137,7 +144,7 @@ class FakeConversation:
 
     def reset(self) -> None:
         rec = self._touch()
-        rec["messages"], rec["title"] = [], ""
+        rec["messages"], rec["title"], rec["tool_approvals"] = [], "", {}
 
     def delete(self) -> None:
         self.engine.store.pop(self.name, None)

@@ -63,8 +63,11 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         assert not isinstance(app.screen, ToolApproval) and engine.calls[3][1] == "echo: again"
 
     drive(app, script)
+    assert engine.conversation(app.current).tool_approvals == {"echo": "always"}  # kept with the conversation
     # opened again (as after a restart): each reply shows its call, the result and the text after it
-    again = make_app(engine, conversation=app.current, tools=ToolSpec(hub.openai_tools(), "auto", "mcp.json"))
+    engine.replies += [call_reply("third"), "Thrice."]
+    again = make_app(engine, conversation=app.current, tools=ToolSpec(hub.openai_tools(), "auto", "mcp.json"),
+                     mcp=hub)
 
     async def reopened(pilot: Any) -> None:
         first, second = again.chat.replies
@@ -78,6 +81,9 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         assert second.query_one(ToolResultBlock).text.endswith("echo: again") and "Twice." in second.text
         shown = [type(w).__name__ for w in again.chat.children if type(w).__name__ in ("UserMessage", "Reply")]
         assert shown == ["UserMessage", "Reply", "UserMessage", "Reply"]  # the tool turns are inside the replies
+        await type_line(pilot, "And a third time")  # "always" was kept: no question after reopening
+        await until(pilot, lambda: len(engine.calls) == 6 and again.chat.reply is None, "the third turn")
+        assert engine.calls[5][1] == "echo: third"
 
     drive(again, reopened)
 

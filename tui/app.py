@@ -130,7 +130,6 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
         self.poll_s = poll_s
         self.tools = tools
         self.mcp = mcp
-        self.approvals: dict[str, Any] = {}  # conversation -> Approval (MCP tools' once / always / never)
         self.tool_fmt: Any = None  # the open model's tool-call format (None: no tool support)
         self.model_lister = model_lister
         self.current: str | None = None

@@ -2,15 +2,15 @@
 shown and fed back.
 
 A reply's calls of the hub's tools are run between the conversation's turns: each call is
-asked about first (``ToolApproval``: once / always for this tool / never, remembered per
-conversation in an ``mlotspark.Approval``), run on the hub from the turn's worker thread,
+asked about first (``ToolApproval``: once / always for this tool / never; the standing
+answers are kept with the conversation, ``Conversation.tool_approvals``, so a chat opened
+again, after a restart too, does not ask again), run on the hub from the turn's worker thread,
 shown as a result block under its call, and the results go back to the model as the next
 turn of the conversation (``role="tool"``), whose reply streams into the same reply. At
 most ``MAX_CALLS`` calls are answered per user message (run or declined); the calls past it
 are answered "not run" and the model answers once more without tools.
 
-A mixin of ``ChatApp``: it reads ``self.mcp`` (a started ``mlotspark.McpHub``) and
-``self.approvals``.
+A mixin of ``ChatApp``: it reads ``self.mcp`` (a started ``mlotspark.McpHub``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ class McpTurns:
     """The ``ChatApp`` part that runs MCP tools (see the module docstring)."""
 
     mcp: Any
-    approvals: dict[str, Approval]
 
     def mcp_notice(self) -> str:
         """What the chat says when it opens: the servers, their tools, the ones that failed."""
@@ -86,9 +85,9 @@ class McpTurns:
             ``(results, ran, options)``: the tool message to feed back, the calls answered so
             far, and the options of the turn that reads the results (``after_tools``).
         """
-        name = turn.conversation
-        approval = self.approvals.setdefault(name, Approval())
-        approval.ask = lambda call: self.ask_tool(turn, call)
+        name, conv = turn.conversation, turn.conv
+        approval = Approval(lambda call: self.ask_tool(turn, call), remembered=conv.tool_approvals,
+                            remember=conv.remember_tool)
         outcomes, bounded = [], False
         for call in calls:
             if ran >= MAX_CALLS:

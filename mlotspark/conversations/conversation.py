@@ -42,6 +42,7 @@ from mlotspark.memory.semantic.learning import Learned
 from mlotspark.memory.snapshots import SnapshotWarning, common_prefix
 from mlotspark.conversations.record import (
     ROLES,
+    STANDING_ANSWERS,
     TITLE_CHARS,
     ConversationFiles,
     ConversationInfo,
@@ -50,7 +51,6 @@ from mlotspark.conversations.record import (
 )
 
 log = logging.getLogger(__name__)
-
 
 
 def _kind_of(cache: list) -> str:
@@ -146,6 +146,18 @@ class Conversation:
         self._update(lambda r: setattr(r, "memory", on))
 
     @property
+    def tool_approvals(self) -> dict[str, str]:
+        """Standing answers about MCP tools: tool name -> ``always`` | ``never`` (``reset`` forgets them)."""
+        self._reload()
+        return dict(self.record.tool_approvals)
+
+    def remember_tool(self, name: str, answer: str) -> None:
+        """Keep ``answer`` (``always`` | ``never``) for tool ``name`` in this conversation."""
+        if not isinstance(name, str) or not name or answer not in STANDING_ANSWERS:
+            raise OptionError(f"invalid tool approval {name!r}: {answer!r}: answer one of {', '.join(STANDING_ANSWERS)}")
+        self._update(lambda r: r.tool_approvals.__setitem__(name, answer))
+
+    @property
     def title(self) -> str:
         self._reload()
         return self.record.title
@@ -184,12 +196,13 @@ class Conversation:
         self._update(lambda r: r.messages.append({"role": role, "content": content, "time": time.time()}))
 
     def reset(self) -> None:
-        """Forget the messages and the snapshot; keep the name and system prompt."""
+        """Forget the messages, the tool approvals and the snapshot; keep the name and system prompt."""
         with self._mutex, self.files.lock:
             self._reload()
             self.record.messages.clear()
             self.record.tokens = 0
             self.record.title = ""
+            self.record.tool_approvals.clear()
             self.record.updated = time.time()
             self._save()
             if not self._p.read_only:

@@ -2,7 +2,8 @@
 
 ``$MLOTSPARK_HOME/conversations/<name>/``::
 
-    conversation.json   name, title, system prompt, messages (the ground truth)
+    conversation.json   name, title, system prompt, messages (the ground truth), the
+                        user's standing answers about MCP tools (``tool_approvals``)
     snapshot/           the KV / cascade state after the last turn (memory/snapshots.py)
     .lock               held for a whole turn, so processes sharing the home take turns
 
@@ -22,6 +23,7 @@ from mlotspark.storage import FileLock, ensure_dir, read_json, write_json
 FORMAT = "mlotspark-conversation"
 TITLE_CHARS = 60
 ROLES = ("system", "user", "assistant", "tool")  # tool: a tool's result fed back (chat --mcp)
+STANDING_ANSWERS = ("always", "never")  # the approvals of a tool kept with the conversation (``once`` is not kept)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class ConversationRecord:
     tokens: int = 0  # tokens in the model's context after the last turn
     revision: int = 0
     memory: bool = True  # semantic memory read and written by this conversation's turns
+    tool_approvals: dict[str, str] = field(default_factory=dict)  # tool name -> always | never
 
     @property
     def turns(self) -> int:
@@ -66,11 +69,15 @@ class ConversationRecord:
             messages = [dict(m) for m in doc["messages"]]
             if any(m.get("role") not in ROLES or not isinstance(m.get("content"), str) for m in messages):
                 raise ValueError("a message lacks a role or text")
+            approvals = doc.get("tool_approvals", {})
+            if not isinstance(approvals, dict) or any(not isinstance(k, str) or v not in STANDING_ANSWERS
+                                                      for k, v in approvals.items()):
+                raise ValueError(f"tool_approvals must map tool names to {' or '.join(STANDING_ANSWERS)}")
             return cls(
                 name=str(doc["name"]), system=str(doc.get("system", "")), messages=messages,
                 title=str(doc.get("title", "")), created=float(doc.get("created", 0)), updated=float(doc.get("updated", 0)),
                 tokens=int(doc.get("tokens", 0)), revision=int(doc.get("revision", 0)),
-                memory=doc.get("memory", True) is not False,
+                memory=doc.get("memory", True) is not False, tool_approvals=dict(approvals),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"cannot read conversation {where}: {e}") from e

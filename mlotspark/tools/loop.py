@@ -2,7 +2,7 @@
 
 The loop: generate with the hub's tools → the reply's ``tool_calls`` → ask ``approve``
 for each (once / always for this tool / never, remembered in the ``Approval`` the caller
-keeps per conversation) → run the allowed ones on the hub → append the assistant turn and
+keeps per conversation, and kept with a stored conversation through its ``tool_approvals``) → run the allowed ones on the hub → append the assistant turn and
 one ``tool`` message per call → generate again, until a reply makes no call. At most
 ``max_calls`` calls are answered in one turn (run or declined); past that they are
 answered "not run" and the model answers once more without tools, so a model that keeps calling still ends its turn.
@@ -14,7 +14,7 @@ The engine is duck-typed (anything with ``generate(messages, **options)`` return
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from mlotspark.errors import OptionError
 from mlotspark.results import GenerationResult, ToolCall
@@ -33,12 +33,18 @@ class Approval:
         ask: asked for a call no earlier answer covers; returns ``once`` (run this call),
             ``always`` (run this one and every later call of the tool) or ``never`` (run
             no call of the tool). None runs every call without asking (a program's choice).
+        remembered: standing answers given before (tool name -> ``always`` | ``never``),
+            e.g. a conversation's ``tool_approvals``.
+        remember: called with ``(tool name, answer)`` for each new ``always`` / ``never``,
+            to keep it (e.g. a conversation's ``remember_tool``).
     """
 
-    def __init__(self, ask: Callable[[ToolCall], str] | None = None):
+    def __init__(self, ask: Callable[[ToolCall], str] | None = None, *,
+                 remembered: Mapping[str, str] | None = None, remember: Callable[[str, str], None] | None = None):
         self.ask = ask
-        self.always: set[str] = set()
-        self.never: set[str] = set()
+        self.always: set[str] = {n for n, a in (remembered or {}).items() if a == "always"}
+        self.never: set[str] = {n for n, a in (remembered or {}).items() if a == "never"}
+        self.remember = remember
 
     def allows(self, call: ToolCall) -> bool:
         """Whether ``call`` may run, asking when no answer given earlier covers it."""
@@ -53,6 +59,8 @@ class Approval:
             self.always.add(call.name)
         elif answer == "never":
             self.never.add(call.name)
+        if answer != "once" and self.remember is not None:
+            self.remember(call.name, answer)
         return answer != "never"
 
 
