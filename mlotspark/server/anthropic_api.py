@@ -35,31 +35,17 @@ from mlotspark.server.exchange import (count, end_stream, keep_alive, prompt_tok
                                        whole_outcome)
 from mlotspark.server.runner import Job, Outcome
 from mlotspark.server.responses import extension
-from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options
+from mlotspark.server.schemas import EXTENSION_KEY, APIError, ParsedRequest, bad, check_options, text_parts
 
 ENDPOINT = "/v1/messages"
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
-
-
-def _text_of(content: Any, where: str) -> str:
-    """Text of a string or a list of ``text`` blocks (a ``tool_result``'s content)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for i, b in enumerate(content):
-            if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
-                raise bad(f"{where}[{i}]", "only text blocks are supported here")
-            parts.append(b["text"])
-        return "".join(parts)
-    raise bad(where, "expected a string or a list of text blocks")
 
 
 def _messages(body: dict) -> list[dict]:
     out: list[dict] = []
     system = body.get("system")
     if system is not None:
-        out.append({"role": "system", "content": _text_of(system, "system")})
+        out.append({"role": "system", "content": text_parts(system, "system")})
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("messages", "expected a non-empty list of messages")
@@ -87,7 +73,7 @@ def _messages(body: dict) -> list[dict]:
             elif kind in ("thinking", "redacted_thinking") and role == "assistant":
                 continue  # past thinking: the templates leave it out of the history
             elif kind == "tool_result" and role == "user":
-                result = _text_of(b.get("content", ""), f"{at}.content")
+                result = text_parts(b.get("content", ""), f"{at}.content")
                 if b.get("is_error"):
                     result = f"Error: {result}"
                 out.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": result})

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from mlotspark.server.schemas import APIError, ParsedRequest, bad, parse_chat
+from mlotspark.server.schemas import APIError, ParsedRequest, bad, parse_chat, text_parts
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 PASSED = ("temperature", "top_p", "parallel_tool_calls", "seed", "top_k", "min_p", "repetition_penalty")
@@ -113,19 +113,7 @@ def _text_format(text: Any) -> dict | None:
 
 # ----------------------------------------------------------------- input items
 def _text(content: Any, at: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for j, p in enumerate(content):
-            if not isinstance(p, dict) or p.get("type") not in ("input_text", "output_text", "text") \
-                    or not isinstance(p.get("text"), str):
-                kind = p.get("type") if isinstance(p, dict) else p
-                raise bad(f"{at}[{j}].type", f"{json.dumps(kind)[:40]} parts are not supported (input_text, "
-                                             "output_text)")
-            parts.append(p["text"])
-        return "".join(parts)
-    raise bad(at, "expected a string or a list of text parts")
+    return text_parts(content, at, ("input_text", "output_text", "text"))
 
 
 def _message(item: dict, at: str, out: list[dict]) -> None:

@@ -123,15 +123,24 @@ def _stop(body: dict) -> list[str] | None:
     return stops
 
 
-def _content(value: Any, where: str) -> str:
-    """A message's text: a string, or a list of ``{"type": "text", "text": ...}`` parts."""
+def text_parts(value: Any, where: str, kinds: tuple[str, ...] = ("text",)) -> str:
+    """A message's text, as every API writes it: a string, or a list of ``{"type": KIND,
+    "text": ...}`` parts joined (``kinds``: what the API calls a text part; ``text`` in the
+    chat and Anthropic APIs, ``input_text`` / ``output_text`` in Responses).
+
+    Raises:
+        APIError: another value, or a part of another kind (an image), named by its path.
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, list):
         parts = []
         for i, p in enumerate(value):
-            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(p.get("text"), str):
-                raise bad(f"{where}[{i}]", "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported")
+            if not isinstance(p, dict) or p.get("type") not in kinds or not isinstance(p.get("text"), str):
+                kind = p.get("type") if isinstance(p, dict) else p
+                raise bad(f"{where}[{i}]" + (".type" if isinstance(p, dict) and kind not in kinds else ""),
+                          f"{json.dumps(kind)[:40]} parts are not supported: only {' or '.join(kinds)} parts, "
+                          "each with its text")
             parts.append(p["text"])
         return "".join(parts)
     raise bad(where, "expected a string or a list of text parts")
@@ -151,7 +160,7 @@ def _messages(body: dict) -> list[dict]:
         content = m.get("content")
         if content is None and role == "assistant":
             content = ""  # an assistant turn that only called tools
-        text = _content(content, f"messages[{i}].content")
+        text = text_parts(content, f"messages[{i}].content")
         # The chat templates know system/user/assistant; developer is OpenAI's new system.
         msg: dict = {"role": "system" if role == "developer" else role, "content": text}
         if role == "assistant" and m.get("tool_calls"):
@@ -365,5 +374,5 @@ def parse_completion(body: Any, served: list[str],
     return req
 
 
-__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "check_options", "parse_chat",
+__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "check_options", "parse_chat", "text_parts",
            "parse_completion"]
