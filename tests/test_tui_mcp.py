@@ -50,6 +50,8 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         await type_line(pilot, "Echo hi")
         await until(pilot, lambda: isinstance(app.screen, ToolApproval), "the question")
         assert "Run tool echo on MCP server mine?" in app.screen.question and '"text": "hi"' in app.screen.question
+        box = app.screen.query_one(".dialog").region  # centred over the chat, as the other dialogs are
+        assert abs(box.x + box.width / 2 - app.size.width / 2) <= 1 and box.y > 0
         await pilot.press("a")  # always, for this conversation
         await until(pilot, lambda: len(engine.calls) == 2 and app.chat.reply is None, "the turn ended")
         reply = app.chat.query("Reply").last()
