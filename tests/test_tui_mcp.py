@@ -86,6 +86,7 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
         await type_line(pilot, "And a third time")  # "always" was kept: no question after reopening
         await until(pilot, lambda: len(engine.calls) == 6 and again.chat.reply is None, "the third turn")
         assert engine.calls[5][1] == "echo: third"
+        assert "always allowed in this conversation" in again.chat.replies[-1].query_one(ToolCallBlock).text
 
     drive(again, reopened)
 
@@ -106,7 +107,8 @@ def test_never_is_remembered_and_a_looping_model_ends(hub):
         assert engine.roles == ["user"] + ["tool"] * MAX_CALLS and "tools" not in engine.calls[-1][2]
         assert all("tools" in c[2] for c in engine.calls[:-1])
         *asked, last = [b.text for b in app.chat.query("Reply").last().query(ToolCallBlock)]
-        assert len(asked) == MAX_CALLS and all("asked before it runs" in t for t in asked)
+        assert len(asked) == MAX_CALLS and "asked before it runs" in asked[0]
+        assert all("not run, declined for this conversation" in t for t in asked[1:])  # said, not asked again
         assert "shown, not run" in last  # the call of the round given no tools is not an MCP run
 
     drive(app, script)

@@ -356,12 +356,12 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                     if isinstance(item, ReasoningPiece):  # shown folded, apart from the reply
                         self.post_message(ReplyThinking(name, item.text))
                     else:
-                        calls += self.post_pieces(name, *splitter.feed(item), runnable & set(names))
+                        calls += self.post_pieces(name, *splitter.feed(item), runnable & set(names), conv)
                     # Escape may come before the request exists: ask again until it ends.
                     if turn.cancel_requested and not backend.cancel_turn(conv):
                         stream.close()  # no cancel in this API: stop reading, the turn ends
                         break
-                calls += self.post_pieces(name, *splitter.close(), runnable & set(names))
+                calls += self.post_pieces(name, *splitter.close(), runnable & set(names), conv)
                 calls = [c for c in calls if c.name in runnable and c.name in names]
                 if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
@@ -376,14 +376,15 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
             return
         self.post_message(ReplyFinished(name, stats))
 
-    def post_pieces(self, name: str, text: str, calls: list, runs: set = frozenset()) -> list:
-        """Post a reply's text and calls (``runs``: the MCP tools given this round); returns the calls."""
+    def post_pieces(self, name: str, text: str, calls: list, runs: set = frozenset(), conv: Any = None) -> list:
+        """Post a reply's text and calls (``runs``: the MCP tools given this round; ``conv``: the
+        conversation, whose standing answers about them the call blocks say); returns the calls."""
         if text:
             self.post_message(ReplyPiece(name, text))
+        standing = conv.tool_approvals if calls and runs and conv is not None else {}
         for call in calls:
-            self.post_message(ReplyToolCall(name, call, call.name in runs))
+            self.post_message(ReplyToolCall(name, call, call.name in runs, standing.get(call.name)))
         return list(calls)
-
 
     async def on_reply_thinking(self, message: ReplyThinking) -> None:
         if self.shutting_down:

@@ -110,7 +110,7 @@ class McpTurns:
             return
         chat = self.logs.get(message.conversation)  # type: ignore[attr-defined]
         if chat is not None and chat.reply is not None:
-            await chat.reply.add_call(message.call, "MCP tool: asked before it runs" if message.runs else "shown, not run")
+            await chat.reply.add_call(message.call, _call_note(message))
         self.show_ttft(message.conversation)  # type: ignore[attr-defined]
 
     async def on_reply_tool_result(self, message: ReplyToolResult) -> None:
@@ -119,6 +119,15 @@ class McpTurns:
         chat = self.logs.get(message.conversation)  # type: ignore[attr-defined]
         if chat is not None and chat.reply is not None:
             await chat.reply.add_result(message.outcome)
+
+
+def _call_note(message: Any) -> str:
+    """What a call's block says will happen to it."""
+    if not message.runs:
+        return "shown, not run"
+    return {"always": "MCP tool: runs, always allowed in this conversation",
+            "never": "MCP tool: not run, declined for this conversation"}.get(message.standing,
+                                                                             "MCP tool: asked before it runs")
 
 
 class _Refused:

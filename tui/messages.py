@@ -42,11 +42,13 @@ class ReplyThinking(Message):
 @dataclass
 class ReplyToolCall(Message):
     """The reply in ``conversation`` made a tool call (a ``ToolCall``); ``runs``: an MCP tool
-    given this round, asked about before it runs (else shown, never run)."""
+    given this round, asked about before it runs (else shown, never run), unless the user's
+    ``standing`` answer in this conversation (``always`` | ``never``) decides it."""
 
     conversation: str
     call: Any
     runs: bool = False
+    standing: str | None = None
 
 
 @dataclass
