@@ -91,6 +91,30 @@ def test_a_call_is_asked_run_shown_and_fed_back(hub):
     drive(again, reopened)
 
 
+def test_parallel_calls_go_back_as_a_tool_message_each_and_show_so_when_reopened(hub):
+    app, engine = mcp_app(hub, [call_reply("one") + "\n" + call_reply("two"), "Both ran."])
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "Echo twice")
+        await until(pilot, lambda: isinstance(app.screen, ToolApproval), "the question")
+        await pilot.press("a")
+        await until(pilot, lambda: len(engine.calls) == 2 and app.chat.reply is None, "the turn ended")
+        stored = engine.conversation(app.current).messages
+        assert [m["role"] for m in stored] == ["user", "assistant", "tool", "tool", "assistant"]
+        assert [m["content"] for m in stored[2:4]] == ["echo: one", "echo: two"]  # as run_turn sends them
+
+    drive(app, script)
+    again = make_app(engine, conversation=app.current, tools=ToolSpec(hub.openai_tools(), "auto", "mcp.json"))
+
+    async def reopened(pilot: Any) -> None:
+        (reply,) = again.chat.replies
+        assert [b.text for b in reply.query(ToolResultBlock)] == ["↳ tool result echo\necho: one",
+                                                                   "↳ tool result echo\necho: two"]
+        assert "Both ran." in reply.text
+
+    drive(again, reopened)
+
+
 def test_never_is_remembered_and_a_looping_model_ends(hub):
     app, engine = mcp_app(hub, [], reply=call_reply("loop"))  # every reply calls again
 

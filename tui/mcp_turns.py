@@ -6,7 +6,8 @@ asked about first (``ToolApproval``: once / always for this tool / never; the st
 answers are kept with the conversation, ``Conversation.tool_approvals``, so a chat opened
 again, after a restart too, does not ask again), run on the hub from the turn's worker thread,
 shown as a result block under its call, and the results go back to the model as the next
-turn of the conversation (``role="tool"``), whose reply streams into the same reply. At
+turn of the conversation, one ``tool`` message per call as ``run_turn`` sends them, whose
+reply streams into the same reply. At
 most ``MAX_CALLS`` calls are answered per user message (run or declined); the calls past it
 are answered "not run" and the model answers once more without tools.
 
@@ -26,13 +27,6 @@ from tui.screens import ToolApproval
 
 MAX_CALLS = 8  # tool calls answered per user message (run_turn's default)
 _ASK_POLL_S = 0.2  # how often a waiting worker looks for Escape or quitting
-
-
-def feedback(outcomes: list) -> str:
-    """The results as one tool message: the text alone for one call, each named for several."""
-    if len(outcomes) == 1:
-        return outcomes[0].text or "(no output)"
-    return "\n\n".join(f"{o.name}: {o.text or '(no output)'}" for o in outcomes)
 
 
 def after_tools(options: dict, bounded: bool) -> dict:
@@ -77,13 +71,14 @@ class McpTurns:
                 return "never"
         return answer[0]
 
-    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[str, int, dict]:
+    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[list[str], int, dict]:
         """[worker thread] Ask about and run a reply's calls (``ran``: calls answered so far
         this message; ``options``: the turn's).
 
         Returns:
-            ``(results, ran, options)``: the tool message to feed back, the calls answered so
-            far, and the options of the turn that reads the results (``after_tools``).
+            ``(results, ran, options)``: the tool messages to feed back, one per call in
+            order, the calls answered so far, and the options of the turn that reads the
+            results (``after_tools``).
         """
         name, conv = turn.conversation, turn.conv
         approval = Approval(lambda call: self.ask_tool(turn, call), remembered=conv.tool_approvals,
@@ -102,7 +97,7 @@ class McpTurns:
             outcomes.append(outcome)
             self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
         turn.reading_tools, turn.progress_seen = True, None  # the results' prefill shows in the reply
-        return feedback(outcomes), ran, after_tools(options, bounded or ran >= MAX_CALLS)
+        return [o.text or "(no output)" for o in outcomes], ran, after_tools(options, bounded or ran >= MAX_CALLS)
 
     async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
         """A call in a reply: a block, saying whether it is an MCP tool to be asked about."""
@@ -145,4 +140,4 @@ def _refused(call: Any, why: str) -> _Refused:
     return _Refused(call.name, call.arguments, why)
 
 
-__all__ = ["MAX_CALLS", "McpTurns", "after_tools", "feedback"]
+__all__ = ["MAX_CALLS", "McpTurns", "after_tools"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass
@@ -369,14 +370,19 @@ class ChatLog(VerticalScroll):
         for at, follow in later.items():
             reply = widgets[at]
             assert isinstance(reply, Reply)
-            calls = list(reply.calls)
-            for k, m in enumerate(follow):
-                if m["role"] == "tool":
-                    await reply.add_result(StoredResult.of(calls, m["content"]))
-                else:
-                    text, calls = split(m["content"])
-                    answered = k + 1 < len(follow) and follow[k + 1]["role"] == "tool"
-                    await reply.add_stored(text, calls, RAN_NOTE if answered else "shown, not run")
+            calls, k = list(reply.calls), 0
+            while k < len(follow):
+                if follow[k]["role"] == "tool":  # the results of ``calls``: a message per call, or one for all
+                    run = list(itertools.takewhile(lambda m: m["role"] == "tool", follow[k:]))
+                    for j, m in enumerate(run):
+                        await reply.add_result(StoredResult.of([calls[j]] if len(run) == len(calls) else calls,
+                                                               m["content"]))
+                    k += len(run)
+                    continue
+                text, calls = split(follow[k]["content"])
+                answered = k + 1 < len(follow) and follow[k + 1]["role"] == "tool"
+                await reply.add_stored(text, calls, RAN_NOTE if answered else "shown, not run")
+                k += 1
         for widget, m in zip(widgets, ends):  # a stopped or cut reply keeps its mark after a restart
             if isinstance(widget, Reply) and m.get("finish_reason"):
                 await widget.finish(m["finish_reason"])
