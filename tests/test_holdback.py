@@ -151,3 +151,45 @@ def test_the_scanner_finds_the_earlier_opening_after_it_dropped_old_text():
     scan.feed(text[100:])
     op = scan.next()
     assert (op.form, op.at) == ("tag", 100) == (find_opening(HERMES, text).form, find_opening(HERMES, text).at)
+
+
+CALLS_ONLY = ('<tool_call>\n{"name": "get_time", "arguments": {"zone": "Europe/Paris"}}\n</tool_call>\n'
+              '<tool_call>\n{"name": "get_time", "arguments": {"zone": "Asia/Tokyo"}}\n</tool_call>\n')
+
+
+def _token_pieces(tokenizer, text: str) -> list[str]:
+    """The pieces a streaming detokenizer hands out for ``text``, token by token."""
+    d = tokenizer.detokenizer
+    d.reset()
+    pieces, seen = [], 0
+    for t in tokenizer.encode(text, add_special_tokens=False):
+        d.add_token(t)
+        pieces.append(d.text[seen:])
+        seen = len(d.text)
+    d.finalize()
+    return pieces + [d.text[seen:]]
+
+
+@pytest.mark.parametrize("after", ["", "It is noon in Paris.", "\n\nIt is noon in Paris.\n"])
+def test_white_space_between_and_after_calls_is_never_streamed_as_text(qwen_tokenizer_real, after):
+    """A forced reply of two calls (Qwen2.5's own markup, a newline after each close tag),
+    streamed in its real token pieces and cut at every point: the text shown is what the
+    whole reply's split finds (none for calls alone), and no white space comes alone before it."""
+    from mlotspark.decoding.tool_calls import CallSplitter, parse_calls, tool_format
+
+    fmt, reply = tool_format(qwen_tokenizer_real), CALLS_ONLY + after
+    whole, calls = parse_calls(fmt, reply, ["get_time"])
+    assert len(calls) == 2 and whole == after.strip()
+    cuts = [[reply[:k], reply[k:]] for k in range(len(reply) + 1)]
+    for pieces in cuts + [_token_pieces(qwen_tokenizer_real, reply)]:
+        splitter, shown, made = CallSplitter(fmt, ["get_time"]), [], []
+        for piece in pieces:
+            text, new = splitter.feed(piece)
+            shown.append(text)
+            made += new
+        text, new = splitter.close()
+        shown, made = shown + [text], made + new
+        assert "".join(shown).rstrip() == whole, pieces  # (a streamed reply's last newline is shown before it ends)
+        assert [(c.name, c.arguments) for c in made] == [(c.name, c.arguments) for c in calls]
+        words = next((i for i, p in enumerate(shown) if p.strip()), len(shown))
+        assert not any(shown[:words]), (pieces, shown)  # no white space alone before the words

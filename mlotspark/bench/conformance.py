@@ -167,8 +167,10 @@ class Matrix:
         return self._calls(self._tools("auto"), "auto")
 
     def tools_streamed(self) -> str:
+        """Calls streamed as ``tool_calls`` deltas, forced (``required``: the model may make
+        several), with no markup and no white space between them streamed as text."""
         chunks = list(self.oa.chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, max_tokens=96,
-                                                      temperature=0, stream=True))
+                                                      tool_choice="required", temperature=0, stream=True))
         calls: dict[int, dict] = {}
         text = ""
         for ch in chunks:
@@ -182,6 +184,7 @@ class Matrix:
         _check(bool(calls), f"no call streamed; the text: {_brief(text)!r}")
         _check(all(_schema_ok(c["name"], c["arguments"]) for c in calls.values()), "a call that does not validate")
         _check(chunks[-1].choices[0].finish_reason == "tool_calls", "finish_reason is not tool_calls")
+        _check(text == "" or bool(text.strip()), f"white space streamed as the reply's text beside its calls: {text!r}")
         return ", ".join(f"{c['name']}({c['arguments']})" for c in calls.values())
 
     def tools_result(self) -> str:

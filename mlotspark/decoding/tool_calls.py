@@ -299,6 +299,9 @@ class CallSplitter:
     ``feed(piece)`` returns ``(text, calls)`` ready now; ``close()`` returns what is left
     at the end. A call cut short by ``max_tokens`` is dropped, never shown as markup, and
     counted in ``cut_short``; a whole one that is no call of a given tool stays text.
+    White space after a call is held until text follows it: between two calls and at the
+    end it is dropped, and before the reply's first words it is cut, so a streamed reply
+    shows the text ``parse_calls`` finds in the whole one (a reply of calls alone: none).
     """
 
     def __init__(self, fmt: ToolFormat, tools: Iterable[Any] | None = None):
@@ -308,6 +311,8 @@ class CallSplitter:
         self._buf = ""
         self._open: Opening | None = None  # the call being written, offsets into _buf
         self._started = False  # text shown or a call made: the bare form is only at the start
+        self._after_call = False  # a call made, and no words shown since: white space is held
+        self._worded = False  # words (not only white space) shown
         self.cut_short = 0
         self._said: set[tuple[str, str]] = set()
 
@@ -327,7 +332,7 @@ class CallSplitter:
             cut = find_opening(self.fmt, self._buf, partial=True, bare=not self._started)
             if cut is not None and cut.form == "tag?":
                 self._buf = self._buf[:cut.at]  # an opener cut short: dropped
-            shown.append(self._buf)
+            self._show(shown, len(self._buf))
             self._buf = ""
         text = "".join(shown)
         if calls and not text.strip(_WS_ONLY):
@@ -339,7 +344,8 @@ class CallSplitter:
         if self._open is None:
             op = find_opening(self.fmt, self._buf, partial=not final, bare=not self._started)
             if op is None:
-                if not final and (self._started or self._buf.strip(_WS_ONLY)):
+                words = bool(self._buf.strip(_WS_ONLY))
+                if not final and (words or self._started and not self._after_call):
                     self._show(shown, len(self._buf))
                 return False
             self._show(shown, op.at)
@@ -349,11 +355,18 @@ class CallSplitter:
         return self._finish(calls, shown, final)
 
     def _show(self, shown: list[str], upto: int) -> None:
-        if upto > 0:
-            text = self._buf[:upto]
-            shown.append(text)
-            self._buf = self._buf[upto:]
-            self._started = self._started or bool(text.strip(_WS_ONLY))
+        if upto <= 0:
+            return
+        text, self._buf = self._buf[:upto], self._buf[upto:]
+        words = bool(text.strip(_WS_ONLY))
+        if self._after_call and not words:
+            return  # white space between calls, or after the last: dropped
+        if self._after_call and not self._worded:
+            text = text.lstrip(_WS_ONLY)  # the reply's first words, after its calls
+        shown.append(text)
+        self._started = self._started or words
+        self._worded = self._worded or words
+        self._after_call = self._after_call and not words
 
     def _finish(self, calls: list[ToolCall], shown: list[str], final: bool) -> bool:
         """Close the open call once its end is written (or the reply ended); True when
@@ -379,6 +392,7 @@ class CallSplitter:
         call = _call(self.fmt, body[:stop] if stop is not None else body, self.names)
         consumed = op.body + rest
         if call is not None:
+            self._after_call = True
             key = (call.name, call.arguments_json())
             if key not in self._said:  # a call repeated word for word is said once
                 self._said.add(key)
