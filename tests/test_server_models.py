@@ -276,3 +276,25 @@ def test_health_shows_the_stage_of_a_pull_on_demand(tmp_path, monkeypatch):
         for e in go.values():
             e.set()
         srv.stop()
+
+
+def test_catalogue_aliases_on_disk_are_listed_and_named_in_the_404(_isolated_home):
+    """An alias pulled to this home loads on first use, so /v1/models lists it and a 404
+    names it; a slot serving the same file from its path does not list it twice."""
+    from mlotspark.models.hub.aliases import ALIASES, alias_path
+    from mlotspark.server import ModelPool
+    from mlotspark.server.schemas import APIError
+
+    gemma = alias_path("gemma3-270m")
+    gemma.parent.mkdir(parents=True)
+    with open(gemma, "wb") as f:  # a sparse file of the alias's size: pulled, as far as listing goes
+        f.truncate(ALIASES["gemma3-270m"].size)
+    pool = ModelPool(lambda spec: None)
+    pool.add("mine", "/nowhere/mine.gguf")
+    assert pool.servable() == ["mine", "gemma3-270m"]
+    with pytest.raises(APIError) as e:
+        pool.find("nope")
+    assert "this server serves mine, gemma3-270m" in str(e.value)
+    pool.add("by-path", str(gemma))
+    assert pool.servable() == ["mine", "by-path"]
+    assert pool.find("gemma3-270m").spec == "gemma3-270m"  # still served by its alias on request

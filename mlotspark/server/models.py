@@ -160,8 +160,9 @@ class ModelPool:
             return slot
         spec = self._allowed(name)
         if spec is None:
-            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(self.names())}"
-                                f"{' or files in ' + ', '.join(map(str, self.allow_load)) if self.allow_load else ''}",
+            raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(self.servable())}"
+                                f"{' or files in ' + ', '.join(map(str, self.allow_load)) if self.allow_load else ''}"
+                                f"{' or any catalogue alias (pulled on demand)' if self.allow_pull else ''}",
                            param="model", code="model_not_found")
         with self._lock:
             return self.slots.setdefault(name, Slot(name, spec, last_used=self.clock()))
@@ -189,13 +190,21 @@ class ModelPool:
         return list(self.slots)
 
     def servable(self) -> list[str]:
-        """Model ids to list: those given at start, then the model files in the allowed folders."""
+        """Model ids to list: those given at start, the model files in the allowed folders,
+        then the catalogue aliases on disk (each loads when a request names it), but for one
+        a slot already serves from its file."""
+        from mlotspark.models.hub import catalogue
+
         out = self.names()
         for root in self.allow_load:
             for p in sorted(root.iterdir()) if root.is_dir() else []:
                 if (p.suffix.lower() in MODEL_SUFFIXES and p.is_file()) or (p / "config.json").is_file():
                     if p.name not in out:
                         out.append(p.name)
+        files = {_resolved(s.spec) for s in self.slots.values()}
+        for row in map(catalogue.model_status, catalogue.ALIASES):
+            if row["pulled"] and row["name"] not in out and _resolved(row["path"]) not in files:
+                out.append(row["name"])
         return out
 
     # ------------------------------------------------------------- loading and unloading
@@ -347,6 +356,15 @@ class ModelPool:
     def close(self) -> None:
         for s in self.resident():
             self.unload(s)
+
+
+def _resolved(spec: str) -> Path | None:
+    """The file or folder a model spec names, if it names one on disk (an alias does not)."""
+    try:
+        path = Path(spec).expanduser()
+        return path.resolve() if path.exists() else None
+    except (OSError, ValueError):
+        return None
 
 
 def model_capabilities(name: str, engine: Any = None) -> Any:
