@@ -69,6 +69,9 @@ def client(**kw) -> tuple[TestClient, ServerState]:
     ({**OK, "n": 2, "stream": True}, "n"),
     ({**OK, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({**OK, "presence_penalty": 0.5}, "presence_penalty"),
+    ({**OK, "logit_bias": {"9707": -100}}, "logit_bias"),  # refused, never ignored
+    ({**OK, "logit_bias": [1]}, "logit_bias"),
+    ({**OK, "messages": [{"role": "tool", "content": "18 C"}]}, "messages[0].tool_call_id"),
     ({**OK, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({**OK, "top_logprobs": 2}, "top_logprobs"),
     ({**OK, "logprobs": 3}, "logprobs"),

@@ -166,6 +166,8 @@ def _messages(body: dict) -> list[dict]:
         if role == "assistant" and m.get("tool_calls"):
             msg["tool_calls"] = _history_calls(m["tool_calls"], f"messages[{i}].tool_calls")
         if role == "tool":
+            if not isinstance(m.get("tool_call_id"), str) or not m["tool_call_id"]:
+                raise bad(f"messages[{i}].tool_call_id", "a tool message names the id of the call it answers")
             for key in ("tool_call_id", "name"):
                 if isinstance(m.get(key), str):
                     msg[key] = m[key]
@@ -230,6 +232,11 @@ def _common(body: dict, kind: str, served: list[str]) -> ParsedRequest:
         v = _number(body, name, -2.0, 2.0)
         if v:  # 0 is what most clients send by default: accepted
             raise bad(name, "not supported by this server (use 0, or the 'repetition_penalty' extension)")
+    bias = body.get("logit_bias")
+    if bias is not None and not isinstance(bias, dict):
+        raise bad("logit_bias", "expected an object mapping token ids to biases")
+    if bias:  # an empty map changes nothing: accepted, as the penalties' 0
+        raise bad("logit_bias", "not supported by this server (send {} or leave it out)")
     n = _int(body, "n", 1)
     if n is not None and n > MAX_N:
         raise bad("n", f"{n} replies asked; this server returns at most {MAX_N}")
