@@ -100,7 +100,11 @@ def test_errors_are_anthropic_shaped_and_name_the_field(live):
                       (dict(max_tokens=4, extra_body={"temperature": 1.5}), "temperature"),
                       (dict(max_tokens=4, stop_sequences=[""]), "stop_sequences"),
                       (dict(max_tokens=4, messages=[{"role": "user", "content": [{"type": "image"}]}]),
-                       "messages[0].content[0].type")]:
+                       "messages[0].content[0].type"),
+                      (dict(max_tokens=4, tools=[{"name": "f"}]), "tools[0].input_schema"),
+                      (dict(max_tokens=4, messages=[{"role": "user", "content": [
+                          {"type": "tool_result", "tool_use_id": "toolu_nope", "content": "18 C"}]}]),
+                       "messages[0].content[0].tool_use_id")]:
         with pytest.raises(anthropic.BadRequestError) as e:
             c.messages.create(**{"model": live.model, "messages": ASK, **kw})
         body = e.value.body

@@ -134,6 +134,7 @@ def test_json_schema_output_is_valid(live):
     ({"input": "hi", "reasoning": {"effort": "maximal"}}, "reasoning.effort"),
     ({"input": "hi", "previous_response_id": "resp_" + "0" * 48}, "previous_response_id"),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+    ({"input": [{"type": "function_call_output", "call_id": "call_nope", "output": "x"}]}, "input[0].call_id"),
     ({"input": "hi", "temperature": 3}, "temperature"),
 ])
 def test_a_bad_field_is_a_400_naming_it(live, kw, field):

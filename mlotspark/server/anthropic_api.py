@@ -49,6 +49,7 @@ def _messages(body: dict) -> list[dict]:
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("messages", "expected a non-empty list of messages")
+    used: set = set()  # the tool_use ids so far: a tool_result answers one of them
     for i, m in enumerate(msgs):
         where = f"messages[{i}]"
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
@@ -68,11 +69,15 @@ def _messages(body: dict) -> list[dict]:
             elif kind == "tool_use" and role == "assistant":
                 if not isinstance(b.get("name"), str) or not isinstance(b.get("input", {}), dict):
                     raise bad(at, "a tool_use block needs 'id', 'name' and an 'input' object")
+                used.add(b.get("id"))
                 calls.append({"id": b.get("id"), "type": "function",
                               "function": {"name": b["name"], "arguments": b.get("input", {})}})
             elif kind in ("thinking", "redacted_thinking") and role == "assistant":
                 continue  # past thinking: the templates leave it out of the history
             elif kind == "tool_result" and role == "user":
+                if b.get("tool_use_id") not in used:
+                    raise bad(f"{at}.tool_use_id", f"{json.dumps(b.get('tool_use_id'))[:40]} answers no tool_use "
+                                                   "block before it")
                 result = text_parts(b.get("content", ""), f"{at}.content")
                 if b.get("is_error"):
                     result = f"Error: {result}"
@@ -137,6 +142,9 @@ def parse_messages(body: Any, served: list[str], options: Any) -> ParsedRequest:
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise bad("tools", "expected a list of {name, description, input_schema}")
+        for k, t in enumerate(tools):
+            if not isinstance(t.get("input_schema"), dict):
+                raise bad(f"tools[{k}].input_schema", "expected the tool's JSON schema object")
         opts["tools"] = [{"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
                                                            "parameters": t.get("input_schema")}} for t in tools]
     choice = body.get("tool_choice")

@@ -181,6 +181,18 @@ def input_messages(value: Any) -> list[dict]:
     return out
 
 
+def _check_outputs(items: Any, earlier: list[dict]) -> None:
+    """Each ``function_call_output`` answers a ``function_call`` before it, in ``input`` or in
+    the stored chain (``earlier``), as OpenAI checks: an output of no call is a 400."""
+    called = {c.get("id") for m in earlier for c in m.get("tool_calls") or ()}
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if item.get("type") == "function_call":
+            called.add(item.get("call_id"))
+        elif item.get("type") == "function_call_output" and item.get("call_id") not in called:
+            raise bad(f"input[{i}].call_id", f"{json.dumps(item.get('call_id'))[:40]} answers no function_call "
+                                             "before it (in input, or in the previous response's chain)")
+
+
 # ----------------------------------------------------------------- the request
 def _renamed(e: APIError) -> APIError:
     """A chat-side error, naming the Responses field instead."""
@@ -234,6 +246,7 @@ def parse_responses(body: Any, served: list[str], options: Any, *, rid: str,
         raise bad("input", "required: a string or a list of items")
     added = input_messages(body["input"])
     earlier = history(previous) if previous is not None else []
+    _check_outputs(body["input"], earlier)
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + earlier + added
     if not messages:
         raise bad("input", "expected at least one item")
