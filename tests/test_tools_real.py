@@ -76,6 +76,17 @@ def test_a_repeated_call_ends_a_forced_reply(qwen_tokenizer):
     assert [x.arguments["unit"] for x in calls] == ["celsius", "fahrenheit"]  # the repeat is said once
 
 
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_schema_llguidance_refuses_is_one_line_naming_the_tool(qwen_tokenizer, choice):
+    from mlotspark.decoding.tools import ToolConstraint
+    from mlotspark.errors import OptionError
+
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "nonsense"}}}
+    with pytest.raises(OptionError) as e:
+        ToolConstraint(qwen_tokenizer, TOOLS + [bad], choice, vocab_size=151936)
+    assert str(e.value) == "invalid tools: tool 2 ('f'): its parameters schema: Invalid type: nonsense"
+
+
 @pytest.mark.parametrize("opening", ['```json\n{"name"', '{"name"', "Let me check.\n```json\n{\"name\"",
                                      "Let me check.<tool_call>\n{\"name\""])
 def test_under_auto_a_call_opened_in_any_form_is_held_to_a_declared_tool(qwen_tokenizer, opening):

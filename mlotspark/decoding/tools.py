@@ -95,6 +95,23 @@ def call_grammar(fmt: ToolFormat, tools: list[dict], choice: Any = "auto", paral
     return head + start + more + f'call: "\\n" body "\\n" {closer}\n'
 
 
+def _schema_error(tools: list[dict]) -> str | None:
+    """Which tool's parameters schema llguidance refuses, and why, in a line (the combined
+    grammar's own error is a dump of the grammar)."""
+    import llguidance
+
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", tool) if isinstance(tool, dict) else {}
+        schema = fn.get("parameters") or {"type": "object"}
+        try:
+            why = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)))
+        except (ValueError, RuntimeError, TypeError) as e:
+            why = str(e)
+        if why:
+            return f"tool {i} ({fn.get('name')!r}): its parameters schema: {why.splitlines()[0]}"
+    return None
+
+
 class ToolConstraint:
     """A logits processor keeping tool calls valid (see the module docstring).
 
@@ -135,7 +152,8 @@ class ToolConstraint:
         grammar = call_grammar(self.fmt, self.tools, self.choice, self.parallel, opened=opened)
         m = llguidance.LLMatcher(self.ll, grammar, log_level=0)
         if m.is_error():
-            raise OptionError(f"invalid tools: {m.get_error()}", options=("tools",))
+            raise OptionError(f"invalid tools: {_schema_error(self.tools) or m.get_error().splitlines()[0]}",
+                              options=("tools",))
         return m
 
     def _take_over(self, tokens: mx.array) -> Any:
