@@ -62,12 +62,18 @@ def test_cached_input_is_counted_apart_and_mlotspark_figures_come_along(tmp_path
 
 def test_streaming_follows_anthropics_event_sequence(live):
     with client(live).messages.stream(model=live.model, messages=ASK, max_tokens=6, extra_body=T0) as s:
-        events = [e.type for e in s]
+        seen = list(s)
         final = s.get_final_message()
+    events = [e.type for e in seen]
     assert events[0] == "message_start" and events[-1] == "message_stop"
     assert "content_block_start" in events and "content_block_stop" in events and "message_delta" in events
     whole = client(live).messages.create(model=live.model, messages=ASK, max_tokens=6, extra_body=T0)
     assert final.content[0].text == whole.content[0].text and final.usage.output_tokens == whole.usage.output_tokens
+    # the closing counts split the prompt as a whole reply's do: read from the cache, and not
+    u, w = final.usage, whole.usage
+    assert u.input_tokens + u.cache_read_input_tokens == w.input_tokens + w.cache_read_input_tokens
+    delta = next(e for e in seen if e.type == "message_delta")
+    assert delta.model_extra["mlotspark"]["cached_tokens"] == u.cache_read_input_tokens
 
 
 def test_a_tool_use_round_trip(live):

@@ -311,7 +311,10 @@ async def _stream(state: Any, job: Job, req: ParsedRequest, mid: str, t0: float)
             reason = "tool_use" if calls_sent else stop_reason(choice.finish, [], choice.stop_sequence)
             stop = choice.stop_sequence if reason == "stop_sequence" else None
             yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": stop},
-                                         "usage": {"output_tokens": value.completion_tokens}})
+                                         "usage": {"input_tokens": value.prompt_tokens - value.cached_tokens,
+                                                   "output_tokens": value.completion_tokens,
+                                                   "cache_read_input_tokens": value.cached_tokens},
+                                         EXTENSION_KEY: extension(value.stats)})  # the final counts, as whole replies
             yield _sse("message_stop", {"type": "message_stop"})
     except APIError as e:  # after the 200 went out: Anthropic's error event ends the stream
         ended = True
