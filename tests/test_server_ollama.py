@@ -39,6 +39,8 @@ def test_chat_streamed_equals_chat_whole(live):
     whole = c.chat(model=live.model, messages=ASK, options=T0, stream=False)
     assert "".join(p.message.content for p in parts) == whole.message.content
     assert whole.eval_count == parts[-1].eval_count and 0 < whole.eval_count <= 6 and whole.prompt_eval_count > 0
+    one = c.chat(model=live.model, messages=ASK, options={**T0, "num_predict": 1}, stream=False)
+    assert one.eval_count == 1 and one.eval_duration > 0  # clients divide by it: tokens per second
 
 
 def test_chat_with_a_tool_call_and_a_format_schema(live):

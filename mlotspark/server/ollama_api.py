@@ -175,8 +175,18 @@ def _final(model: str, outcome: Outcome, t0: float) -> dict:
             "done_reason": "length" if outcome.choices[0].finish == "length" else "stop",
             "total_duration": int(total * 1e9), "load_duration": 0,
             "prompt_eval_count": outcome.prompt_tokens, "prompt_eval_duration": int(s.ttft_s * 1e9),
-            "eval_count": outcome.completion_tokens,
-            "eval_duration": int(outcome.completion_tokens / s.decode_tps * 1e9) if s.decode_tps else 0}
+            "eval_count": outcome.completion_tokens, "eval_duration": _eval_ns(outcome, total)}
+
+
+def _eval_ns(outcome: Outcome, total_s: float) -> int:
+    """Nanoseconds generating: > 0 whenever a token was made, since clients divide by it
+    (a one-token reply has no decode rate: its time past the first token, at least 1 ns)."""
+    s, n = outcome.stats, outcome.completion_tokens
+    if not n:
+        return 0
+    if s.decode_tps:
+        return max(1, int(n / s.decode_tps * 1e9))
+    return max(1, int((total_s - s.ttft_s) * 1e9))
 
 
 def _calls_json(calls: list) -> list[dict]:

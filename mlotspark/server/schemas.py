@@ -321,7 +321,12 @@ def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions])
     except OptionError as e:
         name = e.options[0] if e.options else None
         field = req.fields.get(name, name) if name else None
-        raise APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field) from None
+        if not field:
+            raise APIError(400, str(e)) from None
+        said = str(e)  # "invalid max_tokens 0: must be ..." names the request's field once
+        own = f"invalid {name} "
+        raise APIError(400, f"invalid '{field}' {said[len(own):]}" if said.startswith(own) else f"invalid '{field}': {said}",
+                       param=field) from None
     return req.checked
 
 
