@@ -84,7 +84,8 @@ def test_tags_show_ps_version_and_embed(live):
 def test_bad_input_gets_ollamas_error_naming_the_field(live):
     c = client(live)
     for kw, field in [(dict(options={"temperature": -1}), "options.temperature"),
-                      (dict(options={"num_predict": "many"}), "options.num_predict")]:
+                      (dict(options={"num_predict": "many"}), "options.num_predict"),
+                      (dict(think=True), "think")]:  # a model that does not reason: refused, as Ollama does
         with pytest.raises(ollama.ResponseError) as e:
             c.chat(model=live.model, messages=ASK, **kw)
         assert e.value.status_code == 400 and f"'{field}'" in e.value.error, e.value.error

@@ -99,14 +99,18 @@ async def admit_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any]
     return job
 
 
-async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest]) -> Job:
-    """``admit_job``, then begin the request on its engine.
+async def start_job(state: Any, body: Any, parse: Callable[[Any, list[str], Any], ParsedRequest],
+                    check: Callable[[Job], None] | None = None) -> Job:
+    """``admit_job``, then begin the request on its engine (after ``check(job)``: what an
+    API refuses for the model it reached, raising APIError).
 
     Raises:
         APIError: as ``admit_job``; a request that cannot run (a 4xx, streamed or not).
     """
     job = await admit_job(state, body, parse)
     try:
+        if check is not None:
+            check(job)
         await job.begin()  # a request that cannot run is a 4xx, streamed or not
     except BaseException:
         state.release(job)

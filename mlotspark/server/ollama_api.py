@@ -168,6 +168,13 @@ def parse_generate(body: Any, served: list[str], options: Any) -> ParsedRequest:
     return req
 
 
+def _can_think(job: Job) -> None:
+    """``think`` asked of a model that does not reason is refused, as Ollama refuses it."""
+    opts = job.request.options
+    if (opts.get("think") or opts.get("reasoning_effort")) and reasoning_format(job.server.engine.tokenizer) is None:
+        raise APIError(400, f"invalid 'think': \"{job.request.model}\" does not support thinking", param="think")
+
+
 def _final(model: str, outcome: Outcome, t0: float) -> dict:
     s = outcome.stats
     total = time.perf_counter() - t0
@@ -291,7 +298,7 @@ def build(state: Any) -> list[Route]:
             return JSONResponse({"model": body["model"], "created_at": _now(), "response": "", "done": True,
                                  "done_reason": "load"})
         keep = _keep_alive(body)  # checked before the request starts
-        job = await start_job(state, body, parse_chat if kind == "chat" else parse_generate)
+        job = await start_job(state, body, parse_chat if kind == "chat" else parse_generate, _can_think)
         if keep is not None:
             job.server.keep_alive_s = keep
         req = job.request
