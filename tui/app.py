@@ -365,10 +365,7 @@ class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[No
                 calls = [c for c in calls if c.name in runnable and c.name in names]
                 if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
-                results, ran, options = self.run_tools(turn, calls, ran, options)
-                for earlier in results[:-1]:  # one tool message per call; the last one starts the turn
-                    conv.add("tool", earlier)
-                message = results[-1]
+                message, ran, options = self.run_tools(turn, calls, ran, options)
                 role, names = "tool", [t["function"]["name"] for t in options.get("tools") or ()]
         except MlotsparkError as e:
             self.post_message(ReplyFailed(name, str(e)))

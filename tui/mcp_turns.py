@@ -71,14 +71,14 @@ class McpTurns:
                 return "never"
         return answer[0]
 
-    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[list[str], int, dict]:
+    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[str, int, dict]:
         """[worker thread] Ask about and run a reply's calls (``ran``: calls answered so far
-        this message; ``options``: the turn's).
+        this message; ``options``: the turn's). The results are a tool message each: all but
+        the last are added to the conversation here, the last starts the turn that reads them.
 
         Returns:
-            ``(results, ran, options)``: the tool messages to feed back, one per call in
-            order, the calls answered so far, and the options of the turn that reads the
-            results (``after_tools``).
+            ``(last result, ran, options)``: the last tool message, the calls answered so far,
+            and the options of the turn that reads the results (``after_tools``).
         """
         name, conv = turn.conversation, turn.conv
         approval = Approval(lambda call: self.ask_tool(turn, call), remembered=conv.tool_approvals,
@@ -97,7 +97,10 @@ class McpTurns:
             outcomes.append(outcome)
             self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
         turn.reading_tools, turn.progress_seen = True, None  # the results' prefill shows in the reply
-        return [o.text or "(no output)" for o in outcomes], ran, after_tools(options, bounded or ran >= MAX_CALLS)
+        *earlier, last = [o.text or "(no output)" for o in outcomes]
+        for text in earlier:
+            conv.add("tool", text)
+        return last, ran, after_tools(options, bounded or ran >= MAX_CALLS)
 
     async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
         """A call in a reply: a block, saying whether it is an MCP tool to be asked about."""
