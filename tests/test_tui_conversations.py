@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_tui import drive, make_app
+from test_tui import drive, make_app, type_line
 from test_tui_fakes import fake_with_history, until
 
 from tui.screens import Confirm, TextPrompt
@@ -147,5 +147,31 @@ def test_focus_is_always_visible():
         await until(pilot, lambda: isinstance(app.screen, TextPrompt) and app.screen.focus_chain, "the prompt")
         assert "Input" in await walk(pilot)
         app.pop_screen()
+
+    drive(app, script)
+
+
+def test_titles_and_values_holding_markup_are_shown_as_typed():
+    """A title such as "What does [/INST] mean?" in the rename and delete dialogs, and a bad
+    value such as ``[/]`` in a notification, are plain text (as Textual markup they ended the
+    app with a MarkupError)."""
+    engine = fake_with_history()
+    app = make_app(engine)
+    title = "What does [/INST] mean? [red]x[/red] [/]"
+
+    async def script(pilot: Any) -> None:
+        app.engine.conversation(app.current).title = title
+        await app.refresh_list()
+        await pilot.press("f2")
+        assert isinstance(app.screen, TextPrompt)
+        await pilot.press("escape")
+        await pilot.press("f8")
+        assert isinstance(app.screen, Confirm) and title in app.screen.question
+        await pilot.pause()
+        await pilot.press("n")
+        await type_line(pilot, "/temp [/]")
+        await until(pilot, lambda: any("'[/]' is not a number" in m for m, _ in app.notified), "the refusal")
+        await pilot.pause()
+        assert app.is_running
 
     drive(app, script)

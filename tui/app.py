@@ -31,7 +31,7 @@ from mlotspark import MlotsparkError, ReasoningPiece
 
 from tui import backend
 from tui.conversations import ConversationActions
-from tui.logs import NotifyHandler
+from tui.logs import NotifyHandler, PlainNotices
 from tui.mcp_turns import McpTurns
 from tui.messages import (
     EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall,
@@ -67,7 +67,7 @@ class Turn:
 TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
 
 
-class ChatApp(ConversationActions, SlashCommands, PanelFigures, McpTurns, App[None]):
+class ChatApp(PlainNotices, ConversationActions, SlashCommands, PanelFigures, McpTurns, App[None]):
     """Chat with a model; see the module docstring.
 
     Args:

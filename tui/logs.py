@@ -1,4 +1,4 @@
-"""Mlotspark's logged warnings, shown in the app.
+"""Mlotspark's logged warnings, shown in the app, and the app's notifications as plain text.
 
 While a Textual app runs, stderr is captured, so a warning mlotspark logs (a
 snapshot refused, the memory store unusable) would be lost; this handler posts
@@ -43,4 +43,13 @@ class NotifyHandler(logging.Handler):
         logging.captureWarnings(False)
 
 
-__all__ = ["NotifyHandler"]
+class PlainNotices:
+    """A ``ChatApp`` part: notifications are plain text. They carry what the user typed (a
+    title, a bad value, a path) and model output; read as Textual markup, a ``[/INST]`` in
+    them ended the app with a ``MarkupError``."""
+
+    def notify(self, message: str, *, markup: bool = False, **kw: object) -> None:
+        super().notify(message, markup=markup, **kw)  # type: ignore[misc]
+
+
+__all__ = ["NotifyHandler", "PlainNotices"]

@@ -80,7 +80,7 @@ class TextPrompt(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.title_text, classes="dialog-title")
+            yield Static(Text(self.title_text), classes="dialog-title")  # a title may hold [markup]
             yield Input(self.value, id="prompt-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -106,7 +106,7 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="dialog-title")
+            yield Static(Text(self.question), classes="dialog-title")  # a title may hold [markup]
             with Horizontal(classes="buttons"):
                 yield Button("Yes", id="yes", variant="error")
                 yield Button("No", id="no", variant="primary")

@@ -74,7 +74,7 @@ def _run_app(args: argparse.Namespace, options: dict, cascade: dict, tools: Any,
         app.run()
     finally:
         app.close_engine()
-    return 0
+    return app.return_code or 0  # 1 when the app ended on an error (Textual printed it)
 
 
 def register(sub: Any) -> None:
