@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
@@ -52,7 +52,7 @@ class HelpScreen(ModalScreen[None]):
     ]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
+        with VerticalScroll(id="help-box"):  # scrolls (arrows, PageUp/PageDown) when the terminal is short
             yield Static("mlotspark chat — keys and commands", id="help-title")
             with Horizontal(id="help-columns"):
                 yield Static(_table("Keys", KEYS), id="help-keys")
