@@ -134,5 +134,31 @@ def test_never_is_remembered_and_a_looping_model_ends(hub):
         assert len(asked) == MAX_CALLS and "asked before it runs" in asked[0]
         assert all("not run, declined for this conversation" in t for t in asked[1:])  # said, not asked again
         assert "shown, not run" in last  # the call of the round given no tools is not an MCP run
+        assert any(f"{MAX_CALLS} tool calls answered for this message" in m for m, _ in app.notified)
+
+    drive(app, script)
+
+
+def test_a_question_dismissed_or_a_turn_stopped_while_asking_keeps_no_answer(hub):
+    """Escape runs not this call and keeps nothing; stopping the turn (or quitting) while the
+    question is open keeps nothing either, and no reply reads the result."""
+    app, engine = mcp_app(hub, [call_reply("one"), "Fine.", call_reply("two")])
+
+    async def script(pilot: Any) -> None:
+        await type_line(pilot, "Echo one")
+        await until(pilot, lambda: isinstance(app.screen, ToolApproval), "the question")
+        assert "Escape: not this call" in app.screen.question
+        await pilot.press("escape")
+        await until(pilot, lambda: len(engine.calls) == 2 and app.chat.reply is None, "the turn ended")
+        assert engine.calls[1][1] == "error: not run: the user did not answer about echo"
+        await type_line(pilot, "Echo two")
+        await until(pilot, lambda: isinstance(app.screen, ToolApproval), "asked again: nothing was kept")
+        app.action_cancel_reply()  # Escape on the chat: the turn stops with the question open
+        await until(pilot, lambda: app.chat.reply is None and not isinstance(app.screen, ToolApproval),
+                    "the stopped turn ended")
+        assert len(engine.calls) == 3  # no reply generated to read the unanswered call
+        stored = engine.conversation(app.current).messages
+        assert stored[-1] == {"role": "tool", "content": "error: not run: the user did not answer about echo"}
+        assert engine.conversation(app.current).tool_approvals == {}
 
     drive(app, script)

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from textual import work
@@ -34,7 +33,7 @@ from tui.conversations import ConversationActions
 from tui.logs import NotifyHandler, PlainNotices
 from tui.mcp_turns import McpTurns
 from tui.messages import (
-    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall,
+    EngineFailed, EngineLoaded, EngineWarning, ReplyFailed, ReplyFinished, ReplyPiece, ReplyThinking, ReplyToolCall, Turn,
 )
 from tui.panel_figures import PanelFigures
 from tui.screens import HelpScreen
@@ -46,22 +45,6 @@ log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often the side panel reads the scheduler
 QUIT_WAIT_S = 30.0  # how long quitting waits for stopped turns to be stored (a 2,048-token prefill chunk)
-
-
-@dataclass
-class Turn:
-    """A reply streaming in one conversation (fields written by its worker thread)."""
-
-    conversation: str
-    started: float
-    conv: Any = None  # the Conversation object, once the worker has it
-    first_piece: float | None = None
-    pieces: int = 0
-    sampled_pieces: int = 0
-    sampled_at: float = 0.0
-    cancel_requested: bool = False
-    progress_seen: tuple[Any, float] | None = None  # the latest prefill event, when it was first shown
-    reading_tools: bool = False  # MCP tool results prefill before the reply goes on: show that prefill too
 
 
 TEXT_COMMANDS = ("/remember", "/system")  # their argument is text the user wrote, kept when refused
@@ -366,6 +349,8 @@ class ChatApp(PlainNotices, ConversationActions, SlashCommands, PanelFigures, Mc
                 if not calls or turn.cancel_requested:  # past the bound no tools are given: the loop ends
                     break
                 message, ran, options = self.run_tools(turn, calls, ran, options)
+                if message is None:  # stopped while asking: the results are kept, no reply reads them
+                    break
                 role, names = "tool", [t["function"]["name"] for t in options.get("tools") or ()]
         except MlotsparkError as e:
             self.post_message(ReplyFailed(name, str(e)))

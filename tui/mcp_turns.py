@@ -22,7 +22,7 @@ from typing import Any
 
 from mlotspark import Approval
 
-from tui.messages import ReplyToolCall, ReplyToolResult
+from tui.messages import EngineWarning, ReplyToolCall, ReplyToolResult
 from tui.screens import ToolApproval
 
 MAX_CALLS = 8  # tool calls answered per user message (run_turn's default)
@@ -52,33 +52,41 @@ class McpTurns:
         lines += [f"MCP server {name} is not running: {why}" for name, why in hub.errors.items()]
         return "\n\n".join(lines)
 
-    def ask_tool(self, turn: Any, call: Any) -> str:
-        """[worker thread] Ask the user about ``call`` and wait for the answer (``never``
-        when the turn is stopped or the app quits first)."""
+    def ask_tool(self, turn: Any, call: Any) -> str | None:
+        """[worker thread] Ask the user about ``call`` and wait for the answer: ``once``,
+        ``always``, ``never``, or None when it goes unanswered (Escape, the turn stopped,
+        the app quitting): that call does not run and nothing is kept."""
         tool = next((t for t in self.mcp.tools if t.name == call.name), None)
         where = f" on MCP server {tool.server}" if tool else ""
-        question = (f"Run tool {call.name}{where}?\n\n{json.dumps(call.arguments, ensure_ascii=False)[:600]}")
+        question = (f"Run tool {call.name}{where}?\n\n{json.dumps(call.arguments, ensure_ascii=False)[:600]}"
+                    "\n\nEscape: not this call (nothing kept)")
         answered = threading.Event()
-        answer = ["never"]
+        answer: list[str | None] = [None]
 
         def done(value: str | None) -> None:
-            answer[0] = value or "never"
+            answer[0] = value
             answered.set()
 
-        self.call_from_thread(lambda: self.push_screen(ToolApproval(question), callback=done))  # type: ignore[attr-defined]
+        screen = ToolApproval(question)
+        self.call_from_thread(lambda: self.push_screen(screen, callback=done))  # type: ignore[attr-defined]
         while not answered.wait(_ASK_POLL_S):
-            if turn.cancel_requested or self.shutting_down:  # type: ignore[attr-defined]
-                return "never"
+            if self.shutting_down:  # type: ignore[attr-defined]
+                return None
+            if turn.cancel_requested:  # the question goes with the turn
+                self.call_from_thread(lambda: screen.dismiss(None) if screen.is_current else None)  # type: ignore[attr-defined]
+                return None
         return answer[0]
 
-    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[str, int, dict]:
+    def run_tools(self, turn: Any, calls: list, ran: int, options: dict) -> tuple[str | None, int, dict]:
         """[worker thread] Ask about and run a reply's calls (``ran``: calls answered so far
         this message; ``options``: the turn's). The results are a tool message each: all but
-        the last are added to the conversation here, the last starts the turn that reads them.
+        the last are added to the conversation here, the last starts the turn that reads them
+        (when the turn was stopped meanwhile, it is added too, and no turn reads them).
 
         Returns:
-            ``(last result, ran, options)``: the last tool message, the calls answered so far,
-            and the options of the turn that reads the results (``after_tools``).
+            ``(last result, ran, options)``: the last tool message (None: the turn was
+            stopped), the calls answered so far, and the options of the turn that reads the
+            results (``after_tools``).
         """
         name, conv = turn.conversation, turn.conv
         approval = Approval(lambda call: self.ask_tool(turn, call), remembered=conv.tool_approvals,
@@ -90,7 +98,8 @@ class McpTurns:
                 outcome = _refused(call, f"not run: this message already made {MAX_CALLS} tool calls")
             elif not approval.allows(call):  # counts too: a model that calls a refused tool again still ends
                 ran += 1
-                outcome = _refused(call, f"the user declined to run {call.name}")
+                outcome = _refused(call, f"the user declined to run {call.name}" if call.name in approval.never
+                                   else f"not run: the user did not answer about {call.name}")
             else:
                 outcome = self.mcp.call(call.name, call.arguments)
                 ran += 1
@@ -98,9 +107,13 @@ class McpTurns:
             self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
         turn.reading_tools, turn.progress_seen = True, None  # the results' prefill shows in the reply
         *earlier, last = [o.text or "(no output)" for o in outcomes]
-        for text in earlier:
+        stopped = turn.cancel_requested or self.shutting_down  # type: ignore[attr-defined]
+        for text in earlier + [last] * stopped:
             conv.add("tool", text)
-        return last, ran, after_tools(options, bounded or ran >= MAX_CALLS)
+        if bounded or ran >= MAX_CALLS:
+            self.post_message(EngineWarning(f"{MAX_CALLS} tool calls answered for this message, the most there "  # type: ignore[attr-defined]
+                                            "are: the model answers without tools now.", False))
+        return None if stopped else last, ran, after_tools(options, bounded or ran >= MAX_CALLS)
 
     async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
         """A call in a reply: a block, saying whether it is an MCP tool to be asked about."""

@@ -1,4 +1,5 @@
-"""Messages that worker threads post back to the app (toolong's habit: dataclass Messages)."""
+"""Messages that worker threads post back to the app (toolong's habit: dataclass Messages), and
+the ``Turn`` a reply's worker thread and the app share."""
 
 from __future__ import annotations
 
@@ -6,6 +7,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
+
+
+@dataclass
+class Turn:
+    """A reply streaming in one conversation (fields written by its worker thread)."""
+
+    conversation: str
+    started: float
+    conv: Any = None  # the Conversation object, once the worker has it
+    first_piece: float | None = None
+    pieces: int = 0
+    sampled_pieces: int = 0
+    sampled_at: float = 0.0
+    cancel_requested: bool = False
+    progress_seen: tuple[Any, float] | None = None  # the latest prefill event, when it was first shown
+    reading_tools: bool = False  # MCP tool results prefill before the reply goes on: show that prefill too
 
 
 @dataclass
@@ -93,5 +110,5 @@ class EngineWarning(Message):
 
 __all__ = [
     "EngineFailed", "EngineLoaded", "EngineWarning", "FiguresReady", "ReplyFailed", "ReplyFinished", "ReplyPiece",
-    "ReplyThinking", "ReplyToolCall",
+    "ReplyThinking", "ReplyToolCall", "ReplyToolResult", "Turn",
 ]

@@ -121,12 +121,13 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(yes)
 
 
-class ToolApproval(ModalScreen[str]):
+class ToolApproval(ModalScreen[str | None]):
     """May this MCP tool run? ``once`` (o), ``always`` for this tool in this conversation (a),
-    ``never`` in this conversation (n / Escape)."""
+    ``never`` in this conversation (n); Escape dismisses it: this call does not run, and
+    nothing is kept (None)."""
 
     BINDINGS = [
-        Binding("escape", "answer('never')", "Never"),
+        Binding("escape", "dismiss_unanswered", "Not now"),
         Binding("n", "answer('never')", "Never", show=False),
         Binding("o", "answer('once')", "Once", show=False),
         Binding("a", "answer('always')", "Always", show=False),
@@ -152,6 +153,9 @@ class ToolApproval(ModalScreen[str]):
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(answer)
+
+    def action_dismiss_unanswered(self) -> None:
+        self.dismiss(None)
 
 
 __all__ = ["Confirm", "HelpScreen", "KEYS", "TextPrompt", "ToolApproval"]

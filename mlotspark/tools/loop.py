@@ -32,7 +32,9 @@ class Approval:
     Args:
         ask: asked for a call no earlier answer covers; returns ``once`` (run this call),
             ``always`` (run this one and every later call of the tool) or ``never`` (run
-            no call of the tool). None runs every call without asking (a program's choice).
+            no call of the tool), or None when it went unanswered (the question dismissed,
+            the turn stopped): that call does not run and nothing is kept. ``ask=None``
+            runs every call without asking (a program's choice).
         remembered: standing answers given before (tool name -> ``always`` | ``never``),
             e.g. a conversation's ``tool_approvals``.
         remember: called with ``(tool name, answer)`` for each new ``always`` / ``never``,
@@ -53,6 +55,8 @@ class Approval:
         if self.ask is None or call.name in self.always:
             return True
         answer = self.ask(call)
+        if answer is None:  # unanswered: not this call, and no standing answer
+            return False
         if answer not in ANSWERS:
             raise OptionError(f"invalid approval {answer!r}: answer one of {', '.join(ANSWERS)}")
         if answer == "always":
