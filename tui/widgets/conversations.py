@@ -13,7 +13,8 @@ def _label(row: ConversationRow, streaming: bool) -> Text:
     text.append("● " if streaming else "  ", style="bold green" if streaming else "")
     text.append(row.label)
     turns = "1 turn" if row.turns == 1 else f"{row.turns} turns"
-    text.append(f"\n  {turns}", style="dim")
+    named = f" · {row.name}" if row.title and row.title != row.name else ""  # the name -c opens it by
+    text.append(f"\n  {turns}{named}", style="dim")
     return text
 
 
