@@ -212,6 +212,8 @@ def test_bad_tools_are_refused_naming_them(tmp_path):
     (None, "cannot read tools file"),
     ([], "holds no tools"),
     ([{"type": "function", "function": {"name": "x", "parameters": 3}}], "tools[0].function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "x"}}],
+      "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "invalid tool_choice: names no given tool"),
 ])
 def test_chat_tools_flag_refuses_a_bad_file_in_one_line(tmp_path, capsys, doc, needle):
     path = tmp_path / "tools.json"

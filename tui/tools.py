@@ -46,7 +46,8 @@ def load_tools(path: str | Path) -> ToolSpec:
     (a request body's fields). The tools themselves are checked by the engine's options.
 
     Raises:
-        OptionError: the file cannot be read, is not JSON, or has neither shape (naming it).
+        OptionError: the file cannot be read, is not JSON, has neither shape, or holds a tool or
+            a tool_choice the engine refuses (naming the file).
     """
     p = Path(path).expanduser()
     try:
@@ -63,6 +64,12 @@ def load_tools(path: str | Path) -> ToolSpec:
         raise OptionError(f"tools file {str(path)!r} holds no tools: give a JSON list of OpenAI tools "
                           '([{"type": "function", "function": {"name": ..., "parameters": {...}}}]) '
                           'or {"tools": [...]}')
+    from mlotspark.options import GenerationOptions
+
+    try:  # the file's own fields, named as the file names them (the chat has no --tool-choice flag)
+        GenerationOptions(tools=doc, tool_choice=choice)
+    except OptionError as e:
+        raise OptionError(f"tools file {str(path)!r}: {e}") from None
     return ToolSpec(doc, choice, str(p))
 
 
