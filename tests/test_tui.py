@@ -342,6 +342,8 @@ def test_slash_system_reset_memory_model_help():
         await type_line(pilot, long)
         assert "at most 2000" in error_notes(app)[-1] and app.query_one(PromptInput).text == long
         app.query_one(PromptInput).clear()
+        await type_line(pilot, "/remember")  # refused, with nothing written to mend: not put back
+        assert app.query_one(PromptInput).text == ""
         await type_line(pilot, "/model")  # the picker, with the open model's facts on top
         assert isinstance(app.screen, ModelPicker)
         facts = str(app.screen.query_one("#picker-facts").render())

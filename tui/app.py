@@ -283,7 +283,8 @@ class ChatApp(PlainNotices, ConversationActions, SlashCommands, PanelFigures, Mc
         if text.startswith("/") and len(text) > 1 and text[1].isalpha():
             event.input.clear()
             refused = not await self.run_command(text)
-            if refused and text.split(maxsplit=1)[0].lower() in TEXT_COMMANDS and not event.input.text:
+            word, *written = text.split(maxsplit=1)
+            if refused and written and word.lower() in TEXT_COMMANDS and not event.input.text:
                 event.input.insert(text)  # composed text comes back to mend (a 6,000-character /remember had gone)
             return
         if self.engine is None or self.chat is None or self.loading_since is not None:
