@@ -344,6 +344,8 @@ def test_slash_system_reset_memory_model_help():
         app.query_one(PromptInput).clear()
         await type_line(pilot, "/remember")  # refused, with nothing written to mend: not put back
         assert app.query_one(PromptInput).text == ""
+        await pilot.press("f6")  # no reply with thinking: said, not silently nothing
+        assert "no reply here has any" in app.notified[-1][0]
         await type_line(pilot, "/model")  # the picker, with the open model's facts on top
         assert isinstance(app.screen, ModelPicker)
         facts = str(app.screen.query_one("#picker-facts").render())

@@ -386,6 +386,8 @@ class ChatApp(PlainNotices, ConversationActions, SlashCommands, PanelFigures, Mc
         block = next((r.thinking for r in reversed(chat.replies) if r.thinking is not None), None) if chat else None
         if block is not None:
             block.collapsed = not block.collapsed
+        else:
+            self.notify("F6 opens a reply's thinking: no reply here has any (a reasoning model's replies do).")
 
     async def on_reply_piece(self, message: ReplyPiece) -> None:
         if self.shutting_down:
