@@ -152,7 +152,7 @@ class SlashCommands:
         else:
             entries = store.list(limit=MEMORY_LIST, current_only=True)
             lines = [f"#{e.id}  {_one_line(e.text)}{_replaced(e, store)}" for e in entries]
-            head = f"memory ({len(store)} entries):"
+            head = f"memory ({len(store)} entr{'y' if len(store) == 1 else 'ies'}):"
         await self.say("\n".join([head, *lines]) if lines else f"{head} (nothing)")
 
     # -- the model --------------------------------------------------------------------
