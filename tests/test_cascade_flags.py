@@ -194,6 +194,7 @@ class _RecordingApp:
     """Stands for ``tui.ChatApp``: loads the engine as the app does on start, then quits."""
 
     engine: Any = None
+    return_code: int | None = 0  # as a Textual app that ended without an error
 
     def __init__(self, *, model: str | None, loader: Any, **_: Any):
         self.model, self.loader = model, loader

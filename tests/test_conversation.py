@@ -60,7 +60,6 @@ def test_conversation_api_and_listing(engines, tiny_loaded, _isolated_home):
 
 def test_tool_approvals_are_kept_with_the_conversation_across_a_restart(engines, tiny_loaded, _isolated_home):
     from mlotspark import Approval
-    from mlotspark.errors import StoreError
     from mlotspark.results import ToolCall
 
     e = engines(tiny_loaded)
@@ -82,9 +81,10 @@ def test_tool_approvals_are_kept_with_the_conversation_across_a_restart(engines,
     assert again.tool_approvals == {} and e.conversation("tools").tool_approvals == {}
     path = conv_dir(_isolated_home, "tools") / "conversation.json"
     doc = json.loads(path.read_text())
-    path.write_text(json.dumps({**doc, "tool_approvals": {"rm": "sometimes"}}))
-    with pytest.raises(StoreError, match="tool_approvals must map tool names to always or never"):
-        engines(tiny_loaded).conversation("tools")
+    path.write_text(json.dumps({**doc, "tool_approvals": {"rm": "sometimes", "ls": "never"}}))
+    assert engines(tiny_loaded).conversation("tools").tool_approvals == {"ls": "never"}  # no answer: asked again
+    path.write_text(json.dumps({**doc, "tool_approvals": None}))
+    assert engines(tiny_loaded).conversation("tools").tool_approvals == {}
 
 
 def test_private_files_and_names_that_cannot_escape(engines, tiny_loaded, _isolated_home):

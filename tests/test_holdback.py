@@ -170,16 +170,19 @@ def _token_pieces(tokenizer, text: str) -> list[str]:
     return pieces + [d.text[seen:]]
 
 
-@pytest.mark.parametrize("after", ["", "It is noon in Paris.", "\n\nIt is noon in Paris.\n"])
-def test_white_space_between_and_after_calls_is_never_streamed_as_text(qwen_tokenizer_real, after):
+@pytest.mark.parametrize("before, after", [
+    ("", ""), ("", "It is noon in Paris."), ("", "\n\nIt is noon in Paris.\n"), ("\n", ""),
+    ("Checking.", "\n\n```python\nprint(1)\n```"),  # a fence after the calls that is no call
+])
+def test_white_space_between_and_after_calls_is_never_streamed_as_text(qwen_tokenizer_real, before, after):
     """A forced reply of two calls (Qwen2.5's own markup, a newline after each close tag),
     streamed in its real token pieces and cut at every point: the text shown is what the
     whole reply's split finds (none for calls alone), and no white space comes alone before it."""
     from mlotspark.decoding.tool_calls import CallSplitter, parse_calls, tool_format
 
-    fmt, reply = tool_format(qwen_tokenizer_real), CALLS_ONLY + after
+    fmt, reply = tool_format(qwen_tokenizer_real), before + CALLS_ONLY + after
     whole, calls = parse_calls(fmt, reply, ["get_time"])
-    assert len(calls) == 2 and whole == after.strip()
+    assert len(calls) == 2 and (before.strip() or whole == after.strip())
     cuts = [[reply[:k], reply[k:]] for k in range(len(reply) + 1)]
     for pieces in cuts + [_token_pieces(qwen_tokenizer_real, reply)]:
         splitter, shown, made = CallSplitter(fmt, ["get_time"]), [], []

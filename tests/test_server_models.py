@@ -298,3 +298,4 @@ def test_catalogue_aliases_on_disk_are_listed_and_named_in_the_404(_isolated_hom
     pool.add("by-path", str(gemma))
     assert pool.servable() == ["mine", "by-path"]
     assert pool.find("gemma3-270m").spec == "gemma3-270m"  # still served by its alias on request
+    assert pool.find("gemma3-270m:latest") is pool.find("gemma3-270m")  # as Ollama's clients name it

@@ -142,7 +142,7 @@ def test_never_is_remembered_and_a_looping_model_ends(hub):
 def test_a_question_dismissed_or_a_turn_stopped_while_asking_keeps_no_answer(hub):
     """Escape runs not this call and keeps nothing; stopping the turn (or quitting) while the
     question is open keeps nothing either, and no reply reads the result."""
-    app, engine = mcp_app(hub, [call_reply("one"), "Fine.", call_reply("two")])
+    app, engine = mcp_app(hub, [call_reply("one"), "Fine.", call_reply("two") + "\n" + call_reply("three")])
 
     async def script(pilot: Any) -> None:
         await type_line(pilot, "Echo one")
@@ -158,7 +158,8 @@ def test_a_question_dismissed_or_a_turn_stopped_while_asking_keeps_no_answer(hub
                     "the stopped turn ended")
         assert len(engine.calls) == 3  # no reply generated to read the unanswered call
         stored = engine.conversation(app.current).messages
-        assert stored[-1] == {"role": "tool", "content": "error: not run: the user did not answer about echo"}
+        assert stored[-2:] == [{"role": "tool", "content": "error: not run: the user did not answer about echo"},
+                               {"role": "tool", "content": "error: not run: the reply was stopped"}]  # not asked
         assert engine.conversation(app.current).tool_approvals == {}
 
     drive(app, script)

@@ -93,7 +93,9 @@ class McpTurns:
                             remember=conv.remember_tool)
         outcomes, bounded = [], False
         for call in calls:
-            if ran >= MAX_CALLS:
+            if turn.cancel_requested or self.shutting_down:  # type: ignore[attr-defined]
+                outcome = _refused(call, "not run: the reply was stopped")
+            elif ran >= MAX_CALLS:
                 bounded = True
                 outcome = _refused(call, f"not run: this message already made {MAX_CALLS} tool calls")
             elif not approval.allows(call):  # counts too: a model that calls a refused tool again still ends

@@ -64,7 +64,7 @@ def load_tools(path: str | Path) -> ToolSpec:
         raise OptionError(f"tools file {str(path)!r} holds no tools: give a JSON list of OpenAI tools "
                           '([{"type": "function", "function": {"name": ..., "parameters": {...}}}]) '
                           'or {"tools": [...]}')
-    from mlotspark.options import GenerationOptions
+    from mlotspark import GenerationOptions
 
     try:  # the file's own fields, named as the file names them (the chat has no --tool-choice flag)
         GenerationOptions(tools=doc, tool_choice=choice)

@@ -69,10 +69,9 @@ class ConversationRecord:
             messages = [dict(m) for m in doc["messages"]]
             if any(m.get("role") not in ROLES or not isinstance(m.get("content"), str) for m in messages):
                 raise ValueError("a message lacks a role or text")
-            approvals = doc.get("tool_approvals", {})
-            if not isinstance(approvals, dict) or any(not isinstance(k, str) or v not in STANDING_ANSWERS
-                                                      for k, v in approvals.items()):
-                raise ValueError(f"tool_approvals must map tool names to {' or '.join(STANDING_ANSWERS)}")
+            # Read leniently, as ``memory``: an answer that is not one of the two is no answer (asked again).
+            approvals = doc.get("tool_approvals") if isinstance(doc.get("tool_approvals"), dict) else {}
+            approvals = {k: v for k, v in approvals.items() if isinstance(k, str) and v in STANDING_ANSWERS}
             return cls(
                 name=str(doc["name"]), system=str(doc.get("system", "")), messages=messages,
                 title=str(doc.get("title", "")), created=float(doc.get("created", 0)), updated=float(doc.get("updated", 0)),

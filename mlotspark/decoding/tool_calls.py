@@ -299,9 +299,9 @@ class CallSplitter:
     ``feed(piece)`` returns ``(text, calls)`` ready now; ``close()`` returns what is left
     at the end. A call cut short by ``max_tokens`` is dropped, never shown as markup, and
     counted in ``cut_short``; a whole one that is no call of a given tool stays text.
-    White space after a call is held until text follows it: between two calls and at the
-    end it is dropped, and before the reply's first words it is cut, so a streamed reply
-    shows the text ``parse_calls`` finds in the whole one (a reply of calls alone: none).
+    White space alone before a call (at the reply's start, or after another call) is never
+    shown, and white space after the last call only with words after it, so a streamed
+    reply shows the text ``parse_calls`` finds in the whole one (a reply of calls alone: none).
     """
 
     def __init__(self, fmt: ToolFormat, tools: Iterable[Any] | None = None):
@@ -348,9 +348,18 @@ class CallSplitter:
                 if not final and (words or self._started and not self._after_call):
                     self._show(shown, len(self._buf))
                 return False
-            self._show(shown, op.at)
+            # White space alone before an opening, after a call or before any words, is what
+            # the whole reply's split drops: held with an opening that may still come to
+            # nothing, dropped before one that opens.
+            quiet = not self._buf[:op.at].strip(_WS_ONLY) and (self._after_call or not self._worded)
             if op.form.endswith("?"):
+                if not quiet:
+                    self._show(shown, op.at)
                 return False  # may still open a call: hold it
+            if quiet:
+                self._buf = self._buf[op.at:]
+            else:
+                self._show(shown, op.at)
             self._open = Opening(op.form, 0, op.body - op.at)
         return self._finish(calls, shown, final)
 
@@ -399,8 +408,9 @@ class CallSplitter:
                 calls.append(call)
         elif stop is None:  # cut short (max_tokens): dropped, not shown as markup
             self.cut_short += 1
-        else:  # not a call after all: shown as written
+        else:  # not a call after all: shown as written, words after the calls
             shown.append(self._buf[:consumed])
+            self._worded, self._after_call = True, False
         self._buf = self._buf[consumed:]
         self._open = None
         self._started = True

@@ -159,6 +159,9 @@ class ModelPool:
         if slot is not None:
             return slot
         spec = self._allowed(name)
+        if spec is None and name.endswith(":latest"):  # Ollama's clients name a listed alias so
+            name = name.removesuffix(":latest")
+            spec = self._allowed(name)
         if spec is None:
             raise APIError(404, f"model '{name}' does not exist; this server serves {', '.join(self.servable())}"
                                 f"{' or files in ' + ', '.join(map(str, self.allow_load)) if self.allow_load else ''}"
@@ -201,8 +204,14 @@ class ModelPool:
                 if (p.suffix.lower() in MODEL_SUFFIXES and p.is_file()) or (p / "config.json").is_file():
                     if p.name not in out:
                         out.append(p.name)
-        files = {_resolved(s.spec) for s in self.slots.values()}
-        for row in map(catalogue.model_status, catalogue.ALIASES):
+        files = {_resolved(s.spec) for s in self.slots.values()} | {_resolved(str(r / n)) for r in self.allow_load
+                                                                     for n in out}
+        try:
+            rows = [catalogue.model_status(name) for name in catalogue.ALIASES]
+        except MlotsparkError as e:  # a models folder that cannot be read: list what else there is
+            log.warning("catalogue aliases not listed: %s", e)
+            rows = []
+        for row in rows:
             if row["pulled"] and row["name"] not in out and _resolved(row["path"]) not in files:
                 out.append(row["name"])
         return out

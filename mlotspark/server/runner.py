@@ -29,7 +29,7 @@ from mlotspark.decoding.tool_calls import parse_calls, require_format, tool_name
 from mlotspark.errors import MlotsparkError, OptionError, PromptTooLongError
 from mlotspark.results import ReasoningPiece
 from mlotspark.server.responses import Choice
-from mlotspark.server.schemas import APIError, ParsedRequest
+from mlotspark.server.schemas import APIError, ParsedRequest, option_error
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,7 @@ class Job:
             return APIError(400, str(e), param="messages" if self.request.kind == "chat" else "prompt",
                             code="context_length_exceeded")
         if isinstance(e, OptionError):  # a conversation's options, a schema, tools the template lacks
-            name = e.options[0] if e.options else None
-            field = self.request.fields.get(name, name) if name else None
-            return APIError(400, f"invalid '{field}': {e}" if field else str(e), param=field)
+            return option_error(e, self.request.fields)
         if isinstance(e, MlotsparkError):
             return APIError(500, str(e), type="server_error")
         log.error("request failed", exc_info=e)  # one request fails, the server keeps serving

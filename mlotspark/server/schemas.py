@@ -319,15 +319,22 @@ def check_options(req: ParsedRequest, options: Callable[..., GenerationOptions])
     try:
         req.checked = options(**req.options)
     except OptionError as e:
-        name = e.options[0] if e.options else None
-        field = req.fields.get(name, name) if name else None
-        if not field:
-            raise APIError(400, str(e)) from None
-        said = str(e)  # "invalid max_tokens 0: must be ..." names the request's field once
-        own = f"invalid {name} "
-        raise APIError(400, f"invalid '{field}' {said[len(own):]}" if said.startswith(own) else f"invalid '{field}': {said}",
-                       param=field) from None
+        raise option_error(e, req.fields) from None
     return req.checked
+
+
+def option_error(e: OptionError, fields: dict[str, str]) -> APIError:
+    """The 400 of an engine's ``OptionError``, naming the request's own field once
+    (``fields``: option name -> the field a request wrote it in, when they differ)."""
+    name = e.options[0] if e.options else None
+    field = fields.get(name, name) if name else None
+    if not field:
+        return APIError(400, str(e))
+    said = str(e)  # "invalid max_tokens 0: must be ...", "invalid tools: ..."
+    for own in (f"invalid {name} ", f"invalid {name}: "):
+        if said.startswith(own):
+            return APIError(400, f"invalid '{field}'{own[len('invalid ') + len(name):]}{said[len(own):]}", param=field)
+    return APIError(400, f"invalid '{field}': {said}", param=field)
 
 
 def parse_chat(body: Any, served: list[str], options: Callable[..., GenerationOptions] | None = None) -> ParsedRequest:
@@ -386,5 +393,5 @@ def parse_completion(body: Any, served: list[str],
     return req
 
 
-__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "check_options", "parse_chat", "text_parts",
+__all__ = ["APIError", "EXTENSION_KEY", "MAX_N", "ParsedRequest", "bad", "check_options", "option_error", "parse_chat", "text_parts",
            "parse_completion"]
