@@ -169,7 +169,7 @@ class Matrix:
     def tools_streamed(self) -> str:
         """Calls streamed as ``tool_calls`` deltas, forced (``required``: the model may make
         several), with no markup and no white space between them streamed as text."""
-        chunks = list(self.oa.chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, max_tokens=96,
+        chunks = list(self.oa.chat.completions.create(model=self.model, messages=ASK, tools=TOOLS, max_tokens=64,
                                                       tool_choice="required", temperature=0, stream=True))
         calls: dict[int, dict] = {}
         text = ""
