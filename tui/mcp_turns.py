@@ -93,7 +93,7 @@ class McpTurns:
                             remember=conv.remember_tool)
         outcomes, bounded = [], False
         for call in calls:
-            if turn.cancel_requested or self.shutting_down:  # type: ignore[attr-defined]
+            if self._stopped(turn):
                 outcome = _refused(call, "not run: the reply was stopped")
             elif ran >= MAX_CALLS:
                 bounded = True
@@ -109,13 +109,17 @@ class McpTurns:
             self.post_message(ReplyToolResult(name, outcome))  # type: ignore[attr-defined]
         turn.reading_tools, turn.progress_seen = True, None  # the results' prefill shows in the reply
         *earlier, last = [o.text or "(no output)" for o in outcomes]
-        stopped = turn.cancel_requested or self.shutting_down  # type: ignore[attr-defined]
+        stopped, spent = self._stopped(turn), bounded or ran >= MAX_CALLS
         for text in earlier + [last] * stopped:
             conv.add("tool", text)
-        if bounded or ran >= MAX_CALLS:
+        if spent:
             self.post_message(EngineWarning(f"{MAX_CALLS} tool calls answered for this message, the most there "  # type: ignore[attr-defined]
                                             "are: the model answers without tools now.", False))
-        return None if stopped else last, ran, after_tools(options, bounded or ran >= MAX_CALLS)
+        return None if stopped else last, ran, after_tools(options, spent)
+
+    def _stopped(self, turn: Any) -> bool:
+        """The reply was stopped, or the app is quitting: no more tool runs for it."""
+        return turn.cancel_requested or self.shutting_down  # type: ignore[attr-defined]
 
     async def on_reply_tool_call(self, message: ReplyToolCall) -> None:
         """A call in a reply: a block, saying whether it is an MCP tool to be asked about."""

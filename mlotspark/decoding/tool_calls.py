@@ -332,8 +332,7 @@ class CallSplitter:
             cut = find_opening(self.fmt, self._buf, partial=True, bare=not self._started)
             if cut is not None and cut.form == "tag?":
                 self._buf = self._buf[:cut.at]  # an opener cut short: dropped
-            self._show(shown, len(self._buf))
-            self._buf = ""
+            self._show(shown, len(self._buf))  # empties the buffer
         text = "".join(shown)
         if calls and not text.strip(_WS_ONLY):
             text = ""

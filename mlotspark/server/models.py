@@ -199,13 +199,13 @@ class ModelPool:
         from mlotspark.models.hub import catalogue
 
         out = self.names()
+        files = {_resolved(s.spec) for s in self.slots.values()}  # what is listed already, by path
         for root in self.allow_load:
             for p in sorted(root.iterdir()) if root.is_dir() else []:
                 if (p.suffix.lower() in MODEL_SUFFIXES and p.is_file()) or (p / "config.json").is_file():
+                    files.add(p.resolve())
                     if p.name not in out:
                         out.append(p.name)
-        files = {_resolved(s.spec) for s in self.slots.values()} | {_resolved(str(r / n)) for r in self.allow_load
-                                                                     for n in out}
         try:
             rows = [catalogue.model_status(name) for name in catalogue.ALIASES]
         except MlotsparkError as e:  # a models folder that cannot be read: list what else there is
